@@ -1,0 +1,297 @@
+"""System checks for the ``REALTIME_*`` settings (``realtime.E0xx`` / ``realtime.W0xx``).
+
+Daphne runs no system checks, so ``manage.py check`` (and ``migrate``, ``runserver``) is where
+a project hears about a bad value, each with a hint. Ids are stable; each has its own test.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, models
+
+from realtime.conf import PREFIX, defaults, raw
+from realtime.paths import path_target
+
+POSITIVE_NUMBERS = (
+    "TOKEN_MAX_AGE",
+    "AUTH_TIMEOUT",
+    "SEND_TIMEOUT",
+    "RECHECK_INTERVAL",
+    "POLLING_INTERVAL",
+    "COMMIT_GRACE",
+    "MESSAGE_RETENTION",
+    "HEARTBEAT_INTERVAL",
+    "HEARTBEAT_TIMEOUT",
+    "RECONNECT_BACKOFF_START",
+    "RECONNECT_BACKOFF_MAX",
+    "SUPERVISE_INTERVAL",
+)
+POSITIVE_INTEGERS = (
+    "MAX_CHANNELS",
+    "MAX_FRAME_SIZE",
+    "FRAME_LIMIT",
+    "MAX_SOCKETS_PER_USER",
+    "CASCADE_LIMIT",
+    "MAX_PAYLOAD",
+    "TRIM_BATCH_SIZE",
+    "CONSUMER_POOL_SIZE",
+    "NOTIFY_QUEUE_SIZE",
+    "TCP_KEEPIDLE",
+    "TCP_KEEPINTVL",
+    "TCP_KEEPCNT",
+)
+BOOLEANS = ("REVOKE_ON_PASSWORD_CHANGE", "AUTO_TRIM")
+CHANNEL_NAME = re.compile(r"[A-Za-z0-9_]{1,40}")
+MODEL_LABEL = re.compile(r"\w+\.\w+")
+
+
+def _error(id_: int, setting: str, message: str, hint: str) -> checks.Error:
+    return checks.Error(f"{PREFIX}{setting} {message}", hint=hint, id=f"realtime.E{id_:03d}")
+
+
+@checks.register()
+def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """Validate every ``REALTIME_*`` setting; see the module docstring."""
+    return [
+        *_check_transport(),
+        *_check_auth(),
+        *_check_scope(),
+        *_check_recheck_models(),
+        *_check_numbers(),
+        *_check_booleans(),
+        *_check_channel(),
+        *_check_listen_database(),
+        *_check_unknown_names(),
+    ]
+
+
+def _check_transport() -> list[checks.CheckMessage]:
+    from realtime.transports import transport_class
+
+    value = raw("TRANSPORT")
+    if not isinstance(value, str):
+        return [_error(1, "TRANSPORT", "must be a string.", 'Use "table" or "pg_notify".')]
+    try:
+        transport_class(value)
+    except ImproperlyConfigured as exc:
+        return [
+            _error(
+                1,
+                "TRANSPORT",
+                f"is invalid: {exc}.",
+                'Use "table", "pg_notify" or the dotted path of a Transport subclass.',
+            )
+        ]
+    if value == "pg_notify" and connections["default"].vendor != "postgresql":
+        return [
+            _error(
+                20,
+                "TRANSPORT",
+                '"pg_notify" needs PostgreSQL, but the default database is '
+                f"{connections['default'].vendor}.",
+                'Use REALTIME_TRANSPORT = "table", which works on every database.',
+            )
+        ]
+    return []
+
+
+def _check_auth() -> list[checks.CheckMessage]:
+    value = raw("AUTH")
+    if not isinstance(value, str) or "." not in value:
+        return [
+            _error(
+                2,
+                "AUTH",
+                "must be the dotted path of a RealtimeAuth class.",
+                'The default is "realtime.auth.RealtimeAuth"; subclass it to change a hook.',
+            )
+        ]
+    return []
+
+
+def _resolve_model(label: Any) -> type[models.Model] | None:
+    if not isinstance(label, str) or not MODEL_LABEL.fullmatch(label):
+        return None
+    try:
+        return apps.get_model(label)
+    except LookupError:
+        return None
+
+
+def _check_scope() -> list[checks.CheckMessage]:
+    label = raw("SCOPE_MODEL")
+    if label is None:
+        return []
+    model = _resolve_model(label)
+    if model is None:
+        return [
+            _error(
+                3,
+                "SCOPE_MODEL",
+                f"{label!r} names no installed model.",
+                'Write it as "app_label.ModelName", e.g. "crm.Workspace".',
+            )
+        ]
+    errors: list[checks.CheckMessage] = []
+    slug = raw("SCOPE_SLUG_FIELD")
+    field_names = {field.name for field in model._meta.get_fields()}
+    if not isinstance(slug, str) or slug not in field_names:
+        errors.append(
+            _error(
+                4,
+                "SCOPE_SLUG_FIELD",
+                f"{slug!r} is not a field of {model._meta.label}.",
+                'Name the column clients use to name a scope, e.g. "slug".',
+            )
+        )
+    members = raw("SCOPE_MEMBERS")
+    if not _leads_to_user(model, members):
+        errors.append(
+            _error(
+                5,
+                "SCOPE_MEMBERS",
+                f"{members!r} is not a path from {model._meta.label} to "
+                f"{settings.AUTH_USER_MODEL}.",
+                'Name the relations from the scope to its members, e.g. "members" or '
+                '"memberships.user".',
+            )
+        )
+    return errors
+
+
+def _leads_to_user(model: type[models.Model], path: Any) -> bool:
+    if not isinstance(path, str):
+        return False
+    try:
+        return path_target(model, path) is get_user_model()
+    except ValueError:
+        return False
+
+
+def _check_recheck_models() -> list[checks.CheckMessage]:
+    value = raw("RECHECK_MODELS")
+    hint = 'Map "app_label.Model" to the path from it to its account, e.g. {"api.Key": "owner"}.'
+    if not isinstance(value, dict):
+        return [_error(6, "RECHECK_MODELS", "must be a dict.", hint)]
+    errors: list[checks.CheckMessage] = []
+    for label, path in value.items():
+        model = _resolve_model(label)
+        if model is None:
+            errors.append(_error(6, "RECHECK_MODELS", f"names no model {label!r}.", hint))
+        elif not _leads_to_user(model, path):
+            errors.append(
+                _error(
+                    6,
+                    "RECHECK_MODELS",
+                    f"{path!r} is not a path from {label} to {settings.AUTH_USER_MODEL}.",
+                    hint,
+                )
+            )
+    return errors
+
+
+def _check_numbers() -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    for name in POSITIVE_NUMBERS:
+        value = raw(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            errors.append(
+                _error(7, name, f"must be a number above 0, not {value!r}.", _default_hint(name))
+            )
+    for name in POSITIVE_INTEGERS:
+        value = raw(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            errors.append(
+                _error(
+                    8,
+                    name,
+                    f"must be an integer of at least 1, not {value!r}.",
+                    _default_hint(name),
+                )
+            )
+    start, cap = raw("RECONNECT_BACKOFF_START"), raw("RECONNECT_BACKOFF_MAX")
+    if not errors and start > cap:
+        errors.append(
+            _error(
+                11,
+                "RECONNECT_BACKOFF_MAX",
+                f"({cap}) is below REALTIME_RECONNECT_BACKOFF_START ({start}).",
+                "The delay doubles from the start value up to the cap; raise the cap.",
+            )
+        )
+    return errors
+
+
+def _default_hint(name: str) -> str:
+    return f"The default is {defaults()[PREFIX + name]!r}."
+
+
+def _check_booleans() -> list[checks.CheckMessage]:
+    return [
+        _error(9, name, f"must be True or False, not {raw(name)!r}.", _default_hint(name))
+        for name in BOOLEANS
+        if not isinstance(raw(name), bool)
+    ]
+
+
+def _check_channel() -> list[checks.CheckMessage]:
+    value = raw("CHANNEL")
+    if isinstance(value, str) and CHANNEL_NAME.fullmatch(value):
+        return []
+    return [
+        _error(
+            10,
+            "CHANNEL",
+            f"must be 1 to 40 letters, digits or underscores, not {value!r}.",
+            'Scope channels are "<REALTIME_CHANNEL>_<scope id>"; the default is "realtime".',
+        )
+    ]
+
+
+def _check_listen_database() -> list[checks.CheckMessage]:
+    value = raw("LISTEN_DATABASE")
+    if value is None:
+        return []
+    hint = "Name an alias of DATABASES, or give a PostgreSQL DSN (postgresql://... or key=value)."
+    if not isinstance(value, str) or not value:
+        return [_error(21, "LISTEN_DATABASE", "must be a string.", hint)]
+    if value in settings.DATABASES:
+        if connections[value].vendor != "postgresql":
+            return [
+                _error(
+                    21,
+                    "LISTEN_DATABASE",
+                    f"names the alias {value!r}, which is not PostgreSQL.",
+                    hint,
+                )
+            ]
+        return []
+    if value.startswith(("postgresql://", "postgres://")) or "=" in value:
+        return []
+    return [_error(21, "LISTEN_DATABASE", f"{value!r} is neither an alias nor a DSN.", hint)]
+
+
+def _check_unknown_names() -> list[checks.CheckMessage]:
+    known = set(defaults())
+    warnings: list[checks.CheckMessage] = []
+    for name in dir(settings):
+        if name.startswith(PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"Did you mean {close[0]}?" if close else "See the settings documentation."
+            warnings.append(
+                checks.Warning(
+                    f"{name} is not a realtime setting and is ignored.",
+                    hint=hint,
+                    id="realtime.W001",
+                )
+            )
+    return warnings

@@ -1,0 +1,95 @@
+"""Typed access to the ``REALTIME_*`` settings.
+
+Every value is read from ``django.conf.settings`` when it is asked for, never at import time,
+so ``override_settings`` in tests and settings changed after start-up are honoured. Objects
+built from settings (the transport, the auth service) are cached elsewhere and dropped on
+``setting_changed``; this module caches nothing. ``realtime.checks`` validates each value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, Generic, TypeVar
+
+from django.conf import settings as django_settings
+
+PREFIX: Final = "REALTIME_"
+
+T = TypeVar("T")
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+class Setting(Generic[T]):
+    """One ``REALTIME_<NAME>`` setting: its default and the type it is read as."""
+
+    def __init__(self, default: Any, kind: Callable[[Any], T]) -> None:
+        self.default = default
+        self.kind = kind
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> T:
+        return self.kind(getattr(django_settings, PREFIX + self.name, self.default))
+
+
+class RealtimeSettings:
+    """The settings of ``settings.md``, as attributes read anew on every access."""
+
+    TRANSPORT = Setting("table", str)
+    AUTH = Setting("realtime.auth.RealtimeAuth", str)
+    SCOPE_MODEL = Setting(None, _optional_str)
+    SCOPE_SLUG_FIELD = Setting("slug", str)
+    SCOPE_MEMBERS = Setting("members", str)
+    RECHECK_MODELS: Setting[dict[str, str]] = Setting({}, dict)
+    TOKEN_MAX_AGE = Setting(3600, float)
+    REVOKE_ON_PASSWORD_CHANGE = Setting(False, bool)
+    CHANNEL = Setting("realtime", str)
+    AUTH_TIMEOUT = Setting(30.0, float)
+    SEND_TIMEOUT = Setting(5.0, float)
+    RECHECK_INTERVAL = Setting(60.0, float)
+    MAX_CHANNELS = Setting(1000, int)
+    MAX_FRAME_SIZE = Setting(65536, int)
+    FRAME_LIMIT = Setting(200, int)
+    MAX_SOCKETS_PER_USER = Setting(20, int)
+    CASCADE_LIMIT = Setting(1000, int)
+    MAX_PAYLOAD = Setting(1048576, int)
+    POLLING_INTERVAL = Setting(0.1, float)
+    COMMIT_GRACE = Setting(5.0, float)
+    MESSAGE_RETENTION = Setting(86400.0, float)
+    AUTO_TRIM = Setting(True, bool)
+    TRIM_BATCH_SIZE = Setting(100, int)
+    LISTEN_DATABASE = Setting(None, _optional_str)
+    CONSUMER_POOL_SIZE = Setting(4, int)
+    NOTIFY_QUEUE_SIZE = Setting(10000, int)
+    HEARTBEAT_INTERVAL = Setting(30.0, float)
+    HEARTBEAT_TIMEOUT = Setting(10.0, float)
+    RECONNECT_BACKOFF_START = Setting(1.0, float)
+    RECONNECT_BACKOFF_MAX = Setting(30.0, float)
+    SUPERVISE_INTERVAL = Setting(15.0, float)
+    TCP_KEEPIDLE = Setting(30, int)
+    TCP_KEEPINTVL = Setting(10, int)
+    TCP_KEEPCNT = Setting(3, int)
+
+
+def defaults() -> dict[str, Any]:
+    """Map every known setting's full name to its default."""
+    return {
+        PREFIX + name: attribute.default
+        for name, attribute in vars(RealtimeSettings).items()
+        if isinstance(attribute, Setting)
+    }
+
+
+def raw(name: str) -> Any:
+    """Return the project's value of ``REALTIME_<name>`` as written, or its default."""
+    attribute = vars(RealtimeSettings)[name]
+    assert isinstance(attribute, Setting)
+    return getattr(django_settings, PREFIX + name, attribute.default)
+
+
+conf: Final = RealtimeSettings()

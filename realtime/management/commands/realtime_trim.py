@@ -1,0 +1,60 @@
+"""``manage.py realtime_trim``: delete expired ``firm_channel_messages`` rows until none is left."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from realtime.transports.table import TableTransport
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more seconds")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Delete expired realtime messages from firm_channel_messages, batch by batch."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--retention",
+            type=_non_negative_float,
+            help="Delete rows older than this many seconds (default: REALTIME_MESSAGE_RETENTION).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=_positive_int,
+            help="Rows deleted per transaction (default: REALTIME_TRIM_BATCH_SIZE).",
+        )
+
+    def handle(
+        self, *args: Any, retention: float | None, batch_size: int | None, **options: Any
+    ) -> None:
+        transport = TableTransport(retention=retention, trim_batch_size=batch_size, auto_trim=False)
+        total = 0
+        while True:
+            deleted = transport.trim()
+            total += deleted
+            if deleted:
+                self.stdout.write(f"Deleted {deleted} rows ({total} so far)")
+            if deleted < transport.trim_batch_size:
+                break
+        self.stdout.write(self.style.SUCCESS(f"Deleted {total} expired messages."))

@@ -1,0 +1,53 @@
+"""Lookup paths through relations, written with ``.`` or ``__`` alike.
+
+``REALTIME_SCOPE_MEMBERS``, ``REALTIME_RECHECK_MODELS``, ``user_field`` and ``shared_via`` all
+name a walk from one model to another through foreign keys, many-to-many fields and reverse
+relations. This module resolves such a walk once, at check time or first use.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
+
+
+def split_path(path: str) -> list[str]:
+    """Split ``"a.b__c"`` into ``["a", "b", "c"]``."""
+    return [part for part in path.replace("__", ".").split(".")]
+
+
+def to_lookup(path: str) -> str:
+    """Write a path the way the ORM's ``filter()`` expects it."""
+    return "__".join(split_path(path))
+
+
+def resolve_path(
+    model: type[models.Model], path: str
+) -> list[models.Field | models.ForeignObjectRel]:  # type: ignore[type-arg]
+    """Return the relation fields a path walks through from ``model``.
+
+    Raise ``ValueError`` naming the first part that is empty, unknown, or not a relation
+    (only the last part of a path may be a plain column).
+    """
+    parts = split_path(path)
+    fields: list[models.Field | models.ForeignObjectRel] = []  # type: ignore[type-arg]
+    current: type[models.Model] | None = model
+    for index, part in enumerate(parts):
+        if not part:
+            raise ValueError(f"{path!r} has an empty part")
+        if current is None:
+            raise ValueError(f"{parts[index - 1]!r} in {path!r} is not a relation")
+        try:
+            field = current._meta.get_field(part)
+        except FieldDoesNotExist as exc:
+            raise ValueError(f"{current._meta.label} has no field {part!r} ({path!r})") from exc
+        fields.append(field)  # type: ignore[arg-type]
+        related = field.related_model
+        current = related if isinstance(related, type) else None
+    return fields
+
+
+def path_target(model: type[models.Model], path: str) -> type[models.Model] | None:
+    """Return the model a path ends on, or ``None`` when it ends on a plain column."""
+    related = resolve_path(model, path)[-1].related_model
+    return related if isinstance(related, type) else None

@@ -1,0 +1,77 @@
+"""The transport contract: how internal messages travel from publishers to listening workers.
+
+A transport carries ``(channel, payload)`` pairs from any process that publishes (a request, a
+task, the shell) to every worker process that follows the channel. Every implementation
+guarantees, and the shared contract suite (``tests/transport_contract.py``) checks:
+
+* ``publish`` is synchronous and runs after the announcing write committed, in a transaction
+  of its own; the messages of one call are published together and heard in their order.
+  It raises ``PublishError`` (never a driver error) when nothing could be published, and
+  ``ChannelTooLongError`` before publishing anything when a channel exceeds 1,024 bytes.
+* ``follow(channel)`` returns once the channel is really heard: a message published after it
+  returns is delivered; nothing published before it is (no replay). ``unfollow`` stops it.
+* ``start``/``stop`` are idempotent; ``stop`` interrupts any wait and returns promptly. The
+  listener starts with the first ``follow``; a process that only publishes never starts one.
+* Listeners added with ``add_listener`` are called on the event loop that started the
+  listener, in delivery order, each failure isolated and logged. A listener error or a lost
+  database connection never stops the listener: it logs and goes on.
+* ``max_message_bytes`` is the budget one message must fit (``None``: no cap); publishers
+  shrink what does not fit (see ``realtime.payload``) before calling ``publish``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Callable, Sequence
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[str, bytes], None]
+
+
+class Transport(abc.ABC):
+    """Base class of transports; see the module docstring for the guarantees."""
+
+    #: Bytes one serialized message may take; ``None`` when the transport has no cap.
+    max_message_bytes: int | None = None
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    @abc.abstractmethod
+    def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+        """Publish ``(channel, payload)`` pairs, in order, in one transaction of their own."""
+
+    @abc.abstractmethod
+    async def follow(self, channel: str) -> None:
+        """Start hearing ``channel`` in this process; return once it is heard."""
+
+    @abc.abstractmethod
+    async def unfollow(self, channel: str) -> None:
+        """Stop hearing ``channel`` in this process."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start the listener (idempotent)."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Stop the listener and interrupt its waits (idempotent)."""
+
+    def add_listener(self, callback: Listener) -> None:
+        """Call ``callback(channel, payload)`` on the event loop for every message heard."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Listener) -> None:
+        """Stop calling ``callback``; unknown callbacks are ignored."""
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def dispatch(self, channel: str, payload: bytes) -> None:
+        """Hand one message to every listener; a listener that raises is logged and skipped."""
+        for callback in tuple(self._listeners):
+            try:
+                callback(channel, payload)
+            except Exception:
+                logger.exception("realtime listener %r failed on channel %r", callback, channel)

@@ -1,0 +1,196 @@
+"""SQL on ``firm_channel_messages``: insert, scan, trim and measure, on every database.
+
+Plain SQL through Django's connections (not the ORM) because these run on the hot path and on
+background threads, and because each statement must match what firm-channel does: the
+listener filters on ``channel_hash`` and then compares exact channel bytes, and trimming
+locks with ``FOR UPDATE SKIP LOCKED`` (``BEGIN IMMEDIATE`` on SQLite) so that concurrent
+trimmers never delete the same rows or wait for each other.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from realtime.exceptions import ChannelTooLongError
+from realtime.fields import naive_utc_now, to_naive_utc
+
+TABLE: Final = "firm_channel_messages"
+MAX_CHANNEL_BYTES: Final = 1024
+# Rows per INSERT statement: 4 parameters each stays far below every database's cap.
+INSERT_CHUNK: Final = 500
+
+
+def channel_hash(channel: bytes) -> int:
+    """Return the first 8 bytes of SHA-256 of ``channel`` as a signed big-endian integer."""
+    return int.from_bytes(hashlib.sha256(channel).digest()[:8], "big", signed=True)
+
+
+def encode_channel(channel: str) -> bytes:
+    """Return the UTF-8 bytes of ``channel``, refusing names the column cannot hold."""
+    encoded = channel.encode("utf-8")
+    if len(encoded) > MAX_CHANNEL_BYTES:
+        raise ChannelTooLongError(
+            f"channel name is {len(encoded)} bytes in UTF-8; at most {MAX_CHANNEL_BYTES} fit"
+        )
+    return encoded
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One buffered message as the listener reads it."""
+
+    id: int
+    channel: bytes
+    payload: bytes
+    created_at: datetime.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    """What ``realtime_stats`` reports about the buffer."""
+
+    rows: int
+    channels: int
+    oldest: datetime.datetime | None
+    payload_bytes: int
+
+
+def _as_datetime(value: Any) -> datetime.datetime:
+    if isinstance(value, str):
+        value = datetime.datetime.fromisoformat(value)
+    if not isinstance(value, datetime.datetime):
+        raise TypeError(f"created_at read as {type(value).__name__}")
+    return to_naive_utc(value)
+
+
+def _db_datetime(connection: BaseDatabaseWrapper, value: datetime.datetime) -> Any:
+    # Naive UTC in, as each driver stores it: PostgreSQL takes the datetime, SQLite and
+    # MySQL the text Django would write (microseconds kept, so text order is time order).
+    if connection.vendor == "postgresql":
+        return value
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """Yield consecutive slices of ``values`` holding at most ``size`` items."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+class MessageStore:
+    """The ``firm_channel_messages`` table of one database alias."""
+
+    def __init__(self, using: str = "default") -> None:
+        self.using = using
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        """The calling thread's connection (Django keeps one per thread)."""
+        return connections[self.using]
+
+    def insert(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
+        """Insert ``(channel, payload)`` rows, in order, in one transaction of their own."""
+        connection = self.connection
+        created_at = _db_datetime(connection, naive_utc_now())
+        with transaction.atomic(using=self.using), connection.cursor() as cursor:
+            for chunk in chunked(messages, INSERT_CHUNK):
+                values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+                params: list[Any] = []
+                for channel, payload in chunk:
+                    params += [channel, payload, channel_hash(channel), created_at]
+                cursor.execute(
+                    f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
+                    f"VALUES {values}",
+                    params,
+                )
+
+    def max_id(self) -> int:
+        """Return the highest id committed so far, 0 for an empty table."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT MAX(id) FROM {TABLE}")
+            row = cursor.fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def fetch_since(self, hashes: Collection[int], floor: int) -> list[Row]:
+        """Return the rows above ``floor`` whose hash is one of ``hashes``, by id."""
+        if not hashes:
+            return []
+        placeholders = ", ".join(["%s"] * len(hashes))
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, channel, payload, created_at FROM {TABLE} "
+                f"WHERE channel_hash IN ({placeholders}) AND id > %s ORDER BY id",
+                [*hashes, floor],
+            )
+            return [
+                Row(int(id_), bytes(channel), bytes(payload), _as_datetime(created_at))
+                for id_, channel, payload, created_at in cursor.fetchall()
+            ]
+
+    def trim_batch(self, retention: float, batch_size: int) -> list[int]:
+        """Delete at most ``batch_size`` rows older than ``retention`` seconds; return their ids.
+
+        Rows locked by another trimmer are skipped, not waited for.
+        """
+        connection = self.connection
+        cutoff = _db_datetime(connection, naive_utc_now() - datetime.timedelta(seconds=retention))
+        with self._trim_transaction() as cursor:
+            lock = "" if connection.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
+            cursor.execute(
+                f"SELECT id FROM {TABLE} WHERE created_at < %s ORDER BY id LIMIT %s{lock}",
+                [cutoff, batch_size],
+            )
+            ids = [int(row[0]) for row in cursor.fetchall()]
+            if ids:
+                placeholders = ", ".join(["%s"] * len(ids))
+                cursor.execute(f"DELETE FROM {TABLE} WHERE id IN ({placeholders})", ids)
+        return ids
+
+    @contextmanager
+    def _trim_transaction(self) -> Iterator[CursorWrapper]:
+        """Open the transaction a trim runs in: ``BEGIN IMMEDIATE`` on SQLite, else ``atomic``.
+
+        SQLite has no row locks: taking the write lock up front makes a second trimmer wait
+        for the first to commit (then find other rows) instead of failing to upgrade a read
+        lock halfway through.
+        """
+        connection = self.connection
+        if connection.vendor != "sqlite":
+            with transaction.atomic(using=self.using), connection.cursor() as cursor:
+                yield cursor
+            return
+        if connection.in_atomic_block:
+            raise RuntimeError("a SQLite trim needs a connection outside any transaction")
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                yield cursor
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
+
+    def stats(self) -> TableStats:
+        """Count rows, distinct channels and payload bytes, and find the oldest row."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*), COUNT(DISTINCT channel), MIN(created_at), "
+                f"COALESCE(SUM(LENGTH(payload)), 0) FROM {TABLE}"
+            )
+            row = cursor.fetchone()
+        rows, channels, oldest, payload_bytes = row if row else (0, 0, None, 0)
+        return TableStats(
+            rows=int(rows),
+            channels=int(channels),
+            oldest=None if oldest is None else _as_datetime(oldest),
+            payload_bytes=int(payload_bytes),
+        )
