@@ -41,7 +41,7 @@ def resolve_path(
             field = current._meta.get_field(part)
         except FieldDoesNotExist as exc:
             raise ValueError(f"{current._meta.label} has no field {part!r} ({path!r})") from exc
-        fields.append(field)  # type: ignore[arg-type]
+        fields.append(field)
         related = field.related_model
         current = related if isinstance(related, type) else None
     return fields

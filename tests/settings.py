@@ -7,6 +7,7 @@ never in memory, for the same reason.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -15,13 +16,16 @@ DATABASE_NAME = os.environ.get("REALTIME_TEST_DATABASE_NAME")
 HOST = os.environ.get("REALTIME_TEST_DATABASE_HOST", "127.0.0.1")
 USER = os.environ.get("REALTIME_DB_USER", "realtime")
 PASSWORD = os.environ.get("REALTIME_DB_PASSWORD", "realtime")
-SQLITE_DIR = Path(os.environ.get("REALTIME_TEST_SQLITE_DIR", "/tmp"))
+SQLITE_DIR = Path(os.environ.get("REALTIME_TEST_SQLITE_DIR", tempfile.gettempdir()))
+# Lets two test runs share the servers without sharing test databases.
+RUN = os.environ.get("REALTIME_TEST_RUN", "")
+TEST_NAME = f"test_realtime{RUN}"
 
 if DATABASE == "sqlite":
     default = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": DATABASE_NAME or str(SQLITE_DIR / "realtime.sqlite3"),
-        "TEST": {"NAME": str(SQLITE_DIR / "test_realtime.sqlite3")},
+        "TEST": {"NAME": str(SQLITE_DIR / f"{TEST_NAME}.sqlite3")},
         "OPTIONS": {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             "timeout": 20,
@@ -35,6 +39,7 @@ elif DATABASE == "postgresql":
         "PASSWORD": PASSWORD,
         "HOST": HOST,
         "PORT": os.environ.get("REALTIME_TEST_POSTGRESQL_PORT", "5432"),
+        "TEST": {"NAME": TEST_NAME},
     }
 elif DATABASE == "mariadb":
     default = {
@@ -45,10 +50,12 @@ elif DATABASE == "mariadb":
         "HOST": HOST,
         "PORT": os.environ.get("REALTIME_TEST_MARIADB_PORT", "3306"),
         "OPTIONS": {"charset": "utf8mb4"},
-        "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        "TEST": {"NAME": TEST_NAME, "CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
     }
 else:
-    raise RuntimeError(f"REALTIME_TEST_DATABASE must be sqlite, postgresql or mariadb, not {DATABASE!r}")
+    raise RuntimeError(
+        f"REALTIME_TEST_DATABASE must be sqlite, postgresql or mariadb, not {DATABASE!r}"
+    )
 
 DATABASES = {"default": default}
 

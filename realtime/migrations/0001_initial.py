@@ -18,8 +18,6 @@ INDEXES = {
 class Migration(migrations.Migration):
     initial = True
 
-    dependencies: list[tuple[str, str]] = []
-
     operations = [
         migrations.CreateModel(
             name="ChannelMessage",

@@ -54,7 +54,7 @@ class TableTransport(Transport):
         self.retention = _or(retention, conf.MESSAGE_RETENTION)
         self.auto_trim = _or(auto_trim, conf.AUTO_TRIM)
         self.trim_batch_size = _or(trim_batch_size, conf.TRIM_BATCH_SIZE)
-        self.max_message_bytes = _or(max_payload, conf.MAX_PAYLOAD)
+        self.max_message_bytes: int = _or(max_payload, conf.MAX_PAYLOAD)
         self._validate()
         self._poller = Poller(self.store, self.polling_interval, self.commit_grace)
         self._trimmer: ThreadPoolExecutor | None = None
@@ -115,6 +115,13 @@ class TableTransport(Transport):
         """Block until the trims submitted so far have run (for tests and benchmarks)."""
         if self._last_trim is not None:
             self._last_trim.result(timeout)
+
+    def close(self) -> None:
+        """Finish the pending trims and release the trimming thread and its connection."""
+        trimmer, self._trimmer = self._trimmer, None
+        if trimmer is not None:
+            trimmer.submit(close_connection, self.store.using)
+            trimmer.shutdown(wait=True)
 
     def _submit_trim(self) -> None:
         if self._trimmer is None:

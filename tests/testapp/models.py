@@ -24,3 +24,6 @@ class Membership(models.Model):
 
     class Meta:
         unique_together = [("workspace", "user")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.workspace_id}"

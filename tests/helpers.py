@@ -1,0 +1,86 @@
+"""Helpers for tests: waiting for messages with a bound, running code off the event loop,
+and starting Django subprocesses on the test database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from django.db import connection, connections
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+WAIT = 10.0
+
+
+class Inbox:
+    """A transport listener that records what it hears and lets a test wait for it."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bytes]] = []
+        self._arrived = asyncio.Event()
+
+    def __call__(self, channel: str, payload: bytes) -> None:
+        self.messages.append((channel, payload))
+        self._arrived.set()
+
+    def payloads(self, channel: str | None = None) -> list[bytes]:
+        return [p for c, p in self.messages if channel is None or c == channel]
+
+    async def wait_for(self, channel: str, payload: bytes, timeout: float = WAIT) -> None:
+        """Wait, at most ``timeout`` seconds, until ``payload`` was heard on ``channel``."""
+        async with asyncio.timeout(timeout):
+            while (channel, payload) not in self.messages:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+
+async def off_loop(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run blocking (database) code in a thread, closing that thread's connections after."""
+
+    def run() -> T:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(run)
+
+
+def vendor() -> str:
+    return connection.vendor
+
+
+def only_on(*vendors: str) -> pytest.MarkDecorator:
+    """Skip a test unless the suite runs on one of ``vendors`` (Django's vendor names)."""
+    return pytest.mark.skipif(
+        connection.vendor not in vendors, reason=f"needs {' or '.join(vendors)}"
+    )
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment a child needs to use the same (test) database as this process."""
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["REALTIME_TEST_DATABASE_NAME"] = str(connection.settings_dict["NAME"])
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def start_worker(*args: str) -> subprocess.Popen[str]:
+    """Start ``python -m tests.worker ARGS`` on the test database, with pipes to talk to it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.worker", *args],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )

@@ -1,0 +1,376 @@
+"""Each system check id of ``realtime.checks``, triggered by the setting it guards.
+
+The checks read settings only (models and database vendors included), so no test here needs
+the database.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.core.checks import CheckMessage
+from django.core.exceptions import FieldError
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from realtime import checks
+from realtime.checks import check_settings
+from realtime.paths import to_lookup
+from tests.helpers import vendor
+from tests.testapp.models import Workspace
+
+NOT_POSITIVE_NUMBERS: list[Any] = [0, 0.0, -1, -0.5, "1", True, None, float("nan")]
+NOT_POSITIVE_INTEGERS: list[Any] = [0, -1, 1.5, 2.0, "3", True, None]
+
+
+def run_checks(**overrides: Any) -> list[CheckMessage]:
+    """Run ``check_settings`` with ``overrides``; every message it returns must carry a hint."""
+    with override_settings(**overrides):
+        messages: list[CheckMessage] = check_settings()
+    for message in messages:
+        assert isinstance(message.hint, str), message
+        assert message.hint.strip(), message
+    return messages
+
+
+def ids(**overrides: Any) -> list[str | None]:
+    return [message.id for message in run_checks(**overrides)]
+
+
+def test_default_settings_give_no_errors_or_warnings() -> None:
+    assert check_settings() == []
+
+
+def test_manage_py_check_fails_on_a_bad_realtime_setting() -> None:
+    with (
+        override_settings(REALTIME_POLLING_INTERVAL=0),
+        pytest.raises(SystemCheckError, match=r"realtime\.E007"),
+    ):
+        call_command("check")
+
+
+# E001: REALTIME_TRANSPORT
+
+
+@pytest.mark.parametrize("value", [42, None, b"table", ["table"]])
+def test_non_string_transport_is_error_e001(value: Any) -> None:
+    assert ids(REALTIME_TRANSPORT=value) == ["realtime.E001"]
+
+
+@pytest.mark.parametrize("value", ["nope.Transport", "realtime.transports.Nope", "tabel", ""])
+def test_unimportable_transport_is_error_e001(value: str) -> None:
+    assert ids(REALTIME_TRANSPORT=value) == ["realtime.E001"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "realtime.conf.RealtimeSettings",  # a class, not a Transport
+        "django.db.models.Model",  # a class, not a Transport
+        "realtime.conf.conf",  # not a class at all
+        "realtime.transports.get_transport",  # a function
+    ],
+)
+def test_transport_that_is_not_a_transport_subclass_is_error_e001(value: str) -> None:
+    assert ids(REALTIME_TRANSPORT=value) == ["realtime.E001"]
+
+
+@pytest.mark.parametrize("value", ["table", "realtime.transports.table.TableTransport"])
+def test_table_transport_by_name_or_dotted_path_passes(value: str) -> None:
+    assert ids(REALTIME_TRANSPORT=value) == []
+
+
+# E020: REALTIME_TRANSPORT = "pg_notify" off PostgreSQL
+
+
+def test_pg_notify_transport_without_postgresql_is_error_e020() -> None:
+    if vendor() == "postgresql":
+        pytest.skip("the default database is PostgreSQL, where pg_notify is allowed")
+    assert ids(REALTIME_TRANSPORT="pg_notify") == ["realtime.E020"]
+
+
+def test_pg_notify_transport_on_postgresql_passes() -> None:
+    if vendor() != "postgresql":
+        pytest.skip("pg_notify is only allowed when the default database is PostgreSQL")
+    assert ids(REALTIME_TRANSPORT="pg_notify") == []
+
+
+# E002: REALTIME_AUTH
+
+
+@pytest.mark.parametrize("value", [42, None, "RealtimeAuth", "", ["realtime.auth.RealtimeAuth"]])
+def test_auth_that_is_not_a_dotted_string_is_error_e002(value: Any) -> None:
+    assert ids(REALTIME_AUTH=value) == ["realtime.E002"]
+
+
+def test_dotted_auth_path_passes() -> None:
+    assert ids(REALTIME_AUTH="myproject.realtime.Auth") == []
+
+
+# E003: REALTIME_SCOPE_MODEL
+
+
+@pytest.mark.parametrize(
+    "value", ["testapp.Nope", "nope.Workspace", "Workspace", "testapp.Workspace.slug", "", 42]
+)
+def test_unresolvable_scope_model_is_error_e003(value: Any) -> None:
+    assert ids(REALTIME_SCOPE_MODEL=value) == ["realtime.E003"]
+
+
+def test_no_scope_model_passes_whatever_the_slug_and_members() -> None:
+    overrides = {"REALTIME_SCOPE_SLUG_FIELD": "x", "REALTIME_SCOPE_MEMBERS": 1}
+    assert ids(REALTIME_SCOPE_MODEL=None, **overrides) == []
+
+
+# E004: REALTIME_SCOPE_SLUG_FIELD
+
+
+@pytest.mark.parametrize("value", ["handle", "", 42, None])
+def test_slug_field_missing_from_scope_model_is_error_e004(value: Any) -> None:
+    assert ids(REALTIME_SCOPE_SLUG_FIELD=value) == ["realtime.E004"]
+
+
+@pytest.mark.parametrize("value", ["slug", "name", "id"])
+def test_slug_field_of_scope_model_passes(value: str) -> None:
+    assert ids(REALTIME_SCOPE_SLUG_FIELD=value) == []
+
+
+# E005: REALTIME_SCOPE_MEMBERS
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "owners",  # no such field
+        "name",  # a plain column
+        "membership.role",  # ends on a plain column
+        "membership.workspace",  # a path back to the scope, not to users
+        "membership..user",  # an empty part
+        "membership.user.",  # an empty last part
+        "",
+        42,
+        None,
+    ],
+)
+def test_scope_members_path_not_reaching_user_is_error_e005(value: Any) -> None:
+    assert ids(REALTIME_SCOPE_MEMBERS=value) == ["realtime.E005"]
+
+
+@pytest.mark.parametrize("value", ["members", "membership.user", "membership__user"])
+def test_scope_members_path_reaching_user_passes(value: str) -> None:
+    assert ids(REALTIME_SCOPE_MEMBERS=value) == []
+    # What the check accepts works as the ORM lookup it will become.
+    Workspace.objects.filter(**{to_lookup(value): 1})
+
+
+@pytest.mark.parametrize("value", ["membership_set.user", "membership_set__user"])
+def test_reverse_accessor_name_in_scope_members_is_error_e005(value: str) -> None:
+    """``membership_set`` is the Python accessor; lookups name the reverse FK ``membership``.
+
+    ``Membership.workspace`` has no ``related_name``, so the relation is queried as
+    ``membership`` and the ORM refuses ``membership_set__user`` as well.
+    """
+    assert ids(REALTIME_SCOPE_MEMBERS=value) == ["realtime.E005"]
+    with pytest.raises(FieldError):
+        Workspace.objects.filter(**{to_lookup(value): 1})
+
+
+def test_bad_slug_field_and_bad_members_give_both_e004_and_e005() -> None:
+    assert ids(REALTIME_SCOPE_SLUG_FIELD="handle", REALTIME_SCOPE_MEMBERS="owners") == [
+        "realtime.E004",
+        "realtime.E005",
+    ]
+
+
+# E006: REALTIME_RECHECK_MODELS
+
+
+@pytest.mark.parametrize("value", [None, [], ["testapp.Membership"], "testapp.Membership"])
+def test_recheck_models_that_is_not_a_dict_is_error_e006(value: Any) -> None:
+    assert ids(REALTIME_RECHECK_MODELS=value) == ["realtime.E006"]
+
+
+@pytest.mark.parametrize("label", ["testapp.Nope", "nope.Membership", "Membership", 42])
+def test_recheck_models_naming_unknown_model_is_error_e006(label: Any) -> None:
+    assert ids(REALTIME_RECHECK_MODELS={label: "user"}) == ["realtime.E006"]
+
+
+@pytest.mark.parametrize("path", ["owner", "role", "workspace", "user.", "", 42, None])
+def test_recheck_models_path_not_reaching_user_is_error_e006(path: Any) -> None:
+    assert ids(REALTIME_RECHECK_MODELS={"testapp.Membership": path}) == ["realtime.E006"]
+
+
+def test_recheck_models_reports_each_bad_entry_with_e006() -> None:
+    value = {"testapp.Membership": "user", "testapp.Nope": "user", "testapp.Workspace": "slug"}
+    assert ids(REALTIME_RECHECK_MODELS=value) == ["realtime.E006", "realtime.E006"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        {"testapp.Membership": "user"},
+        {"testapp.Workspace": "members"},
+        {"testapp.Workspace": "membership__user"},
+    ],
+)
+def test_recheck_models_with_paths_to_user_passes(value: dict[str, str]) -> None:
+    assert ids(REALTIME_RECHECK_MODELS=value) == []
+
+
+# E007: positive numbers
+
+
+@pytest.mark.parametrize("value", NOT_POSITIVE_NUMBERS, ids=repr)
+@pytest.mark.parametrize("name", checks.POSITIVE_NUMBERS)
+def test_number_that_is_not_positive_is_error_e007(name: str, value: Any) -> None:
+    messages = run_checks(**{f"REALTIME_{name}": value})
+    assert [message.id for message in messages] == ["realtime.E007"]
+    assert messages[0].msg.startswith(f"REALTIME_{name} ")
+
+
+@pytest.mark.parametrize("value", [0.001, 1, 2.5, 10**6])
+@pytest.mark.parametrize("name", checks.POSITIVE_NUMBERS)
+def test_positive_int_or_float_number_passes(name: str, value: float) -> None:
+    # Both backoff settings at once, so that the start never exceeds the cap.
+    backoff = {"REALTIME_RECONNECT_BACKOFF_START": value, "REALTIME_RECONNECT_BACKOFF_MAX": value}
+    overrides = backoff if name.startswith("RECONNECT_BACKOFF_") else {f"REALTIME_{name}": value}
+    assert ids(**overrides) == []
+
+
+# E008: positive integers
+
+
+@pytest.mark.parametrize("value", NOT_POSITIVE_INTEGERS, ids=repr)
+@pytest.mark.parametrize("name", checks.POSITIVE_INTEGERS)
+def test_integer_that_is_not_positive_is_error_e008(name: str, value: Any) -> None:
+    messages = run_checks(**{f"REALTIME_{name}": value})
+    assert [message.id for message in messages] == ["realtime.E008"]
+    assert messages[0].msg.startswith(f"REALTIME_{name} ")
+
+
+@pytest.mark.parametrize("name", checks.POSITIVE_INTEGERS)
+def test_integer_of_one_passes(name: str) -> None:
+    assert ids(**{f"REALTIME_{name}": 1}) == []
+
+
+# E009: booleans
+
+
+@pytest.mark.parametrize("value", [0, 1, "True", "yes", None], ids=repr)
+@pytest.mark.parametrize("name", checks.BOOLEANS)
+def test_boolean_that_is_not_true_or_false_is_error_e009(name: str, value: Any) -> None:
+    messages = run_checks(**{f"REALTIME_{name}": value})
+    assert [message.id for message in messages] == ["realtime.E009"]
+    assert messages[0].msg.startswith(f"REALTIME_{name} ")
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("name", checks.BOOLEANS)
+def test_true_or_false_boolean_passes(name: str, value: bool) -> None:
+    assert ids(**{f"REALTIME_{name}": value}) == []
+
+
+# E010: REALTIME_CHANNEL
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "real time", "a" * 41, "real-time", "realtime\n", "réaltime", 42, None, b"realtime"],
+    ids=repr,
+)
+def test_bad_channel_name_is_error_e010(value: Any) -> None:
+    assert ids(REALTIME_CHANNEL=value) == ["realtime.E010"]
+
+
+@pytest.mark.parametrize("value", ["a", "a" * 40, "Realtime_2"])
+def test_channel_of_1_to_40_word_characters_passes(value: str) -> None:
+    assert ids(REALTIME_CHANNEL=value) == []
+
+
+# E011: REALTIME_RECONNECT_BACKOFF_MAX below REALTIME_RECONNECT_BACKOFF_START
+
+
+def test_backoff_max_below_start_is_error_e011() -> None:
+    messages = run_checks(REALTIME_RECONNECT_BACKOFF_START=10, REALTIME_RECONNECT_BACKOFF_MAX=5.0)
+    assert [message.id for message in messages] == ["realtime.E011"]
+
+
+def test_backoff_max_below_default_start_is_error_e011() -> None:
+    assert ids(REALTIME_RECONNECT_BACKOFF_MAX=0.5) == ["realtime.E011"]
+
+
+def test_backoff_max_equal_to_start_passes() -> None:
+    assert ids(REALTIME_RECONNECT_BACKOFF_START=2, REALTIME_RECONNECT_BACKOFF_MAX=2.0) == []
+
+
+# E021: REALTIME_LISTEN_DATABASE
+
+
+@pytest.mark.parametrize("value", [42, "", b"default", ["default"]], ids=repr)
+def test_listen_database_that_is_not_a_string_is_error_e021(value: Any) -> None:
+    assert ids(REALTIME_LISTEN_DATABASE=value) == ["realtime.E021"]
+
+
+@pytest.mark.parametrize("value", ["nope", "listen", "postgresql", "mysql://u@h/db"])
+def test_listen_database_neither_alias_nor_dsn_is_error_e021(value: str) -> None:
+    assert ids(REALTIME_LISTEN_DATABASE=value) == ["realtime.E021"]
+
+
+@pytest.mark.parametrize(
+    "value", ["postgresql://u@h/db", "postgres://u:p@h:5432/db", "host=x dbname=y"]
+)
+def test_listen_database_dsn_passes(value: str) -> None:
+    assert ids(REALTIME_LISTEN_DATABASE=value) == []
+
+
+def test_listen_database_unset_passes() -> None:
+    assert ids(REALTIME_LISTEN_DATABASE=None) == []
+
+
+def test_listen_database_alias_of_non_postgresql_database_is_error_e021() -> None:
+    if vendor() == "postgresql":
+        pytest.skip("the default database is PostgreSQL")
+    assert ids(REALTIME_LISTEN_DATABASE="default") == ["realtime.E021"]
+
+
+def test_listen_database_alias_of_postgresql_database_passes() -> None:
+    if vendor() != "postgresql":
+        pytest.skip("the default database is not PostgreSQL")
+    assert ids(REALTIME_LISTEN_DATABASE="default") == []
+
+
+# W001: unknown REALTIME_* names
+
+
+def test_misspelt_setting_name_is_warning_w001_with_suggestion() -> None:
+    messages = run_checks(REALTIME_POLING_INTERVAL=0.5)
+    assert [message.id for message in messages] == ["realtime.W001"]
+    assert messages[0].is_serious() is False
+    assert "REALTIME_POLING_INTERVAL" in messages[0].msg
+    assert messages[0].hint == "Did you mean REALTIME_POLLING_INTERVAL?"
+
+
+@pytest.mark.parametrize("name", ["REALTIME_DEBUG", "REALTIME_XYZZY", "REALTIME_ENABLED"])
+def test_unknown_setting_name_like_no_setting_is_warning_w001_without_suggestion(
+    name: str,
+) -> None:
+    messages = run_checks(**{name: 1})
+    assert [message.id for message in messages] == ["realtime.W001"]
+    assert messages[0].hint == "See the settings documentation."
+
+
+def test_long_unknown_setting_name_is_warning_w001_without_suggestion() -> None:
+    messages = run_checks(REALTIME_SOMETHING_ENTIRELY_DIFFERENT=1)
+    assert [message.id for message in messages] == ["realtime.W001"]
+    assert messages[0].hint == "See the settings documentation."
+
+
+def test_only_a_warning_does_not_fail_manage_py_check() -> None:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with override_settings(REALTIME_POLING_INTERVAL=0.5):
+        call_command("check", stdout=stdout, stderr=stderr)
+    assert "realtime.W001" in stderr.getvalue()

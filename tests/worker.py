@@ -1,0 +1,71 @@
+"""A Django process the tests drive over stdin/stdout: ``python -m tests.worker COMMAND ...``.
+
+Commands
+    publish CHANNEL PAYLOAD [COUNT]  publish through the table transport, print "published"
+    hold-insert CHANNEL PAYLOAD      insert in an open transaction, print "inserted <id>",
+                                     commit when a line arrives on stdin, print "committed"
+    hold-lock ID                     lock row ID with SELECT ... FOR UPDATE, print "locked",
+                                     release when a line arrives on stdin
+    trim BATCH                       wait for a line on stdin, trim until nothing expired is
+                                     left, print the deleted ids as JSON
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main(argv: list[str]) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+    from django.db import connection, transaction
+
+    from realtime.transports.table import TableTransport
+    from realtime.transports.table_store import MessageStore
+
+    command, *args = argv
+    if command == "publish":
+        channel, payload, *count = args
+        transport = TableTransport(auto_trim=False)
+        for index in range(int(count[0]) if count else 1):
+            suffix = f"-{index}" if count else ""
+            transport.publish([(channel, f"{payload}{suffix}".encode())])
+        print("published", flush=True)
+    elif command == "hold-insert":
+        channel, payload = args
+        with transaction.atomic():
+            MessageStore().insert([(channel.encode(), payload.encode())])
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT MAX(id) FROM firm_channel_messages")
+                row = cursor.fetchone()
+            print("inserted", row[0] if row else None, flush=True)
+            sys.stdin.readline()
+        print("committed", flush=True)
+    elif command == "hold-lock":
+        (id_,) = args
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM firm_channel_messages WHERE id = %s FOR UPDATE", [id_])
+            print("locked", flush=True)
+            sys.stdin.readline()
+    elif command == "trim":
+        (batch,) = args
+        store = MessageStore()
+        print("ready", flush=True)
+        sys.stdin.readline()
+        deleted: list[int] = []
+        while True:
+            ids = store.trim_batch(retention=60.0, batch_size=int(batch))
+            deleted += ids
+            if len(ids) < int(batch):
+                break
+        print(json.dumps(deleted), flush=True)
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
