@@ -80,6 +80,16 @@ def _check_transport() -> list[checks.CheckMessage]:
     value = raw("TRANSPORT")
     if not isinstance(value, str):
         return [_error(1, "TRANSPORT", "must be a string.", 'Use "table" or "pg_notify".')]
+    vendor = connections["default"].vendor
+    if value == "pg_notify" and vendor != "postgresql":
+        return [
+            _error(
+                20,
+                "TRANSPORT",
+                f'"pg_notify" needs PostgreSQL, but the default database is {vendor}.',
+                'Use REALTIME_TRANSPORT = "table", which works on every database.',
+            )
+        ]
     try:
         transport_class(value)
     except ImproperlyConfigured as exc:
@@ -89,16 +99,6 @@ def _check_transport() -> list[checks.CheckMessage]:
                 "TRANSPORT",
                 f"is invalid: {exc}.",
                 'Use "table", "pg_notify" or the dotted path of a Transport subclass.',
-            )
-        ]
-    if value == "pg_notify" and connections["default"].vendor != "postgresql":
-        return [
-            _error(
-                20,
-                "TRANSPORT",
-                '"pg_notify" needs PostgreSQL, but the default database is '
-                f"{connections['default'].vendor}.",
-                'Use REALTIME_TRANSPORT = "table", which works on every database.',
             )
         ]
     return []
@@ -282,11 +282,15 @@ def _check_listen_database() -> list[checks.CheckMessage]:
 
 def _check_unknown_names() -> list[checks.CheckMessage]:
     known = set(defaults())
+    # Compare what follows the prefix: every name shares it, which would make any two alike.
+    suffixes = [name.removeprefix(PREFIX) for name in known]
     warnings: list[checks.CheckMessage] = []
     for name in dir(settings):
         if name.startswith(PREFIX) and name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"Did you mean {close[0]}?" if close else "See the settings documentation."
+            close = difflib.get_close_matches(name.removeprefix(PREFIX), suffixes, n=1)
+            hint = (
+                f"Did you mean {PREFIX}{close[0]}?" if close else "See the settings documentation."
+            )
             warnings.append(
                 checks.Warning(
                     f"{name} is not a realtime setting and is ignored.",

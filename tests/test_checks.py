@@ -92,12 +92,6 @@ def test_pg_notify_transport_without_postgresql_is_error_e020() -> None:
     assert ids(REALTIME_TRANSPORT="pg_notify") == ["realtime.E020"]
 
 
-def test_pg_notify_transport_on_postgresql_passes() -> None:
-    if vendor() != "postgresql":
-        pytest.skip("pg_notify is only allowed when the default database is PostgreSQL")
-    assert ids(REALTIME_TRANSPORT="pg_notify") == []
-
-
 # E002: REALTIME_AUTH
 
 
