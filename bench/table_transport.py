@@ -199,9 +199,13 @@ def publish_loop(transport: TableTransport, count: int) -> Span:
     return Span(start, time.time(), count)
 
 
-def raw_insert_loop(count: int) -> Span:
-    """The throughput floor: single-row INSERTs, each committed on its own, raw cursor."""
-    from django.db import connection
+def raw_insert_loop(count: int, *, atomic: bool = False) -> Span:
+    """The throughput floor: single-row INSERTs, each committed on its own, raw cursor.
+
+    With ``atomic``, each INSERT runs in ``transaction.atomic()`` instead of autocommit: the
+    transaction shape ``publish()`` uses (BEGIN, INSERT, COMMIT), for reference.
+    """
+    from django.db import connection, transaction
 
     from realtime.transports.table_store import channel_hash
 
@@ -215,7 +219,11 @@ def raw_insert_loop(count: int) -> Span:
     start = time.time()
     with connection.cursor() as cursor:
         for _ in range(count):
-            cursor.execute(sql, params)
+            if atomic:
+                with transaction.atomic():
+                    cursor.execute(sql, params)
+            else:
+                cursor.execute(sql, params)
     return Span(start, time.time(), count)
 
 
@@ -334,13 +342,16 @@ class Throughput:
     two: list[float] = field(default_factory=list)
     two_floor: list[float] = field(default_factory=list)
     worker_warnings: int = 0
+    # References, one process: the floor's INSERT in atomic(), and publish() without trims.
+    one_atomic: list[float] = field(default_factory=list)
+    one_no_trim: list[float] = field(default_factory=list)
 
 
 def one_process(mode: str, count: int) -> float:
     clear_table()
-    if mode == "raw":
-        return raw_insert_loop(count).rate
-    transport = make_transport(auto_trim=True)
+    if mode in ("raw", "raw-atomic"):
+        return raw_insert_loop(count, atomic=mode == "raw-atomic").rate
+    transport = make_transport(auto_trim=mode == "transport")
     try:
         return publish_loop(transport, count).rate
     finally:
@@ -375,6 +386,8 @@ def measure_throughput(database: str, count: int, repeat: int) -> Throughput:
     for index in range(repeat):
         result.one.append(one_process("transport", count))
         result.one_floor.append(one_process("raw", count))
+        result.one_atomic.append(one_process("raw-atomic", count))
+        result.one_no_trim.append(one_process("transport-no-trim", count))
         rate, warnings = two_processes(database, "transport", count)
         result.two.append(rate)
         result.worker_warnings += warnings
@@ -524,6 +537,15 @@ def report_throughput(result: Throughput) -> dict[str, Any]:
         print(f"  {'floor':>22} {floor.show(per_second)}")
         print(f"  {'ratio':>22} {ratio.show(times)}")
         summary[label] = {"ours": asdict(mine), "floor": asdict(floor), "ratio": asdict(ratio)}
+    print("  for reference, 1 process, as a fraction of the same repeat's floor:")
+    references = [
+        ("bare INSERT in atomic()", result.one_atomic),
+        ("publish(), auto_trim off", result.one_no_trim),
+    ]
+    for label, values in references:
+        spread, ratio = Spread.of(values), Spread.of(ratios(values, result.one_floor))
+        print(f"  {label:>26} {spread.show(per_second)}, ratio {ratio.show(times)}")
+        summary[label] = {"ours": asdict(spread), "ratio": asdict(ratio)}
     return summary
 
 
@@ -556,7 +578,10 @@ def report_latency(results: dict[float, list[LatencyRun]]) -> dict[str, Any]:
         missing = sum(r.missing for r in runs)
         negative = sum(1 for s in pooled if s < 0)
         warnings = sum(r.worker_warnings for r in runs)
-        print(f"    missing {missing}, negative {negative}, pooled max {millis(max(pooled))}")
+        print(
+            f"    missing {missing}, negative {negative} (pooled min {millis(min(pooled))}), "
+            f"pooled max {millis(max(pooled))}"
+        )
         print(f"    realtime log warnings/errors in the publishing workers: {warnings}")
         summary[f"{interval:g}"] = {
             "p50": asdict(p50),
@@ -568,6 +593,8 @@ def report_latency(results: dict[float, list[LatencyRun]]) -> dict[str, Any]:
             "publish_call": asdict(publish_call),
             "missing": missing,
             "negative": negative,
+            "pooled_min": min(pooled),
+            "pooled_max": max(pooled),
             "samples": len(pooled),
             "worker_log_warnings": warnings,
         }

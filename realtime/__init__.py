@@ -1,5 +1,27 @@
 """realtime: tell WebSocket clients about the model writes they may read, after commit.
 
-Importing this package is safe from ``models.py``: nothing here touches the database or
-reads settings.
+``from realtime import realtime_model, announce`` is safe in ``models.py``: the names load on
+first use and touch neither the database nor the settings.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from realtime.receivers import announce
+    from realtime.registry import realtime_model
+
+__all__ = ["announce", "realtime_model"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "realtime_model":
+        from realtime.registry import realtime_model
+
+        return realtime_model
+    if name == "announce":
+        from realtime.receivers import announce
+
+        return announce
+    raise AttributeError(f"module 'realtime' has no attribute {name!r}")

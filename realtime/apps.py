@@ -1,4 +1,4 @@
-"""Wiring only: system checks and the cache resets on ``setting_changed``."""
+"""Wiring only: system checks, receivers that need every model loaded, cache resets."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from realtime.conf import PREFIX
 
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(PREFIX):
+        from realtime.auth import reset_auth
         from realtime.transports import reset_transport
 
         reset_transport()
+        reset_auth()
 
 
 class RealtimeConfig(AppConfig):
@@ -23,6 +25,8 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from realtime import checks  # noqa: F401 - registers the system checks
+        from realtime import cascades, checks, model_checks, rechecks  # noqa: F401
 
+        cascades.connect_database_cascades()
+        rechecks.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")

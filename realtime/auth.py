@@ -1,0 +1,191 @@
+"""``RealtimeAuth``: who a bearer is, which scopes it reads, and who hears an event.
+
+The service named by ``REALTIME_AUTH``; subclass it and override a hook to change one answer.
+Hooks are plain synchronous methods using the ORM: the socket side calls them off the event
+loop. Scopes are instances of ``REALTIME_SCOPE_MODEL``, named by ``REALTIME_SCOPE_SLUG_FIELD``
+and joined through ``REALTIME_SCOPE_MEMBERS``; hooks answer with ``Scope`` values (id and slug)
+so that a renamed slug never loses a socket its scope.
+
+``issue_token(user)`` signs a bearer the default ``user_of_token`` accepts: it expires after
+``REALTIME_TOKEN_MAX_AGE`` and stops standing for the account once its username or email
+change (or its password, with ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``), or it is deactivated.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from django.apps import apps
+from django.contrib.auth import get_user_model
+from django.core import signing
+from django.db import models
+from django.utils.crypto import constant_time_compare, salted_hmac
+from django.utils.module_loading import import_string
+
+from realtime.conf import conf
+from realtime.paths import to_lookup
+from realtime.registry import options_named
+
+TOKEN_SALT = "realtime.token"  # noqa: S105 - a namespace for signing, not a secret
+
+
+class Scope(NamedTuple):
+    """A scope a socket reads: its primary key, and the slug clients name it by."""
+
+    id: Any
+    slug: str
+
+
+def scope_model() -> type[models.Model] | None:
+    """The model of ``REALTIME_SCOPE_MODEL``, or ``None`` when the project has no scopes."""
+    label = conf.SCOPE_MODEL
+    return None if label is None else apps.get_model(label)
+
+
+def members_lookup() -> str:
+    return to_lookup(conf.SCOPE_MEMBERS)
+
+
+def member_ids(scope_id: Any) -> models.QuerySet[Any, Any]:
+    """The ids of a scope's members, as a lazy query (usable as a subquery)."""
+    model = scope_model()
+    if model is None:
+        return get_user_model()._default_manager.none().values_list("pk", flat=True)
+    return model._default_manager.filter(pk=scope_id).values_list(members_lookup(), flat=True)
+
+
+class RealtimeAuth:
+    """The default answers; every method is a hook an application may override."""
+
+    # Who a bearer is ---------------------------------------------------------------------
+
+    def user_of_token(self, token: str) -> Any | None:
+        """Return the active account ``token`` stands for, or ``None``."""
+        try:
+            claims = signing.loads(
+                token, salt=TOKEN_SALT, max_age=datetime.timedelta(seconds=conf.TOKEN_MAX_AGE)
+            )
+        except (signing.BadSignature, ValueError):
+            return None
+        if not isinstance(claims, dict) or "u" not in claims or "f" not in claims:
+            return None
+        user = get_user_model()._default_manager.filter(pk=claims["u"]).first()
+        if user is None or not getattr(user, "is_active", True):
+            return None
+        if not constant_time_compare(str(claims["f"]), token_fingerprint(user)):
+            return None
+        return user
+
+    # Which scopes ------------------------------------------------------------------------
+
+    def scope_of(self, user: Any, slug: Any) -> Scope | None:
+        """Resolve the single-scope ask; ``None`` when none is named or none is reachable."""
+        if slug is None:
+            return None
+        found = self.scopes_of(user, [slug])
+        return found[0] if found else None
+
+    def scopes_of(self, user: Any, slugs: Sequence[Any]) -> list[Scope]:
+        """Resolve slugs to the scopes ``user`` is a member of, in one query, in asked order."""
+        wanted = [slug for slug in slugs if isinstance(slug, str)]
+        model = scope_model()
+        if model is None or not wanted:
+            return []
+        slug_field = conf.SCOPE_SLUG_FIELD
+        rows = model._default_manager.filter(
+            **{f"{slug_field}__in": wanted, members_lookup(): user.pk}
+        ).values_list("pk", slug_field)
+        by_slug = {slug: Scope(pk, slug) for pk, slug in rows}
+        return [by_slug[slug] for slug in dict.fromkeys(wanted) if slug in by_slug]
+
+    def held_scopes(self, user: Any, ids: Iterable[Any]) -> list[Scope]:
+        """Of the scope ids a socket reads, those ``user`` is still a member of (by id)."""
+        model = scope_model()
+        ids = list(ids)
+        if model is None or not ids:
+            return []
+        rows = model._default_manager.filter(
+            **{"pk__in": ids, members_lookup(): user.pk}
+        ).values_list("pk", conf.SCOPE_SLUG_FIELD)
+        found = {pk: Scope(pk, slug) for pk, slug in rows}
+        return [found[pk] for pk in ids if pk in found]
+
+    def reached_scopes(self, token: str, ids: Iterable[Any]) -> list[Any]:
+        """Narrow the scope ids a bearer may reach (an API key limited to one scope, say)."""
+        return list(ids)
+
+    # Who hears an event --------------------------------------------------------------------
+
+    def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> Iterable[Any]:
+        """Adjust the accounts an account-addressed event reaches (default: unchanged)."""
+        return user_ids
+
+    def audience(
+        self,
+        scope_id: Any,
+        event_type: str,
+        data: Any,
+        user_ids: Iterable[Any],
+        about: dict[str, Any] | None,
+    ) -> Iterable[Any]:
+        """Of ``user_ids``, those who may hear a scope event.
+
+        An event ``about`` a record of a guarded model reaches that record's readers (one
+        statement for up to 200 accounts); about a model nobody declared, nobody; any other
+        event, every account asked.
+        """
+        if about is None:
+            return user_ids
+        options = options_named(str(about.get("model")))
+        if options is None:
+            return []
+        if options.guard is None:
+            return user_ids
+        from realtime.audience import readers
+
+        return readers(options, about.get("id"), user_ids)
+
+    def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
+        """Accounts outside ``scope_id`` reading ``root``; default ``root.realtime_readers()``."""
+        method = getattr(root, "realtime_readers", None)
+        return list(method()) if callable(method) else []
+
+    def outside_recipients(self, scope_id: Any, event_type: str, data: Any) -> Iterable[Any]:
+        """More accounts, outside the scope, that hear a scope event (default: nobody)."""
+        return []
+
+
+def token_fingerprint(user: Any) -> str:
+    """What a token remembers of its account: a change invalidates every token issued before."""
+    parts = [str(user.get_username()), str(getattr(user, user.get_email_field_name(), ""))]
+    if conf.REVOKE_ON_PASSWORD_CHANGE:
+        parts.append(str(user.password))
+    return salted_hmac(TOKEN_SALT, "\0".join(parts)).hexdigest()[:20]
+
+
+def issue_token(user: Any) -> str:
+    """Sign a bearer for ``user`` that the default ``RealtimeAuth.user_of_token`` accepts."""
+    pk = user.pk if isinstance(user.pk, int | str) else str(user.pk)
+    return signing.dumps({"u": pk, "f": token_fingerprint(user)}, salt=TOKEN_SALT)
+
+
+_lock = threading.Lock()
+_auth: RealtimeAuth | None = None
+
+
+def get_auth() -> RealtimeAuth:
+    """The service of ``REALTIME_AUTH``, built once (and again after a settings change)."""
+    global _auth
+    with _lock:
+        if _auth is None:
+            _auth = import_string(conf.AUTH)()
+        return _auth
+
+
+def reset_auth() -> None:
+    global _auth
+    with _lock:
+        _auth = None

@@ -1,0 +1,157 @@
+"""Reading a model write into an ``Event``, inside the write's transaction.
+
+Everything an announcement needs is read here, from the instance and the values written:
+``data`` (declared fields, foreign keys as ids, nothing lazy-loaded: a column the instance does
+not hold is ``None``), the channels (the model's own, one per relation), the scope or the
+accounts, ``changed`` and ``origin``. What may cost a query — to-many relation channels, a
+multi-hop account path — costs at most one each.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.db import models
+
+from realtime import limits
+from realtime.middleware import current_origin
+from realtime.paths import split_path, to_lookup
+from realtime.payload import jsonable, sorted_ids
+from realtime.registry import ModelOptions, wire_name
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Event:
+    """One announcement of one row, as prepared in the transaction that wrote it."""
+
+    options: ModelOptions
+    action: str
+    pk: Any
+    data: dict[str, Any]
+    channels: list[str]
+    scope_id: Any = None
+    user_ids: list[Any] | None = None
+    changed: list[str] | None = None
+    origin: str | None = None
+    #: Decided before the row went (deletes): accounts reached, or ``None`` when undecided.
+    readers: list[Any] | None = None
+    shared: list[Any] | None = None
+    outside: list[Any] | None = None
+    folded: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def event_type(self) -> str:
+        return f"{self.options.name}.{self.action}"
+
+    @property
+    def key(self) -> tuple[str, Any]:
+        return (self.options.name, self.pk)
+
+    def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
+        """The transport messages of this event, audiences asked now (after commit)."""
+        from realtime.publishing import event_messages
+
+        return event_messages(self, budget)
+
+    def meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        if self.origin is not None:
+            meta["origin"] = self.origin
+        if self.changed is not None and self.action == "updated":
+            meta["changed"] = self.changed
+        if self.folded:
+            meta["truncated"] = True
+        return meta
+
+
+def read_event(
+    options: ModelOptions, instance: models.Model, action: str, changed: list[str] | None = None
+) -> Event | None:
+    """Prepare the event of one write; ``None`` when the row announces nothing (no scope)."""
+    values = instance.__dict__
+    pk = instance.pk
+    scope_id = None
+    user_ids = None
+    if options.user_field is None:
+        scope_id = values.get(options.scope_attname or "")
+        if scope_id is None:
+            return None
+    else:
+        user_ids = read_accounts(options, instance)
+    data: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
+    for wire, attname in options.field_attnames.items():
+        data[wire] = jsonable(values.get(attname))
+    return Event(
+        options=options,
+        action=action,
+        pk=pk,
+        data=data,
+        channels=[options.name, f"{options.name}:{pk}", *relation_channels(options, instance)],
+        scope_id=scope_id,
+        user_ids=user_ids,
+        changed=changed,
+        origin=current_origin(),
+    )
+
+
+def relation_channels(options: ModelOptions, instance: models.Model) -> list[str]:
+    """``<target>:<pk>`` for each declared relation; none at all past 50 of them."""
+    channels: list[str] = []
+    for name in options.relations:
+        channels += _channels_of(instance, name)
+        if len(channels) > limits.MAX_RELATION_CHANNELS:
+            return []
+    return channels
+
+
+def _channels_of(instance: models.Model, name: str) -> list[str]:
+    descriptor = getattr(type(instance), name, None)
+    values = instance.__dict__
+    if isinstance(descriptor, GenericForeignKey):
+        type_id = values.get(descriptor.ct_field + "_id")
+        object_id = values.get(descriptor.fk_field)
+        if type_id is None or object_id is None:
+            return []
+        from django.contrib.contenttypes.models import ContentType
+
+        model = ContentType.objects.get_for_id(type_id).model_class()
+        return [f"{wire_name(model)}:{object_id}"] if model is not None else []
+    relation = instance._meta.get_field(name)
+    target = relation.related_model
+    if not isinstance(target, type):
+        return []
+    if relation.concrete and (relation.many_to_one or relation.one_to_one):
+        target_pk = values.get(relation.attname)
+        return [] if target_pk is None else [f"{wire_name(target)}:{target_pk}"]
+    if instance.pk is None:
+        return []
+    # To-many: one query, bounded so that a huge relation costs no more than 51 rows.
+    accessor = name
+    if isinstance(relation, models.ForeignObjectRel):
+        accessor = relation.get_accessor_name() or name
+    manager = getattr(instance, accessor)
+    pks = manager.order_by().values_list("pk", flat=True)[: limits.MAX_RELATION_CHANNELS + 1]
+    return [f"{wire_name(target)}:{pk}" for pk in pks]
+
+
+def read_accounts(options: ModelOptions, instance: models.Model) -> list[Any]:
+    """The account ids a ``user_field`` path reaches from ``instance`` (an empty hop: none)."""
+    path = options.user_field or ""
+    parts = split_path(path)
+    first = instance._meta.get_field(parts[0])
+    if len(parts) == 1 and first.concrete and (first.many_to_one or first.one_to_one):
+        value = instance.__dict__.get(first.attname)
+        return [] if value is None else [value]
+    ids = (
+        type(instance)
+        ._base_manager.filter(pk=instance.pk)
+        .order_by()
+        .values_list(to_lookup(path), flat=True)
+    )
+    return sorted_ids(value for value in ids if value is not None)

@@ -1,0 +1,141 @@
+"""System checks for ``@realtime_model`` declarations (``realtime.E03x`` / ``realtime.W03x``).
+
+Paths name models that may not exist when a decorator runs, so they are checked here, once
+every model is loaded, each error with a hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core import checks
+from django.core.exceptions import FieldDoesNotExist
+
+from realtime.auth import scope_model
+from realtime.paths import path_target, resolve_path
+from realtime.registry import (
+    ModelOptions,
+    all_options,
+    duplicate_names,
+    options_for,
+    relation_target,
+)
+
+
+@checks.register()
+def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """Validate every decorated model; see the module docstring."""
+    messages: list[checks.CheckMessage] = []
+    for name, group in duplicate_names().items():
+        labels = ", ".join(options.model._meta.label for options in group)
+        messages.append(
+            checks.Error(
+                f"The realtime name {name!r} is used by {labels}.",
+                hint="Give one of them another name with @realtime_model(name=...).",
+                obj=group[-1].model,
+                id="realtime.E030",
+            )
+        )
+    for options in all_options():
+        messages += _check_one(options)
+    return messages
+
+
+def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
+    model = options.model
+    out: list[checks.CheckMessage] = []
+    if options.user_field is not None:
+        if options.guard is not None or options.shared_via is not None:
+            out.append(_e(33, model, "user_field cannot be combined with guard or shared_via."))
+        elif options.scope_field != "workspace":
+            out.append(_e(33, model, "user_field cannot be combined with a scope_field."))
+        if not _reaches(model, options.user_field, get_user_model()):
+            out.append(
+                _e(
+                    31,
+                    model,
+                    f"user_field {options.user_field!r} does not lead to "
+                    f"{get_user_model()._meta.label}.",
+                    'Write a path of relations ending on the account, e.g. "thread.members.user".',
+                )
+            )
+    else:
+        out += _check_scope_field(options)
+    if options.shared_via is not None and not _reaches(model, options.shared_via, None):
+        out.append(
+            _e(
+                32,
+                model,
+                f"shared_via {options.shared_via!r} does not lead to a model.",
+                'Name the relation path to the shared root, e.g. "project".',
+            )
+        )
+    for fk_name in options.cascade:
+        field = model._meta.get_field(fk_name)
+        if not (field.many_to_one and field.concrete):
+            out.append(_e(34, model, f"cascade names {fk_name!r}, which is not a foreign key."))
+    for relation in options.relations:
+        target = relation_target(options, relation)
+        if target is not None and options_for(target) is None:
+            out.append(
+                checks.Warning(
+                    f"relation {relation!r} of {model._meta.label} points at "
+                    f"{target._meta.label}, which is not a @realtime_model.",
+                    hint="Clients can still subscribe to its record channels; decorate it to "
+                    "announce its own writes too.",
+                    obj=model,
+                    id="realtime.W030",
+                )
+            )
+    return out
+
+
+def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
+    model = options.model
+    scope = scope_model()
+    if scope is None:
+        return [
+            _e(
+                35,
+                model,
+                "announces to a scope, but REALTIME_SCOPE_MODEL is not set.",
+                'Set REALTIME_SCOPE_MODEL = "app_label.Model", or give the model a user_field.',
+            )
+        ]
+    if options.scope_field in ("id", "pk"):
+        if model is scope or issubclass(model, scope):
+            return []
+        return [_e(36, model, 'scope_field "id" is only for the scope model itself.')]
+    try:
+        field = model._meta.get_field(options.scope_field)
+    except FieldDoesNotExist:
+        return [_e(36, model, f"has no scope field {options.scope_field!r}.")]
+    if not (field.many_to_one and field.related_model is scope):
+        return [
+            _e(
+                36,
+                model,
+                f"scope_field {options.scope_field!r} is not a foreign key to {scope._meta.label}.",
+            )
+        ]
+    return []
+
+
+def _reaches(model: Any, path: str, target: Any) -> bool:
+    try:
+        resolve_path(model, path)
+        end = path_target(model, path)
+    except (ValueError, FieldDoesNotExist):
+        return False
+    return end is not None if target is None else end is target
+
+
+def _e(id_: int, model: Any, message: str, hint: str | None = None) -> checks.Error:
+    return checks.Error(
+        f"{model._meta.label}: {message}",
+        hint=hint or "See the @realtime_model options in the documentation.",
+        obj=model,
+        id=f"realtime.E{id_:03d}",
+    )

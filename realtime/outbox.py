@@ -1,0 +1,90 @@
+"""Collect announcements in the write's transaction; publish them once it commits.
+
+Each announcement registers its own ``on_commit`` callback, so Django discards it exactly when
+the savepoint it was made in rolls back. Publishing one by one would cost a round trip each,
+so callbacks cooperate: a callback that knows a later one will certainly run leaves the
+publishing to it, and the last one publishes everything confirmed so far, in write order, in
+one ``Transport.publish`` call. A later callback certainly runs when the savepoints it was
+registered under are a subset of the current one's (an empty set: the transaction's own level).
+Outside any transaction an announcement is published at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+logger = logging.getLogger(__name__)
+
+
+class Announcement(Protocol):
+    """Anything the outbox publishes: it becomes transport messages after commit."""
+
+    def messages(self, budget: int | None) -> list[tuple[str, bytes]]: ...
+
+
+@dataclass(eq=False)
+class _Entry:
+    item: Any
+    savepoints: frozenset[str]
+    index: int
+    confirmed: bool = False
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _Outbox:
+    hooks: list[Any]
+    entries: list[_Entry] = field(default_factory=list)
+    #: Index of the last entry made outside any savepoint: its callback always runs.
+    last_unconditional: int = -1
+
+
+_outboxes: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Outbox] = weakref.WeakKeyDictionary()
+
+
+def add(item: Announcement, using: str) -> None:
+    """Publish ``item`` after the current transaction on ``using`` commits (now, outside one)."""
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        publish([item])
+        return
+    outbox = _outboxes.get(connection)
+    # Django replaces its list of callbacks when a transaction ends or a savepoint rolls
+    # back; either way, start afresh (the entries left behind are published or dead).
+    if outbox is None or outbox.hooks is not connection.run_on_commit:
+        outbox = _outboxes[connection] = _Outbox(hooks=connection.run_on_commit)
+    entry = _Entry(item, frozenset(connection.savepoint_ids), len(outbox.entries))
+    outbox.entries.append(entry)
+    if not entry.savepoints:
+        outbox.last_unconditional = entry.index
+    transaction.on_commit(partial(_committed, outbox, entry), using=using, robust=True)
+
+
+def _committed(outbox: _Outbox, entry: _Entry) -> None:
+    entry.confirmed = True
+    if outbox.last_unconditional > entry.index:
+        return
+    later = outbox.entries[entry.index + 1 :]
+    if any(other.savepoints <= entry.savepoints for other in later):
+        return
+    ready = [e for e in outbox.entries[: entry.index + 1] if e.confirmed and not e.done]
+    for e in ready:
+        e.done = True
+    publish([e.item for e in ready])
+
+
+def publish(items: list[Any]) -> None:
+    """Turn committed announcements into messages and publish them in one call; never raise."""
+    from realtime.publishing import publish_announcements
+
+    try:
+        publish_announcements(items)
+    except Exception:
+        logger.exception("realtime: publishing %d announcement(s) failed", len(items))

@@ -1,0 +1,219 @@
+"""Internal messages: their JSON encoding, their shapes, and fitting them into a budget.
+
+Messages travel between processes only (clients get frames built from them). Encoding is
+compact and keeps non-ASCII as is; dates are ISO 8601 with aware values in UTC (``+00:00``,
+microseconds kept), Decimal and UUID as strings.
+
+A transport may cap a message (``Transport.max_message_bytes``). Over the cap, a message first
+loses its ``data`` (kept: ``{"model", "id"}`` when present, else ``null``) and is marked
+``truncated``; still over, it loses the channels that narrow it and reaches the whole scope.
+Over-telling beats a silence nothing recovers from. Account lists are sliced into messages of
+at most 200 ids, and further until each message fits.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from realtime import limits
+from realtime.conf import conf
+
+logger = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+
+
+def jsonable(value: Any) -> Any:
+    """Return a value JSON can hold: ISO 8601 dates (UTC when aware), text for the rest."""
+    if value is None or isinstance(value, str | int | float | bool | list | dict):
+        return value
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC)
+        return value.isoformat()
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)
+
+
+def encode(message: Message) -> bytes:
+    """Encode compactly, non-ASCII kept as UTF-8."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, default=jsonable).encode(
+        "utf-8"
+    )
+
+
+def scope_channel(scope_id: Any) -> str:
+    return f"{conf.CHANNEL}_{scope_id}"
+
+
+def base_channel() -> str:
+    return conf.CHANNEL
+
+
+def new_mid() -> str:
+    # PostgreSQL merges identical notifications of one transaction; a unique id keeps them.
+    return uuid.uuid4().hex
+
+
+def identity(data: Any) -> dict[str, Any] | None:
+    """What survives truncation of ``data``: the model and id naming a record, else nothing."""
+    if isinstance(data, dict) and "model" in data and "id" in data:
+        return {"model": data["model"], "id": data["id"]}
+    return None
+
+
+def fit(message: Message, budget: int | None) -> bytes | None:
+    """Encode ``message``, shrinking it in the two documented steps; ``None`` if it cannot fit."""
+    encoded = encode(message)
+    if budget is None or len(encoded) <= budget:
+        return encoded
+    if "event_type" not in message:
+        return None
+    message["data"] = identity(message.get("data"))
+    message["meta"] = {**message.get("meta", {}), "truncated": True}
+    encoded = encode(message)
+    if len(encoded) <= budget:
+        return encoded
+    if message.get("target") == "scope":
+        message["channels"] = None
+        encoded = encode(message)
+        if len(encoded) <= budget:
+            return encoded
+    return None
+
+
+def scope_messages(
+    scope_id: Any,
+    event_type: str,
+    data: Any,
+    *,
+    channels: Sequence[str] | None,
+    meta: dict[str, Any],
+    exclude: Iterable[Any] | None = None,
+    about: dict[str, Any] | None = None,
+    only: Sequence[Any] | None = None,
+    budget: int | None,
+) -> list[tuple[str, bytes]]:
+    """Build the messages of one scope event (several when ``only`` names over 200 accounts)."""
+    base: Message = {
+        "target": "scope",
+        "scope_id": scope_id,
+        "event_type": event_type,
+        "data": data,
+        "channels": list(channels) if channels is not None else None,
+        "meta": meta,
+    }
+    if about is not None:
+        base["about"] = about
+    excluded = sorted_ids(exclude or ())
+    slices: list[list[Any] | None] = [None] if only is None else list(_id_slices(only))
+    channel = scope_channel(scope_id)
+    out: list[tuple[str, bytes]] = []
+    for ids in slices:
+        for payload in _fit_with_ids(base, "only", ids, excluded, event_type, budget):
+            out.append((channel, payload))
+    return out
+
+
+def users_messages(
+    user_ids: Iterable[Any],
+    event_type: str,
+    data: Any,
+    *,
+    channels: Sequence[str] | None,
+    meta: dict[str, Any],
+    skip_scope: Any = None,
+    budget: int | None,
+) -> list[tuple[str, bytes]]:
+    """Build the messages of one account event: at most 200 ids each, sorted, no duplicates."""
+    base: Message = {
+        "target": "users",
+        "event_type": event_type,
+        "data": data,
+        "channels": list(channels) if channels is not None else None,
+        "meta": meta,
+    }
+    if skip_scope is not None:
+        base["skip_scope"] = skip_scope
+    out: list[tuple[str, bytes]] = []
+    for ids in _id_slices(user_ids):
+        for payload in _fit_with_ids(base, "user_ids", ids, [], event_type, budget):
+            out.append((base_channel(), payload))
+    return out
+
+
+def recheck_messages(user_ids: Iterable[Any], budget: int | None) -> list[tuple[str, bytes]]:
+    """Build the messages asking every worker to recheck the sockets of these accounts."""
+    out: list[tuple[str, bytes]] = []
+    for ids in _id_slices(user_ids):
+        base: Message = {"target": "recheck"}
+        out += [
+            (base_channel(), payload)
+            for payload in _fit_with_ids(base, "user_ids", ids, [], "recheck", budget)
+        ]
+    return out
+
+
+def sorted_ids(ids: Iterable[Any]) -> list[Any]:
+    """Deduplicate and sort account ids (integers by value; other ids by their text)."""
+    return sorted(set(ids), key=_sort_key)
+
+
+def _id_slices(ids: Iterable[Any]) -> Iterable[list[Any]]:
+    unique = sorted_ids(ids)
+    size = limits.MAX_IDS_PER_MESSAGE
+    for start in range(0, len(unique), size):
+        yield unique[start : start + size]
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # Ids are usually integers; keep a total order if an application uses text or UUIDs.
+    return (0, value) if isinstance(value, int) else (1, str(value))
+
+
+def _fit_with_ids(
+    base: Message,
+    key: str,
+    ids: list[Any] | None,
+    exclude: list[Any],
+    event_type: str,
+    budget: int | None,
+) -> list[bytes]:
+    """Fit one message carrying ``ids``, halving the id list until each part fits."""
+    message = {**base, "mid": new_mid()}
+    if ids is not None:
+        message[key] = ids
+    if exclude:
+        message["exclude"] = exclude
+    payload = fit(dict(message), budget)
+    if payload is not None:
+        return [payload]
+    if exclude:
+        logger.warning(
+            "realtime: %s: dropping the exclude list (%d accounts) to fit the transport's budget",
+            event_type,
+            len(exclude),
+        )
+        return _fit_with_ids(base, key, ids, [], event_type, budget)
+    if ids is not None and len(ids) > 1:
+        half = len(ids) // 2
+        return [
+            *_fit_with_ids(base, key, ids[:half], [], event_type, budget),
+            *_fit_with_ids(base, key, ids[half:], [], event_type, budget),
+        ]
+    logger.error(
+        "realtime: %s does not fit the transport's budget even shrunk; dropped", event_type
+    )
+    return []
