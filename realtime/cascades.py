@@ -95,10 +95,16 @@ def connect_database_cascades() -> None:
 def _on_parent_pre_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    from realtime.receivers import preparing
+    from realtime.receivers import prepare
 
-    with preparing(f"the database cascade of {sender._meta.label}:{instance.pk}", using):
-        instance.__dict__[PENDING_CASCADE] = _children_events(sender, instance)
+    events = prepare(
+        f"the database cascade of {sender._meta.label}:{instance.pk}",
+        using,
+        True,
+        lambda: _children_events(sender, instance),
+    )
+    if events:
+        instance.__dict__[PENDING_CASCADE] = events
 
 
 def _on_parent_post_delete(

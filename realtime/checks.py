@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, models
+from django.utils.module_loading import import_string
 
 from realtime.conf import PREFIX, defaults, raw
 from realtime.paths import path_target
@@ -106,15 +107,15 @@ def _check_transport() -> list[checks.CheckMessage]:
 
 def _check_auth() -> list[checks.CheckMessage]:
     value = raw("AUTH")
+    hint = 'The default is "realtime.auth.RealtimeAuth"; subclass it to change a hook.'
     if not isinstance(value, str) or "." not in value:
-        return [
-            _error(
-                2,
-                "AUTH",
-                "must be the dotted path of a RealtimeAuth class.",
-                'The default is "realtime.auth.RealtimeAuth"; subclass it to change a hook.',
-            )
-        ]
+        return [_error(2, "AUTH", "must be the dotted path of a RealtimeAuth class.", hint)]
+    try:
+        cls = import_string(value)
+    except ImportError:
+        return [_error(2, "AUTH", f"{value!r} cannot be imported.", hint)]
+    if not isinstance(cls, type):
+        return [_error(2, "AUTH", f"{value!r} is not a class.", hint)]
     return []
 
 

@@ -77,7 +77,19 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
         if not (field.many_to_one and field.concrete):
             out.append(_e(34, model, f"cascade names {fk_name!r}, which is not a foreign key."))
     for relation in options.relations:
-        target = relation_target(options, relation)
+        try:
+            target = relation_target(options, relation)
+        except FieldDoesNotExist:
+            out.append(
+                _e(
+                    37,
+                    model,
+                    f"relations names {relation!r}, which is not a relation of the model.",
+                    "Name a foreign key, a many-to-many field, a generic foreign key or a "
+                    "reverse relation (by its query name).",
+                )
+            )
+            continue
         if target is not None and options_for(target) is None:
             out.append(
                 checks.Warning(

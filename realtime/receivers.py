@@ -15,15 +15,15 @@ published after commit, once the row is gone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
-from typing import Any
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
 
 from django.db import connections, models, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
 from realtime import cascades, outbox, snapshots
-from realtime.auth import get_auth, member_ids
+from realtime.auth import RealtimeAuth, get_auth, member_ids
 from realtime.events import Event, read_event
 from realtime.publishing import outside_recipients, recipients
 from realtime.registry import ACTIONS, ModelOptions, options_for
@@ -31,6 +31,8 @@ from realtime.registry import ACTIONS, ModelOptions, options_for
 logger = logging.getLogger(__name__)
 
 PENDING_DELETE = "_realtime_pending_delete"
+
+T = TypeVar("T")
 
 
 def connect(model: type[models.Model]) -> None:
@@ -55,16 +57,22 @@ def disconnect(model: type[models.Model]) -> None:
         m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
 
 
-@contextmanager
-def preparing(what: str, using: str) -> Iterator[None]:
-    """Isolate preparation: queries in a savepoint, any failure logged and swallowed."""
-    connection = connections[using]
-    guard = transaction.atomic(using=using) if connection.in_atomic_block else nullcontext()
+def prepare(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
+    """Run ``build``, logging and swallowing any failure; in a savepoint when it may query
+    inside a transaction, so that a failed query cannot poison the write's transaction."""
     try:
-        with guard:
-            yield
+        if queries and connections[using].in_atomic_block:
+            with transaction.atomic(using=using):
+                return build()
+        return build()
     except Exception:
         logger.exception("realtime: preparing the announcement of %s failed; not announced", what)
+        return None
+
+
+def _delete_queries(options: ModelOptions) -> bool:
+    overridden = type(get_auth()).outside_recipients is not RealtimeAuth.outside_recipients
+    return options.delete_queries or overridden
 
 
 def on_post_save(
@@ -84,10 +92,14 @@ def on_post_save(
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
-    with preparing(f"{options.name}:{instance.pk}", using):
-        event = read_event(options, instance, action, changed)
-        if event is not None:
-            outbox.add(event, using)
+    event = prepare(
+        f"{options.name}:{instance.pk}",
+        using,
+        options.write_queries,
+        lambda: read_event(options, instance, action, changed),
+    )
+    if event is not None:
+        outbox.add(event, using)
 
 
 def on_pre_delete(
@@ -100,15 +112,17 @@ def on_pre_delete(
     options = options_for(sender)
     if options is None or "deleted" not in options.actions:
         return
-    with preparing(f"{options.name}:{instance.pk}", using):
-        if cascades.past_limit(sender, instance, origin):
-            folded = cascades.fold(options, instance, origin)
-            if folded is not None:
-                instance.__dict__[PENDING_DELETE] = folded
-            return
-        event = prepare_delete(options, instance)
-        if event is not None:
-            instance.__dict__[PENDING_DELETE] = event
+    if cascades.past_limit(sender, instance, origin):
+        event = cascades.fold(options, instance, origin)
+    else:
+        event = prepare(
+            f"{options.name}:{instance.pk}",
+            using,
+            _delete_queries(options),
+            lambda: prepare_delete(options, instance),
+        )
+    if event is not None:
+        instance.__dict__[PENDING_DELETE] = event
 
 
 def on_post_delete(
@@ -162,23 +176,39 @@ def on_m2m_changed(
     options = options_for(owner_model)
     if options is None or "updated" not in options.actions:
         return
-    with preparing(f"{options.name} {field.name} links", using):
-        if action == "pre_clear":
-            # clear() sends no ids: read the links it is about to remove.
-            instance.__dict__[f"_realtime_clearing_{field.name}"] = _linked_owners(
-                field, instance, reverse
+    clearing = f"_realtime_clearing_{field.name}"
+    if action == "pre_clear":
+        # clear() sends no ids: read the links it is about to remove.
+        instance.__dict__[clearing] = prepare(
+            f"{options.name} {field.name} links",
+            using,
+            True,
+            lambda: _linked_owners(field, instance, reverse),
+        )
+        return
+    if action == "post_clear":
+        owners = instance.__dict__.pop(clearing, None) or []
+    elif reverse:
+        owners = (
+            prepare(
+                f"{options.name} {field.name} links",
+                using,
+                True,
+                lambda: list(owner_model._base_manager.filter(pk__in=pk_set or ()).order_by("pk")),
             )
-            return
-        if action == "post_clear":
-            owners = instance.__dict__.pop(f"_realtime_clearing_{field.name}", [])
-        elif reverse:
-            owners = list(owner_model._base_manager.filter(pk__in=pk_set or ()).order_by("pk"))
-        else:
-            owners = [instance] if pk_set else []
-        for owner in owners:
-            event = read_event(options, owner, "updated", [field.name])
-            if event is not None:
-                outbox.add(event, using)
+            or []
+        )
+    else:
+        owners = [instance] if pk_set else []
+    for owner in owners:
+        event = prepare(
+            f"{options.name}:{owner.pk}",
+            using,
+            options.write_queries,
+            partial(read_event, options, owner, "updated", [field.name]),
+        )
+        if event is not None:
+            outbox.add(event, using)
 
 
 def _m2m_field(
@@ -229,11 +259,19 @@ def announce(
         if action == "updated":
             names = changed if changed is not None else snapshots.all_fields(instance)
             fields = snapshots.changed_fields(instance, names)
-        with preparing(f"{options.name}:{instance.pk}", using):
-            event = (
-                prepare_delete(options, instance)
-                if action == "deleted"
-                else read_event(options, instance, action, fields)
+        if action == "deleted":
+            event = prepare(
+                f"{options.name}:{instance.pk}",
+                using,
+                _delete_queries(options),
+                partial(prepare_delete, options, instance),
             )
-            if event is not None:
-                outbox.add(event, using)
+        else:
+            event = prepare(
+                f"{options.name}:{instance.pk}",
+                using,
+                options.write_queries,
+                partial(read_event, options, instance, action, fields),
+            )
+        if event is not None:
+            outbox.add(event, using)

@@ -61,6 +61,27 @@ class ModelOptions:
             return self.model._meta.pk.attname
         return self.model._meta.get_field(self.scope_field).attname  # type: ignore[union-attr]
 
+    @cached_property
+    def write_queries(self) -> bool:
+        """Whether reading a create or update may query: to-many or generic relations, or a
+        multi-hop account path. Such reads run in a savepoint inside a transaction."""
+        for relation in self.relations:
+            if _is_generic_fk(self.model, relation):
+                return True
+            field = self.model._meta.get_field(relation)
+            if not (field.concrete and (field.many_to_one or field.one_to_one)):
+                return True
+        if self.user_field is not None:
+            first = self.model._meta.get_field(self.user_field.replace("__", ".").split(".")[0])
+            multi_hop = "." in self.user_field.replace("__", ".")
+            return multi_hop or not (first.concrete and first.many_to_one)
+        return False
+
+    @cached_property
+    def delete_queries(self) -> bool:
+        """Whether preparing a delete may query: reads, readers, shared roots, accounts."""
+        return bool(self.write_queries or self.guard or self.shared_via or self.user_field)
+
 
 _by_model: dict[type[models.Model], ModelOptions] = {}
 _by_name: dict[str, list[ModelOptions]] = {}
@@ -122,12 +143,22 @@ def realtime_model(
 
 
 def _validate_columns(options: ModelOptions) -> None:
-    """Check the names that live on the model itself (its own fields exist at decoration)."""
+    """Check the names that live on the model itself.
+
+    Only forward fields exist when a decorator runs; relations may also name reverse
+    relations, which the system checks verify once every model is loaded.
+    """
     meta = options.model._meta
-    own = {f.name for f in meta.get_fields()} | {"id", "pk"}
-    for column in [*options.fields.values(), *options.relations, *options.cascade]:
-        if column not in own and not _is_generic_fk(options.model, column):
-            raise ValueError(f"{meta.label} has no field {column!r} to announce")
+    forward = [*meta.fields, *meta.many_to_many, *meta.private_fields]
+    own = {f.name for f in forward} | {"id", "pk"}
+    columns = {f.name for f in meta.concrete_fields} | {f.attname for f in meta.concrete_fields}
+    columns |= {"id", "pk"}
+    for column in options.fields.values():
+        if column not in columns:
+            raise ValueError(f"{meta.label} has no column {column!r} to announce")
+    for fk_name in options.cascade:
+        if fk_name not in own:
+            raise ValueError(f"{meta.label} has no foreign key {fk_name!r} to cascade from")
     if options.user_field is None and options.scope_field not in own:
         raise ValueError(f"{meta.label} has no scope field {options.scope_field!r}")
 

@@ -100,8 +100,17 @@ def test_auth_that_is_not_a_dotted_string_is_error_e002(value: Any) -> None:
     assert ids(REALTIME_AUTH=value) == ["realtime.E002"]
 
 
-def test_dotted_auth_path_passes() -> None:
-    assert ids(REALTIME_AUTH="myproject.realtime.Auth") == []
+def test_importable_auth_class_passes() -> None:
+    assert ids(REALTIME_AUTH="realtime.auth.RealtimeAuth") == []
+
+
+@pytest.mark.parametrize("value", ["myproject.realtime.Auth", "realtime.auth.NoSuchAuth"])
+def test_auth_path_that_cannot_be_imported_is_error_e002(value: str) -> None:
+    assert ids(REALTIME_AUTH=value) == ["realtime.E002"]
+
+
+def test_auth_path_naming_something_else_than_a_class_is_error_e002() -> None:
+    assert ids(REALTIME_AUTH="realtime.auth.issue_token") == ["realtime.E002"]
 
 
 # E003: REALTIME_SCOPE_MODEL

@@ -1,7 +1,16 @@
 """Models the test suite announces: a scope with members, and records of every kind."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from django.conf import settings
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
 from django.db import models
+from django.db.models import Q
+
+from realtime import realtime_model
 
 
 class Workspace(models.Model):
@@ -27,3 +36,203 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} in {self.workspace_id}"
+
+
+@realtime_model(fields=["name"])
+class Company(models.Model):
+    """Scoped, with one declared field."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, null=True)
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["name"])
+class Tag(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=50)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["name", "company", "born", "score"], relations=["company", "tags"])
+class Contact(models.Model):
+    """Scoped, with fields of several types, a foreign-key relation and a to-many one."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, null=True)
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, null=True, blank=True)
+    name = models.CharField(max_length=100)
+    email = models.CharField(max_length=100, blank=True)
+    notes = models.TextField(blank=True)
+    born = models.DateTimeField(null=True, blank=True)
+    score = models.DecimalField(max_digits=6, decimal_places=2, null=True, blank=True)
+    tags = models.ManyToManyField(Tag, blank=True, related_name="contacts")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class VipContact(Contact):
+    """A proxy: announces as ``contact``."""
+
+    class Meta:
+        proxy = True
+
+
+@realtime_model(fields={"body": "text"}, relations=["target"], name="remark")
+class Comment(models.Model):
+    """Scoped, with a renamed field, a wire name of its own and a generic relation."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    text = models.TextField()
+    target_type = models.ForeignKey(ContentType, on_delete=models.CASCADE)
+    target_id = models.PositiveBigIntegerField()
+    target = GenericForeignKey("target_type", "target_id")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@realtime_model(fields=["text"], user_field="user")
+class Notification(models.Model):
+    """Addressed to one account, one hop away."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True)
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Thread(models.Model):
+    title = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="threads")
+
+    def __str__(self) -> str:
+        return self.title
+
+
+@realtime_model(fields=["text"], user_field="thread.members")
+class Message(models.Model):
+    """Addressed to the accounts of a path through a foreign key and a many-to-many."""
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE)
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def may_read_note(user: Any) -> Q:
+    return Q(author=user) | Q(public=True)
+
+
+@realtime_model(fields=["title"], guard=may_read_note)
+class PrivateNote(models.Model):
+    """Guarded: only its author (or everyone, once public) may read it."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+    public = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Project(models.Model):
+    """A root shared with other workspaces: their members read its tasks too."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    shared_with = models.ManyToManyField(Workspace, related_name="shared_projects", blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def realtime_readers(self) -> list[Any]:
+        return list(
+            Membership.objects.filter(workspace__in=self.shared_with.all()).values_list(
+                "user_id", flat=True
+            )
+        )
+
+
+@realtime_model(fields=["title"], shared_via="project")
+class Task(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+    secret = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+def may_read_task(user: Any) -> Q:
+    return Q(secret=False)
+
+
+@realtime_model(fields=["title"], shared_via="project", guard=may_read_task, name="guarded_task")
+class GuardedTask(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+    secret = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+@realtime_model(fields=["name"], cascade=["contact"])
+class Attachment(models.Model):
+    """Deleted by the database with its contact (ON DELETE CASCADE made by the migration)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    contact = models.ForeignKey(
+        Contact, on_delete=models.DO_NOTHING, db_constraint=False, related_name="attachments"
+    )
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["label"])
+class Item(models.Model):
+    """Deleted by Django's own cascade with its folder."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    folder = models.ForeignKey("Folder", on_delete=models.CASCADE, related_name="items")
+    label = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class Folder(models.Model):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+
+    def __str__(self) -> str:
+        return str(self.pk)
+
+
+class Plain(models.Model):
+    """Not decorated: announces nothing."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(scope_field="id", fields=["name"], name="workspace_view", create=False)
+class WorkspaceView(Workspace):
+    """The scope model itself announcing its updates (a proxy of the scope)."""
+
+    class Meta:
+        proxy = True
