@@ -60,7 +60,9 @@ def add(item: Announcement, using: str) -> None:
     # back; either way, start afresh (the entries left behind are published or dead).
     if outbox is None or outbox.hooks is not connection.run_on_commit:
         outbox = _outboxes[connection] = _Outbox(hooks=connection.run_on_commit)
-    entry = _Entry(item, frozenset(connection.savepoint_ids), len(outbox.entries))
+    # ``None`` stands for an atomic block without a savepoint: it can never roll back alone.
+    savepoints = frozenset(sid for sid in connection.savepoint_ids if sid is not None)
+    entry = _Entry(item, savepoints, len(outbox.entries))
     outbox.entries.append(entry)
     if not entry.savepoints:
         outbox.last_unconditional = entry.index

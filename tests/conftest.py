@@ -32,3 +32,26 @@ async def make_table_transport() -> AsyncIterator[Callable[..., TableTransport]]
 @pytest.fixture
 def inbox() -> Inbox:
     return Inbox()
+
+
+@pytest.fixture
+def workspace(db: None) -> Any:
+    from tests.testapp.models import Workspace
+
+    return Workspace.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., Any]:
+    from django.contrib.auth import get_user_model
+
+    def make(username: str, *, member_of: Any = None, **fields: Any) -> Any:
+        from tests.testapp.models import Membership
+
+        user = get_user_model().objects.create_user(username=username, **fields)
+        for scope in member_of if isinstance(member_of, list | tuple) else [member_of]:
+            if scope is not None:
+                Membership.objects.create(workspace=scope, user=user)
+        return user
+
+    return make

@@ -4,6 +4,7 @@ and starting Django subprocesses on the test database."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,33 @@ def start_worker(*args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def published() -> list[tuple[str, dict[str, Any]]]:
+    """Every message in ``firm_channel_messages``, oldest first, as (channel, decoded JSON)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT channel, payload FROM firm_channel_messages ORDER BY id")
+        rows = cursor.fetchall()
+    return [(bytes(channel).decode(), json.loads(bytes(payload))) for channel, payload in rows]
+
+
+def without_mid(message: dict[str, Any]) -> dict[str, Any]:
+    """A message without its random ``mid`` (after checking it is there), for comparisons."""
+    assert isinstance(message.get("mid"), str)
+    assert message["mid"]
+    return {key: value for key, value in message.items() if key != "mid"}
+
+
+def events(target: str | None = None) -> list[dict[str, Any]]:
+    """The published messages (``mid`` checked and removed), optionally of one target."""
+    return [
+        without_mid(message)
+        for _, message in published()
+        if target is None or message.get("target") == target
+    ]
+
+
+def forget_messages() -> None:
+    """Empty ``firm_channel_messages`` (a test's own setup announces too)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM firm_channel_messages")

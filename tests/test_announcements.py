@@ -1,0 +1,756 @@
+"""Model writes announce the exact internal messages, after commit, to the right audience."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection, transaction
+from django.db.models.deletion import Collector
+from django.http import HttpRequest, HttpResponse
+from django.test import RequestFactory, override_settings
+
+from realtime import announce, limits
+from realtime.middleware import OriginMiddleware
+from tests.helpers import events, forget_messages, published
+from tests.testapp.models import (
+    Attachment,
+    Comment,
+    Company,
+    Contact,
+    Folder,
+    GuardedTask,
+    Item,
+    Message,
+    Notification,
+    Plain,
+    PrivateNote,
+    Project,
+    Tag,
+    Task,
+    Thread,
+    VipContact,
+    Workspace,
+    WorkspaceView,
+)
+
+Capture = Callable[..., Any]
+
+
+def scope_event(
+    event_type: str,
+    data: Any,
+    channels: list[str] | None,
+    scope_id: Any,
+    meta: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "target": "scope",
+        "scope_id": scope_id,
+        "event_type": event_type,
+        "data": data,
+        "channels": channels,
+        "meta": meta or {},
+        **extra,
+    }
+
+
+def contact_data(contact: Contact, **changes: Any) -> dict[str, Any]:
+    data = {
+        "model": "contact",
+        "id": contact.pk,
+        "name": contact.name,
+        "company": contact.company_id,
+        "born": None,
+        "score": None,
+    }
+    return {**data, **changes}
+
+
+def contact_channels(contact: Contact) -> list[str]:
+    channels = ["contact", f"contact:{contact.pk}"]
+    if contact.company_id is not None:
+        channels.append(f"company:{contact.company_id}")
+    return channels
+
+
+@pytest.fixture
+def company(workspace: Workspace) -> Company:
+    return Company.objects.create(workspace=workspace, name="Initech")
+
+
+class TestCreateUpdateDelete:
+    def test_create_announces_the_exact_message_after_commit(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact = Contact.objects.create(workspace=workspace, company=company, name="Ann")
+            assert published() == []
+        assert events() == [
+            scope_event(
+                "contact.created", contact_data(contact), contact_channels(contact), workspace.pk
+            )
+        ]
+        channel, _ = published()[0]
+        assert channel == f"realtime_{workspace.pk}"
+
+    def test_update_says_which_fields_changed(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, company=company, name="Ann")
+        loaded = Contact.objects.get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            loaded.name = "Anna"
+            loaded.notes = "met at the fair"
+            loaded.save()
+        assert events() == [
+            scope_event(
+                "contact.updated",
+                contact_data(loaded),
+                contact_channels(loaded),
+                workspace.pk,
+                meta={"changed": ["name", "notes"]},
+            )
+        ]
+
+    def test_update_names_foreign_keys_by_field_name(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        loaded = Contact.objects.get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            loaded.company = company
+            loaded.save()
+        (message,) = events()
+        assert message["meta"] == {"changed": ["company"]}
+
+    def test_update_fields_are_the_changed_fields(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact.save(update_fields=["email", "name"])
+        (message,) = events()
+        assert message["meta"] == {"changed": ["email", "name"]}
+
+    def test_a_save_that_changed_nothing_announces_nothing(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        loaded = Contact.objects.get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            loaded.save()
+            contact.save()  # saved right after its create: nothing differs either
+        assert events() == []
+
+    def test_an_instance_built_by_hand_counts_every_column_as_written(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Contact(pk=contact.pk, workspace=workspace, name="Bea").save()
+        (message,) = events()
+        assert message["meta"] == {
+            "changed": ["born", "company", "email", "name", "notes", "score", "workspace"]
+        }
+
+    def test_refresh_from_db_resets_what_counts_as_changed(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        loaded = Contact.objects.get(pk=contact.pk)
+        Contact.objects.filter(pk=contact.pk).update(name="Changed elsewhere")
+        loaded.refresh_from_db()
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            loaded.notes = "only this"
+            loaded.save()
+        (message,) = events()
+        assert message["meta"] == {"changed": ["notes"]}
+
+    def test_deferred_fields_are_never_loaded_and_sent_as_null(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        deferred = Contact.objects.only("id", "workspace", "notes").get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            deferred.notes = "x"
+            deferred.save(update_fields=["notes"])
+        (message,) = events()
+        assert message["data"]["name"] is None
+        assert "name" not in deferred.__dict__
+
+    def test_delete_announces_the_row_as_it_was(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, company=company, name="Ann")
+        expected = scope_event(
+            "contact.deleted", contact_data(contact), contact_channels(contact), workspace.pk
+        )
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact.delete()
+        assert events() == [expected]
+
+    def test_dates_and_decimals_travel_as_iso_8601_and_text(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        born = datetime.datetime(
+            2026, 9, 15, 14, 30, 0, 120000, tzinfo=datetime.timezone(datetime.timedelta(hours=2))
+        )
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Contact.objects.create(
+                workspace=workspace, name="Ann", born=born, score=decimal.Decimal("12.50")
+            )
+        (message,) = events()
+        assert message["data"]["born"] == "2026-09-15T12:30:00.120000+00:00"
+        assert message["data"]["score"] == "12.50"
+
+    def test_disabled_actions_announce_nothing(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        view = WorkspaceView.objects.get(pk=workspace.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            view.name = "Acme Inc"
+            view.save()
+            WorkspaceView.objects.create(name="Other", slug="other")
+        assert [m["event_type"] for m in events()] == ["workspace_view.updated"]
+        assert events()[0]["scope_id"] == workspace.pk
+
+    def test_a_proxy_of_a_decorated_model_announces_like_it(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            vip = VipContact.objects.create(workspace=workspace, name="Vera")
+        assert [m["event_type"] for m in events()] == ["contact.created"]
+        assert events()[0]["data"]["id"] == vip.pk
+
+    def test_a_row_without_a_scope_announces_nothing(
+        self, django_capture_on_commit_callbacks: Capture, db: None
+    ) -> None:
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact = Contact.objects.create(workspace=None, name="Nobody's")
+            contact.name = "Still nobody's"
+            contact.save()
+            contact.delete()
+        assert events() == []
+
+    def test_an_undecorated_model_announces_nothing_and_keeps_fast_delete(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Plain.objects.create(workspace=workspace, name="plain")
+        assert events() == []
+        assert Collector(using="default").can_fast_delete(Plain.objects.all())
+        assert not Collector(using="default").can_fast_delete(Contact.objects.all())
+
+
+class TestTransactions:
+    @pytest.mark.django_db(transaction=True)
+    def test_a_rolled_back_transaction_announces_nothing(self, workspace: Workspace) -> None:
+        def write_then_fail() -> None:
+            with transaction.atomic():
+                Contact.objects.create(workspace=workspace, name="Ghost")
+                raise RuntimeError("roll back")
+
+        forget_messages()
+        with pytest.raises(RuntimeError):
+            write_then_fail()
+        assert events() == []
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_rolled_back_savepoint_announces_nothing_while_the_rest_does(
+        self, workspace: Workspace
+    ) -> None:
+        def write_then_fail(kept: Contact) -> None:
+            with transaction.atomic():
+                Contact.objects.create(workspace=workspace, name="Ghost")
+                kept.name = "Renamed in the lost savepoint"
+                kept.save()
+                raise RuntimeError("roll back the savepoint")
+
+        forget_messages()
+        with transaction.atomic():
+            kept = Contact.objects.create(workspace=workspace, name="Kept")
+            with pytest.raises(RuntimeError):
+                write_then_fail(kept)
+            after = Contact.objects.create(workspace=workspace, name="After")
+            assert events() == []
+        assert [(m["event_type"], m["data"]["name"]) for m in events()] == [
+            ("contact.created", "Kept"),
+            ("contact.created", "After"),
+        ]
+        assert after.pk is not None
+
+    @pytest.mark.django_db(transaction=True)
+    def test_messages_of_one_transaction_are_published_in_write_order_in_one_insert(
+        self, workspace: Workspace
+    ) -> None:
+        forget_messages()
+        with transaction.atomic():
+            first = Contact.objects.create(workspace=workspace, name="First")
+            with transaction.atomic():
+                Company.objects.create(workspace=workspace, name="Nested")
+            Tag.objects.create(workspace=workspace, name="Last")
+        assert [m["event_type"] for m in events()] == [
+            "contact.created",
+            "company.created",
+            "tag.created",
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT DISTINCT created_at FROM firm_channel_messages")
+            assert len(cursor.fetchall()) == 1  # one INSERT stamps one time
+        assert first.pk is not None
+
+    @pytest.mark.django_db(transaction=True)
+    def test_several_writes_of_one_row_are_coalesced(self, workspace: Workspace) -> None:
+        forget_messages()
+        with transaction.atomic():
+            created = Contact.objects.create(workspace=workspace, name="v1")
+            created.name = "v2"
+            created.save()
+        with transaction.atomic():
+            loaded = Contact.objects.get(pk=created.pk)
+            loaded.name = "v3"
+            loaded.save()
+            loaded.notes = "n"
+            loaded.save()
+        with transaction.atomic():
+            gone = Contact.objects.create(workspace=workspace, name="short-lived")
+            gone.delete()
+        with transaction.atomic():
+            loaded.email = "a@b.c"
+            loaded.save()
+            loaded.delete()
+        assert [(m["event_type"], m["data"]["name"], m["meta"]) for m in events()] == [
+            ("contact.created", "v2", {}),
+            ("contact.updated", "v3", {"changed": ["name", "notes"]}),
+            ("contact.deleted", "v3", {}),
+        ]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_failing_transport_never_fails_the_write(
+        self, workspace: Workspace, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE firm_channel_messages RENAME TO firm_channel_away")
+        try:
+            with caplog.at_level(logging.ERROR, logger="realtime"), transaction.atomic():
+                contact = Contact.objects.create(workspace=workspace, name="Saved anyway")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("ALTER TABLE firm_channel_away RENAME TO firm_channel_messages")
+        assert Contact.objects.filter(pk=contact.pk).exists()
+        assert any("publishing" in record.getMessage() for record in caplog.records)
+
+
+class TestDeletes:
+    @pytest.mark.django_db(transaction=True)
+    def test_a_delete_is_published_only_once_the_row_is_gone(self, workspace: Workspace) -> None:
+        from realtime.transports.table import TableTransport
+
+        seen: list[bool] = []
+
+        class Watching(TableTransport):
+            def publish(self, messages: Any) -> None:
+                seen.append(Contact.objects.filter(name="Doomed").exists())
+                super().publish(messages)
+
+        contact = Contact.objects.create(workspace=workspace, name="Doomed")
+        with override_settings(REALTIME_TRANSPORT=f"{__name__}.WATCHING"):
+            globals()["WATCHING"] = Watching
+            try:
+                with transaction.atomic():
+                    contact.delete()
+            finally:
+                del globals()["WATCHING"]
+        assert seen == [False]
+
+    def test_account_audience_is_read_while_the_links_exist(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        thread = Thread.objects.create(title="t")
+        thread.members.add(ann, bob)
+        message = Message.objects.create(thread=thread, text="hello")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            thread.delete()  # takes the links and the message with it
+        assert events("users") == [
+            {
+                "target": "users",
+                "event_type": "message.deleted",
+                "data": {"model": "message", "id": message.pk, "text": "hello"},
+                "channels": ["message", f"message:{message.pk}"],
+                "meta": {},
+                "user_ids": sorted([ann.pk, bob.pk]),
+            }
+        ]
+
+
+class TestManyToMany:
+    def test_adding_links_announces_the_owner_once_per_transaction(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        red, blue = (Tag.objects.create(workspace=workspace, name=n) for n in ("red", "blue"))
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            contact.tags.add(red)
+            contact.tags.add(blue)
+            contact.tags.remove(red)
+        (message,) = events()
+        assert message["event_type"] == "contact.updated"
+        assert message["meta"] == {"changed": ["tags"]}
+        assert message["channels"] == ["contact", f"contact:{contact.pk}", f"tag:{blue.pk}"]
+
+    def test_links_added_from_the_other_side_announce_each_owner(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann = Contact.objects.create(workspace=workspace, name="Ann")
+        bob = Contact.objects.create(workspace=workspace, name="Bob")
+        tag = Tag.objects.create(workspace=workspace, name="red")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            tag.contacts.add(ann, bob)
+        assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == [
+            ("contact.updated", ann.pk),
+            ("contact.updated", bob.pk),
+        ]
+
+    def test_clear_announces_owners_that_had_links_and_nothing_else(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        linked = Contact.objects.create(workspace=workspace, name="Linked")
+        alone = Contact.objects.create(workspace=workspace, name="Alone")
+        tag = Tag.objects.create(workspace=workspace, name="red")
+        linked.tags.add(tag)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            linked.tags.clear()
+            alone.tags.clear()
+            alone.tags.add()  # an empty add changes nothing
+        assert [(m["event_type"], m["data"]["id"]) for m in events()] == [
+            ("contact.updated", linked.pk)
+        ]
+
+    def test_clear_from_the_other_side_announces_the_owners_it_unlinks(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann = Contact.objects.create(workspace=workspace, name="Ann")
+        tag = Tag.objects.create(workspace=workspace, name="red")
+        ann.tags.add(tag)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            tag.contacts.clear()
+        assert [(m["event_type"], m["data"]["id"]) for m in events()] == [
+            ("contact.updated", ann.pk)
+        ]
+
+
+class TestRelationChannels:
+    def test_a_generic_relation_reaches_its_target_channel(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            remark = Comment.objects.create(
+                workspace=workspace,
+                text="nice",
+                target_type=ContentType.objects.get_for_model(Company),
+                target_id=company.pk,
+            )
+        (message,) = events()
+        assert message["event_type"] == "remark.created"
+        assert message["data"] == {"model": "remark", "id": remark.pk, "body": "nice"}
+        assert message["channels"] == ["remark", f"remark:{remark.pk}", f"company:{company.pk}"]
+
+    @pytest.mark.parametrize(("tags", "expected"), [(50, 50), (51, 0)])
+    def test_more_than_fifty_relation_channels_drop_them_all(
+        self,
+        workspace: Workspace,
+        django_capture_on_commit_callbacks: Capture,
+        tags: int,
+        expected: int,
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Popular")
+        contact.tags.set(
+            [Tag.objects.create(workspace=workspace, name=f"t{n}") for n in range(tags)]
+        )
+        loaded = Contact.objects.get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            loaded.name = "Still popular"
+            loaded.save()
+        (message,) = events()
+        assert message["channels"][:2] == ["contact", f"contact:{contact.pk}"]
+        assert len([c for c in message["channels"] if c.startswith("tag:")]) == expected
+        assert limits.MAX_RELATION_CHANNELS == 50
+
+    def test_a_plain_scoped_model_reads_without_a_query(
+        self,
+        workspace: Workspace,
+        company: Company,
+        django_assert_num_queries: Callable[..., Any],
+    ) -> None:
+        # One query, the INSERT itself: publication happens after the commit.
+        with django_assert_num_queries(1), transaction.atomic(savepoint=False):
+            Company.objects.create(workspace=workspace, name="Quick")
+
+
+class TestAccountEvents:
+    def test_a_one_hop_account_event_reaches_that_account(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann = make_user("ann")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            note = Notification.objects.create(user=ann, text="hi")
+        assert events() == [
+            {
+                "target": "users",
+                "event_type": "notification.created",
+                "data": {"model": "notification", "id": note.pk, "text": "hi"},
+                "channels": ["notification", f"notification:{note.pk}"],
+                "meta": {},
+                "user_ids": [ann.pk],
+            }
+        ]
+        assert published()[0][0] == "realtime"
+
+    def test_an_empty_hop_reaches_nobody(
+        self, django_capture_on_commit_callbacks: Capture, db: None
+    ) -> None:
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Notification.objects.create(user=None, text="to nobody")
+            Message.objects.create(thread=Thread.objects.create(title="empty"), text="echo")
+        assert events() == []
+
+    def test_a_multi_hop_account_event_reaches_every_account_on_the_path(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        users = [make_user(f"u{n}") for n in range(3)]
+        thread = Thread.objects.create(title="t")
+        thread.members.add(*users)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Message.objects.create(thread=thread, text="all of you")
+        (message,) = events()
+        assert message["user_ids"] == sorted(user.pk for user in users)
+
+
+class TestGuardedAndShared:
+    def test_a_guarded_create_carries_what_it_is_about(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        ann = make_user("ann", member_of=workspace)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            note = PrivateNote.objects.create(workspace=workspace, author=ann, title="mine")
+        (message,) = events()
+        assert message["about"] == {"model": "private_note", "id": note.pk}
+        assert "only" not in message
+
+    def test_a_guarded_delete_travels_with_the_readers_decided_before_the_row_went(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        ann = make_user("ann", member_of=workspace)
+        make_user("bob", member_of=workspace)
+        note = PrivateNote.objects.create(workspace=workspace, author=ann, title="mine")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            note.delete()
+        (message,) = events()
+        assert message["event_type"] == "private_note.deleted"
+        assert message["only"] == [ann.pk]
+        assert "about" not in message
+
+    def test_a_guarded_delete_nobody_may_read_publishes_nothing(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        outsider = make_user("out")
+        make_user("bob", member_of=workspace)
+        note = PrivateNote.objects.create(workspace=workspace, author=outsider, title="x")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            note.delete()
+        assert events() == []
+
+    def test_shared_readers_outside_the_scope_hear_it_as_an_account_event(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        partner = Workspace.objects.create(name="Partner", slug="partner")
+        member = make_user("member", member_of=workspace)
+        both = make_user("both", member_of=[workspace, partner])
+        guest = make_user("guest", member_of=partner)
+        project = Project.objects.create(workspace=workspace, name="P")
+        project.shared_with.add(partner)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            task = Task.objects.create(workspace=workspace, project=project, title="do it")
+        scope_message, users_message = events()
+        assert scope_message["target"] == "scope"
+        assert users_message == {
+            "target": "users",
+            "event_type": "task.created",
+            "data": {"model": "task", "id": task.pk, "title": "do it"},
+            "channels": ["task", f"task:{task.pk}"],
+            "meta": {},
+            "user_ids": [guest.pk],
+        }
+        assert member.pk != both.pk
+
+    def test_shared_readers_of_a_guarded_record_are_checked_with_its_guard(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        partner = Workspace.objects.create(name="Partner", slug="partner")
+        make_user("guest", member_of=partner)
+        project = Project.objects.create(workspace=workspace, name="P")
+        project.shared_with.add(partner)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            GuardedTask.objects.create(workspace=workspace, project=project, title="s", secret=True)
+        assert [m["target"] for m in events()] == ["scope"]
+
+
+class TestCascades:
+    def test_rows_the_database_deletes_are_announced(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        files = [
+            Attachment.objects.create(workspace=workspace, contact=contact, name=f"f{n}")
+            for n in range(2)
+        ]
+        contact_pk = contact.pk
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact.delete()
+        assert not Attachment.objects.filter(pk__in=[f.pk for f in files]).exists()
+        assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == sorted(
+            [("attachment.deleted", f.pk) for f in files] + [("contact.deleted", contact_pk)]
+        )
+
+    @override_settings(REALTIME_CASCADE_LIMIT=2)
+    def test_database_cascades_past_the_limit_fold_into_one_truncated_event(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        for n in range(5):
+            Attachment.objects.create(workspace=workspace, contact=contact, name=f"f{n}")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact.delete()
+        attachments = [m for m in events() if m["event_type"] == "attachment.deleted"]
+        assert len(attachments) == 3
+        folded = [m for m in attachments if m["data"] is None]
+        assert folded == [
+            scope_event(
+                "attachment.deleted", None, ["attachment"], workspace.pk, meta={"truncated": True}
+            )
+        ]
+
+    @override_settings(REALTIME_CASCADE_LIMIT=2)
+    def test_django_cascades_past_the_limit_fold_into_one_truncated_event(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        folder = Folder.objects.create(workspace=workspace)
+        items = [
+            Item.objects.create(workspace=workspace, folder=folder, label=f"i{n}") for n in range(4)
+        ]
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            folder.delete()
+        announced = events()
+        # The first two children (by pk, the order Django collects them in) are announced one
+        # by one; the two past the limit fold into one event for their scope.
+        assert sorted(m["data"]["id"] for m in announced if m["data"] is not None) == [
+            item.pk for item in items[:2]
+        ]
+        (folded,) = [m for m in announced if m["data"] is None]
+        assert folded == scope_event(
+            "item.deleted", None, ["item"], workspace.pk, meta={"truncated": True}
+        )
+
+
+class TestOrigin:
+    @pytest.mark.parametrize(
+        ("header", "expected"),
+        [("tab-1.7", "tab-1.7"), ("x" * 64, "x" * 64), ("x" * 65, None), ("", None), (None, None)],
+    )
+    def test_the_request_origin_travels_with_its_writes(
+        self,
+        workspace: Workspace,
+        django_capture_on_commit_callbacks: Capture,
+        header: str | None,
+        expected: str | None,
+    ) -> None:
+        def view(request: HttpRequest) -> HttpResponse:
+            Contact.objects.create(workspace=workspace, name="from a request")
+            return HttpResponse("ok")
+
+        headers = {} if header is None else {"X-Origin-Id": header}
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            OriginMiddleware(view)(RequestFactory().post("/", headers=headers))
+            Contact.objects.create(workspace=workspace, name="outside a request")
+        inside, outside = events()
+        assert inside["meta"].get("origin") == expected
+        assert "origin" not in outside["meta"]
+
+
+class TestAnnounce:
+    def test_announce_publishes_writes_no_signal_saw(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Contact.objects.filter(pk=contact.pk).update(name="Bulk")
+            announce(Contact.objects.filter(pk=contact.pk), "updated", changed=["name"])
+        (message,) = events()
+        assert message["event_type"] == "contact.updated"
+        assert message["data"]["name"] == "Bulk"
+        assert message["meta"] == {"changed": ["name"]}
+
+    def test_announce_refuses_unknown_actions_and_undecorated_models(
+        self, workspace: Workspace
+    ) -> None:
+        with pytest.raises(ValueError, match="action"):
+            announce([], "renamed")
+        with pytest.raises(TypeError, match="realtime_model"):
+            announce(Plain(workspace=workspace, name="x"), "created")
