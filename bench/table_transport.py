@@ -137,10 +137,17 @@ def setup_django(database: str) -> None:
     django.setup()
 
 
+def fresh_sqlite_file() -> None:
+    """Start SQLite from an empty file: it is this script's own, and never holds anything else."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(SQLITE_FILE + suffix).unlink(missing_ok=True)
+
+
 def migrate() -> None:
+    """Create ``firm_channel_messages``: migrate the ``realtime`` app only, all it needs."""
     from django.core.management import call_command
 
-    call_command("migrate", database="default", interactive=False, verbosity=0)
+    call_command("migrate", "realtime", database="default", interactive=False, verbosity=0)
 
 
 def clear_table() -> None:
@@ -165,6 +172,28 @@ def server_version() -> str:
         row = cursor.fetchone()
     version = str(row[0]) if row else "?"
     return f"{connection.vendor} {version.split(' on ')[0]}"
+
+
+def code_version() -> str:
+    """The commit of the code measured, marked ``+changes`` when the work tree differs."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "realtime"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{commit or 'unknown'}{' +changes in realtime/' if dirty else ''}"
+
+
+def load_average() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} (1 min), {five:.2f} (5 min)"
 
 
 def make_transport(**options: Any) -> TableTransport:
@@ -634,6 +663,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.database == "sqlite" and args.publish_worker is None:
+        fresh_sqlite_file()
     setup_django(args.database)
     if args.publish_worker is not None:
         run_publish_worker(args)
@@ -645,19 +676,25 @@ def main() -> None:
     migrate()
     clear_table()
     started = time.monotonic()
-    print(f"table transport benchmark on {server_version()}")
+    print(f"table transport benchmark on {server_version()}, code {code_version()}")
     print(
         f"machine: {os.cpu_count()} cores, {platform.machine()}, Python "
         f"{platform.python_version()}; the publishing subprocesses (load generator) and the "
         "database server share these cores with the process measured"
     )
+    print(f"load average before: {load_average()}")
     print(
         f"settings: auto_trim {conf.AUTO_TRIM} (batch {conf.TRIM_BATCH_SIZE}, retention "
         f"{conf.MESSAGE_RETENTION:g} s), commit grace {conf.COMMIT_GRACE:g} s, "
         f"repeat {args.repeat}",
         flush=True,
     )
-    summary: dict[str, Any] = {"database": server_version(), "cores": os.cpu_count()}
+    summary: dict[str, Any] = {
+        "database": server_version(),
+        "code": code_version(),
+        "cores": os.cpu_count(),
+        "load_before": os.getloadavg(),
+    }
     try:
         if not args.skip_throughput:
             print(f"\nthroughput: {args.messages} single-message publish() calls per process")
@@ -681,8 +718,10 @@ def main() -> None:
         print(f"  {line}")
     if "worker_log_warnings" in summary:
         print(f"  in the throughput workers: {summary['worker_log_warnings']}")
+    print(f"load average after: {load_average()}")
     print(f"took {time.monotonic() - started:.0f} s")
     summary["log_warnings"] = counter.count
+    summary["load_after"] = os.getloadavg()
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
 

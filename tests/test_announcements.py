@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 
 from realtime import announce, limits
+from realtime.auth import RealtimeAuth
 from realtime.middleware import OriginMiddleware
 from tests.helpers import events, forget_messages, published
 from tests.testapp.models import (
@@ -754,3 +755,144 @@ class TestAnnounce:
             announce([], "renamed")
         with pytest.raises(TypeError, match="realtime_model"):
             announce(Plain(workspace=workspace, name="x"), "created")
+
+
+class AddsAnAuditor(RealtimeAuth):
+    def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> list[Any]:
+        return [*user_ids, AUDITOR_ID]
+
+
+class DropsEveryone(RealtimeAuth):
+    def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> list[Any]:
+        return []
+
+
+class BrokenRecipients(RealtimeAuth):
+    def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> list[Any]:
+        raise RuntimeError("hook bug")
+
+
+class NamesOutsiders(RealtimeAuth):
+    def outside_recipients(self, scope_id: Any, event_type: str, data: Any) -> list[Any]:
+        return [AUDITOR_ID, AUDITOR_ID + 1]
+
+
+class BrokenOutsiders(RealtimeAuth):
+    def outside_recipients(self, scope_id: Any, event_type: str, data: Any) -> list[Any]:
+        raise RuntimeError("hook bug")
+
+
+AUDITOR_ID = 9001
+
+
+class TestAudienceHooks:
+    @pytest.mark.parametrize(
+        ("auth", "expected"),
+        [
+            ("AddsAnAuditor", "ann+auditor"),
+            ("DropsEveryone", "nobody"),
+            ("BrokenRecipients", "nobody"),
+        ],
+    )
+    def test_recipients_hook_adds_removes_or_silences_an_account_event(
+        self,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+        caplog: pytest.LogCaptureFixture,
+        auth: str,
+        expected: str,
+    ) -> None:
+        ann = make_user("ann")
+        forget_messages()
+        with (
+            override_settings(REALTIME_AUTH=f"{__name__}.{auth}"),
+            django_capture_on_commit_callbacks(execute=True),
+            caplog.at_level(logging.ERROR, logger="realtime"),
+        ):
+            Notification.objects.create(user=ann, text="hi")
+        reached = [m["user_ids"] for m in events()]
+        assert reached == {"ann+auditor": [[ann.pk, AUDITOR_ID]], "nobody": []}[expected]
+        assert any("recipients" in r.getMessage() for r in caplog.records) == (
+            auth == "BrokenRecipients"
+        )
+
+    def test_recipients_of_a_delete_are_asked_before_the_row_goes(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann = make_user("ann")
+        note = Notification.objects.create(user=ann, text="hi")
+        forget_messages()
+        with (
+            override_settings(REALTIME_AUTH=f"{__name__}.AddsAnAuditor"),
+            django_capture_on_commit_callbacks(execute=True),
+        ):
+            note.delete()
+        assert [m["user_ids"] for m in events()] == [[ann.pk, AUDITOR_ID]]
+
+    def test_outside_recipients_hear_it_everywhere_but_in_that_scope(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        forget_messages()
+        with (
+            override_settings(REALTIME_AUTH=f"{__name__}.NamesOutsiders"),
+            django_capture_on_commit_callbacks(execute=True),
+        ):
+            contact = Contact.objects.create(workspace=workspace, name="Ann")
+        scope_message, outside = events()
+        assert scope_message["target"] == "scope"
+        assert outside == {
+            "target": "users",
+            "event_type": "contact.created",
+            "data": contact_data(contact),
+            "channels": contact_channels(contact),
+            "meta": {},
+            "skip_scope": workspace.pk,
+            "user_ids": [AUDITOR_ID, AUDITOR_ID + 1],
+        }
+
+    def test_a_failing_outside_recipients_hook_still_lets_the_scope_event_out(
+        self,
+        workspace: Workspace,
+        django_capture_on_commit_callbacks: Capture,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        forget_messages()
+        with (
+            override_settings(REALTIME_AUTH=f"{__name__}.BrokenOutsiders"),
+            django_capture_on_commit_callbacks(execute=True),
+            caplog.at_level(logging.ERROR, logger="realtime"),
+        ):
+            Contact.objects.create(workspace=workspace, name="Ann")
+        assert [m["target"] for m in events()] == ["scope"]
+        assert any("outside_recipients" in r.getMessage() for r in caplog.records)
+
+    def test_shared_readers_are_not_told_twice_as_outside_recipients(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        partner = Workspace.objects.create(name="Partner", slug="partner")
+        guest = make_user("guest", member_of=partner)
+        project = Project.objects.create(workspace=workspace, name="P")
+        project.shared_with.add(partner)
+
+        class AlsoNamesTheGuest(RealtimeAuth):
+            def outside_recipients(self, scope_id: Any, event_type: str, data: Any) -> list[Any]:
+                return [guest.pk, AUDITOR_ID]
+
+        globals()["AlsoNamesTheGuest"] = AlsoNamesTheGuest
+        forget_messages()
+        try:
+            with (
+                override_settings(REALTIME_AUTH=f"{__name__}.AlsoNamesTheGuest"),
+                django_capture_on_commit_callbacks(execute=True),
+            ):
+                Task.objects.create(workspace=workspace, project=project, title="t")
+        finally:
+            del globals()["AlsoNamesTheGuest"]
+        _, shared, outside = events()
+        assert shared["user_ids"] == [guest.pk]
+        assert "skip_scope" not in shared
+        assert outside["user_ids"] == [AUDITOR_ID]
+        assert outside["skip_scope"] == workspace.pk

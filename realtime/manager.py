@@ -1,0 +1,420 @@
+"""``SocketManager``: this process's sockets, indexed the way deliveries look them up.
+
+Sockets are indexed by scope, by (scope, channel) and by account, so an event costs what it
+delivers, not what the process holds. The manager follows on the transport exactly the scopes
+it holds a socket of (the first socket of a scope follows it, the last one leaving unfollows
+it), plus the base channel for account events and recheck requests. A message for a worker
+holding no socket is dropped before it is parsed. Frames are encoded once per event and handed
+straight to each socket's ASGI ``send`` — never through a channel layer or a consumer's
+dispatch — and a socket that does not take its frame in time is closed 1011 while the others
+hear the event now. Rechecks run here too, in batches, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from realtime import protocol, signals
+from realtime.auth import RealtimeAuth, Scope, get_auth, resolve_scopes
+from realtime.blocking import run_blocking
+from realtime.conf import conf
+from realtime.payload import base_channel, jsonable, scope_channel
+from realtime.sockets import Socket
+from realtime.transports import get_transport
+from realtime.transports.base import Transport
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between housekeeping rounds (due rechecks, stalled sockets).
+TICK = 1.0
+#: Seconds a handshake waits for the listener before it goes on without it.
+LISTEN_WAIT = 5.0
+
+
+class SocketManager:
+    """The sockets of this process; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.sockets: set[Socket] = set()
+        self.by_scope: dict[Any, set[Socket]] = {}
+        self.by_scope_channel: dict[tuple[Any, str], set[Socket]] = {}
+        self.by_user: dict[Any, set[Socket]] = {}
+        self._followed: set[Any] = set()
+        self._reserved: dict[Any, int] = {}
+        self._scope_locks: dict[Any, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._transport: Transport | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self._housekeeper: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+
+    # Listening ------------------------------------------------------------------------
+
+    async def ensure_listening(self) -> None:
+        """Start the transport's listener and follow the base channel (once, shared)."""
+        if self._listening is None or (self._listening.done() and self._listening.exception()):
+            self._listening = asyncio.get_running_loop().create_task(self._listen())
+        await asyncio.shield(self._listening)
+        if self._housekeeper is None or self._housekeeper.done():
+            self._wake = asyncio.Event()
+            self._housekeeper = asyncio.get_running_loop().create_task(self._housekeep())
+
+    async def _listen(self) -> None:
+        transport = get_transport()
+        if transport is not self._transport:
+            transport.add_listener(self.on_message)
+            self._transport = transport
+        await transport.start()
+        await transport.follow(base_channel())
+
+    # Registry -------------------------------------------------------------------------
+
+    def reserve(self, user_id: Any) -> bool:
+        """Hold a place for one more socket of an account, within its per-worker limit."""
+        key = jsonable(user_id)
+        held = len(self.by_user.get(key, ())) + self._reserved.get(key, 0)
+        if held >= conf.MAX_SOCKETS_PER_USER:
+            return False
+        self._reserved[key] = self._reserved.get(key, 0) + 1
+        return True
+
+    def release(self, user_id: Any) -> None:
+        """Give back a place taken by ``reserve`` (the socket registered, or never will)."""
+        key = jsonable(user_id)
+        left = self._reserved.get(key, 0) - 1
+        if left > 0:
+            self._reserved[key] = left
+        else:
+            self._reserved.pop(key, None)
+
+    async def register(self, socket: Socket) -> None:
+        """Index a socket that just authenticated and follow the scopes it reads."""
+        self.sockets.add(socket)
+        self.by_user.setdefault(socket.user_id, set()).add(socket)
+        socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
+        await self._enter_scopes(socket, list(socket.scopes))
+
+    async def unregister(self, socket: Socket) -> None:
+        """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
+        if socket not in self.sockets:
+            return
+        self.sockets.discard(socket)
+        _discard(self.by_user, socket.user_id, socket)
+        await self._leave_scopes(socket, list(socket.scopes))
+
+    async def set_scopes(self, socket: Socket, scopes: list[Scope], *, keep_channels: bool) -> None:
+        """Make ``socket`` read exactly ``scopes``; a client watch that changes the set drops
+        its subscriptions, a recheck only the entries of the scopes it lost."""
+        new = {jsonable(scope.id): scope.slug for scope in scopes}
+        gone = [scope_id for scope_id in socket.scopes if scope_id not in new]
+        added = [scope_id for scope_id in new if scope_id not in socket.scopes]
+        if not keep_channels and (gone or added):
+            for scope_id in socket.scopes:
+                self._unindex_channels(socket, scope_id, socket.channels)
+            socket.channels.clear()
+        socket.scopes = new
+        if socket in self.sockets:
+            await self._leave_scopes(socket, gone)
+            await self._enter_scopes(socket, added)
+
+    def subscribe(self, socket: Socket, channels: Iterable[str]) -> None:
+        """Add channels (known models only, up to ``REALTIME_MAX_CHANNELS``)."""
+        from realtime.registry import subscribable_names
+
+        known = subscribable_names()
+        limit = conf.MAX_CHANNELS
+        fresh: list[str] = []
+        for channel in channels:
+            if protocol.channel_model(channel) not in known or channel in socket.channels:
+                continue
+            if len(socket.channels) + len(fresh) >= limit:
+                break
+            fresh.append(channel)
+        socket.channels.update(fresh)
+        for scope_id in socket.scopes:
+            for channel in fresh:
+                self.by_scope_channel.setdefault((scope_id, channel), set()).add(socket)
+
+    def unsubscribe(self, socket: Socket, channels: Iterable[str]) -> None:
+        held = [channel for channel in channels if channel in socket.channels]
+        socket.channels.difference_update(held)
+        for scope_id in socket.scopes:
+            self._unindex_channels(socket, scope_id, held)
+
+    def _unindex_channels(self, socket: Socket, scope_id: Any, channels: Iterable[str]) -> None:
+        for channel in channels:
+            _discard(self.by_scope_channel, (scope_id, channel), socket)
+
+    async def _enter_scopes(self, socket: Socket, scope_ids: list[Any]) -> None:
+        for scope_id in scope_ids:
+            self.by_scope.setdefault(scope_id, set()).add(socket)
+            for channel in socket.channels:
+                self.by_scope_channel.setdefault((scope_id, channel), set()).add(socket)
+        for scope_id in scope_ids:
+            await self._sync_follow(scope_id)
+
+    async def _leave_scopes(self, socket: Socket, scope_ids: list[Any]) -> None:
+        for scope_id in scope_ids:
+            _discard(self.by_scope, scope_id, socket)
+            self._unindex_channels(socket, scope_id, socket.channels)
+        for scope_id in scope_ids:
+            await self._sync_follow(scope_id)
+
+    async def _sync_follow(self, scope_id: Any) -> None:
+        """Follow a scope while someone here reads it, unfollow it once nobody does."""
+        lock = self._scope_locks.setdefault(scope_id, asyncio.Lock())
+        async with lock:
+            wanted = scope_id in self.by_scope
+            transport = self._transport or get_transport()
+            try:
+                if wanted and scope_id not in self._followed:
+                    await transport.follow(scope_channel(scope_id))
+                    self._followed.add(scope_id)
+                elif not wanted and scope_id in self._followed:
+                    self._followed.discard(scope_id)
+                    await transport.unfollow(scope_channel(scope_id))
+            except Exception:
+                logger.exception("realtime: following scope %s failed; retried later", scope_id)
+        if not lock.locked() and scope_id not in self.by_scope:
+            self._scope_locks.pop(scope_id, None)
+
+    # Delivery -------------------------------------------------------------------------
+
+    def on_message(self, channel: str, payload: bytes) -> None:
+        """Transport listener: hand a message to a delivery task (drop it if nobody is here)."""
+        if not self.sockets:
+            return
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            logger.warning("realtime: dropped an unreadable message on %s", channel)
+            return
+        if not isinstance(message, dict):
+            return
+        self._spawn(self.deliver(message))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def deliver(self, message: dict[str, Any]) -> None:
+        """Deliver one internal message to the local sockets it is for."""
+        try:
+            target = message.get("target")
+            if target == "scope":
+                await self._deliver_to_scope(message)
+            elif target == "users":
+                await self._deliver_to_users(message)
+            elif target == "recheck":
+                self.request_recheck(message.get("user_ids") or ())
+        except Exception:
+            logger.exception("realtime: delivering %s failed", message.get("event_type"))
+
+    async def _deliver_to_scope(self, message: dict[str, Any]) -> None:
+        scope_id = message.get("scope_id")
+        members = self.by_scope.get(scope_id)
+        if not members:
+            return
+        channels = message.get("channels")
+        if channels is None:
+            targets = set(members)
+        else:
+            targets = set()
+            for channel in channels:
+                targets |= self.by_scope_channel.get((scope_id, channel), set())
+        if message.get("exclude"):
+            excluded = set(message["exclude"])
+            targets = {s for s in targets if s.user_id not in excluded}
+        if message.get("only") is not None:
+            only = set(message["only"])
+            targets = {s for s in targets if s.user_id in only}
+        event_type, data = message.get("event_type"), message.get("data")
+        auth = get_auth()
+        if targets and (message.get("about") is not None or _overrides_audience(auth)):
+            asked = sorted({s.user_id for s in targets}, key=str)
+            allowed = set(
+                await run_blocking(
+                    _audience, auth, scope_id, event_type, data, asked, message.get("about")
+                )
+            )
+            targets = {s for s in targets if s.user_id in allowed}
+        frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
+        await self.send_all(targets, frame)
+        self._delivered(event_type, data, channels, targets)
+
+    async def _deliver_to_users(self, message: dict[str, Any]) -> None:
+        targets: set[Socket] = set()
+        for user_id in message.get("user_ids") or ():
+            targets |= self.by_user.get(user_id, set())
+        skip = message.get("skip_scope")
+        if skip is not None:
+            targets = {s for s in targets if skip not in s.scopes}
+        event_type, data, channels = (
+            message.get("event_type"),
+            message.get("data"),
+            message.get("channels"),
+        )
+        await self.send_all(targets, protocol.event_frame(event_type, data, message.get("meta")))
+        self._delivered(event_type, data, channels, targets)
+
+    async def send_all(self, targets: Iterable[Socket], frame: str) -> None:
+        """Send one encoded frame to every target at once; close 1011 those not reading."""
+        message = {"type": "websocket.send", "text": frame}
+        timeout = conf.SEND_TIMEOUT
+        dropped: list[Socket] = []
+        waiting: list[Socket] = []
+        for socket in targets:
+            # Daphne's send only appends to a buffer and never waits: going through the
+            # targets in turn costs no socket any time, so none holds the others back.
+            if not socket.buffered:
+                waiting.append(socket)
+            elif not await socket.send_frame(message, timeout):
+                dropped.append(socket)
+        if waiting:
+            results = await asyncio.gather(*(s.send_frame(message, timeout) for s in waiting))
+            dropped += [socket for socket, ok in zip(waiting, results, strict=True) if not ok]
+        for socket in dropped:
+            logger.warning(
+                "realtime: a socket of account %s is not reading; closed", socket.user_id
+            )
+            await self.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
+
+    async def drop(self, socket: Socket, code: int) -> None:
+        await socket.close(code)
+        await self.unregister(socket)
+
+    def _delivered(self, event_type: Any, data: Any, channels: Any, targets: set[Socket]) -> None:
+        if channels is None or not targets:
+            return
+        if not signals.event_delivered.has_listeners(SocketManager):
+            return
+        event_channels = set(channels)
+        watchers: dict[Any, set[str]] = {}
+        for socket in targets:
+            heard = event_channels & socket.channels
+            if heard:
+                watchers.setdefault(socket.user_id, set()).update(heard)
+        self._spawn(
+            signals.send_robustly(
+                signals.event_delivered,
+                SocketManager,
+                event_type=event_type,
+                data=data,
+                watchers={user_id: sorted(heard) for user_id, heard in watchers.items()},
+            )
+        )
+
+    # Rechecks and housekeeping ------------------------------------------------------------
+
+    def request_recheck(self, user_ids: Iterable[Any]) -> None:
+        """Recheck the sockets of these accounts at the next round (now)."""
+        for user_id in user_ids:
+            for socket in self.by_user.get(user_id, ()):
+                socket.next_recheck = 0.0
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _housekeep(self) -> None:
+        assert self._wake is not None
+        while True:
+            try:
+                await self.recheck_due()
+                await self._close_stalled()
+                await self._reconcile()
+            except Exception:
+                logger.exception("realtime: a housekeeping round failed; retrying")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK)
+
+    async def recheck_due(self) -> None:
+        """Recheck the sockets whose turn has come, in one batch off the event loop."""
+        now = time.monotonic()
+        due = [s for s in self.sockets if s.next_recheck <= now]
+        if not due:
+            return
+        for socket in due:
+            socket.next_recheck = now + conf.RECHECK_INTERVAL
+        versions = [socket.scope_version for socket in due]
+        questions = [(s.user_id, s.token, s.ask, list(s.scopes)) for s in due]
+        answers = await run_blocking(_recheck_batch, get_auth(), questions)
+        for socket, version, answer in zip(due, versions, answers, strict=True):
+            if socket.closed or socket not in self.sockets or answer is _FAILED:
+                continue
+            if answer is None:
+                await socket.consumer.refuse_later(protocol.Refusal.TOKEN)
+                await self.unregister(socket)
+            elif socket.scope_version == version:
+                await self.set_scopes(socket, answer, keep_channels=True)
+
+    async def _close_stalled(self) -> None:
+        timeout = conf.SEND_TIMEOUT
+        for socket in [s for s in self.sockets if s.stalled(timeout)]:
+            logger.warning(
+                "realtime: a socket of account %s is not reading; closed", socket.user_id
+            )
+            await self.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
+
+    async def _reconcile(self) -> None:
+        """Follow what is held but not followed (a follow that failed earlier)."""
+        for scope_id in [s for s in self.by_scope if s not in self._followed]:
+            await self._sync_follow(scope_id)
+
+
+_FAILED = object()
+
+
+def _overrides_audience(auth: RealtimeAuth) -> bool:
+    return type(auth).audience is not RealtimeAuth.audience
+
+
+def _audience(
+    auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
+) -> list[Any]:
+    return [
+        jsonable(user_id) for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
+    ]
+
+
+def _recheck_batch(
+    auth: RealtimeAuth, questions: list[tuple[Any, str, Any, list[Any]]]
+) -> list[Any]:
+    """Resolve each socket's bearer and scopes again: ``None`` when the bearer is lost."""
+    answers: list[Any] = []
+    for user_id, token, ask, held in questions:
+        try:
+            user = auth.user_of_token(token)
+            if user is None or jsonable(user.pk) != user_id:
+                answers.append(None)
+            else:
+                answers.append(resolve_scopes(auth, user, token, ask, held))
+        except Exception:
+            logger.exception("realtime: rechecking a socket of account %s failed", user_id)
+            answers.append(_FAILED)
+    return answers
+
+
+def _discard(index: dict[Any, set[Socket]], key: Any, socket: Socket) -> None:
+    group = index.get(key)
+    if group is not None:
+        group.discard(socket)
+        if not group:
+            del index[key]
+
+
+_manager: SocketManager | None = None
+
+
+def get_manager() -> SocketManager:
+    """This process's manager."""
+    global _manager
+    if _manager is None:
+        _manager = SocketManager()
+    return _manager

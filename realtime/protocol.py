@@ -1,0 +1,153 @@
+"""The socket protocol, without I/O: close codes, refusal reasons, frame reading and writing.
+
+Every frame both ways is a JSON object ``{"type": str, "data": object | null}`` in a text
+frame. Reading is defensive: anything a client sends is parsed here into plain values or a
+precise ``FrameError``, so the consumer is a small state machine over already-checked input.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+
+class CloseCode(enum.IntEnum):
+    """WebSocket close codes the server uses."""
+
+    POLICY_VIOLATION = 1008
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+
+
+class Refusal(enum.StrEnum):
+    """Reasons of ``auth_error``, verbatim: clients match on them."""
+
+    TIMEOUT = "Authentication timeout"
+    FORMAT = "Invalid authentication format"
+    MESSAGE = "Invalid authentication message"
+    TOKEN = "Invalid authentication token"  # noqa: S105 - a message, not a secret
+    SCOPE = "Scope not found"
+    TOO_MANY = "Too many connections"
+
+
+# Frame types the protocol defines.
+AUTHENTICATE: Final = "authenticate"
+WATCH: Final = "watch"
+SUBSCRIBE: Final = "subscribe"
+UNSUBSCRIBE: Final = "unsubscribe"
+HEARTBEAT: Final = "heartbeat"
+AUTH_SUCCESS: Final = "auth_success"
+AUTH_ERROR: Final = "auth_error"
+
+# Meta keys an event frame may carry at its top level, in their order.
+META_KEYS: Final = ("origin", "changed", "truncated")
+
+
+class FrameError(ValueError):
+    """A frame that is not a JSON object (binary, unreadable, nested too deep, or not a dict)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    type: str | None
+    data: dict[str, Any]
+    raw_data: Any
+
+
+def parse_frame(text: Any) -> Frame:
+    """Read one client text frame; raise ``FrameError`` unless it is a JSON object.
+
+    ``type`` is ``None`` when missing or not a string; ``data`` is ``{}`` unless an object.
+    """
+    if not isinstance(text, str):
+        raise FrameError("binary frame")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError("not JSON") from exc
+    if not isinstance(value, dict):
+        raise FrameError("not a JSON object")
+    type_ = value.get("type")
+    raw = value.get("data")
+    return Frame(
+        type=type_ if isinstance(type_, str) else None,
+        data=raw if isinstance(raw, dict) else {},
+        raw_data=raw,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeAsk:
+    """What a client asked to read: a list of slugs, or one slug (or nothing)."""
+
+    many: bool
+    slugs: tuple[str, ...]
+    single: Any
+    #: Whether something was asked: a non-empty list, or a non-null single scope.
+    asked: bool
+
+
+def read_scopes(data: dict[str, Any]) -> ScopeAsk:
+    """Read ``scopes`` (a JSON list only) else ``scope``; ``workspace(s)`` when those are absent.
+
+    Non-string list entries are dropped, but a non-empty list still counts as asked.
+    """
+    listed = data["scopes"] if "scopes" in data else data.get("workspaces")
+    if isinstance(listed, list):
+        slugs = tuple(dict.fromkeys(slug for slug in listed if isinstance(slug, str)))
+        return ScopeAsk(many=True, slugs=slugs, single=None, asked=bool(listed))
+    single = data["scope"] if "scope" in data else data.get("workspace")
+    return ScopeAsk(
+        many=False,
+        slugs=(single,) if isinstance(single, str) else (),
+        single=single,
+        asked=single is not None,
+    )
+
+
+def read_channels(data: dict[str, Any]) -> list[str]:
+    """``channels`` when a non-empty list, else ``[channel]`` when a string; strings only."""
+    channels = data.get("channels")
+    if isinstance(channels, list) and channels:
+        return [channel for channel in channels if isinstance(channel, str)]
+    channel = data.get("channel")
+    return [channel] if isinstance(channel, str) else []
+
+
+def channel_model(channel: str) -> str:
+    """The model part of a channel: ``contact`` of ``contact:7``."""
+    return channel.split(":", 1)[0]
+
+
+def encode(frame: dict[str, Any]) -> str:
+    """Encode a frame compactly, non-ASCII kept as is."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def event_frame(
+    event_type: Any, data: Any, meta: dict[str, Any] | None, scope_id: Any = None
+) -> str:
+    """The frame of an event: ``type, data, origin, changed, truncated, scope_id``, in order."""
+    frame: dict[str, Any] = {"type": event_type, "data": data}
+    if meta:
+        for key in META_KEYS:
+            if key in meta:
+                frame[key] = meta[key]
+    if scope_id is not None:
+        frame["scope_id"] = scope_id
+    return encode(frame)
+
+
+def auth_success(user_id: Any, slugs: list[str]) -> str:
+    return encode(
+        {
+            "type": AUTH_SUCCESS,
+            "data": {"user_id": user_id, "scope": slugs[0] if slugs else None, "scopes": slugs},
+        }
+    )
+
+
+def auth_error(reason: Refusal) -> str:
+    return encode({"type": AUTH_ERROR, "data": {"message": reason.value}})

@@ -1,0 +1,36 @@
+"""Signals an application may listen to. Each is sent robustly: a failing receiver is logged.
+
+``frame_received(sender=RealtimeConsumer, consumer, user, event_type, data)``
+    A client frame of a type the protocol does not define (the application's own).
+``event_delivered(sender=SocketManager, event_type, data, watchers)``
+    An event carrying channels reached local sockets; ``watchers`` maps each account id to
+    the channels of the event its sockets subscribed to. Sent only when someone listens.
+``socket_disconnected(sender=RealtimeConsumer, consumer, user, code)``
+    A socket ended, on every exit path; ``user`` is ``None`` before authentication.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+logger = logging.getLogger(__name__)
+
+frame_received = Signal()
+event_delivered = Signal()
+socket_disconnected = Signal()
+
+
+async def send_robustly(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send ``signal`` to every receiver (sync ones in a thread); log what a receiver raises."""
+    if not signal.has_listeners(sender):
+        return
+    for receiver, result in await signal.asend_robust(sender, **kwargs):
+        if isinstance(result, Exception):
+            logger.error(
+                "realtime: signal receiver %r failed",
+                receiver,
+                exc_info=(type(result), result, result.__traceback__),
+            )

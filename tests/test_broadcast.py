@@ -1,0 +1,386 @@
+"""``realtime.broadcast``: the exact messages each call publishes through the table transport,
+when they are published (after commit, at once, from async code), and what a failure costs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test import override_settings
+from pytest_django import DjangoCaptureOnCommitCallbacks
+
+from realtime import broadcast
+from realtime.broadcast import (
+    broadcast_to_scope,
+    broadcast_to_user,
+    broadcast_to_users,
+    recheck_users,
+)
+from realtime.payload import encode
+from tests.helpers import WAIT, events, forget_messages, published, without_mid
+from tests.testapp.models import Contact, VipContact
+
+TABLE = "firm_channel_messages"
+DATA = {"model": "contact", "id": 7, "name": "Zoë", "notes": "n" * 300}
+META = {"origin": "tab-1", "changed": ["name", "notes"]}
+
+
+@pytest.fixture(autouse=True)
+def no_background_trims() -> Iterator[None]:
+    """Keep the transport's trimming thread (and its own connection) out of these tests."""
+    with override_settings(REALTIME_AUTO_TRIM=False):
+        yield
+
+
+def scope_event(scope_id: Any, event_type: str, data: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "target": "scope",
+        "scope_id": scope_id,
+        "event_type": event_type,
+        "data": data,
+        "channels": None,
+        "meta": {},
+        **extra,
+    }
+
+
+def rename_table(old: str, new: str) -> None:
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
+
+
+def wait_for_rows(count: int, timeout: float = WAIT) -> list[tuple[str, dict[str, Any]]]:
+    """Poll the table (in this thread) until ``count`` rows are there, at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            rows = published()
+            if len(rows) >= count or time.monotonic() > deadline:
+                return rows
+            time.sleep(0.01)
+    finally:
+        connections.close_all()
+
+
+# broadcast_to_scope ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_scope_broadcast_publishes_the_exact_message_on_the_scope_channel(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_scope(7, "deal.won", {"amount": 5, "who": "Zoë"}, meta={"origin": "tab-1"})
+        assert published() == []
+    assert [channel for channel, _ in published()] == ["realtime_7"]
+    assert events() == [
+        scope_event(7, "deal.won", {"amount": 5, "who": "Zoë"}, meta={"origin": "tab-1"})
+    ]
+
+
+@pytest.mark.django_db
+def test_scope_broadcast_carries_channels_exclude_about_and_only(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_scope(
+            7,
+            "deal.won",
+            None,
+            channels=["deal", "deal:3"],
+            exclude_user_ids=[9, 4, 9],
+            about=(Contact, 3),
+            audience=[8, 2, 8],
+        )
+    assert events() == [
+        scope_event(
+            7,
+            "deal.won",
+            None,
+            channels=["deal", "deal:3"],
+            exclude=[4, 9],
+            about={"model": "contact", "id": 3},
+            only=[2, 8],
+        )
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("model", [Contact, VipContact, "contact"], ids=["model", "proxy", "name"])
+def test_scope_broadcast_about_a_model_or_a_name_names_it_by_wire_name(
+    model: type[Contact] | str,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_scope(7, "contact.flagged", None, about=(model, 7))
+    assert events() == [
+        scope_event(7, "contact.flagged", None, about={"model": "contact", "id": 7})
+    ]
+
+
+@pytest.mark.django_db
+def test_scope_broadcast_to_an_empty_audience_publishes_nothing(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        broadcast_to_scope(7, "deal.won", None, audience=[])
+        broadcast_to_scope(7, "marker", None)
+    assert len(callbacks) == 1
+    assert events() == [scope_event(7, "marker", None)]
+
+
+@pytest.mark.django_db
+def test_scope_broadcast_to_450_accounts_is_sliced_in_200s(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_scope(7, "deal.won", None, audience=range(450, 0, -1))
+    sent = events()
+    assert [message["only"] for message in sent] == [
+        list(range(1, 201)),
+        list(range(201, 401)),
+        list(range(401, 451)),
+    ]
+    assert [{**m, "only": None} for m in sent] == [scope_event(7, "deal.won", None, only=None)] * 3
+    assert len({message["mid"] for _, message in published()}) == 3
+
+
+# broadcast_to_users, broadcast_to_user, recheck_users -----------------------------------------
+
+
+@pytest.mark.django_db
+def test_users_broadcast_publishes_one_message_on_the_base_channel(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_users(
+            [5, 3, 5], "note.sent", {"n": 1}, channels=["note"], meta={"origin": "o"}, skip_scope=7
+        )
+    assert [channel for channel, _ in published()] == ["realtime"]
+    assert events() == [
+        {
+            "target": "users",
+            "event_type": "note.sent",
+            "data": {"n": 1},
+            "channels": ["note"],
+            "meta": {"origin": "o"},
+            "skip_scope": 7,
+            "user_ids": [3, 5],
+        }
+    ]
+
+
+@pytest.mark.django_db
+def test_user_broadcast_reaches_one_account_without_skipping_a_scope(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_user(5, "note.sent", {"n": 1}, meta={"origin": "o"})
+    assert [channel for channel, _ in published()] == ["realtime"]
+    assert events() == [
+        {
+            "target": "users",
+            "event_type": "note.sent",
+            "data": {"n": 1},
+            "channels": None,
+            "meta": {"origin": "o"},
+            "user_ids": [5],
+        }
+    ]
+
+
+@pytest.mark.django_db
+def test_users_broadcast_to_nobody_publishes_nothing(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_users([], "note.sent", None)
+        broadcast_to_user(1, "marker", None)
+    assert [message["event_type"] for message in events()] == ["marker"]
+
+
+@pytest.mark.django_db
+def test_recheck_users_publishes_a_recheck_on_the_base_channel(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        recheck_users([4, 2, 4])
+        assert published() == []
+    assert [channel for channel, _ in published()] == ["realtime"]
+    assert events() == [{"target": "recheck", "user_ids": [2, 4]}]
+
+
+@pytest.mark.django_db
+@override_settings(REALTIME_CHANNEL="rt")
+def test_broadcasts_follow_the_configured_channel(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        broadcast_to_scope(7, "a", None)
+        broadcast_to_user(5, "b", None)
+        recheck_users([5])
+    assert [channel for channel, _ in published()] == ["rt_7", "rt", "rt"]
+
+
+# When it is published --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broadcast_in_a_transaction_is_published_only_after_commit() -> None:
+    with transaction.atomic():
+        broadcast_to_scope(7, "deal.won", None)
+        broadcast_to_user(5, "note.sent", None)
+        recheck_users([5])
+        assert published() == []
+    assert [message["target"] for message in events()] == ["scope", "users", "recheck"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broadcast_in_a_rolled_back_transaction_publishes_nothing() -> None:
+    with transaction.atomic():
+        broadcast_to_scope(7, "deal.won", None)
+        broadcast_to_user(5, "note.sent", None)
+        recheck_users([5])
+        transaction.set_rollback(True)
+    broadcast_to_scope(7, "marker", None)
+    assert events() == [scope_event(7, "marker", None)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broadcast_in_a_rolled_back_savepoint_publishes_only_the_rest() -> None:
+    with transaction.atomic():
+        broadcast_to_scope(7, "kept.before", None)
+        with transaction.atomic():
+            broadcast_to_scope(7, "lost", None)
+            transaction.set_rollback(True)
+        broadcast_to_scope(7, "kept.after", None)
+    assert [message["event_type"] for message in events()] == ["kept.before", "kept.after"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_broadcast_outside_a_transaction_is_published_at_once() -> None:
+    broadcast_to_scope(7, "deal.won", {"amount": 5})
+    assert events() == [scope_event(7, "deal.won", {"amount": 5})]
+    recheck_users([3])
+    assert events("recheck") == [{"target": "recheck", "user_ids": [3]}]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_broadcast_from_async_code_publishes_from_a_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    earlier = set(broadcast._tasks)
+    broadcast_to_scope(7, "deal.won", {"amount": 5})
+    pending = set(broadcast._tasks) - earlier
+    # The work runs in a thread; its task is kept referenced until it is done.
+    assert len(pending) == 1
+    rows = await asyncio.to_thread(wait_for_rows, 1)
+    await asyncio.wait_for(asyncio.gather(*pending), WAIT)
+    assert pending.isdisjoint(broadcast._tasks)
+    assert [channel for channel, _ in rows] == ["realtime_7"]
+    assert [without_mid(message) for _, message in rows] == [
+        scope_event(7, "deal.won", {"amount": 5})
+    ]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_broadcast_kind_works_from_async_code() -> None:
+    earlier = set(broadcast._tasks)
+    broadcast_to_users([2, 1], "note.sent", None)
+    recheck_users([3])
+    pending = set(broadcast._tasks) - earlier
+    assert len(pending) == 2
+    await asyncio.wait_for(asyncio.gather(*pending), WAIT)
+    rows = await asyncio.to_thread(wait_for_rows, 2)
+    assert sorted(message["target"] for _, message in rows) == ["recheck", "users"]
+
+
+# Failures --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failing_transport_outside_a_transaction_logs_an_error_and_does_not_raise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rename_table(TABLE, f"{TABLE}_away")
+    try:
+        broadcast_to_scope(7, "lost", None)
+    finally:
+        rename_table(f"{TABLE}_away", TABLE)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].name.startswith("realtime")
+    assert errors[0].exc_info is not None
+    broadcast_to_scope(7, "marker", None)
+    assert events() == [scope_event(7, "marker", None)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failing_transport_after_commit_logs_an_error_and_does_not_raise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rename_table(TABLE, f"{TABLE}_away")
+    try:
+        with transaction.atomic():
+            broadcast_to_scope(7, "lost", None)
+            recheck_users([5])
+    finally:
+        rename_table(f"{TABLE}_away", TABLE)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].name.startswith("realtime")
+    assert errors[0].exc_info is not None
+    assert published() == []
+
+
+# Truncation at REALTIME_MAX_PAYLOAD ------------------------------------------------------------
+
+
+def broadcast_big(capture: DjangoCaptureOnCommitCallbacks) -> list[dict[str, Any]]:
+    forget_messages()
+    with capture(execute=True):
+        broadcast_to_scope(7, "contact.noted", DATA, channels=["contact"], meta=META)
+    return [message for _, message in published()]
+
+
+@pytest.mark.django_db
+def test_broadcast_at_exactly_max_payload_is_unchanged_and_one_byte_less_is_truncated(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    (first,) = broadcast_big(django_capture_on_commit_callbacks)
+    # The mid is a uuid4 hex: every message of these arguments encodes to this size.
+    size = len(encode(first))
+    full = scope_event(7, "contact.noted", DATA, channels=["contact"], meta=META)
+    assert without_mid(first) == full
+
+    with override_settings(REALTIME_MAX_PAYLOAD=size):
+        (at_budget,) = broadcast_big(django_capture_on_commit_callbacks)
+    assert len(encode(at_budget)) == size
+    assert without_mid(at_budget) == full
+
+    with override_settings(REALTIME_MAX_PAYLOAD=size - 1):
+        (over,) = broadcast_big(django_capture_on_commit_callbacks)
+    assert without_mid(over) == {
+        **full,
+        "data": {"model": "contact", "id": 7},
+        "meta": {**META, "truncated": True},
+    }
+
+
+@pytest.mark.django_db
+def test_broadcast_that_cannot_fit_max_payload_is_dropped_with_an_error(
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with override_settings(REALTIME_MAX_PAYLOAD=20):
+        assert broadcast_big(django_capture_on_commit_callbacks) == []
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert "contact.noted" in errors[0].getMessage()

@@ -1,0 +1,397 @@
+"""Each check id of ``realtime.model_checks``, and what ``@realtime_model`` refuses at once.
+
+Throwaway models live in an app registry of their own (``isolate_apps``) and are unregistered
+from ``realtime`` after each test, so no other test sees them. Their relations point at the
+project's models by class: in an isolated registry a relation named by string never resolves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+from django.apps.registry import Apps
+from django.contrib.auth import get_user_model
+from django.core import checks
+from django.core.checks import CheckMessage
+from django.db import models
+from django.db.models import Q
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
+from django.test import override_settings
+from django.test.utils import isolate_apps
+
+from realtime import realtime_model
+from realtime.model_checks import check_models
+from realtime.registry import all_options, options_for, options_named, unregister
+from tests.testapp.models import Company, Contact, Plain, Tag, Workspace
+
+
+def everyone(user: Any) -> Q:
+    return Q()
+
+
+class Record(models.Model):
+    """The columns and relations every throwaway model starts from."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey(
+        get_user_model(), on_delete=models.CASCADE, null=True, related_name="+"
+    )
+    company = models.ForeignKey(Company, on_delete=models.CASCADE, null=True, related_name="+")
+    plain = models.ForeignKey(Plain, on_delete=models.CASCADE, null=True, related_name="+")
+    title = models.CharField(max_length=100)
+    tags = models.ManyToManyField(Tag, related_name="+")
+
+    class Meta:
+        abstract = True
+        app_label = "testapp"
+
+    def __str__(self) -> str:
+        return self.title
+
+
+@pytest.fixture(autouse=True)
+def isolated() -> Iterator[Apps]:
+    """An app registry for this test's models; every one is unregistered from realtime after."""
+    with isolate_apps("tests.testapp") as apps:
+        assert apps is not None
+        try:
+            yield apps
+        finally:
+            for model in apps.get_models(include_auto_created=True):
+                unregister(model)
+    assert [options for options in all_options() if options.model._meta.apps is apps] == []
+
+
+def messages() -> list[CheckMessage]:
+    """Run ``check_models``; every message it returns must carry a hint."""
+    found: list[CheckMessage] = check_models()
+    for message in found:
+        assert isinstance(message.hint, str), message
+        assert message.hint.strip(), message
+    return found
+
+
+def ids() -> list[str | None]:
+    return [message.id for message in messages()]
+
+
+def ids_about(model: type[models.Model]) -> list[str | None]:
+    return [message.id for message in messages() if message.obj is model]
+
+
+def declare(**options: Any) -> type[models.Model]:
+    """Declare and decorate a throwaway model with ``options``."""
+
+    @realtime_model(**options)
+    class Throwaway(Record):
+        pass
+
+    return Throwaway
+
+
+def test_unregister_forgets_a_model_and_disconnects_its_receivers() -> None:
+    model = declare(name="passing")
+    through = model._meta.get_field("tags").remote_field.through
+    signals = [post_save, pre_delete, post_delete]
+    assert [signal.has_listeners(model) for signal in signals] == [True, True, True]
+    assert m2m_changed.has_listeners(through)
+
+    unregister(model)
+
+    assert options_for(model) is None
+    assert options_named("passing") is None
+    assert [signal.has_listeners(model) for signal in signals] == [False, False, False]
+    assert not m2m_changed.has_listeners(through)
+
+
+def test_project_models_give_no_error_or_warning() -> None:
+    assert messages() == []
+
+
+def test_a_well_declared_model_gives_no_error_or_warning() -> None:
+    model = declare(
+        fields=["title", "company_id"],
+        relations=["company", "tags"],
+        shared_via="company",
+        cascade=["company"],
+        guard=everyone,
+    )
+
+    assert options_for(model) is not None
+    assert messages() == []
+
+
+# E030: wire names
+
+
+def test_two_models_announcing_under_one_name_is_error_e030() -> None:
+    @realtime_model(name="clash")
+    class First(Record):
+        pass
+
+    @realtime_model(name="clash")
+    class Second(Record):
+        pass
+
+    [message] = messages()
+    assert isinstance(message, checks.Error)
+    assert message.id == "realtime.E030"
+    assert message.obj is Second
+    assert "testapp.First, testapp.Second" in message.msg
+
+
+def test_a_name_a_project_model_announces_under_is_error_e030() -> None:
+    @realtime_model(name="contact")
+    class Person(Record):
+        pass
+
+    [message] = messages()
+    assert message.id == "realtime.E030"
+    assert message.obj is Person
+    assert "testapp.Contact, testapp.Person" in message.msg
+    # The project's model keeps its name meanwhile.
+    found = options_named("contact")
+    assert found is not None
+    assert found.model is Contact
+
+
+# E031: user_field
+
+
+@pytest.mark.parametrize(
+    "user_field", ["title", "nope", "workspace", "company.name", "owner.nope", "owner..id", ""]
+)
+def test_user_field_not_leading_to_the_user_model_is_error_e031(user_field: str) -> None:
+    model = declare(user_field=user_field)
+
+    assert ids() == ["realtime.E031"]
+    assert ids_about(model) == ["realtime.E031"]
+
+
+@pytest.mark.parametrize("user_field", ["owner", "workspace.members", "workspace__members"])
+def test_user_field_leading_to_the_user_model_is_accepted(user_field: str) -> None:
+    declare(user_field=user_field)
+
+    assert messages() == []
+
+
+# E032: shared_via
+
+
+@pytest.mark.parametrize("shared_via", ["title", "nope", "company.nope", "company.name", ""])
+def test_shared_via_not_leading_to_a_model_is_error_e032(shared_via: str) -> None:
+    model = declare(shared_via=shared_via)
+
+    assert ids() == ["realtime.E032"]
+    assert ids_about(model) == ["realtime.E032"]
+
+
+# E033: user_field combined with a scope option
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"guard": everyone}, {"shared_via": "company"}, {"scope_field": "company"}],
+    ids=["guard", "shared_via", "scope_field"],
+)
+def test_user_field_combined_with_a_scope_option_is_error_e033(options: dict[str, Any]) -> None:
+    model = declare(user_field="owner", **options)
+
+    assert ids() == ["realtime.E033"]
+    assert ids_about(model) == ["realtime.E033"]
+
+
+# E034: cascade
+
+
+@pytest.mark.parametrize("cascade", ["title", "id", "tags"])
+def test_cascade_naming_no_foreign_key_is_error_e034(cascade: str) -> None:
+    model = declare(cascade=[cascade])
+
+    assert ids() == ["realtime.E034"]
+    assert ids_about(model) == ["realtime.E034"]
+
+
+def test_cascade_naming_the_primary_key_by_pk_is_error_e034() -> None:
+    # The decorator accepts "pk" like "id"; the check must report it, not raise.
+    model = declare(cascade=["pk"])
+
+    assert ids() == ["realtime.E034"]
+    assert ids_about(model) == ["realtime.E034"]
+
+
+# E035: a scope without REALTIME_SCOPE_MODEL
+
+
+@override_settings(REALTIME_SCOPE_MODEL=None)
+def test_scoped_model_without_a_scope_model_setting_is_error_e035() -> None:
+    model = declare()
+
+    assert ids_about(model) == ["realtime.E035"]
+
+
+@override_settings(REALTIME_SCOPE_MODEL=None)
+def test_account_addressed_model_needs_no_scope_model_setting() -> None:
+    model = declare(user_field="owner")
+
+    assert ids_about(model) == []
+
+
+# E036: scope_field
+
+
+@pytest.mark.parametrize("scope_field", ["company", "owner", "title", "tags", "id", "pk"])
+def test_scope_field_not_a_foreign_key_to_the_scope_model_is_error_e036(scope_field: str) -> None:
+    model = declare(scope_field=scope_field)
+
+    assert ids() == ["realtime.E036"]
+    assert ids_about(model) == ["realtime.E036"]
+
+
+def test_scope_field_id_on_a_child_of_the_scope_model_is_accepted() -> None:
+    @realtime_model(scope_field="id", fields=["name"])
+    class Department(Workspace):
+        class Meta:
+            app_label = "testapp"
+
+    assert messages() == []
+
+
+# E037 and W030: relations
+
+
+@pytest.mark.parametrize("relation", ["nope", "company.name", "tag"])
+def test_relation_the_model_does_not_have_is_error_e037(relation: str) -> None:
+    model = declare(relations=[relation])
+
+    assert ids() == ["realtime.E037"]
+    assert ids_about(model) == ["realtime.E037"]
+
+
+def test_relation_naming_a_plain_column_is_error_e037() -> None:
+    # "title" exists but is no relation: it can never name a record channel.
+    model = declare(relations=["title"])
+
+    assert ids() == ["realtime.E037"]
+    assert ids_about(model) == ["realtime.E037"]
+
+
+def test_relation_pointing_at_an_undecorated_model_is_warning_w030() -> None:
+    model = declare(relations=["plain"])
+
+    [message] = messages()
+    assert isinstance(message, checks.Warning)
+    assert message.id == "realtime.W030"
+    assert message.obj is model
+
+
+# At decoration time
+
+
+def bare_model() -> type[models.Model]:
+    class Bare(models.Model):
+        name = models.CharField(max_length=100)
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return self.name
+
+    return Bare
+
+
+def undecorated() -> type[models.Model]:
+    class Undecorated(Record):
+        pass
+
+    return Undecorated
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [["nope"], {"wire": "nope"}, ["title", "titel"], ["tags"]],
+    ids=["list", "mapping", "typo", "to-many"],
+)
+def test_fields_naming_no_column_raise_value_error(fields: Any) -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match="has no column"):
+        realtime_model(fields=fields)(model)
+    assert options_for(model) is None
+
+
+@pytest.mark.parametrize("option", ["fields", "relations", "cascade"])
+def test_a_string_instead_of_a_list_raises_value_error(option: str) -> None:
+    options: dict[str, Any] = {option: "company"}
+
+    with pytest.raises(ValueError, match="not a string"):
+        realtime_model(**options)
+
+
+def test_an_unknown_scope_field_raises_value_error() -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match="no scope field 'nope'"):
+        realtime_model(scope_field="nope")(model)
+    assert options_for(model) is None
+
+
+def test_the_default_scope_field_missing_from_the_model_raises_value_error() -> None:
+    model = bare_model()
+
+    with pytest.raises(ValueError, match="no scope field 'workspace'"):
+        realtime_model()(model)
+    assert options_for(model) is None
+
+
+def test_a_cascade_naming_no_field_raises_value_error() -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match="no foreign key 'nope'"):
+        realtime_model(cascade=["nope"])(model)
+    assert options_for(model) is None
+
+
+@pytest.mark.parametrize("guard", ["author", Q(public=True), True])
+def test_a_guard_that_is_not_callable_raises_value_error(guard: Any) -> None:
+    with pytest.raises(ValueError, match="guard must be a callable"):
+        realtime_model(guard=guard)
+
+
+@pytest.mark.parametrize(
+    "name", ["Contact", "my-model", "my model", "", "9lives", "_hidden", "note\n", "café"]
+)
+def test_a_bad_name_raises_value_error(name: str) -> None:
+    with pytest.raises(ValueError, match="lowercase letters, digits and underscores"):
+        realtime_model(name=name)
+
+
+@pytest.mark.parametrize("option", ["scope", "field", "guards", "exclude"])
+def test_an_unknown_option_raises_type_error(option: str) -> None:
+    options: dict[str, Any] = {option: "x"}
+
+    with pytest.raises(TypeError, match=option):
+        realtime_model(**options)
+
+
+class NotAModel:
+    pass
+
+
+def not_a_model() -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    "target",
+    [NotAModel, not_a_model, "testapp.Contact", Workspace(name="Acme", slug="acme")],
+    ids=["class", "function", "label", "instance"],
+)
+def test_decorating_something_that_is_not_a_model_raises_type_error(target: Any) -> None:
+    decorate = cast(Callable[[Any], Any], realtime_model())
+
+    with pytest.raises(TypeError, match="decorates Django model classes"):
+        decorate(target)

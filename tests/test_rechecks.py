@@ -1,0 +1,416 @@
+"""``realtime.rechecks``: the writes that may change what let an account in publish a recheck
+of that account after commit, merged per transaction; the others publish none."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+from pytest_django import DjangoCaptureOnCommitCallbacks
+
+from realtime.broadcast import recheck_users
+from tests.helpers import events, forget_messages, published
+from tests.testapp.models import Membership, Notification, Workspace
+
+User = get_user_model()
+MakeUser = Callable[..., Any]
+#: An account id no test creates: a recheck of it proves the pipeline ran.
+MARKER = 10**9
+FIRST_PHRASE = "correct horse battery"
+
+
+@pytest.fixture(autouse=True)
+def no_background_trims() -> Iterator[None]:
+    """Keep the transport's trimming thread (and its own connection) out of these tests."""
+    with override_settings(REALTIME_AUTO_TRIM=False):
+        yield
+
+
+def rechecks() -> list[dict[str, Any]]:
+    return events("recheck")
+
+
+def recheck_of(*user_ids: Any) -> list[dict[str, Any]]:
+    return [{"target": "recheck", "user_ids": sorted(user_ids)}]
+
+
+def fresh(user: Any) -> Any:
+    """The account as loaded from the database (change detection compares with that)."""
+    return User.objects.get(pk=user.pk)
+
+
+# Memberships ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_membership_created_rechecks_its_user_after_commit(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    user = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        Membership.objects.create(workspace=workspace, user=user)
+        assert published() == []
+    assert rechecks() == recheck_of(user.pk)
+
+
+@pytest.mark.django_db
+def test_membership_role_changed_rechecks_its_user(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    user = make_user("ann", member_of=workspace)
+    membership = Membership.objects.get(workspace=workspace, user=user)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        membership.role = "admin"
+        membership.save()
+    assert rechecks() == recheck_of(user.pk)
+
+
+@pytest.mark.django_db
+def test_membership_deleted_rechecks_its_user(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    user = make_user("ann", member_of=workspace)
+    membership = Membership.objects.get(workspace=workspace, user=user)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        membership.delete()
+    assert rechecks() == recheck_of(user.pk)
+
+
+@pytest.mark.django_db
+def test_members_added_through_the_m2m_manager_are_rechecked(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace.members.add(bob, ann)
+    assert rechecks() == recheck_of(ann.pk, bob.pk)
+    assert set(workspace.members.all()) == {ann, bob}
+
+
+@pytest.mark.django_db
+def test_scope_added_from_the_user_side_rechecks_the_user(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        ann.workspaces.add(workspace)
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+def test_member_removed_through_the_m2m_manager_is_rechecked(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    make_user("bob", member_of=workspace)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace.members.remove(ann)
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+def test_members_cleared_through_the_m2m_manager_are_all_rechecked(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    other = Workspace.objects.create(name="Other", slug="other")
+    make_user("cid", member_of=other)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace.members.clear()
+    assert rechecks() == recheck_of(ann.pk, bob.pk)
+
+
+@pytest.mark.django_db
+def test_workspace_deleted_rechecks_its_members(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    other = Workspace.objects.create(name="Other", slug="other")
+    make_user("cid", member_of=other)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace.delete()
+    assert rechecks() == recheck_of(ann.pk, bob.pk)
+
+
+# Accounts --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_user_deleted_is_rechecked(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    ann_id = ann.pk
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        fresh(ann).delete()
+    assert rechecks() == recheck_of(ann_id)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("username", "ann2"), ("email", "ann@example.com"), ("is_active", False)],
+)
+def test_user_whose_login_facts_change_is_rechecked(
+    field: str,
+    value: Any,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", email="ann@example.org")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        setattr(user, field, value)
+        user.save()
+        assert published() == []
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+@override_settings(REALTIME_REVOKE_ON_PASSWORD_CHANGE=True)
+def test_password_changed_rechecks_the_user_when_it_revokes(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", password=FIRST_PHRASE)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        user.set_password("new-password")
+        user.save()
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+def test_password_changed_rechecks_nothing_by_default(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", password=FIRST_PHRASE)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        user.set_password("new-password")
+        user.save()
+        recheck_users([MARKER])
+    assert rechecks() == recheck_of(MARKER)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"first_name": "Ann"},
+        {"last_name": "Lee"},
+        {"first_name": "Ann", "last_name": "Lee"},
+        {},
+    ],
+    ids=["first_name", "last_name", "both", "nothing"],
+)
+def test_user_saved_without_login_fact_changes_rechecks_nothing(
+    change: dict[str, Any],
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", email="ann@example.org")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        for field, value in change.items():
+            setattr(user, field, value)
+        user.save()
+        recheck_users([MARKER])
+    assert rechecks() == recheck_of(MARKER)
+
+
+@pytest.mark.django_db
+def test_last_login_saved_rechecks_nothing(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        user.last_login = timezone.now()
+        user.save(update_fields=["last_login"])
+        recheck_users([MARKER])
+    assert rechecks() == recheck_of(MARKER)
+
+
+@pytest.mark.django_db
+def test_last_login_saved_beside_an_unsaved_username_edit_rechecks_nothing(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        user.username = "not-saved"
+        user.last_login = timezone.now()
+        user.save(update_fields=["last_login"])
+        recheck_users([MARKER])
+    assert fresh(ann).username == "ann"
+    assert rechecks() == recheck_of(MARKER)
+
+
+@pytest.mark.django_db
+def test_second_save_of_an_unchanged_username_rechecks_once(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user = fresh(ann)
+        user.username = "ann2"
+        user.save()
+    assert rechecks() == recheck_of(ann.pk)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        user.first_name = "Ann"
+        user.save()
+        recheck_users([MARKER])
+    assert rechecks() == recheck_of(MARKER)
+
+
+# REALTIME_RECHECK_MODELS ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@override_settings(REALTIME_RECHECK_MODELS={"testapp.Notification": "user"})
+def test_recheck_model_saved_rechecks_its_user(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        Notification.objects.create(user=ann, text="key issued")
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+@override_settings(REALTIME_RECHECK_MODELS={"testapp.Notification": "user"})
+def test_recheck_model_deleted_rechecks_its_user(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    notification = Notification.objects.create(user=ann, text="key issued")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        notification.delete()
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+def test_model_not_named_in_recheck_models_rechecks_nothing(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        Notification.objects.create(user=ann, text="hello").delete()
+        recheck_users([MARKER])
+    assert rechecks() == recheck_of(MARKER)
+
+
+# One transaction -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rechecks_of_one_transaction_are_merged_into_one_sorted_message(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann, bob, cid = make_user("ann"), make_user("bob"), make_user("cid")
+    forget_messages()
+    with transaction.atomic():
+        Membership.objects.create(workspace=workspace, user=cid)
+        user = fresh(ann)
+        user.email = "ann@example.com"
+        user.save()
+        workspace.members.add(bob)
+        recheck_users([cid.pk, ann.pk])
+        Membership.objects.get(user=cid).delete()
+        assert published() == []
+    assert rechecks() == recheck_of(ann.pk, bob.pk, cid.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rechecks_around_a_released_savepoint_are_merged_into_one_message(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    forget_messages()
+    with transaction.atomic():
+        Membership.objects.create(workspace=workspace, user=bob)
+        with transaction.atomic():
+            Membership.objects.create(workspace=workspace, user=ann)
+        assert published() == []
+    assert rechecks() == recheck_of(ann.pk, bob.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rolled_back_transaction_publishes_no_recheck(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob")
+    forget_messages()
+    with transaction.atomic():
+        Membership.objects.create(workspace=workspace, user=bob)
+        user = fresh(ann)
+        user.username = "ann2"
+        user.save()
+        workspace.delete()
+        transaction.set_rollback(True)
+    recheck_users([MARKER])
+    assert rechecks() == recheck_of(MARKER)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_write_outside_a_transaction_rechecks_at_once(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann")
+    forget_messages()
+    Membership.objects.create(workspace=workspace, user=ann)
+    assert rechecks() == recheck_of(ann.pk)
