@@ -28,7 +28,7 @@ from realtime.conf import conf
 from realtime.manager import LISTEN_WAIT, get_manager
 from realtime.payload import jsonable
 from realtime.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
-from realtime.sockets import Socket
+from realtime.sockets import Socket, close_connection
 
 logger = logging.getLogger(__name__)
 
@@ -271,11 +271,11 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         if self.state is State.CLOSED:
             return
         self.state = State.CLOSED
-        self.code = code
+        self.code = int(code)
         if self.socket is not None:
             await self.socket.close(code)
         else:
-            await self.base_send({"type": "websocket.close", "code": code})
+            await close_connection(self.base_send, code)
 
     async def _finish(self) -> None:
         self.state = State.CLOSED

@@ -33,6 +33,28 @@ def _daphne_transport(send: Send) -> Any:
     return None
 
 
+def _daphne_protocol(send: Send) -> Any:
+    if isinstance(send, functools.partial) and send.args:
+        protocol = send.args[0]
+        if hasattr(protocol, "sendCloseFrame") and hasattr(protocol, "STATE_OPEN"):
+            return protocol
+    return None
+
+
+async def close_connection(send: Send, code: int) -> None:
+    """Close a WebSocket with ``code``.
+
+    Daphne relays an ASGI ``websocket.close`` through autobahn's ``sendClose``, which only
+    accepts 1000 and 3000-4999 (codes an application may pick), so the protocol's own codes
+    (1008, 1009, 1011) go straight to autobahn's close frame; other servers get the message.
+    """
+    protocol = _daphne_protocol(send)
+    if protocol is None:
+        await send({"type": "websocket.close", "code": int(code)})
+    elif protocol.state == protocol.STATE_OPEN:
+        protocol.sendCloseFrame(code=int(code), isReply=False)
+
+
 def pending_bytes(transport: Any) -> int:
     """Bytes a Twisted TCP transport has accepted but not yet written to the network."""
     buffered = len(getattr(transport, "dataBuffer", b"")) - int(getattr(transport, "offset", 0))
@@ -122,6 +144,6 @@ class Socket:
             return
         self.closed = True
         try:
-            await self._send({"type": "websocket.close", "code": code})
+            await close_connection(self._send, code)
         except Exception:  # the connection may already be gone
             return

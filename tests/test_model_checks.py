@@ -93,7 +93,9 @@ def declare(**options: Any) -> type[models.Model]:
 
 def test_unregister_forgets_a_model_and_disconnects_its_receivers() -> None:
     model = declare(name="passing")
-    through = model._meta.get_field("tags").remote_field.through
+    tags = model._meta.get_field("tags")
+    assert isinstance(tags, models.ManyToManyField)
+    through = tags.remote_field.through
     signals = [post_save, pre_delete, post_delete]
     assert [signal.has_listeners(model) for signal in signals] == [True, True, True]
     assert m2m_changed.has_listeners(through)

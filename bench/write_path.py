@@ -1,0 +1,767 @@
+"""Benchmark the write path: what ``@realtime_model`` adds to a create, a save and a delete.
+
+Run from the project root, once per database::
+
+    .venv/bin/python bench/write_path.py --database sqlite
+    .venv/bin/python bench/write_path.py --database postgresql
+
+The script uses the test settings (``tests.settings``), runs ``migrate`` itself, builds the rows
+it needs (a workspace, accounts, memberships, a thread, a shared project...) under names
+starting with ``bench-write-path`` and deletes them again at the end; it empties
+``firm_channel_messages`` before every timed repeat and at the end, so run it against a
+database that holds nothing you want to keep. SQLite uses its own file,
+``/tmp/realtime-bench-write-path.sqlite3``; PostgreSQL uses the ``realtime`` database.
+
+Two parts:
+
+* **time** (``--skip-time`` to leave out): ``Company`` (decorated, ``fields=["name"]``) against
+  ``Plain``, its undecorated twin with the same columns (workspace foreign key and name), in the
+  same run, with the order of the models alternating from repeat to repeat. A third row,
+  ``Company`` with every realtime receiver disconnected, shows what the table alone costs.
+  Each write is timed three ways:
+
+  - *one block per write*: each write in its own ``transaction.atomic()``, timed from entering
+    the block to leaving it, so the commit and, for the decorated model, the ``on_commit``
+    publication (one more transaction: an INSERT into ``firm_channel_messages``) are included;
+  - *in the transaction only*: the same writes, timed from just before the ORM call to just
+    after it, inside the block: the write and what the receivers prepare, without BEGIN, COMMIT
+    or publication;
+  - *one block of N writes*: the N writes in a single ``transaction.atomic()``, timed whole and
+    divided by N: the publication happens once for the whole block (one INSERT of N messages).
+
+  Each figure is the mean time per write over ``--writes`` writes; the repeat is done
+  ``--repeat`` times and the median, minimum and maximum across the repeats are printed, with
+  the ratio of the medians.
+
+* **queries** (``--skip-queries`` to leave out): the statements of one write of each kind of
+  model, captured with ``CaptureQueriesContext`` around a ``transaction.atomic()`` block, split
+  into those sent before the block's COMMIT and those sent after it (the ``on_commit``
+  publication and any audience query asked then). Each write is made twice and the second one
+  counted, so that caches (content types, resolved paths) are warm. The same write is also
+  counted with realtime's receivers disconnected: the difference is what realtime adds.
+  ``--verbose`` prints the statements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django.db import models
+
+ROOT = Path(__file__).resolve().parent.parent
+# A file of its own, apart from the test suite's and the other benchmarks'.
+SQLITE_FILE = "/tmp/realtime-bench-write-path.sqlite3"  # noqa: S108
+TABLE = "firm_channel_messages"
+PREFIX = "bench-write-path"
+OPERATIONS = ("create", "save", "delete")
+WARM_UP = 50
+# Audience sizes of the guarded delete: the first statement of the read check covers 200.
+MEMBERS = (1, 10, 200, 1000)
+SQL_WIDTH = 220
+
+Write = Callable[[], object]
+
+
+# --- Small helpers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median, minimum and maximum of one figure across the repeats."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def show(self, unit: Callable[[float], str]) -> str:
+        return f"{unit(self.median)} [{unit(self.low)} - {unit(self.high)}]"
+
+
+def micros(value: float) -> str:
+    return f"{value * 1e6:.1f} µs"
+
+
+def times(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+class LogCounter(logging.Handler):
+    """Count the warnings and errors the ``realtime`` loggers emit; keep the first few."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.count = 0
+        self.first: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if len(self.first) < 5:
+            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+def watch_logs() -> LogCounter:
+    counter = LogCounter()
+    logging.getLogger("realtime").addHandler(counter)
+    return counter
+
+
+# --- Django ----------------------------------------------------------------------------------
+
+
+def setup_django(database: str) -> None:
+    """Point the test settings at ``database`` (before setup) and set Django up."""
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    os.environ["REALTIME_TEST_DATABASE"] = database
+    os.environ["REALTIME_TEST_DATABASE_NAME"] = SQLITE_FILE if database == "sqlite" else "realtime"
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+def migrate() -> None:
+    from django.core.management import call_command
+
+    call_command("migrate", database="default", interactive=False, verbosity=0)
+
+
+def clear_table() -> None:
+    """Empty the message table (TRUNCATE keeps the id sequence going on PostgreSQL)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {TABLE}")
+        else:
+            cursor.execute(f"DELETE FROM {TABLE}")
+
+
+def server_version() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT sqlite_version()")
+        else:
+            cursor.execute("SELECT version()")
+        row = cursor.fetchone()
+    version = str(row[0]) if row else "?"
+    return f"{connection.vendor} {version.split(' on ')[0]}"
+
+
+@contextlib.contextmanager
+def realtime_off() -> Iterator[None]:
+    """Disconnect every announcing receiver for the duration of the block.
+
+    Unregisters each decorated model (its save, delete and many-to-many receivers) and the
+    receivers that announce database cascades, then restores both. What stays connected is
+    what an application without any decorated model also has (the recheck receivers on
+    accounts, the scope and memberships, which these writes do not touch).
+    """
+    from django.db.models.signals import post_delete, pre_delete
+
+    from realtime import cascades, registry
+
+    saved = registry.all_options()
+    parents = {
+        parent
+        for options in saved
+        for fk_name in options.cascade
+        if isinstance(parent := options.model._meta.get_field(fk_name).related_model, type)
+    }
+    for options in saved:
+        registry.unregister(options.model)
+    for parent in parents:
+        uid = f"realtime:cascade:{parent._meta.label}"
+        pre_delete.disconnect(sender=parent, dispatch_uid=uid)
+        post_delete.disconnect(sender=parent, dispatch_uid=uid)
+    try:
+        yield
+    finally:
+        for options in saved:
+            registry.register(options)
+        cascades.connect_database_cascades()
+
+
+def announced(on: bool) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext() if on else realtime_off()
+
+
+# --- Rows the writes need ------------------------------------------------------------------
+
+
+@dataclass
+class Fixture:
+    """The rows every write refers to, built once per run."""
+
+    workspace: Any
+    users: list[Any]
+    company: Any
+    tags: list[Any]
+    thread: Any
+    project: Any
+    #: A workspace per audience size of the guarded delete.
+    audiences: dict[int, Any] = field(default_factory=dict)
+
+
+def cleanup() -> None:
+    """Delete every row an earlier run of this script left behind, quietly."""
+    from django.contrib.auth import get_user_model
+
+    from tests.testapp.models import Thread, Workspace
+
+    with realtime_off():
+        Workspace.objects.filter(slug__startswith=PREFIX).delete()
+        Thread.objects.filter(title__startswith=PREFIX).delete()
+        get_user_model()._default_manager.filter(username__startswith=PREFIX).delete()
+    clear_table()
+
+
+def build_fixture(member_counts: Sequence[int]) -> Fixture:
+    """A workspace with three members, a second one sharing a project, a thread of three
+    accounts, and one workspace per audience size (its first ``n`` accounts as members)."""
+    from django.contrib.auth import get_user_model
+
+    from tests.testapp.models import Company, Membership, Project, Tag, Thread, Workspace
+
+    user_model = get_user_model()
+    count = max([6, *member_counts])
+    # bulk_create sends no signal: no recheck announcement, no password hashing.
+    user_model._default_manager.bulk_create(
+        [user_model(username=f"{PREFIX}-{n:04d}", password="!") for n in range(count)]
+    )
+    users = list(
+        user_model._default_manager.filter(username__startswith=PREFIX).order_by("username")
+    )
+    workspace = Workspace.objects.create(name="Bench", slug=PREFIX)
+    shared = Workspace.objects.create(name="Bench shared", slug=f"{PREFIX}-shared")
+    memberships = [Membership(workspace=workspace, user=user) for user in users[:3]]
+    memberships += [Membership(workspace=shared, user=user) for user in users[3:6]]
+    audiences: dict[int, Any] = {}
+    for size in member_counts:
+        audience = Workspace.objects.create(name=f"{size} members", slug=f"{PREFIX}-{size}")
+        memberships += [Membership(workspace=audience, user=user) for user in users[:size]]
+        audiences[size] = audience
+    Membership.objects.bulk_create(memberships)
+    thread = Thread.objects.create(title=f"{PREFIX} thread")
+    thread.members.set(users[:3])
+    project = Project.objects.create(workspace=workspace, name="Shared project")
+    project.shared_with.add(shared)
+    return Fixture(
+        workspace=workspace,
+        users=users,
+        company=Company.objects.create(workspace=workspace, name="Acme"),
+        tags=[Tag.objects.create(workspace=workspace, name=f"tag {n}") for n in range(3)],
+        thread=thread,
+        project=project,
+        audiences=audiences,
+    )
+
+
+# --- Part 1: time ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A model timed in one state: announced (decorated, receivers on) or not."""
+
+    label: str
+    model: type[models.Model]
+    on: bool
+
+
+@dataclass
+class Timings:
+    """Seconds per write, one value per repeat, keyed by ``(way, variant, operation)``."""
+
+    values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, way: str, variant: str, operation: str, value: float) -> None:
+        self.values.setdefault((way, variant, operation), []).append(value)
+
+    def get(self, way: str, variant: str, operation: str) -> list[float]:
+        return self.values[(way, variant, operation)]
+
+
+WAYS = {
+    "block": "one atomic() block per write, commit and publication included",
+    "inside": "in the transaction only: the ORM call inside the block (no BEGIN/COMMIT/publication)",
+    "batch": "one atomic() block of N writes, per write (publication once per block)",
+}
+
+
+def block_per_write(writes: Sequence[Write]) -> tuple[float, float]:
+    """Run each write in its own ``atomic()``; mean seconds per write, whole block and inside."""
+    clock = time.perf_counter
+    whole = inside = 0.0
+    gc.collect()
+    for write in writes:
+        start = clock()
+        with transaction_atomic():
+            begin = clock()
+            write()
+            inside += clock() - begin
+        whole += clock() - start
+    return whole / len(writes), inside / len(writes)
+
+
+def one_block(writes: Sequence[Write]) -> float:
+    """Run every write in one ``atomic()``; mean seconds per write, commit included."""
+    gc.collect()
+    start = time.perf_counter()
+    with transaction_atomic():
+        for write in writes:
+            write()
+    return (time.perf_counter() - start) / len(writes)
+
+
+def transaction_atomic() -> contextlib.AbstractContextManager[Any]:
+    from django.db import transaction
+
+    return transaction.atomic()
+
+
+def creates(model: type[models.Model], workspace: Any, count: int, rows: list[Any]) -> list[Write]:
+    manager = model._default_manager
+
+    def create(n: int) -> Write:
+        return lambda: rows.append(manager.create(workspace=workspace, name=f"row {n}"))
+
+    return [create(n) for n in range(count)]
+
+
+def saves(rows: Sequence[Any]) -> list[Write]:
+    def save(row: Any, n: int) -> Write:
+        def write() -> None:
+            row.name = f"saved {n}"
+            row.save()
+
+        return write
+
+    return [save(row, n) for n, row in enumerate(rows)]
+
+
+def deletes(rows: Sequence[Any]) -> list[Write]:
+    return [row.delete for row in rows]
+
+
+def time_repeat(
+    variants: Sequence[Variant], workspace: Any, count: int, timings: Timings
+) -> None:
+    """One repeat: every variant creates, saves and deletes ``count`` rows, both ways."""
+    clear_table()
+    for batched in (False, True):
+        rows: dict[str, list[Any]] = {variant.label: [] for variant in variants}
+        for operation in OPERATIONS:
+            for variant in variants:
+                mine = rows[variant.label]
+                if operation == "create":
+                    writes = creates(variant.model, workspace, count, mine)
+                elif operation == "save":
+                    writes = saves(mine)
+                else:
+                    writes = deletes(list(mine))
+                with announced(variant.on):
+                    if batched:
+                        timings.add("batch", variant.label, operation, one_block(writes))
+                    else:
+                        whole, inside = block_per_write(writes)
+                        timings.add("block", variant.label, operation, whole)
+                        timings.add("inside", variant.label, operation, inside)
+
+
+def measure_time(workspace: Any, count: int, repeat: int) -> tuple[list[Variant], Timings]:
+    from tests.testapp.models import Company, Plain
+
+    variants = [
+        Variant("Plain (undecorated)", Plain, True),
+        Variant("Company (decorated)", Company, True),
+        Variant("Company, realtime off", Company, False),
+    ]
+    # Warm up: connections, statement caches, the transport and its first publication.
+    time_repeat(variants, workspace, min(count, WARM_UP), Timings())
+    timings = Timings()
+    for index in range(repeat):
+        order = variants if index % 2 == 0 else variants[::-1]
+        time_repeat(order, workspace, count, timings)
+        plain, company = variants[0].label, variants[1].label
+        line = ", ".join(
+            f"{op} {micros(timings.get('block', plain, op)[-1])} / "
+            f"{micros(timings.get('block', company, op)[-1])}"
+            for op in OPERATIONS
+        )
+        print(f"  repeat {index + 1}/{repeat} (one block per write, Plain / Company): {line}")
+    return variants, timings
+
+
+def report_time(variants: Sequence[Variant], timings: Timings, count: int) -> dict[str, Any]:
+    repeats = len(timings.get("block", variants[0].label, "create"))
+    print(
+        f"\nwrite cost, time per write: median [min - max] over {repeats} repeats of {count} "
+        "writes; ratio = median / median of Plain (per-repeat ratios in brackets)"
+    )
+    plain = variants[0].label
+    summary: dict[str, Any] = {}
+    for way, title in WAYS.items():
+        print(f"  {title.replace('N writes', f'{count} writes')}")
+        for operation in OPERATIONS:
+            print(f"    {operation}")
+            floor = timings.get(way, plain, operation)
+            for variant in variants:
+                values = timings.get(way, variant.label, operation)
+                spread = Spread.of(values)
+                entry: dict[str, Any] = {"seconds": asdict(spread)}
+                text = f"      {variant.label:<24} {spread.show(micros):<36}"
+                if variant.label != plain:
+                    ratio = spread.median / statistics.median(floor)
+                    per_repeat = Spread.of([v / f for v, f in zip(values, floor, strict=True)])
+                    text += f" {times(ratio)} Plain [{times(per_repeat.low)} - "
+                    text += f"{times(per_repeat.high)}]"
+                    entry["ratio_of_medians"] = ratio
+                    entry["ratio_per_repeat"] = asdict(per_repeat)
+                print(text)
+                summary.setdefault(way, {}).setdefault(operation, {})[variant.label] = entry
+    return summary
+
+
+# --- Part 2: queries -------------------------------------------------------------------------
+
+
+@dataclass
+class Statement:
+    sql: str
+    seconds: float
+
+    @property
+    def kind(self) -> str:
+        text = self.sql.lstrip().upper()
+        if text.startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")):
+            return "savepoint"
+        if text in ("BEGIN", "COMMIT", "ROLLBACK"):
+            return "transaction"
+        return "query"
+
+
+@dataclass
+class Capture:
+    """The statements of one write: before its block's COMMIT, and after it."""
+
+    inside: list[Statement]
+    after: list[Statement]
+
+    def count(self, phase: str, kind: str = "query") -> int:
+        statements = self.inside if phase == "inside" else self.after
+        return sum(1 for statement in statements if statement.kind == kind)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One write: ``prepare`` builds what it needs (not counted) and returns the write."""
+
+    label: str
+    prepare: Callable[[], Write]
+
+
+def capture(prepare: Callable[[], Write]) -> Capture:
+    """Count the statements of one write in ``atomic()``, then of its commit hooks."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    prepare()()  # the same write once first: caches warm
+    write = prepare()
+    with CaptureQueriesContext(connection) as captured:
+        with transaction.atomic():
+            write()
+            end = len(captured.captured_queries)
+    statements = [Statement(q["sql"], float(q["time"])) for q in captured.captured_queries]
+    if not statements or statements[0].sql != "BEGIN" or statements[end].sql != "COMMIT":
+        raise RuntimeError("the captured statements do not start with BEGIN or lack the COMMIT")
+    return Capture(inside=statements[1:end], after=statements[end + 1 :])
+
+
+def scenarios(fixture: Fixture, members: Sequence[int]) -> list[Scenario]:
+    from django.contrib.contenttypes.models import ContentType
+
+    from tests.testapp.models import (
+        Attachment,
+        Comment,
+        Company,
+        Contact,
+        Message,
+        Notification,
+        Plain,
+        PrivateNote,
+        Task,
+    )
+
+    ws = fixture.workspace
+    user = fixture.users[0]
+    contact_type = ContentType.objects.get_for_model(Contact)
+
+    def kinds(label: str, make: Callable[[], Any], change: Callable[[Any], None]) -> list[Scenario]:
+        """Create, save (of a row loaded from the database) and delete of one model."""
+
+        def create() -> Write:
+            return make
+
+        def save() -> Write:
+            row = make()
+            loaded = type(row)._default_manager.get(pk=row.pk)
+
+            def write() -> None:
+                change(loaded)
+                loaded.save()
+
+            return write
+
+        def delete() -> Write:
+            row = make()
+            return type(row)._default_manager.get(pk=row.pk).delete  # type: ignore[no-any-return]
+
+        return [
+            Scenario(f"{label}: create", create),
+            Scenario(f"{label}: save", save),
+            Scenario(f"{label}: delete", delete),
+        ]
+
+    def rename(row: Any) -> None:
+        row.name = f"{row.name}!"
+
+    def retext(row: Any) -> None:
+        row.text = f"{row.text}!"
+
+    def retitle(row: Any) -> None:
+        row.title = f"{row.title}!"
+
+    def contact() -> Any:
+        return Contact.objects.create(workspace=ws, company=fixture.company, name="Ann")
+
+    def tagged_contact() -> Any:
+        row = contact()
+        row.tags.set(fixture.tags)
+        return row
+
+    def contact_with_attachments() -> Write:
+        row = contact()
+        for n in range(3):
+            Attachment.objects.create(workspace=ws, contact=row, name=f"file {n}")
+        return Contact.objects.get(pk=row.pk).delete  # type: ignore[no-any-return]
+
+    def tag_added() -> Write:
+        row = Contact.objects.get(pk=tagged_contact().pk)
+        row.tags.remove(fixture.tags[0])
+        return lambda: row.tags.add(fixture.tags[0])
+
+    def guarded_delete(size: int) -> Callable[[], Write]:
+        def prepare() -> Write:
+            note = PrivateNote.objects.create(
+                workspace=fixture.audiences[size], author=user, title="Secret"
+            )
+            return PrivateNote.objects.get(pk=note.pk).delete  # type: ignore[no-any-return]
+
+        return prepare
+
+    found = [
+        *kinds("Plain, undecorated", lambda: Plain.objects.create(workspace=ws, name="x"), rename),
+        *kinds(
+            "Company, scoped",
+            lambda: Company.objects.create(workspace=ws, name="x"),
+            rename,
+        ),
+        *kinds("Contact, FK + to-many tags (3 tags)", tagged_contact, rename),
+        Scenario("Contact: delete with 3 attachments (database cascade)", contact_with_attachments),
+        Scenario("Contact: tags.add(one tag) (m2m add)", tag_added),
+        *kinds(
+            "Comment, generic relation",
+            lambda: Comment.objects.create(
+                workspace=ws, text="x", target_type=contact_type, target_id=contact().pk
+            ),
+            retext,
+        ),
+        *kinds(
+            "Notification, account (one hop)",
+            lambda: Notification.objects.create(user=user, text="x"),
+            retext,
+        ),
+        *kinds(
+            "Message, account (thread.members, 3)",
+            lambda: Message.objects.create(thread=fixture.thread, text="x"),
+            retext,
+        ),
+        *kinds(
+            "PrivateNote, guarded",
+            lambda: PrivateNote.objects.create(workspace=ws, author=user, title="x"),
+            retitle,
+        )[:2],
+        *(
+            Scenario(f"PrivateNote, guarded: delete, {size} members", guarded_delete(size))
+            for size in members
+        ),
+        *kinds(
+            "Task, shared via project (1 workspace, 3 members)",
+            lambda: Task.objects.create(workspace=ws, project=fixture.project, title="x"),
+            retitle,
+        ),
+    ]
+    return found
+
+
+@dataclass
+class Counted:
+    label: str
+    on: Capture
+    off: Capture
+
+
+def measure_queries(fixture: Fixture, members: Sequence[int]) -> list[Counted]:
+    results = []
+    for scenario in scenarios(fixture, members):
+        on = capture(scenario.prepare)
+        with realtime_off():
+            off = capture(scenario.prepare)
+        results.append(Counted(scenario.label, on, off))
+    return results
+
+
+def show_sql(sql: str) -> str:
+    sql = " ".join(sql.split())
+    if len(sql) <= SQL_WIDTH:
+        return sql
+    return f"{sql[:SQL_WIDTH]}... ({len(sql):,} characters)"
+
+
+def report_queries(results: Sequence[Counted], verbose: bool) -> list[dict[str, Any]]:
+    print(
+        "\nqueries per write, inside transaction.atomic(): statements before the block's COMMIT"
+        "\n(realtime on, realtime's receivers off, the difference, and SAVEPOINT/RELEASE"
+        " statements with realtime on), then statements after the COMMIT (on_commit"
+        "\npublication and audience queries; the publication's own BEGIN/COMMIT not counted)"
+    )
+    header = f"  {'write':<58} {'on':>3} {'off':>4} {'added':>6} {'savepoints':>11} {'at commit':>10}"
+    print(header)
+    summary = []
+    for result in results:
+        inside_on, inside_off = result.on.count("inside"), result.off.count("inside")
+        savepoints = result.on.count("inside", "savepoint")
+        after = result.on.count("after")
+        after_off = result.off.count("after")
+        print(
+            f"  {result.label:<58} {inside_on:>3} {inside_off:>4} {inside_on - inside_off:>+6} "
+            f"{savepoints:>11} {after:>10}" + (f" (off: {after_off})" if after_off else "")
+        )
+        summary.append(
+            {
+                "write": result.label,
+                "in_transaction": inside_on,
+                "in_transaction_realtime_off": inside_off,
+                "savepoint_statements": savepoints,
+                "at_commit": after,
+                "at_commit_realtime_off": after_off,
+                "statements": [
+                    {"phase": phase, "kind": s.kind, "sql": s.sql}
+                    for phase, group in (("in", result.on.inside), ("at", result.on.after))
+                    for s in group
+                ],
+            }
+        )
+        if verbose:
+            for phase, group in (("in tx", result.on.inside), ("commit", result.on.after)):
+                for statement in group:
+                    ms = statement.seconds * 1000
+                    print(f"      [{phase:>6}] ({ms:.3f} ms) {show_sql(statement.sql)}")
+    return summary
+
+
+# --- Main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--database", choices=["sqlite", "postgresql"], required=True)
+    parser.add_argument("--repeat", type=int, default=5, help="repeats of each timing")
+    parser.add_argument("--writes", type=int, default=400, help="writes per timing and repeat")
+    parser.add_argument(
+        "--members",
+        type=int,
+        nargs="+",
+        default=list(MEMBERS),
+        help="workspace sizes for the guarded delete",
+    )
+    parser.add_argument("--skip-time", action="store_true")
+    parser.add_argument("--skip-queries", action="store_true")
+    parser.add_argument("--verbose", action="store_true", help="print each counted statement")
+    parser.add_argument("--json", type=Path, help="also write the summary to this file")
+    args = parser.parse_args(argv)
+    if args.repeat < 1 or args.writes < 1:
+        parser.error("--repeat and --writes must be at least 1")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    setup_django(args.database)
+
+    from realtime.conf import conf
+    from realtime.transports import get_transport
+
+    counter = watch_logs()
+    migrate()
+    started = time.monotonic()
+    version = server_version()
+    print(f"write path benchmark on {version}")
+    print(
+        f"machine: {os.cpu_count()} cores, {platform.machine()}, Python "
+        f"{platform.python_version()}; the database server shares these cores"
+    )
+    print(
+        f"settings: transport {conf.TRANSPORT!r}, auto_trim {conf.AUTO_TRIM} (batch "
+        f"{conf.TRIM_BATCH_SIZE}), repeat {args.repeat}, {args.writes} writes per timing",
+        flush=True,
+    )
+    summary: dict[str, Any] = {"database": version, "cores": os.cpu_count()}
+    cleanup()
+    try:
+        fixture = build_fixture(args.members)
+        if not args.skip_time:
+            print("\ntiming Plain, Company and Company with realtime off", flush=True)
+            variants, timings = measure_time(fixture.workspace, args.writes, args.repeat)
+            summary["time"] = report_time(variants, timings, args.writes)
+        if not args.skip_queries:
+            results = measure_queries(fixture, args.members)
+            summary["queries"] = report_queries(results, args.verbose)
+    finally:
+        cleanup()
+        transport = get_transport()
+        close = getattr(transport, "close", None)
+        if callable(close):
+            close()
+    print(f"\nrealtime log warnings/errors: {counter.count}")
+    for line in counter.first:
+        print(f"  {line}")
+    print(f"took {time.monotonic() - started:.0f} s")
+    summary["log_warnings"] = counter.count
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
