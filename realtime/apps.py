@@ -9,6 +9,14 @@ from django.core.signals import setting_changed
 
 from realtime.conf import PREFIX
 
+#: Settings the recheck triggers are wired from.
+RECHECK_SETTINGS = {
+    "AUTH_USER_MODEL",
+    PREFIX + "SCOPE_MODEL",
+    PREFIX + "SCOPE_MEMBERS",
+    PREFIX + "RECHECK_MODELS",
+}
+
 
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(PREFIX):
@@ -17,6 +25,10 @@ def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
         reset_transport()
         reset_auth()
+    if setting in RECHECK_SETTINGS:
+        from realtime import rechecks
+
+        rechecks.connect()
 
 
 class RealtimeConfig(AppConfig):

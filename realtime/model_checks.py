@@ -19,6 +19,7 @@ from realtime.registry import (
     ModelOptions,
     all_options,
     duplicate_names,
+    is_generic_fk,
     options_for,
     relation_target,
 )
@@ -73,12 +74,17 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
             )
         )
     for fk_name in options.cascade:
-        field = model._meta.get_field(fk_name)
-        if not (field.many_to_one and field.concrete):
+        try:
+            field = model._meta.get_field(fk_name)
+        except FieldDoesNotExist:
+            field = None
+        if field is None or not (field.many_to_one and field.concrete):
             out.append(_e(34, model, f"cascade names {fk_name!r}, which is not a foreign key."))
     for relation in options.relations:
         try:
             target = relation_target(options, relation)
+            if target is None and not is_generic_fk(model, relation):
+                raise FieldDoesNotExist(relation)
         except FieldDoesNotExist:
             out.append(
                 _e(

@@ -20,6 +20,7 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
+from django.dispatch import Signal
 
 from realtime import outbox, snapshots
 from realtime.auth import member_ids, scope_model
@@ -52,31 +53,51 @@ class Watched:
         return [value for value in rows if value is not None]
 
 
-def connect() -> None:
-    """Connect every trigger for the current settings (once models are ready)."""
-    user_model = get_user_model()
-    pre_save.connect(_on_account_saving, sender=user_model, dispatch_uid=UID)
-    post_save.connect(_on_account_saved, sender=user_model, dispatch_uid=UID)
-    pre_delete.connect(_on_account_deleting, sender=user_model, dispatch_uid=UID)
-    post_delete.connect(_on_deleted, sender=user_model, dispatch_uid=UID)
-    snapshots.track(user_model)
-    scope = scope_model()
-    if scope is not None:
-        pre_delete.connect(_on_scope_deleting, sender=scope, dispatch_uid=UID)
-        post_delete.connect(_on_deleted, sender=scope, dispatch_uid=UID)
-        _connect_memberships(scope)
-    for label, path in conf.RECHECK_MODELS.items():
-        _watch(Watched(apps.get_model(label), path))
-
-
+_connected: list[tuple[Signal, Any]] = []
 _watched: dict[type[models.Model], Watched] = {}
+
+
+def _on(signal: Signal, receiver: Any, sender: Any) -> None:
+    signal.connect(receiver, sender=sender, dispatch_uid=UID)
+    _connected.append((signal, sender))
+
+
+def connect() -> None:
+    """Connect every trigger for the current settings, replacing earlier ones.
+
+    Called once models are ready, and again when a setting it depends on changes.
+    """
+    for signal, sender in _connected:
+        signal.disconnect(sender=sender, dispatch_uid=UID)
+    _connected.clear()
+    _watched.clear()
+    user_model = get_user_model()
+    _on(pre_save, _on_account_saving, user_model)
+    _on(post_save, _on_account_saved, user_model)
+    _on(pre_delete, _on_account_deleting, user_model)
+    _on(post_delete, _on_deleted, user_model)
+    snapshots.track(user_model)
+    # Invalid settings are the system checks' to report; wire what can be wired.
+    try:
+        scope = scope_model()
+        if scope is not None:
+            _on(pre_delete, _on_scope_deleting, scope)
+            _on(post_delete, _on_deleted, scope)
+            _connect_memberships(scope)
+    except (LookupError, ValueError, TypeError, AttributeError, StopIteration):
+        logger.warning("realtime: memberships are not watched: check REALTIME_SCOPE_*")
+    try:
+        for label, path in dict(conf.RECHECK_MODELS).items():
+            _watch(Watched(apps.get_model(label), path))
+    except (LookupError, ValueError, TypeError, AttributeError):
+        logger.warning("realtime: REALTIME_RECHECK_MODELS is invalid and not watched")
 
 
 def _watch(watched: Watched) -> None:
     _watched[watched.model] = watched
-    post_save.connect(_on_watched_saved, sender=watched.model, dispatch_uid=UID)
-    pre_delete.connect(_on_watched_deleting, sender=watched.model, dispatch_uid=UID)
-    post_delete.connect(_on_deleted, sender=watched.model, dispatch_uid=UID)
+    _on(post_save, _on_watched_saved, watched.model)
+    _on(pre_delete, _on_watched_deleting, watched.model)
+    _on(post_delete, _on_deleted, watched.model)
 
 
 def _connect_memberships(scope: type[models.Model]) -> None:
@@ -84,7 +105,7 @@ def _connect_memberships(scope: type[models.Model]) -> None:
     last = fields[-1]
     if last.many_to_many:
         through = last.remote_field.through if last.concrete else last.through  # type: ignore[union-attr]
-        m2m_changed.connect(_on_links_changed, sender=through, dispatch_uid=UID)
+        _on(m2m_changed, _on_links_changed, through)
         user_fk = next(
             f.name
             for f in through._meta.get_fields()
@@ -92,8 +113,7 @@ def _connect_memberships(scope: type[models.Model]) -> None:
         )
         _watch(Watched(through, user_fk))
     else:
-        owner = last.model
-        _watch(Watched(owner, last.name))
+        _watch(Watched(last.model, last.name))
 
 
 def request(user_ids: Iterable[Any], using: str = "default") -> None:
@@ -111,6 +131,9 @@ def _on_account_saving(sender: type[models.Model], instance: Any, **kwargs: Any)
     watched = [instance.get_email_field_name(), instance.USERNAME_FIELD, "is_active"]
     if conf.REVOKE_ON_PASSWORD_CHANGE:
         watched.append("password")
+    written = kwargs.get("update_fields")
+    if written is not None:
+        watched = [name for name in watched if name in written]
     values = instance.__dict__
     if any(name in before and before[name] != values.get(name) for name in watched):
         instance.__dict__[PENDING] = [instance.pk]

@@ -66,7 +66,7 @@ class ModelOptions:
         """Whether reading a create or update may query: to-many or generic relations, or a
         multi-hop account path. Such reads run in a savepoint inside a transaction."""
         for relation in self.relations:
-            if _is_generic_fk(self.model, relation):
+            if is_generic_fk(self.model, relation):
                 return True
             field = self.model._meta.get_field(relation)
             if not (field.concrete and (field.many_to_one or field.one_to_one)):
@@ -100,12 +100,14 @@ def realtime_model(
     shared_via: str | None = None,
     cascade: Sequence[str] | None = None,
     name: str | None = None,
+    **unknown: Any,
 ) -> Callable[[ModelT], ModelT]:
     """Declare that writes of the decorated model are announced; see the announcements docs.
 
-    Keyword-only: an unknown option is a ``TypeError`` from Python itself, and values of the
-    wrong shape raise ``ValueError`` here, at import time.
+    Unknown options and values of the wrong shape raise ``ValueError`` here, at import time.
     """
+    if unknown:
+        raise ValueError(f"unknown @realtime_model option(s): {', '.join(sorted(unknown))}")
     if isinstance(fields, str) or isinstance(relations, str) or isinstance(cascade, str):
         raise ValueError("fields, relations and cascade take a list of names, not a string")
     if guard is not None and not callable(guard):
@@ -163,7 +165,7 @@ def _validate_columns(options: ModelOptions) -> None:
         raise ValueError(f"{meta.label} has no scope field {options.scope_field!r}")
 
 
-def _is_generic_fk(model: type[models.Model], name: str) -> bool:
+def is_generic_fk(model: type[models.Model], name: str) -> bool:
     from django.contrib.contenttypes.fields import GenericForeignKey
 
     return isinstance(getattr(model, name, None), GenericForeignKey)
@@ -236,7 +238,7 @@ def subscribable_names() -> frozenset[str]:
 
 def relation_target(options: ModelOptions, relation: str) -> type[models.Model] | None:
     """The model a relation points at; ``None`` for a generic foreign key (any model)."""
-    if _is_generic_fk(options.model, relation):
+    if is_generic_fk(options.model, relation):
         return None
     related = options.model._meta.get_field(relation).related_model
     return related if isinstance(related, type) else None

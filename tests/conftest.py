@@ -55,3 +55,13 @@ def make_user(db: None) -> Callable[..., Any]:
         return user
 
     return make
+
+
+@pytest.fixture(scope="session")
+def live_servers(django_db_setup: None, django_db_blocker: Any) -> Any:
+    """Daphne servers on the test database, started on first use, stopped at the end."""
+    from tests.live import LiveServers
+
+    servers = LiveServers()
+    yield servers
+    servers.stop_all()

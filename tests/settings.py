@@ -6,6 +6,7 @@ passes the name of its test database on to its children. SQLite's test database 
 never in memory, for the same reason.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -80,3 +81,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "loggers": {"realtime": {"level": "DEBUG"}},
 }
+
+# Subprocesses (daphne) take per-test setting overrides as JSON, e.g. a small frame limit.
+globals().update(json.loads(os.environ.get("REALTIME_TEST_SETTINGS", "{}")))

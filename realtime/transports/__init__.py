@@ -48,4 +48,6 @@ def reset_transport() -> None:
     """Forget the transport so the next ``get_transport`` builds it from current settings."""
     global _transport
     with _lock:
-        _transport = None
+        transport, _transport = _transport, None
+    if transport is not None:
+        transport.close()

@@ -59,6 +59,13 @@ class Transport(abc.ABC):
     async def stop(self) -> None:
         """Stop the listener and interrupt its waits (idempotent)."""
 
+    def close(self) -> None:  # noqa: B027 - optional: transports without resources skip it
+        """Release what the transport holds for publishing (threads, connections); sync.
+
+        Called when the transport is replaced (a settings change). Listening is ended by
+        ``stop()``; a transport whose listener still runs is asked to stop without waiting.
+        """
+
     def add_listener(self, callback: Listener) -> None:
         """Call ``callback(channel, payload)`` on the event loop for every message heard."""
         self._listeners.append(callback)

@@ -117,7 +117,8 @@ class TableTransport(Transport):
             self._last_trim.result(timeout)
 
     def close(self) -> None:
-        """Finish the pending trims and release the trimming thread and its connection."""
+        """Finish pending trims, release the trimming thread, ask the poller to stop."""
+        self._poller.request_stop()
         trimmer, self._trimmer = self._trimmer, None
         if trimmer is not None:
             trimmer.submit(close_connection, self.store.using)

@@ -62,6 +62,11 @@ class Poller:
         self._thread = threading.Thread(target=self._run, name="realtime-table-poller", daemon=True)
         self._thread.start()
 
+    def request_stop(self) -> None:
+        """Ask the thread to stop, without waiting for it."""
+        self._stopping.set()
+        self._wake.set()
+
     def stop(self) -> None:
         """Stop the thread (interrupting its sleep), wait for it, and forget every channel."""
         self._stopping.set()

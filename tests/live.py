@@ -1,0 +1,173 @@
+"""Real daphne servers and real WebSocket clients for end-to-end tests.
+
+``LiveServers`` starts daphne subprocesses serving ``tests.asgi`` on the test database, one
+per distinct set of setting overrides, reused across the session. ``Client`` wraps a
+``websockets`` connection with the protocol's frames and bounded waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from tests.helpers import ROOT, WAIT, subprocess_env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """One daphne process."""
+
+    port: int
+    process: subprocess.Popen[bytes]
+    settings: dict[str, Any]
+    log: IO[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/api/ws"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.log.close()
+
+
+@dataclass
+class LiveServers:
+    """Daphne servers by setting overrides; ``get()`` starts one on first use."""
+
+    servers: dict[str, Server] = field(default_factory=dict)
+
+    def get(self, name: str = "default", **settings: Any) -> Server:
+        key = json.dumps([name, settings], sort_keys=True)
+        server = self.servers.get(key)
+        if server is None or server.process.poll() is not None:
+            server = self.servers[key] = start_server(settings)
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()
+
+
+def start_server(settings: dict[str, Any]) -> Server:
+    port = free_port()
+    env = subprocess_env()
+    env["REALTIME_TEST_SETTINGS"] = json.dumps(settings)
+    log = open(os.path.join(tempfile.gettempdir(), f"daphne-{port}.log"), "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "tests.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.close()
+            raise RuntimeError(f"daphne exited with {process.returncode}; see {log.name}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return Server(port, process, settings, log)
+        time.sleep(0.05)
+    process.kill()
+    log.close()
+    raise RuntimeError(f"daphne did not listen within 30 s; see {log.name}")
+
+
+class Client:
+    """A WebSocket client speaking the protocol, with bounded waits."""
+
+    def __init__(self, connection: ClientConnection) -> None:
+        self.connection = connection
+        self.received: list[dict[str, Any]] = []
+
+    @classmethod
+    async def connect(cls, server: Server, **options: Any) -> Client:
+        return cls(await websockets.connect(server.url, open_timeout=WAIT, **options))
+
+    async def send(self, type_: str, data: Any = None) -> None:
+        await self.connection.send(json.dumps({"type": type_, "data": data}))
+
+    async def send_raw(self, frame: str | bytes) -> None:
+        await self.connection.send(frame)
+
+    async def authenticate(self, token: str, **data: Any) -> dict[str, Any]:
+        """Send ``authenticate`` and return the answer frame."""
+        await self.send("authenticate", {"token": token, **data})
+        return await self.next_frame()
+
+    async def next_frame(self, timeout: float = WAIT) -> dict[str, Any]:
+        raw = await asyncio.wait_for(self.connection.recv(), timeout)
+        frame: dict[str, Any] = json.loads(raw)
+        self.received.append(frame)
+        return frame
+
+    async def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = WAIT
+    ) -> dict[str, Any]:
+        """Read frames until one matches; return it (the frames before it stay in received)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self.next_frame(timeout)
+                if predicate(frame):
+                    return frame
+
+    async def frames_until(self, type_: str, timeout: float = WAIT) -> list[dict[str, Any]]:
+        """Read frames up to and including one of ``type_``; return those before it."""
+        before: list[dict[str, Any]] = []
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self.next_frame(timeout)
+                if frame.get("type") == type_:
+                    return before
+                before.append(frame)
+
+    async def closed_with(self, timeout: float = WAIT) -> int | None:
+        """Wait for the server to close the connection; return its close code."""
+        async with asyncio.timeout(timeout):
+            with contextlib.suppress(websockets.ConnectionClosed):
+                while True:
+                    raw = await self.connection.recv()
+                    self.received.append(json.loads(raw))
+        return self.connection.close_code
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
+def iter_frames(frames: list[dict[str, Any]], type_: str) -> Iterator[dict[str, Any]]:
+    return (frame for frame in frames if frame.get("type") == type_)
