@@ -7,9 +7,11 @@ Run from the project root, once per database::
 
 The script uses the test settings (``tests.settings``), runs ``migrate`` itself, builds the rows
 it needs (a workspace, accounts, memberships, a thread, a shared project...) under names
-starting with ``bench-write-path`` and deletes them again at the end; it empties
-``firm_channel_messages`` before every timed repeat and at the end, so run it against a
-database that holds nothing you want to keep. SQLite uses its own file,
+starting with ``bench-write-path`` and deletes them again at the end, with the rows its writes
+published to ``firm_channel_messages`` (and no others: the table transport benchmark may be
+using the same table). Run it against a database that holds
+nothing you want to keep, and on a quiet machine: another process busy with the same database
+server shows up in the figures. SQLite uses its own file,
 ``/tmp/realtime-bench-write-path.sqlite3``; PostgreSQL uses the ``realtime`` database.
 
 Two parts:
@@ -144,15 +146,34 @@ def migrate() -> None:
     call_command("migrate", database="default", interactive=False, verbosity=0)
 
 
-def clear_table() -> None:
-    """Empty the message table (TRUNCATE keeps the id sequence going on PostgreSQL)."""
-    from django.db import connection
+class Published:
+    """The rows this run adds to the message table, so that it can delete them (and no other).
 
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"TRUNCATE {TABLE}")
-        else:
-            cursor.execute(f"DELETE FROM {TABLE}")
+    Another process may be using the table at the same time (the table transport benchmark
+    shares the PostgreSQL database): this run deletes only rows above the highest id it saw at
+    start, on the channels its writes publish to.
+    """
+
+    def __init__(self) -> None:
+        from realtime.transports.table_store import MessageStore
+
+        self.start = MessageStore().max_id()
+
+    def delete(self, scope_ids: Sequence[Any]) -> int:
+        from django.db import connection
+
+        from realtime.payload import base_channel, scope_channel
+        from realtime.transports.table_store import channel_hash, encode_channel
+
+        channels = [base_channel(), *(scope_channel(scope_id) for scope_id in scope_ids)]
+        hashes = [channel_hash(encode_channel(channel)) for channel in channels]
+        placeholders = ", ".join(["%s"] * len(hashes))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {TABLE} WHERE id > %s AND channel_hash IN ({placeholders})",
+                [self.start, *hashes],
+            )
+            return int(cursor.rowcount)
 
 
 def server_version() -> str:
@@ -223,31 +244,37 @@ class Fixture:
     audiences: dict[int, Any] = field(default_factory=dict)
 
 
-def cleanup() -> None:
-    """Delete every row an earlier run of this script left behind, quietly."""
+def cleanup() -> list[Any]:
+    """Delete the rows this script made (now, or in an earlier run); return their scope ids."""
     from django.contrib.auth import get_user_model
 
     from tests.testapp.models import Thread, Workspace
 
+    workspaces = Workspace.objects.filter(slug__startswith=PREFIX)
+    scope_ids = list(workspaces.values_list("pk", flat=True))
     with realtime_off():
-        Workspace.objects.filter(slug__startswith=PREFIX).delete()
+        workspaces.delete()
         Thread.objects.filter(title__startswith=PREFIX).delete()
         get_user_model()._default_manager.filter(username__startswith=PREFIX).delete()
-    clear_table()
+    return scope_ids
 
 
 def build_fixture(member_counts: Sequence[int]) -> Fixture:
     """A workspace with three members, a second one sharing a project, a thread of three
     accounts, and one workspace per audience size (its first ``n`` accounts as members)."""
     from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
 
     from tests.testapp.models import Company, Membership, Project, Tag, Thread, Workspace
 
     user_model = get_user_model()
     count = max([6, *member_counts])
-    # bulk_create sends no signal: no recheck announcement, no password hashing.
+    # bulk_create sends no signal (no recheck announcement); unusable passwords hash nothing.
     user_model._default_manager.bulk_create(
-        [user_model(username=f"{PREFIX}-{n:04d}", password="!") for n in range(count)]
+        [
+            user_model(username=f"{PREFIX}-{n:04d}", password=make_password(None))
+            for n in range(count)
+        ]
     )
     users = list(
         user_model._default_manager.filter(username__startswith=PREFIX).order_by("username")
@@ -307,7 +334,7 @@ class Timings:
 
 WAYS = {
     "block": "one atomic() block per write, commit and publication included",
-    "inside": "in the transaction only: the ORM call inside the block (no BEGIN/COMMIT/publication)",
+    "inside": "in the transaction only: the ORM call inside the block (no COMMIT, no publication)",
     "batch": "one atomic() block of N writes, per write (publication once per block)",
 }
 
@@ -367,11 +394,8 @@ def deletes(rows: Sequence[Any]) -> list[Write]:
     return [row.delete for row in rows]
 
 
-def time_repeat(
-    variants: Sequence[Variant], workspace: Any, count: int, timings: Timings
-) -> None:
+def time_repeat(variants: Sequence[Variant], workspace: Any, count: int, timings: Timings) -> None:
     """One repeat: every variant creates, saves and deletes ``count`` rows, both ways."""
-    clear_table()
     for batched in (False, True):
         rows: dict[str, list[Any]] = {variant.label: [] for variant in variants}
         for operation in OPERATIONS:
@@ -407,7 +431,6 @@ def measure_time(workspace: Any, count: int, repeat: int) -> tuple[list[Variant]
     for index in range(repeat):
         order = variants if index % 2 == 0 else variants[::-1]
         time_repeat(order, workspace, count, timings)
-        plain, company = variants[0].label, variants[1].label
         line = ", ".join(
             f"{op} {micros(timings.get('block', plain, op)[-1])} / "
             f"{micros(timings.get('block', company, op)[-1])}"
@@ -494,10 +517,9 @@ def capture(prepare: Callable[[], Write]) -> Capture:
 
     prepare()()  # the same write once first: caches warm
     write = prepare()
-    with CaptureQueriesContext(connection) as captured:
-        with transaction.atomic():
-            write()
-            end = len(captured.captured_queries)
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        write()
+        end = len(captured.captured_queries)
     statements = [Statement(q["sql"]) for q in captured.captured_queries]
     if not statements or statements[0].sql != "BEGIN" or statements[end].sql != "COMMIT":
         raise RuntimeError("the captured statements do not start with BEGIN or lack the COMMIT")
@@ -585,7 +607,7 @@ def scenarios(fixture: Fixture, members: Sequence[int]) -> list[Scenario]:
         row = tagged_contact()
         for n in range(3):
             Attachment.objects.create(workspace=ws, contact=row, name=f"file {n}")
-        return Contact.objects.get(pk=row.pk).delete  # type: ignore[no-any-return]
+        return Contact.objects.get(pk=row.pk).delete
 
     def tag_added() -> Write:
         row = Contact.objects.get(pk=contact().pk)
@@ -596,7 +618,7 @@ def scenarios(fixture: Fixture, members: Sequence[int]) -> list[Scenario]:
             note = PrivateNote.objects.create(
                 workspace=fixture.audiences[size], author=user, title="Secret"
             )
-            return PrivateNote.objects.get(pk=note.pk).delete  # type: ignore[no-any-return]
+            return PrivateNote.objects.get(pk=note.pk).delete
 
         return prepare
 
@@ -673,8 +695,7 @@ def report_queries(results: Sequence[Counted], verbose: bool) -> list[dict[str, 
         " statements with realtime on), then statements after the COMMIT (on_commit"
         "\npublication and audience queries; the publication's own BEGIN/COMMIT not counted)"
     )
-    header = f"  {'write':<58} {'on':>3} {'off':>4} {'added':>6} {'savepoints':>11} {'at commit':>10}"
-    print(header)
+    print(f"  {'write':<58} {'on':>3} {'off':>4} {'added':>6} {'savepoints':>11} {'at commit':>10}")
     summary = []
     for result in results:
         inside_on, inside_off = result.on.count("inside"), result.off.count("inside")
@@ -767,6 +788,7 @@ def main() -> None:
     )
     summary: dict[str, Any] = {"database": version, "cores": os.cpu_count()}
     cleanup()
+    published = Published()
     try:
         fixture = build_fixture(args.members)
         if not args.skip_time:
@@ -777,11 +799,10 @@ def main() -> None:
             results = measure_queries(fixture, args.members)
             summary["queries"] = report_queries(results, args.verbose)
     finally:
-        cleanup()
-        transport = get_transport()
-        close = getattr(transport, "close", None)
-        if callable(close):
-            close()
+        scope_ids = cleanup()
+        get_transport().close()
+        removed = published.delete(scope_ids)
+        print(f"\ndeleted the {removed:,} rows this run added to {TABLE}")
     print(f"\nrealtime log warnings/errors: {counter.count}")
     for line in counter.first:
         print(f"  {line}")

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from realtime import protocol, signals
+from realtime import protocol
 from realtime.auth import RealtimeAuth, Scope, get_auth, resolve_scopes
 from realtime.blocking import run_blocking
 from realtime.conf import conf
+from realtime.delivery import Dispatcher
 from realtime.payload import base_channel, jsonable, scope_channel
 from realtime.sockets import Socket
 from realtime.transports import get_transport
@@ -48,11 +48,11 @@ class SocketManager:
         self._followed: set[Any] = set()
         self._reserved: dict[Any, int] = {}
         self._scope_locks: dict[Any, asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._transport: Transport | None = None
         self._listening: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self.dispatcher = Dispatcher(self)
 
     # Listening ------------------------------------------------------------------------
 
@@ -60,6 +60,7 @@ class SocketManager:
         """Start the transport's listener and follow the base channel (once, shared)."""
         if self._listening is None or (self._listening.done() and self._listening.exception()):
             self._listening = asyncio.get_running_loop().create_task(self._listen())
+        self.dispatcher.ensure_running()
         await asyncio.shield(self._listening)
         if self._housekeeper is None or self._housekeeper.done():
             self._wake = asyncio.Event()
@@ -187,129 +188,14 @@ class SocketManager:
     # Delivery -------------------------------------------------------------------------
 
     def on_message(self, channel: str, payload: bytes) -> None:
-        """Transport listener: hand a message to a delivery task (drop it if nobody is here)."""
-        if not self.sockets:
-            return
-        try:
-            message = json.loads(payload)
-        except ValueError:
-            logger.warning("realtime: dropped an unreadable message on %s", channel)
-            return
-        if not isinstance(message, dict):
-            return
-        self._spawn(self.deliver(message))
-
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def deliver(self, message: dict[str, Any]) -> None:
-        """Deliver one internal message to the local sockets it is for."""
-        try:
-            target = message.get("target")
-            if target == "scope":
-                await self._deliver_to_scope(message)
-            elif target == "users":
-                await self._deliver_to_users(message)
-            elif target == "recheck":
-                self.request_recheck(message.get("user_ids") or ())
-        except Exception:
-            logger.exception("realtime: delivering %s failed", message.get("event_type"))
-
-    async def _deliver_to_scope(self, message: dict[str, Any]) -> None:
-        scope_id = message.get("scope_id")
-        members = self.by_scope.get(scope_id)
-        if not members:
-            return
-        channels = message.get("channels")
-        if channels is None:
-            targets = set(members)
-        else:
-            targets = set()
-            for channel in channels:
-                targets |= self.by_scope_channel.get((scope_id, channel), set())
-        if message.get("exclude"):
-            excluded = set(message["exclude"])
-            targets = {s for s in targets if s.user_id not in excluded}
-        if message.get("only") is not None:
-            only = set(message["only"])
-            targets = {s for s in targets if s.user_id in only}
-        event_type, data = message.get("event_type"), message.get("data")
-        auth = get_auth()
-        if targets and (message.get("about") is not None or _overrides_audience(auth)):
-            asked = sorted({s.user_id for s in targets}, key=str)
-            allowed = set(
-                await run_blocking(
-                    _audience, auth, scope_id, event_type, data, asked, message.get("about")
-                )
-            )
-            targets = {s for s in targets if s.user_id in allowed}
-        frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
-        await self.send_all(targets, frame)
-        self._delivered(event_type, data, channels, targets)
-
-    async def _deliver_to_users(self, message: dict[str, Any]) -> None:
-        targets: set[Socket] = set()
-        for user_id in message.get("user_ids") or ():
-            targets |= self.by_user.get(user_id, set())
-        skip = message.get("skip_scope")
-        if skip is not None:
-            targets = {s for s in targets if skip not in s.scopes}
-        event_type, data, channels = (
-            message.get("event_type"),
-            message.get("data"),
-            message.get("channels"),
-        )
-        await self.send_all(targets, protocol.event_frame(event_type, data, message.get("meta")))
-        self._delivered(event_type, data, channels, targets)
-
-    async def send_all(self, targets: Iterable[Socket], frame: str) -> None:
-        """Send one encoded frame to every target at once; close 1011 those not reading."""
-        message = {"type": "websocket.send", "text": frame}
-        timeout = conf.SEND_TIMEOUT
-        dropped: list[Socket] = []
-        waiting: list[Socket] = []
-        for socket in targets:
-            # Daphne's send only appends to a buffer and never waits: going through the
-            # targets in turn costs no socket any time, so none holds the others back.
-            if not socket.buffered:
-                waiting.append(socket)
-            elif not await socket.send_frame(message, timeout):
-                dropped.append(socket)
-        if waiting:
-            results = await asyncio.gather(*(s.send_frame(message, timeout) for s in waiting))
-            dropped += [socket for socket, ok in zip(waiting, results, strict=True) if not ok]
-        for socket in dropped:
-            logger.warning(
-                "realtime: a socket of account %s is not reading; closed", socket.user_id
-            )
-            await self.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
+        """Transport listener: queue a message for delivery (drop it if nobody is here)."""
+        if self.sockets:
+            self.dispatcher.put(channel, payload)
 
     async def drop(self, socket: Socket, code: int) -> None:
+        """Close a socket with ``code`` and forget it."""
         await socket.close(code)
         await self.unregister(socket)
-
-    def _delivered(self, event_type: Any, data: Any, channels: Any, targets: set[Socket]) -> None:
-        if channels is None or not targets:
-            return
-        if not signals.event_delivered.has_listeners(SocketManager):
-            return
-        event_channels = set(channels)
-        watchers: dict[Any, set[str]] = {}
-        for socket in targets:
-            heard = event_channels & socket.channels
-            if heard:
-                watchers.setdefault(socket.user_id, set()).update(heard)
-        self._spawn(
-            signals.send_robustly(
-                signals.event_delivered,
-                SocketManager,
-                event_type=event_type,
-                data=data,
-                watchers={user_id: sorted(heard) for user_id, heard in watchers.items()},
-            )
-        )
 
     # Rechecks and housekeeping ------------------------------------------------------------
 
@@ -325,6 +211,7 @@ class SocketManager:
         assert self._wake is not None
         while True:
             try:
+                self.dispatcher.ensure_running()
                 await self.recheck_due()
                 await self._close_stalled()
                 await self._reconcile()
@@ -369,18 +256,6 @@ class SocketManager:
 
 
 _FAILED = object()
-
-
-def _overrides_audience(auth: RealtimeAuth) -> bool:
-    return type(auth).audience is not RealtimeAuth.audience
-
-
-def _audience(
-    auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
-) -> list[Any]:
-    return [
-        jsonable(user_id) for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
-    ]
 
 
 def _recheck_batch(

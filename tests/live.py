@@ -25,6 +25,9 @@ from websockets.asyncio.client import ClientConnection
 
 from tests.helpers import ROOT, WAIT, subprocess_env
 
+#: Timings every test server uses unless a test says otherwise.
+FAST = {"REALTIME_POLLING_INTERVAL": 0.02}
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -62,6 +65,7 @@ class LiveServers:
     servers: dict[str, Server] = field(default_factory=dict)
 
     def get(self, name: str = "default", **settings: Any) -> Server:
+        settings = {**FAST, **settings}
         key = json.dumps([name, settings], sort_keys=True)
         server = self.servers.get(key)
         if server is None or server.process.poll() is not None:
@@ -171,3 +175,26 @@ class Client:
 
 def iter_frames(frames: list[dict[str, Any]], type_: str) -> Iterator[dict[str, Any]]:
     return (frame for frame in frames if frame.get("type") == type_)
+
+
+class Clients:
+    """The clients a test opened; a fixture closes them all when the test ends."""
+
+    def __init__(self) -> None:
+        self.opened: list[Client] = []
+
+    async def connect(self, server: Server, **options: Any) -> Client:
+        client = await Client.connect(server, **options)
+        self.opened.append(client)
+        return client
+
+    async def authenticated(self, server: Server, token: str, **ask: Any) -> Client:
+        """Connect and authenticate; fail the test unless the answer is ``auth_success``."""
+        client = await self.connect(server)
+        answer = await client.authenticate(token, **ask)
+        assert answer["type"] == "auth_success", answer
+        return client
+
+    async def close_all(self) -> None:
+        for client in self.opened:
+            await client.close()

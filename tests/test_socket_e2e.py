@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from django.contrib.auth import get_user_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user
 from tests.helpers import off_loop
-from tests.live import Client, LiveServers
+from tests.live import Client, Clients, LiveServers
 from tests.testapp.models import (
     Company,
     Contact,
@@ -34,11 +35,11 @@ def make_workspace(slug: str) -> Workspace:
     return Workspace.objects.create(name=slug.title(), slug=slug)
 
 
-async def connected(server: Any, token: str, **ask: Any) -> Client:
-    client = await Client.connect(server)
-    answer = await client.authenticate(token, **ask)
-    assert answer["type"] == "auth_success", answer
-    return client
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
 
 
 async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:
@@ -48,11 +49,11 @@ async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:
 
 
 async def test_a_write_in_another_process_reaches_the_subscribed_socket(
-    live_servers: LiveServers,
+    live_servers: LiveServers, ws: Clients
 ) -> None:
     workspace = await off_loop(make_workspace, "acme")
     user, token = await off_loop(make_member, "ann", workspace)
-    client = await connected(live_servers.get(), token, scope="acme")
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
     await client.send("subscribe", {"channels": ["contact"]})
     await marker_for(client, user.pk)  # the subscription is in place once the marker is back
     contact = await off_loop(Contact.objects.create, workspace=workspace, name="Zed")
@@ -72,10 +73,10 @@ async def test_a_write_in_another_process_reaches_the_subscribed_socket(
     await client.close()
 
 
-async def test_an_unsubscribed_socket_hears_nothing(live_servers: LiveServers) -> None:
+async def test_an_unsubscribed_socket_hears_nothing(live_servers: LiveServers, ws: Clients) -> None:
     workspace = await off_loop(make_workspace, "acme")
     user, token = await off_loop(make_member, "ann", workspace)
-    client = await connected(live_servers.get(), token, scope="acme")
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
     await client.send("subscribe", {"channel": "company"})
     await marker_for(client, user.pk)
     await off_loop(Contact.objects.create, workspace=workspace, name="Unheard")
@@ -87,12 +88,12 @@ async def test_an_unsubscribed_socket_hears_nothing(live_servers: LiveServers) -
 
 
 async def test_two_worker_processes_each_deliver_to_their_sockets(
-    live_servers: LiveServers,
+    live_servers: LiveServers, ws: Clients
 ) -> None:
     workspace = await off_loop(make_workspace, "acme")
     user, token = await off_loop(make_member, "ann", workspace)
-    first = await connected(live_servers.get("worker-1"), token, scope="acme")
-    second = await connected(live_servers.get("worker-2"), token, scope="acme")
+    first = await ws.authenticated(live_servers.get("worker-1"), token, scope="acme")
+    second = await ws.authenticated(live_servers.get("worker-2"), token, scope="acme")
     for client in (first, second):
         await client.send("subscribe", {"channels": ["contact"]})
         await marker_for(client, user.pk)
@@ -104,14 +105,14 @@ async def test_two_worker_processes_each_deliver_to_their_sockets(
 
 
 async def test_record_and_relation_channels_narrow_what_a_socket_hears(
-    live_servers: LiveServers,
+    live_servers: LiveServers, ws: Clients
 ) -> None:
     workspace = await off_loop(make_workspace, "acme")
     user, token = await off_loop(make_member, "ann", workspace)
     company = await off_loop(Company.objects.create, workspace=workspace, name="Initech")
     watched = await off_loop(Contact.objects.create, workspace=workspace, name="Seven")
     other = await off_loop(Contact.objects.create, workspace=workspace, name="Other")
-    client = await connected(live_servers.get(), token, scope="acme")
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
     await client.send("subscribe", {"channels": [f"contact:{watched.pk}", f"company:{company.pk}"]})
     await marker_for(client, user.pk)
     other.name = "Other renamed"
@@ -130,13 +131,13 @@ async def test_record_and_relation_channels_narrow_what_a_socket_hears(
 
 
 async def test_account_events_reach_every_socket_of_the_account_whatever_its_scope(
-    live_servers: LiveServers,
+    live_servers: LiveServers, ws: Clients
 ) -> None:
     acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
     user, token = await off_loop(make_member, "ann", acme, beta)
-    in_acme = await connected(live_servers.get(), token, scope="acme")
-    in_beta = await connected(live_servers.get(), token, scope="beta")
-    nowhere = await connected(live_servers.get(), token)
+    in_acme = await ws.authenticated(live_servers.get(), token, scope="acme")
+    in_beta = await ws.authenticated(live_servers.get(), token, scope="beta")
+    nowhere = await ws.authenticated(live_servers.get(), token)
     note = await off_loop(Notification.objects.create, user=user, text="for you")
     for client in (in_acme, in_beta, nowhere):
         frame = await client.wait_for(lambda f: f["type"] == "notification.created")
@@ -147,13 +148,15 @@ async def test_account_events_reach_every_socket_of_the_account_whatever_its_sco
         await client.close()
 
 
-async def test_guarded_rows_reach_only_their_readers(live_servers: LiveServers) -> None:
+async def test_guarded_rows_reach_only_their_readers(
+    live_servers: LiveServers, ws: Clients
+) -> None:
     workspace = await off_loop(make_workspace, "acme")
     author, author_token = await off_loop(make_member, "ann", workspace)
     other, other_token = await off_loop(make_member, "bob", workspace)
     clients = {
-        author.pk: await connected(live_servers.get(), author_token, scope="acme"),
-        other.pk: await connected(live_servers.get(), other_token, scope="acme"),
+        author.pk: await ws.authenticated(live_servers.get(), author_token, scope="acme"),
+        other.pk: await ws.authenticated(live_servers.get(), other_token, scope="acme"),
     }
     for user_id, client in clients.items():
         await client.send("subscribe", {"channels": ["private_note"]})
@@ -161,20 +164,29 @@ async def test_guarded_rows_reach_only_their_readers(live_servers: LiveServers) 
     note = await off_loop(
         PrivateNote.objects.create, workspace=workspace, author=author, title="mine"
     )
+    # Deliveries of create and update ask who may read the row: let it exist meanwhile.
+    await clients[author.pk].wait_for(lambda f: f["type"] == "private_note.created")
     await off_loop(note.delete)
-    heard = {user_id: await marker_for(client, user_id) for user_id, client in clients.items()}
-    assert [f["type"] for f in heard[author.pk]] == ["private_note.created", "private_note.deleted"]
-    assert heard[other.pk] == []
+    for user_id, client in clients.items():
+        await marker_for(client, user_id)
+    notes = {
+        user_id: [f["type"] for f in client.received if f["type"].startswith("private_note")]
+        for user_id, client in clients.items()
+    }
+    assert notes == {
+        author.pk: ["private_note.created", "private_note.deleted"],
+        other.pk: [],
+    }
     for client in clients.values():
         await client.close()
 
 
 async def test_a_socket_reading_several_scopes_gets_each_events_scope_id(
-    live_servers: LiveServers,
+    live_servers: LiveServers, ws: Clients
 ) -> None:
     acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
     user, token = await off_loop(make_member, "ann", acme, beta)
-    client = await Client.connect(live_servers.get())
+    client = await ws.connect(live_servers.get())
     answer = await client.authenticate(token, scopes=["beta", "acme"])
     assert answer == {
         "type": "auth_success",

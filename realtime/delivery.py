@@ -1,0 +1,239 @@
+"""Delivering internal messages to local sockets, in the order they were published.
+
+Messages wait in one bounded queue (``REALTIME_NOTIFY_QUEUE_SIZE``; full: dropped with a
+warning). Each is *planned* — parsed, its targets looked up in the manager's indexes, narrowed
+by ``exclude``/``only``/``skip_scope`` and, where an audience is to be asked, by
+``auth.audience`` off the event loop — by up to ``REALTIME_CONSUMER_POOL_SIZE`` planners at
+once, while one sender hands the frames out strictly in arrival order: an update waiting for
+its audience check is never overtaken by the delete that followed it.
+
+A frame is encoded once per event and given to every target's ASGI ``send`` directly; a socket
+that is not reading is closed 1011 and the others hear the event now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from realtime import protocol, signals
+from realtime.auth import RealtimeAuth, get_auth
+from realtime.blocking import run_blocking
+from realtime.conf import conf
+from realtime.payload import jsonable
+from realtime.sockets import Socket
+
+if TYPE_CHECKING:
+    from realtime.manager import SocketManager
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Plan:
+    """What one message comes to: a frame for some sockets, or an action."""
+
+    targets: set[Socket]
+    frame: str | None = None
+    event_type: Any = None
+    data: Any = None
+    channels: list[str] | None = None
+    action: Callable[[], None] | None = None
+
+
+class Dispatcher:
+    """The ordered delivery pipeline of one ``SocketManager``."""
+
+    def __init__(self, manager: SocketManager) -> None:
+        self.manager = manager
+        self._queue: asyncio.Queue[bytes] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._spawned: set[asyncio.Task[Any]] = set()
+
+    def put(self, channel: str, payload: bytes) -> None:
+        if self._queue is None:
+            return
+        try:
+            self._queue.put_nowait(payload)
+        except asyncio.QueueFull:
+            logger.warning(
+                "realtime: the delivery queue is full; a message on %s is dropped", channel
+            )
+
+    def ensure_running(self) -> None:
+        """Start the planner and sender tasks, or restart one that died."""
+        dead = [task for task in self._tasks if task.done()]
+        if self._tasks and not dead:
+            return
+        for task in dead:
+            if not task.cancelled() and task.exception() is not None:
+                logger.error(
+                    "realtime: a delivery task died; restarting", exc_info=task.exception()
+                )
+        for task in self._tasks:
+            task.cancel()
+        queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=conf.NOTIFY_QUEUE_SIZE)
+        # Bounds how many messages are planned ahead of the one being sent.
+        plans: asyncio.Queue[asyncio.Future[Plan | None]] = asyncio.Queue(
+            maxsize=max(1, conf.CONSUMER_POOL_SIZE)
+        )
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._plan_in_order(queue, plans)),
+            loop.create_task(self._send_in_order(plans)),
+        ]
+        self._queue = queue
+
+    async def _plan_in_order(
+        self, queue: asyncio.Queue[bytes], plans: asyncio.Queue[asyncio.Future[Plan | None]]
+    ) -> None:
+        while True:
+            payload = await queue.get()
+            await plans.put(asyncio.ensure_future(self._plan(payload)))
+
+    async def _send_in_order(self, plans: asyncio.Queue[asyncio.Future[Plan | None]]) -> None:
+        while True:
+            future = await plans.get()
+            try:
+                plan = await future
+                if plan is not None:
+                    await self.carry_out(plan)
+            except Exception:
+                logger.exception("realtime: delivering a message failed")
+
+    async def _plan(self, payload: bytes) -> Plan | None:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            logger.warning("realtime: dropped an unreadable message")
+            return None
+        if not isinstance(message, dict):
+            return None
+        return await self.plan(message)
+
+    async def plan(self, message: dict[str, Any]) -> Plan | None:
+        """Work out who hears ``message`` and what they get."""
+        target = message.get("target")
+        if target == "scope":
+            return await self._plan_scope(message)
+        if target == "users":
+            return self._plan_users(message)
+        if target == "recheck":
+            ids = list(message.get("user_ids") or ())
+            return Plan(set(), action=lambda: self.manager.request_recheck(ids))
+        return None
+
+    async def _plan_scope(self, message: dict[str, Any]) -> Plan | None:
+        index = self.manager
+        scope_id = message.get("scope_id")
+        members = index.by_scope.get(scope_id)
+        if not members:
+            return None
+        channels = message.get("channels")
+        if channels is None:
+            targets = set(members)
+        else:
+            targets = set()
+            for channel in channels:
+                targets |= index.by_scope_channel.get((scope_id, channel), set())
+        if message.get("exclude"):
+            excluded = set(message["exclude"])
+            targets = {s for s in targets if s.user_id not in excluded}
+        if message.get("only") is not None:
+            only = set(message["only"])
+            targets = {s for s in targets if s.user_id in only}
+        event_type, data = message.get("event_type"), message.get("data")
+        auth = get_auth()
+        if targets and (message.get("about") is not None or _overrides_audience(auth)):
+            asked = sorted({s.user_id for s in targets}, key=str)
+            allowed = set(
+                await run_blocking(
+                    _audience, auth, scope_id, event_type, data, asked, message.get("about")
+                )
+            )
+            targets = {s for s in targets if s.user_id in allowed}
+        frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
+        return Plan(targets, frame, event_type, data, channels)
+
+    def _plan_users(self, message: dict[str, Any]) -> Plan:
+        by_user = self.manager.by_user
+        targets: set[Socket] = set()
+        for user_id in message.get("user_ids") or ():
+            targets |= by_user.get(user_id, set())
+        skip = message.get("skip_scope")
+        if skip is not None:
+            targets = {s for s in targets if skip not in s.scopes}
+        event_type, data = message.get("event_type"), message.get("data")
+        frame = protocol.event_frame(event_type, data, message.get("meta"))
+        return Plan(targets, frame, event_type, data, message.get("channels"))
+
+    async def carry_out(self, plan: Plan) -> None:
+        if plan.action is not None:
+            plan.action()
+        if plan.frame is None or not plan.targets:
+            return
+        await self.send_all(plan.targets, plan.frame)
+        self._delivered(plan)
+
+    async def send_all(self, targets: Iterable[Socket], frame: str) -> None:
+        """Send one encoded frame to every target at once; close 1011 those not reading."""
+        message = {"type": "websocket.send", "text": frame}
+        timeout = conf.SEND_TIMEOUT
+        dropped: list[Socket] = []
+        waiting: list[Socket] = []
+        for socket in targets:
+            # Daphne's send only appends to a buffer and never waits: going through the
+            # targets in turn costs no socket any time, so none holds the others back.
+            if not socket.buffered:
+                waiting.append(socket)
+            elif not await socket.send_frame(message, timeout):
+                dropped.append(socket)
+        if waiting:
+            results = await asyncio.gather(*(s.send_frame(message, timeout) for s in waiting))
+            dropped += [socket for socket, ok in zip(waiting, results, strict=True) if not ok]
+        for socket in dropped:
+            logger.warning(
+                "realtime: a socket of account %s is not reading; closed", socket.user_id
+            )
+            await self.manager.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
+
+    def _delivered(self, plan: Plan) -> None:
+        from realtime.manager import SocketManager
+
+        if plan.channels is None or not signals.event_delivered.has_listeners(SocketManager):
+            return
+        event_channels = set(plan.channels)
+        watchers: dict[Any, set[str]] = {}
+        for socket in plan.targets:
+            heard = event_channels & socket.channels
+            if heard:
+                watchers.setdefault(socket.user_id, set()).update(heard)
+        if not watchers:
+            return
+        task = asyncio.get_running_loop().create_task(
+            signals.send_robustly(
+                signals.event_delivered,
+                SocketManager,
+                event_type=plan.event_type,
+                data=plan.data,
+                watchers={user_id: sorted(heard) for user_id, heard in watchers.items()},
+            )
+        )
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+
+def _overrides_audience(auth: RealtimeAuth) -> bool:
+    return type(auth).audience is not RealtimeAuth.audience
+
+
+def _audience(
+    auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
+) -> list[Any]:
+    return [
+        jsonable(user_id) for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
+    ]
