@@ -65,3 +65,13 @@ def live_servers(django_db_setup: None, django_db_blocker: Any) -> Any:
     servers = LiveServers()
     yield servers
     servers.stop_all()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_transports(django_db_setup: None) -> Any:
+    """Close this process's transport before the test database goes (its threads hold
+    connections that would keep PostgreSQL from dropping it)."""
+    yield
+    from realtime.transports import reset_transport
+
+    reset_transport()
