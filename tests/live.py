@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -47,6 +48,24 @@ class Server:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/api/ws"
+
+    def state(self) -> dict[str, Any]:
+        """The manager's state in that process (see ``tests.urls``)."""
+        url = f"http://127.0.0.1:{self.port}/_realtime/state"
+        with urllib.request.urlopen(url, timeout=WAIT) as response:
+            state: dict[str, Any] = json.load(response)
+        return state
+
+    async def wait_for_state(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = WAIT
+    ) -> dict[str, Any]:
+        """Poll the manager's state until ``predicate`` holds (bounded); return it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                state = await asyncio.to_thread(self.state)
+                if predicate(state):
+                    return state
+                await asyncio.sleep(0.02)
 
     def stop(self) -> None:
         self.process.terminate()
