@@ -66,6 +66,12 @@ class SocketManager:
             self._wake = asyncio.Event()
             self._housekeeper = asyncio.get_running_loop().create_task(self._housekeep())
 
+    def detach(self) -> None:
+        """Stop hearing the transport (the manager's event loop is gone)."""
+        if self._transport is not None:
+            self._transport.remove_listener(self.on_message)
+            self._transport = None
+
     async def _listen(self) -> None:
         transport = get_transport()
         if transport is not self._transport:
@@ -284,12 +290,19 @@ def _discard(index: dict[Any, set[Socket]], key: Any, socket: Socket) -> None:
             del index[key]
 
 
-_manager: SocketManager | None = None
+_managers: dict[asyncio.AbstractEventLoop, SocketManager] = {}
 
 
 def get_manager() -> SocketManager:
-    """This process's manager."""
-    global _manager
-    if _manager is None:
-        _manager = SocketManager()
-    return _manager
+    """The manager of the running event loop: one per process in production.
+
+    Tests that run each test on a fresh loop get a fresh manager each time; managers of
+    loops that are gone are detached from the transport.
+    """
+    loop = asyncio.get_running_loop()
+    manager = _managers.get(loop)
+    if manager is None:
+        for old_loop in [old for old in _managers if old.is_closed()]:
+            _managers.pop(old_loop).detach()
+        manager = _managers[loop] = SocketManager()
+    return manager

@@ -86,8 +86,12 @@ class TableTransport(Transport):
                 self._submit_trim()
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._poller.running and self._poller.loop is not loop:
+            # Started on a loop that is gone (a test's): begin again on this one.
+            await asyncio.to_thread(self._poller.stop)
         if not self._poller.running:
-            self._poller.start(asyncio.get_running_loop(), self._deliver)
+            self._poller.start(loop, self._deliver)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._poller.stop)

@@ -52,6 +52,10 @@ class Poller:
         self._deliver: Deliver | None = None
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 

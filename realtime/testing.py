@@ -1,0 +1,150 @@
+"""Helpers for an application's own tests of what its sockets hear.
+
+``RealtimeClient`` is a socket on the consumer in the test's own process (Channels'
+``WebsocketCommunicator``), authenticated like a browser would be, fed by the real transport.
+Announcements go out after commit, so use it from transactional tests
+(``TransactionTestCase``, or ``@pytest.mark.django_db(transaction=True)``)::
+
+    async def test_new_contacts_are_announced(user, workspace):
+        async with realtime_client(user, scope=workspace.slug) as client:
+            await client.subscribe("contact")
+            await in_thread(Contact.objects.create, workspace=workspace, name="Ann")
+            frame = await client.receive("contact.created")
+            assert frame["data"]["name"] == "Ann"
+            assert await client.frames_before_marker() == []   # nothing else came
+
+Waits are bounded (``timeout`` seconds). Absence is proven with a marker: an account event
+sent after the fact arrives after anything published before it, so what arrived before the
+marker is everything that was going to arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from channels.testing import WebsocketCommunicator
+from django.db import connections
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from realtime.consumers import RealtimeConsumer
+
+MARKER = "realtime.test_marker"
+Frame = dict[str, Any]
+T = TypeVar("T")
+
+
+async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run database code from a test's event loop, closing the thread's connections after
+    (a connection left open would keep PostgreSQL from dropping the test database)."""
+
+    def run() -> T:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(run)
+
+
+class RealtimeClient:
+    """An authenticated socket in the test's process, with bounded waits."""
+
+    def __init__(self, communicator: WebsocketCommunicator, user_id: Any) -> None:
+        self.communicator = communicator
+        self.user_id = user_id
+        self.auth_answer: Frame | None = None
+        self._markers = 0
+        self._buffer: list[Frame] = []
+
+    @classmethod
+    async def connect(
+        cls,
+        user: Any,
+        *,
+        token: str | None = None,
+        timeout: float = 5.0,
+        application: Any = None,
+        **ask: Any,
+    ) -> RealtimeClient:
+        """Open a socket and authenticate as ``user`` (``scope=``/``scopes=`` as the protocol)."""
+        if token is None:
+            token = await in_thread(issue_token, user)
+        communicator = WebsocketCommunicator(application or RealtimeConsumer.as_asgi(), "/api/ws")
+        connected, _ = await communicator.connect(timeout)
+        if not connected:
+            raise AssertionError("the consumer refused the connection")
+        client = cls(communicator, user.pk)
+        await client.send("authenticate", {"token": token, **ask})
+        client.auth_answer = await client.next_frame(timeout)
+        if client.auth_answer.get("type") != "auth_success":
+            raise AssertionError(f"authentication failed: {client.auth_answer}")
+        return client
+
+    async def send(self, type_: str, data: Any = None) -> None:
+        await self.communicator.send_json_to({"type": type_, "data": data})
+
+    async def subscribe(self, *channels: str) -> None:
+        """Subscribe, and return once the server has taken it into account."""
+        await self.send("subscribe", {"channels": list(channels)})
+        await self._settle()
+
+    async def unsubscribe(self, *channels: str) -> None:
+        await self.send("unsubscribe", {"channels": list(channels)})
+        await self._settle()
+
+    async def watch(self, **ask: Any) -> None:
+        await self.send("watch", ask)
+        await self._settle()
+
+    async def _settle(self) -> None:
+        # The server reads frames in order: once a marker sent afterwards is back, the
+        # frame before it was handled. Frames that came meanwhile stay to be received.
+        self._buffer += await self.frames_before_marker()
+
+    async def next_frame(self, timeout: float = 5.0) -> Frame:
+        """The next frame the server sends; fails after ``timeout`` seconds."""
+        if self._buffer:
+            return self._buffer.pop(0)
+        frame: Frame = json.loads(await self.communicator.receive_from(timeout))
+        return frame
+
+    async def receive(self, event: str | Callable[[Frame], bool], timeout: float = 5.0) -> Frame:
+        """Wait for a frame of type ``event`` (or matching it); skip the others."""
+        matches = event if callable(event) else (lambda frame: frame.get("type") == event)
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self.next_frame(timeout)
+                if matches(frame):
+                    return frame
+
+    async def frames_before_marker(self, timeout: float = 5.0) -> list[Frame]:
+        """Send a marker to this account; return every frame received before it arrived."""
+        self._markers += 1
+        number = self._markers
+        await in_thread(broadcast_to_user, self.user_id, MARKER, {"n": number})
+        before, self._buffer = self._buffer, []
+        async with asyncio.timeout(timeout):
+            while True:
+                frame: Frame = json.loads(await self.communicator.receive_from(timeout))
+                if frame.get("type") == MARKER and frame.get("data") == {"n": number}:
+                    return before
+                before.append(frame)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.communicator.disconnect()
+
+
+@contextlib.asynccontextmanager
+async def realtime_client(user: Any, **options: Any) -> AsyncIterator[RealtimeClient]:
+    """``async with realtime_client(user, scope="acme") as client``: connected, then closed."""
+    client = await RealtimeClient.connect(user, **options)
+    try:
+        yield client
+    finally:
+        await client.close()
