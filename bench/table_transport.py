@@ -6,10 +6,13 @@ Run from the project root, once per database::
     .venv/bin/python bench/table_transport.py --database postgresql
     .venv/bin/python bench/table_transport.py --database mariadb
 
-The script uses the test settings (``tests.settings``), runs ``migrate`` itself and empties
-``firm_channel_messages`` before every measurement and at the end, so run it against a database
-that holds nothing you want to keep. SQLite uses its own file, ``/tmp/realtime-bench.sqlite3``;
-PostgreSQL and MariaDB use the ``realtime`` database.
+The script uses the test settings (``tests.settings``), runs ``migrate`` (the ``realtime`` app)
+itself, and deletes the rows of its own two channels (``bench.throughput`` and
+``bench.latency``) from ``firm_channel_messages`` before every measurement and at the end; other
+rows are left alone. SQLite uses its own file, ``/tmp/realtime-bench.sqlite3``, made anew on
+each run; PostgreSQL and MariaDB use the ``realtime`` database. Run it on a quiet machine:
+anything else busy on the cores or the database server shows in the figures (the load average
+is printed before and after).
 
 Every figure is printed beside a floor measured in the same run on the same database:
 
@@ -151,14 +154,17 @@ def migrate() -> None:
 
 
 def clear_table() -> None:
-    """Empty the message table (TRUNCATE keeps the id sequence going on PostgreSQL)."""
+    """Delete this benchmark's rows (its two channels); leave any other row alone."""
     from django.db import connection
 
+    from realtime.transports.table_store import channel_hash
+
+    channels = [THROUGHPUT_CHANNEL.encode(), LATENCY_CHANNEL.encode()]
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"TRUNCATE {TABLE}")
-        else:
-            cursor.execute(f"DELETE FROM {TABLE}")
+        cursor.execute(
+            f"DELETE FROM {TABLE} WHERE channel_hash IN (%s, %s) AND channel IN (%s, %s)",
+            [*(channel_hash(c) for c in channels), *channels],
+        )
 
 
 def server_version() -> str:
@@ -175,20 +181,20 @@ def server_version() -> str:
 
 
 def code_version() -> str:
-    """The commit of the code measured, marked ``+changes`` when the work tree differs."""
+    """The commit measured, flagged when the transport's files differ from it."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "realtime"],
+            ["git", "status", "--porcelain", "--", "realtime/transports"],
             cwd=ROOT,
             capture_output=True,
             text=True,
         ).stdout.strip()
     except OSError:
         return "unknown"
-    return f"{commit or 'unknown'}{' +changes in realtime/' if dirty else ''}"
+    return f"{commit or 'unknown'}{' (realtime/transports modified)' if dirty else ''}"
 
 
 def load_average() -> str:

@@ -90,7 +90,8 @@ class RealtimeAuth:
 
     def scopes_of(self, user: Any, slugs: Sequence[Any]) -> list[Scope]:
         """Resolve slugs to the scopes ``user`` is a member of, in one query, in asked order."""
-        wanted = [slug for slug in slugs if isinstance(slug, str)]
+        # A NUL character cannot be stored in PostgreSQL text, so no scope is named so.
+        wanted = [slug for slug in slugs if isinstance(slug, str) and "\x00" not in slug]
         model = scope_model()
         if model is None or not wanted:
             return []

@@ -95,7 +95,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             return await self._refuse(Refusal.MESSAGE)
         ask = protocol.read_scopes(frame.data)
         auth = get_auth()
-        user, scopes = await self._while_connected(run_blocking(_authenticate, auth, token, ask))
+        try:
+            user, scopes = await self._while_connected(
+                run_blocking(_authenticate, auth, token, ask)
+            )
+        except _ClientGoneError:
+            raise
+        except Exception:
+            logger.exception("realtime: authenticating a socket failed")
+            return await self._refuse(Refusal.TOKEN)
         if user is None:
             return await self._refuse(Refusal.TOKEN)
         if ask.asked and not scopes:
@@ -213,7 +221,11 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         socket.ask = ask
         socket.scope_version += 1
         version = socket.scope_version
-        scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
+        try:
+            scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
+        except Exception:
+            logger.exception("realtime: resolving a watch failed; the socket reads no scope")
+            scopes = []
         if version == socket.scope_version and self.state is State.OPEN:
             await get_manager().set_scopes(socket, scopes, keep_channels=False)
 

@@ -138,7 +138,9 @@ class SocketManager:
         limit = conf.MAX_CHANNELS
         fresh: list[str] = []
         for channel in channels:
-            if protocol.channel_model(channel) not in known or channel in socket.channels:
+            if protocol.channel_model(channel) not in known:
+                continue
+            if channel in socket.channels or channel in fresh:
                 continue
             if len(socket.channels) + len(fresh) >= limit:
                 break
@@ -199,9 +201,9 @@ class SocketManager:
             self.dispatcher.put(channel, payload)
 
     async def drop(self, socket: Socket, code: int) -> None:
-        """Close a socket with ``code`` and forget it."""
-        await socket.close(code)
+        """Forget a socket and close it with ``code`` (bounded: it may not be reading)."""
         await self.unregister(socket)
+        await socket.close(code, conf.SEND_TIMEOUT)
 
     # Rechecks and housekeeping ------------------------------------------------------------
 

@@ -117,15 +117,19 @@ class Socket:
         return self._transport is not None and self._stalled(timeout)
 
     async def send_frame(self, message: dict[str, Any], timeout: float) -> bool:
-        """Send one ``websocket.send`` message; ``False`` when the socket is not reading."""
+        """Send one ``websocket.send`` message; ``False`` when the socket is not reading.
+
+        Whatever the server's ``send`` raises means the same: this socket cannot take the
+        frame, and it must not keep the others from theirs.
+        """
         if self.closed:
             return True
-        if self._transport is not None:
-            await self._send(message)
-            return not self._stalled(timeout)
         try:
+            if self._transport is not None:
+                await self._send(message)
+                return not self._stalled(timeout)
             await asyncio.wait_for(self._send(message), timeout)
-        except (TimeoutError, OSError, RuntimeError):
+        except Exception:
             return False
         return True
 
@@ -138,12 +142,12 @@ class Socket:
             self._stalled_since = now
         return now - self._stalled_since >= timeout
 
-    async def close(self, code: int) -> None:
-        """Close the connection with ``code`` (once)."""
+    async def close(self, code: int, timeout: float = 5.0) -> None:
+        """Close the connection with ``code`` (once), waiting at most ``timeout`` seconds."""
         if self.closed:
             return
         self.closed = True
         try:
-            await close_connection(self._send, code)
-        except Exception:  # the connection may already be gone
+            await asyncio.wait_for(close_connection(self._send, code), timeout)
+        except Exception:  # the connection is gone or stuck: nothing more to tell it
             return

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -32,10 +33,25 @@ from django.db import connections
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user
 from realtime.consumers import RealtimeConsumer
+from realtime.signals import frame_received
 
 MARKER = "realtime.test_marker"
+SETTLE = "realtime.test_settle"
 Frame = dict[str, Any]
 T = TypeVar("T")
+
+
+_settled: dict[str, asyncio.Event] = {}
+
+
+async def _on_frame(sender: Any, event_type: str, data: Any, **kwargs: Any) -> None:
+    if event_type == SETTLE and isinstance(data, dict):
+        handled = _settled.get(str(data.get("key")))
+        if handled is not None:
+            handled.set()
+
+
+frame_received.connect(_on_frame, dispatch_uid="realtime.testing.settle")
 
 
 async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -101,10 +117,16 @@ class RealtimeClient:
         await self.send("watch", ask)
         await self._settle()
 
-    async def _settle(self) -> None:
-        # The server reads frames in order: once a marker sent afterwards is back, the
-        # frame before it was handled. Frames that came meanwhile stay to be received.
-        self._buffer += await self.frames_before_marker()
+    async def _settle(self, timeout: float = 5.0) -> None:
+        # The consumer handles frames in order: once a frame of ours sent afterwards has
+        # reached ``frame_received`` (in this very process), the one before was handled.
+        key = uuid.uuid4().hex
+        handled = _settled[key] = asyncio.Event()
+        try:
+            await self.send(SETTLE, {"key": key})
+            await asyncio.wait_for(handled.wait(), timeout)
+        finally:
+            _settled.pop(key, None)
 
     async def next_frame(self, timeout: float = 5.0) -> Frame:
         """The next frame the server sends; fails after ``timeout`` seconds."""

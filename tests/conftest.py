@@ -75,3 +75,19 @@ def _release_transports(django_db_setup: None) -> Any:
     from realtime.transports import reset_transport
 
     reset_transport()
+
+
+@pytest.fixture(params=["table", "pg_notify"])
+def each_transport(request: pytest.FixtureRequest, live_servers: Any, settings: Any) -> Any:
+    """Run a test once per transport: in this process and in the daphne servers it starts.
+
+    pg_notify needs PostgreSQL; elsewhere its run is skipped.
+    """
+    from django.db import connection
+
+    if request.param == "pg_notify" and connection.vendor != "postgresql":
+        pytest.skip("pg_notify needs PostgreSQL")
+    settings.REALTIME_TRANSPORT = request.param
+    live_servers.defaults = {"REALTIME_TRANSPORT": request.param}
+    yield request.param
+    live_servers.defaults = {}

@@ -82,9 +82,11 @@ class LiveServers:
     """Daphne servers by setting overrides; ``get()`` starts one on first use."""
 
     servers: dict[str, Server] = field(default_factory=dict)
+    #: Settings every server of the current test gets (the transport under test, say).
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     def get(self, name: str = "default", **settings: Any) -> Server:
-        settings = {**FAST, **settings}
+        settings = {**FAST, **self.defaults, **settings}
         key = json.dumps([name, settings], sort_keys=True)
         server = self.servers.get(key)
         if server is None or server.process.poll() is not None:

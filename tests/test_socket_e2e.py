@@ -21,7 +21,7 @@ from tests.testapp.models import (
     Workspace,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
 
 def make_member(username: str, *workspaces: Workspace) -> tuple[Any, str]:

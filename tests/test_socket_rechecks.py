@@ -17,7 +17,7 @@ from realtime.testing import in_thread, realtime_client
 from tests.live import Clients, LiveServers
 from tests.testapp.models import Company, Membership, Notification, Workspace
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
 User = get_user_model()
 

@@ -2,6 +2,7 @@
 
 Commands
     publish CHANNEL PAYLOAD [COUNT]  publish through the table transport, print "published"
+    publish-pg CHANNEL PAYLOAD [COUNT]  the same through the pg_notify transport
     hold-insert CHANNEL PAYLOAD      insert in an open transaction, print "inserted <id>",
                                      commit when a line arrives on stdin, print "committed"
     hold-lock ID                     lock row ID with SELECT ... FOR UPDATE, print "locked",
@@ -24,13 +25,17 @@ def main(argv: list[str]) -> None:
     django.setup()
     from django.db import connection, transaction
 
+    from realtime.transports.base import Transport
+    from realtime.transports.pg_notify import PgNotifyTransport
     from realtime.transports.table import TableTransport
     from realtime.transports.table_store import MessageStore
 
     command, *args = argv
-    if command == "publish":
+    if command in ("publish", "publish-pg"):
         channel, payload, *count = args
-        transport = TableTransport(auto_trim=False)
+        transport: Transport = (
+            TableTransport(auto_trim=False) if command == "publish" else PgNotifyTransport()
+        )
         for index in range(int(count[0]) if count else 1):
             suffix = f"-{index}" if count else ""
             transport.publish([(channel, f"{payload}{suffix}".encode())])

@@ -1,0 +1,195 @@
+"""The LISTEN connection of the pg_notify transport: one per worker, owned by one task.
+
+The task connects (psycopg 3, async, autocommit, TCP keepalive, ``application_name`` so that
+operators and tests can find it), LISTENs to every channel wanted, then reads notifications
+until a command (LISTEN/UNLISTEN), a probe or a stop needs the connection. psycopg's
+``notifies()`` holds the connection's lock while it waits, so every other use of the
+connection happens here, between two reads.
+
+Idle flows die quietly behind NAT and overlay networks: a ``SELECT 1`` probe every heartbeat
+interval keeps the flow warm and surfaces a dead connection. A lost connection is opened again
+with exponential backoff and every channel LISTENed again. Logs follow the divergence: a blip
+that heals at the first retry is a warning; a connection that still cannot come back while the
+database answers other queries is an error (that is what the supervisor is for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+logger = logging.getLogger(__name__)
+
+APPLICATION_NAME = "realtime-listener"
+
+
+@dataclass(frozen=True)
+class ListenerOptions:
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    backoff_start: float
+    backoff_max: float
+    keepidle: int
+    keepintvl: int
+    keepcnt: int
+
+
+class PgListener:
+    """Hold the LISTEN connection; call ``on_notify(channel, payload)`` for each notification."""
+
+    def __init__(
+        self,
+        conninfo: dict[str, Any],
+        options: ListenerOptions,
+        on_notify: Callable[[str, str], None],
+        database_answers: Callable[[], Awaitable[bool]],
+    ) -> None:
+        self.conninfo = conninfo
+        self.options = options
+        self.on_notify = on_notify
+        self.database_answers = database_answers
+        #: Channels that should be LISTENed (PostgreSQL names).
+        self.wanted: set[str] = set()
+        #: Channels LISTENed on the current connection.
+        self.listening: set[str] = set()
+        self.backend_pid: int | None = None
+        self.probes = 0
+        self.connected = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._verify = False
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+    async def listen(self, channel: str) -> None:
+        """LISTEN ``channel``; return once it is LISTENed on a live connection."""
+        self.wanted.add(channel)
+        if channel in self.listening:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(channel, []).append(future)
+        self._wake.set()
+        await future
+
+    def unlisten(self, channel: str) -> None:
+        """Stop wanting ``channel``; the UNLISTEN goes out at the next turn of the loop."""
+        self.wanted.discard(channel)
+        self._wake.set()
+
+    def verify(self) -> None:
+        """Ask the loop to compare what the server says is LISTENed with what is wanted."""
+        self._verify = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with backoff, until cancelled."""
+        attempt = 0
+        while True:
+            connection: psycopg.AsyncConnection[Any] | None = None
+            try:
+                connection = await self._connect()
+                self.listening = set()
+                await self._sync(connection)
+                self.connected.set()
+                if attempt:
+                    logger.warning("realtime: the LISTEN connection is back (attempt %d)", attempt)
+                attempt = 0
+                await self._serve(connection)
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                self.connected.clear()
+                attempt += 1
+                await self._report(attempt, exc)
+                await asyncio.sleep(self._backoff(attempt))
+            finally:
+                self.connected.clear()
+                self.listening = set()
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
+
+    def _backoff(self, attempt: int) -> float:
+        delay = self.options.backoff_start * 2 ** (attempt - 1)
+        return float(min(delay, self.options.backoff_max))
+
+    async def _report(self, attempt: int, exc: BaseException) -> None:
+        if attempt >= 2 and await self.database_answers():
+            logger.error(
+                "realtime: the LISTEN connection cannot come back although the database "
+                "answers (attempt %d): %s",
+                attempt,
+                exc,
+            )
+        else:
+            logger.warning(
+                "realtime: the LISTEN connection is lost (attempt %d, retrying in %.1f s): %s",
+                attempt,
+                self._backoff(attempt),
+                exc,
+            )
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        options = self.options
+        connection = await asyncio.wait_for(
+            psycopg.AsyncConnection.connect(
+                **self.conninfo,
+                autocommit=True,
+                application_name=APPLICATION_NAME,
+                keepalives=1,
+                keepalives_idle=options.keepidle,
+                keepalives_interval=options.keepintvl,
+                keepalives_count=options.keepcnt,
+            ),
+            timeout=max(options.heartbeat_timeout, 1.0),
+        )
+        self.backend_pid = connection.info.backend_pid
+        return connection
+
+    async def _sync(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        """Issue the LISTENs and UNLISTENs that bring the connection to what is wanted."""
+        if self._verify:
+            self._verify = False
+            cursor = await connection.execute("SELECT pg_listening_channels()")
+            self.listening = {row[0] for row in await cursor.fetchall()}
+        for channel in sorted(self.wanted - self.listening):
+            await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self.listening.add(channel)
+        for channel in sorted(self.listening - self.wanted):
+            await connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+            self.listening.discard(channel)
+        for channel in [c for c in self._waiters if c in self.listening]:
+            for future in self._waiters.pop(channel):
+                if not future.done():
+                    future.set_result(None)
+
+    async def _serve(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        options = self.options
+        next_probe = time.monotonic() + options.heartbeat_interval
+        while True:
+            await self._sync(connection)
+            now = time.monotonic()
+            if now >= next_probe:
+                await asyncio.wait_for(connection.execute("SELECT 1"), options.heartbeat_timeout)
+                self.probes += 1
+                next_probe = now + options.heartbeat_interval
+                continue
+            self._wake.clear()
+            reading = asyncio.ensure_future(self._read(connection, next_probe - now))
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({reading, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+                if not reading.done():
+                    reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reading
+
+    async def _read(self, connection: psycopg.AsyncConnection[Any], timeout: float) -> None:
+        async for notify in connection.notifies(timeout=max(timeout, 0.0)):
+            self.on_notify(notify.channel, notify.payload)

@@ -1,0 +1,967 @@
+"""``SocketManager`` and ``Dispatcher`` on their own: who hears a message, and what they get.
+
+How these tests stand in for the rest of the stack:
+
+* The sockets are real ``realtime.sockets.Socket`` objects whose ASGI ``send`` is a fake that
+  records what it is handed (or fails, hangs, or plays daphne's buffered ``send`` partial
+  with an autobahn-like protocol whose pending output the test controls). Fake sends are the
+  only fakes here.
+* ``register`` and ``set_scopes`` follow the scopes a socket reads on the manager's
+  transport. Rather than replacing those calls, each manager gets a real ``TableTransport``
+  (fast polling, built by the ``make_table_transport`` fixture, which stops it afterwards):
+  following happens for real against the test database, so every test is transactional. The
+  process-wide transport and the manager's listener and housekeeping are never started.
+* Messages are the JSON built by ``realtime.payload.scope_messages`` / ``users_messages``,
+  decoded, and handed to ``dispatcher.plan`` then ``dispatcher.carry_out`` directly, so each
+  test decides when a delivery happens. Only the ``on_message`` test goes through the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import override_settings
+
+from realtime import protocol, signals
+from realtime.auth import Scope
+from realtime.delivery import Plan
+from realtime.manager import SocketManager
+from realtime.payload import recheck_messages, scope_messages, users_messages
+from realtime.sockets import STALL_BYTES, Send, Socket
+from realtime.transports.table import TableTransport
+from tests.helpers import WAIT, off_loop
+from tests.testapp.models import PrivateNote, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MakeTransport = Callable[..., TableTransport]
+Message = dict[str, Any]
+
+ANN, BOB, CAROL = 101, 102, 103
+
+
+@dataclass(frozen=True)
+class Account:
+    """An account as a socket needs it: something with a ``pk``."""
+
+    pk: int
+
+
+class FakeSend:
+    """A fake ASGI ``send``: records every message it is handed."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    async def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+
+    @property
+    def frames(self) -> list[str]:
+        return [m["text"] for m in self.messages if m["type"] == "websocket.send"]
+
+    @property
+    def closes(self) -> list[int]:
+        return [m["code"] for m in self.messages if m["type"] == "websocket.close"]
+
+
+class SendFailedError(Exception):
+    """What a server of its own kind may raise from ``send`` once the client is gone."""
+
+
+class FailingSend(FakeSend):
+    """A ``send`` that records the message, then raises."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+
+    async def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+        raise self.error
+
+
+class HangingSend(FakeSend):
+    """A ``send`` that records the message, then never completes (a client not reading)."""
+
+    async def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+        await asyncio.Event().wait()
+
+
+class FakeTwistedTransport:
+    """The attributes of a Twisted TCP transport that tell how much output is waiting."""
+
+    def __init__(self) -> None:
+        self.dataBuffer = b""
+        self.offset = 0
+        self._tempDataLen = 0
+
+
+class FakeAutobahnProtocol:
+    """What daphne's ``send`` partial is bound to: an autobahn WebSocket protocol."""
+
+    STATE_CLOSED = 0
+    STATE_CONNECTING = 1
+    STATE_CLOSING = 2
+    STATE_OPEN = 3
+
+    def __init__(self, *, fail_with: BaseException | None = None) -> None:
+        self.state = self.STATE_OPEN
+        self.transport = FakeTwistedTransport()
+        self.replies: list[Message] = []
+        self.close_frames: list[dict[str, Any]] = []
+        self.fail_with = fail_with
+
+    def sendCloseFrame(  # noqa: N802 - autobahn's name
+        self,
+        code: int | None = None,
+        reasonUtf8: bytes | None = None,  # noqa: N803 - autobahn's name
+        isReply: bool = False,  # noqa: N803 - autobahn's name
+    ) -> None:
+        self.close_frames.append({"code": code, "reasonUtf8": reasonUtf8, "isReply": isReply})
+        self.state = self.STATE_CLOSING
+
+    @property
+    def frames(self) -> list[str]:
+        return [m["text"] for m in self.replies if m["type"] == "websocket.send"]
+
+
+async def fake_handle_reply(protocol_: FakeAutobahnProtocol, message: Message) -> None:
+    """Daphne's ``Server.handle_reply``: hand the message to the protocol, never wait."""
+    protocol_.replies.append(message)
+    if protocol_.fail_with is not None:
+        raise protocol_.fail_with
+
+
+def daphne_send(protocol_: FakeAutobahnProtocol) -> Send:
+    return functools.partial(fake_handle_reply, protocol_)
+
+
+@pytest.fixture
+async def manager(make_table_transport: MakeTransport) -> AsyncIterator[SocketManager]:
+    """A manager following scopes on a real table transport; its delivery tasks are
+    cancelled afterwards (the fixture that built the transport stops it)."""
+    built = SocketManager()
+    built._transport = make_table_transport()
+    yield built
+    tasks = [*built.dispatcher._tasks, *built.dispatcher._spawned]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def make_socket(user: Any, *scope_ids: int, send: Send | None = None) -> Socket:
+    return Socket(
+        consumer=None,
+        send=send or FakeSend(),
+        user=user,
+        token="t",
+        ask=protocol.read_scopes({}),
+        scopes={scope_id: f"scope-{scope_id}" for scope_id in scope_ids},
+    )
+
+
+def recorder(socket: Socket) -> FakeSend:
+    send = socket._send
+    assert isinstance(send, FakeSend)
+    return send
+
+
+async def open_socket(
+    manager: SocketManager,
+    user: Any,
+    *scope_ids: int,
+    channels: Iterable[str] = (),
+    send: Send | None = None,
+) -> Socket:
+    """Register a socket of ``user`` reading ``scope_ids`` and subscribe it to ``channels``."""
+    socket = make_socket(
+        user if not isinstance(user, int) else Account(user), *scope_ids, send=send
+    )
+    await manager.register(socket)
+    manager.subscribe(socket, channels)
+    return socket
+
+
+def only(messages: list[tuple[str, bytes]]) -> Message:
+    assert len(messages) == 1
+    decoded: Message = json.loads(messages[0][1])
+    return decoded
+
+
+def scope_event(
+    scope_id: int,
+    event_type: str = "contact.updated",
+    data: Any = None,
+    *,
+    channels: list[str] | None = None,
+    meta: dict[str, Any] | None = None,
+    **options: Any,
+) -> Message:
+    """A scope message exactly as ``payload.scope_messages`` builds it."""
+    if data is None:
+        data = {"model": "contact", "id": 7}
+    return only(
+        scope_messages(
+            scope_id, event_type, data, channels=channels, meta=meta or {}, budget=None, **options
+        )
+    )
+
+
+def users_event(
+    user_ids: list[int],
+    event_type: str = "user.updated",
+    data: Any = None,
+    *,
+    channels: list[str] | None = None,
+    meta: dict[str, Any] | None = None,
+    skip_scope: int | None = None,
+) -> Message:
+    """An account message exactly as ``payload.users_messages`` builds it."""
+    return only(
+        users_messages(
+            user_ids,
+            event_type,
+            {"id": 5} if data is None else data,
+            channels=channels,
+            meta=meta or {},
+            skip_scope=skip_scope,
+            budget=None,
+        )
+    )
+
+
+async def deliver(manager: SocketManager, message: Message) -> Plan | None:
+    """Plan ``message`` and carry it out, as the delivery pipeline does."""
+    plan = await manager.dispatcher.plan(message)
+    if plan is not None:
+        await manager.dispatcher.carry_out(plan)
+    return plan
+
+
+def heard(*sockets: Socket) -> list[list[str]]:
+    return [recorder(socket).frames for socket in sockets]
+
+
+# Scope events ------------------------------------------------------------------------------
+
+
+async def test_a_scope_event_reaches_only_sockets_of_that_scope_subscribed_to_one_of_its_channels(
+    manager: SocketManager,
+) -> None:
+    model = await open_socket(manager, ANN, 1, channels=["contact"])
+    record = await open_socket(manager, BOB, 1, channels=["contact:7"])
+    both_scopes = await open_socket(manager, CAROL, 2, 1, channels=["contact"])
+    other_channel = await open_socket(manager, ANN, 1, channels=["company", "contact:8"])
+    unsubscribed = await open_socket(manager, BOB, 1)
+    other_scope = await open_socket(manager, ANN, 2, channels=["contact"])
+    no_scope = await open_socket(manager, ANN, channels=["contact", "contact:7"])
+
+    plan = await deliver(manager, scope_event(1, channels=["contact", "contact:7"]))
+
+    assert plan is not None
+    assert plan.targets == {model, record, both_scopes}
+    frame = '{"type":"contact.updated","data":{"model":"contact","id":7},"scope_id":1}'
+    assert heard(model, record, both_scopes) == [[frame]] * 3
+    assert heard(other_channel, unsubscribed, other_scope, no_scope) == [[]] * 4
+
+
+async def test_a_scope_event_without_channels_reaches_every_socket_of_the_scope(
+    manager: SocketManager,
+) -> None:
+    subscribed = await open_socket(manager, ANN, 1, channels=["contact"])
+    elsewhere = await open_socket(manager, BOB, 1, channels=["company"])
+    unsubscribed = await open_socket(manager, CAROL, 1)
+    other_scope = await open_socket(manager, ANN, 2, channels=["contact"])
+    no_scope = await open_socket(manager, BOB)
+
+    await deliver(manager, scope_event(1, channels=None))
+
+    frame = '{"type":"contact.updated","data":{"model":"contact","id":7},"scope_id":1}'
+    assert heard(subscribed, elsewhere, unsubscribed) == [[frame]] * 3
+    assert heard(other_scope, no_scope) == [[], []]
+
+
+async def test_a_scope_event_for_a_scope_nobody_here_reads_is_planned_to_nobody(
+    manager: SocketManager,
+) -> None:
+    elsewhere = await open_socket(manager, ANN, 2, channels=["contact"])
+
+    assert await deliver(manager, scope_event(1, channels=None)) is None
+    assert heard(elsewhere) == [[]]
+
+
+async def test_a_subscription_made_while_reading_no_scope_reaches_nothing_addressed_to_a_scope(
+    manager: SocketManager,
+) -> None:
+    member = await open_socket(manager, ANN, 1, channels=["contact"])
+    scopeless = await open_socket(manager, ANN, channels=["contact"])
+
+    await deliver(manager, scope_event(1, channels=["contact"]))
+
+    assert heard(member, scopeless) == [
+        ['{"type":"contact.updated","data":{"model":"contact","id":7},"scope_id":1}'],
+        [],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("event_type", "data", "meta", "frame"),
+    [
+        (
+            "contact.created",
+            {"model": "contact", "id": 7},
+            {},
+            '{"type":"contact.created","data":{"model":"contact","id":7},"scope_id":3}',
+        ),
+        (
+            "contact.updated",
+            {"model": "contact", "id": 7},
+            {"changed": ["name"], "origin": "tab-1"},
+            '{"type":"contact.updated","data":{"model":"contact","id":7},'
+            '"origin":"tab-1","changed":["name"],"scope_id":3}',
+        ),
+        (
+            "contact.updated",
+            {"model": "contact", "id": 7},
+            {"truncated": True, "changed": ["notes"]},
+            '{"type":"contact.updated","data":{"model":"contact","id":7},'
+            '"changed":["notes"],"truncated":true,"scope_id":3}',
+        ),
+        (
+            "report.ready",
+            None,
+            {"truncated": True},
+            '{"type":"report.ready","data":null,"truncated":true,"scope_id":3}',
+        ),
+    ],
+)
+async def test_the_frame_is_compact_json_with_keys_in_protocol_order(
+    manager: SocketManager, event_type: str, data: Any, meta: dict[str, Any], frame: str
+) -> None:
+    socket = await open_socket(manager, ANN, 3)
+    message = only(scope_messages(3, event_type, data, channels=None, meta=meta, budget=None))
+
+    await deliver(manager, message)
+
+    assert heard(socket) == [[frame]]
+
+
+async def test_non_ascii_text_is_sent_as_is(manager: SocketManager) -> None:
+    socket = await open_socket(manager, ANN, 3)
+    data = {"model": "contact", "id": 7, "name": "Zoë “東京” 🚀"}
+
+    await deliver(manager, scope_event(3, "contact.created", data))
+
+    assert heard(socket) == [
+        [
+            '{"type":"contact.created","data":{"model":"contact","id":7,'
+            '"name":"Zoë “東京” 🚀"},"scope_id":3}'
+        ]
+    ]
+
+
+async def test_the_frame_is_encoded_once_and_handed_to_every_socket_as_the_same_string(
+    manager: SocketManager,
+) -> None:
+    sockets = [
+        await open_socket(manager, ANN, 1, channels=["contact"]),
+        await open_socket(manager, BOB, 1, channels=["contact:7"]),
+        await open_socket(manager, CAROL, 1, channels=["contact"]),
+    ]
+    buffered = FakeAutobahnProtocol()
+    sockets.append(
+        await open_socket(manager, CAROL, 1, channels=["contact"], send=daphne_send(buffered))
+    )
+
+    plan = await manager.dispatcher.plan(scope_event(1, channels=["contact", "contact:7"]))
+    assert plan is not None
+    await manager.dispatcher.carry_out(plan)
+
+    texts = [recorder(socket).frames[0] for socket in sockets[:3]] + buffered.frames
+    assert len(texts) == 4
+    assert all(text is plan.frame for text in texts)
+
+
+async def test_excluded_accounts_hear_nothing(manager: SocketManager) -> None:
+    ann = await open_socket(manager, ANN, 1, channels=["contact"])
+    ann_again = await open_socket(manager, ANN, 1)
+    bob = await open_socket(manager, BOB, 1, channels=["contact"])
+
+    await deliver(manager, scope_event(1, channels=["contact"], exclude=[ANN]))
+    await deliver(manager, scope_event(1, "contact.deleted", channels=None, exclude=[ANN]))
+
+    assert [len(frames) for frames in heard(ann, ann_again, bob)] == [0, 0, 2]
+
+
+async def test_only_the_named_accounts_hear_an_event_restricted_to_them(
+    manager: SocketManager,
+) -> None:
+    ann = await open_socket(manager, ANN, 1, channels=["contact"])
+    bob = await open_socket(manager, BOB, 1, channels=["contact"])
+    bob_unsubscribed = await open_socket(manager, BOB, 1)
+    carol = await open_socket(manager, CAROL, 1, channels=["contact"])
+
+    await deliver(manager, scope_event(1, channels=["contact"], only=[BOB, CAROL]))
+
+    assert [len(frames) for frames in heard(ann, bob, bob_unsubscribed, carol)] == [0, 1, 0, 1]
+
+
+async def test_an_event_restricted_to_nobody_here_reaches_nobody(manager: SocketManager) -> None:
+    ann = await open_socket(manager, ANN, 1, channels=["contact"])
+
+    plan = await deliver(manager, scope_event(1, channels=None, only=[BOB]))
+
+    assert plan is not None
+    assert plan.targets == set()
+    assert heard(ann) == [[]]
+
+
+# Account events ---------------------------------------------------------------------------
+
+
+async def test_an_account_event_reaches_every_socket_of_the_account_whatever_it_reads(
+    manager: SocketManager,
+) -> None:
+    in_one = await open_socket(manager, ANN, 1)
+    in_two = await open_socket(manager, ANN, 2, 1, channels=["company"])
+    nowhere = await open_socket(manager, ANN)
+    bob = await open_socket(manager, BOB, 1, channels=["notification"])
+
+    await deliver(manager, users_event([ANN], meta={"origin": "tab-1"}))
+    # Channels do not narrow an account event: sockets that subscribed to none of them hear it.
+    await deliver(manager, users_event([ANN], "notification.created", channels=["notification"]))
+
+    expected = [
+        '{"type":"user.updated","data":{"id":5},"origin":"tab-1"}',
+        '{"type":"notification.created","data":{"id":5}}',
+    ]
+    assert heard(in_one, in_two, nowhere) == [expected] * 3
+    assert heard(bob) == [[]]
+
+
+async def test_skip_scope_leaves_out_the_sockets_reading_that_scope(
+    manager: SocketManager,
+) -> None:
+    reading_it = await open_socket(manager, ANN, 1)
+    reading_it_among_others = await open_socket(manager, ANN, 2, 1)
+    reading_another = await open_socket(manager, ANN, 2)
+    nowhere = await open_socket(manager, ANN)
+    other_account = await open_socket(manager, BOB, 2)
+
+    await deliver(manager, users_event([ANN], skip_scope=1))
+
+    frame = '{"type":"user.updated","data":{"id":5}}'
+    assert heard(reading_it, reading_it_among_others, other_account) == [[]] * 3
+    assert heard(reading_another, nowhere) == [[frame]] * 2
+
+
+# Guarded records ---------------------------------------------------------------------------
+
+
+def make_notes() -> tuple[Workspace, Any, Any, PrivateNote, PrivateNote]:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    user_model = get_user_model()
+    author = user_model.objects.create_user(username="ann")
+    other = user_model.objects.create_user(username="bob")
+    secret = PrivateNote.objects.create(workspace=workspace, author=author, title="mine")
+    public = PrivateNote.objects.create(
+        workspace=workspace, author=other, title="ours", public=True
+    )
+    return workspace, author, other, secret, public
+
+
+async def test_an_event_about_a_guarded_record_reaches_only_its_readers(
+    manager: SocketManager,
+) -> None:
+    workspace, author, other, secret, public = await off_loop(make_notes)
+    scope = int(workspace.pk)
+    author_socket = await open_socket(manager, author, scope, channels=["private_note"])
+    other_socket = await open_socket(manager, other, scope, channels=["private_note"])
+
+    for note in (secret, public):
+        message = scope_event(
+            scope,
+            "private_note.updated",
+            {"model": "private_note", "id": note.pk, "title": note.title},
+            channels=["private_note", f"private_note:{note.pk}"],
+            about={"model": "private_note", "id": note.pk},
+        )
+        await deliver(manager, message)
+
+    assert [[json.loads(f)["data"]["id"] for f in frames] for frames in heard(author_socket)] == [
+        [secret.pk, public.pk]
+    ]
+    assert [[json.loads(f)["data"]["id"] for f in frames] for frames in heard(other_socket)] == [
+        [public.pk]
+    ]
+
+
+async def test_an_event_about_a_model_nobody_declared_reaches_nobody(
+    manager: SocketManager,
+) -> None:
+    workspace, author, other, _, _ = await off_loop(make_notes)
+    scope = int(workspace.pk)
+    sockets = [await open_socket(manager, user, scope) for user in (author, other)]
+
+    plan = await deliver(
+        manager, scope_event(scope, "plain.updated", about={"model": "plain", "id": 1})
+    )
+
+    assert plan is not None
+    assert plan.targets == set()
+    assert heard(*sockets) == [[], []]
+
+
+# Rechecks ---------------------------------------------------------------------------------
+
+
+async def test_a_recheck_message_makes_the_sockets_of_those_accounts_due_now(
+    manager: SocketManager,
+) -> None:
+    ann = [await open_socket(manager, ANN, 1), await open_socket(manager, ANN)]
+    bob = await open_socket(manager, BOB, 1)
+    carol = await open_socket(manager, CAROL, 2)
+    message = only(recheck_messages([ANN, CAROL, 999], None))
+
+    plan = await deliver(manager, message)
+
+    now = time.monotonic()
+    assert plan is not None
+    assert plan.targets == set()
+    assert [socket.next_recheck <= now for socket in (*ann, carol)] == [True] * 3
+    assert bob.next_recheck > now
+    assert heard(*ann, bob, carol) == [[]] * 4
+
+
+# Sockets that do not take their frame ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionResetError("reset by peer"), RuntimeError("send after close"), SendFailedError()],
+    ids=["os-error", "runtime-error", "server-specific-error"],
+)
+async def test_a_socket_whose_send_fails_is_closed_1011_and_dropped_while_the_others_hear_it(
+    manager: SocketManager, error: BaseException
+) -> None:
+    failing = await open_socket(manager, ANN, 1, channels=["contact"], send=FailingSend(error))
+    healthy = await open_socket(manager, BOB, 1, channels=["contact"])
+    buffered = FakeAutobahnProtocol()
+    healthy_buffered = await open_socket(
+        manager, CAROL, 1, channels=["contact"], send=daphne_send(buffered)
+    )
+
+    async with asyncio.timeout(WAIT):
+        plan = await deliver(manager, scope_event(1, channels=["contact"]))
+
+    assert plan is not None
+    assert heard(healthy) == [[plan.frame]]
+    assert buffered.frames == [plan.frame]
+    assert recorder(failing).closes == [1011]
+    assert manager.sockets == {healthy, healthy_buffered}
+    assert failing not in manager.by_user.get(ANN, set())
+    assert failing not in manager.by_scope_channel.get((1, "contact"), set())
+
+
+async def test_a_daphne_socket_whose_send_fails_is_closed_1011_and_dropped_while_the_others_hear_it(
+    manager: SocketManager,
+) -> None:
+    broken = FakeAutobahnProtocol(fail_with=ConnectionResetError("reset by peer"))
+    failing = await open_socket(manager, ANN, 1, channels=["contact"], send=daphne_send(broken))
+    healthy = await open_socket(manager, BOB, 1, channels=["contact"])
+    buffered = FakeAutobahnProtocol()
+    healthy_buffered = await open_socket(
+        manager, CAROL, 1, channels=["contact"], send=daphne_send(buffered)
+    )
+
+    async with asyncio.timeout(WAIT):
+        plan = await deliver(manager, scope_event(1, channels=["contact"]))
+
+    assert plan is not None
+    assert heard(healthy) == [[plan.frame]]
+    assert buffered.frames == [plan.frame]
+    assert [close["code"] for close in broken.close_frames] == [1011]
+    assert manager.sockets == {healthy, healthy_buffered}
+    assert failing not in manager.by_user.get(ANN, set())
+
+
+@override_settings(REALTIME_SEND_TIMEOUT=0.2)
+async def test_a_socket_whose_send_never_completes_is_closed_1011_and_dropped_in_time(
+    manager: SocketManager,
+) -> None:
+    hanging = await open_socket(manager, ANN, 1, channels=["contact"], send=HangingSend())
+    healthy = await open_socket(manager, BOB, 1, channels=["contact"])
+    buffered = FakeAutobahnProtocol()
+    healthy_buffered = await open_socket(
+        manager, CAROL, 1, channels=["contact"], send=daphne_send(buffered)
+    )
+
+    started = time.monotonic()
+    async with asyncio.timeout(WAIT):
+        plan = await deliver(manager, scope_event(1, channels=["contact"]))
+
+    assert time.monotonic() - started >= 0.2
+    assert plan is not None
+    assert heard(healthy) == [[plan.frame]]
+    assert buffered.frames == [plan.frame]
+    assert recorder(hanging).frames == [plan.frame]
+    assert recorder(hanging).closes == [1011]
+    assert manager.sockets == {healthy, healthy_buffered}
+
+
+@override_settings(REALTIME_SEND_TIMEOUT=0.2)
+async def test_a_daphne_socket_with_output_piling_up_past_the_timeout_is_closed_1011(
+    manager: SocketManager,
+) -> None:
+    stalled = FakeAutobahnProtocol()
+    stalled.transport.dataBuffer = b"x" * (STALL_BYTES // 2)
+    stalled.transport.offset = 10
+    stalled.transport._tempDataLen = STALL_BYTES // 2 + 11  # one byte over the bound
+    reader = FakeAutobahnProtocol()
+    reader.transport.dataBuffer = b"x" * (STALL_BYTES // 2)
+    stalled_socket = await open_socket(
+        manager, ANN, 1, channels=["contact"], send=daphne_send(stalled)
+    )
+    reading = await open_socket(manager, BOB, 1, channels=["contact"], send=daphne_send(reader))
+    plain = await open_socket(manager, CAROL, 1, channels=["contact"])
+
+    stalled_from = time.monotonic()
+    await deliver(manager, scope_event(1, "contact.created", channels=["contact"]))
+    # A backlog that has not lasted the timeout yet is tolerated.
+    assert stalled_socket in manager.sockets
+    assert stalled.close_frames == []
+
+    sent = 1
+    async with asyncio.timeout(WAIT):
+        while stalled_socket in manager.sockets:
+            await asyncio.sleep(0.05)
+            await deliver(manager, scope_event(1, channels=["contact"]))
+            sent += 1
+
+    assert time.monotonic() - stalled_from >= 0.2
+    assert stalled.close_frames == [{"code": 1011, "reasonUtf8": None, "isReply": False}]
+    assert not [m for m in stalled.replies if m["type"] == "websocket.close"]
+    assert len(stalled.frames) == sent
+    assert len(reader.frames) == len(recorder(plain).frames) == sent
+    assert reader.close_frames == []
+    assert manager.sockets == {reading, plain}
+    assert stalled_socket not in manager.by_scope.get(1, set())
+
+
+# event_delivered ----------------------------------------------------------------------------
+
+
+class Deliveries:
+    """An ``event_delivered`` receiver that records what it is told and lets a test wait."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._arrived = asyncio.Event()
+
+    async def receive(self, sender: Any, **kwargs: Any) -> None:
+        self.calls.append({"sender": sender, **kwargs})
+        self._arrived.set()
+
+    async def wait_for(self, count: int) -> list[dict[str, Any]]:
+        async with asyncio.timeout(WAIT):
+            while len(self.calls) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.calls
+
+
+@pytest.fixture
+def deliveries() -> Iterator[Deliveries]:
+    receiver = Deliveries()
+    signals.event_delivered.connect(receiver.receive, sender=SocketManager, weak=False)
+    yield receiver
+    signals.event_delivered.disconnect(receiver.receive, sender=SocketManager)
+
+
+MARKER_DATA = {"model": "company", "id": 1}
+
+
+async def deliver_marker(manager: SocketManager) -> None:
+    """An event someone watches: its ``event_delivered`` follows those of earlier events."""
+    await deliver(manager, scope_event(1, "company.updated", MARKER_DATA, channels=["company"]))
+
+
+async def test_event_delivered_maps_each_watching_account_to_the_channels_it_heard(
+    manager: SocketManager, deliveries: Deliveries
+) -> None:
+    await open_socket(manager, ANN, 1, channels=["contact:7"])
+    await open_socket(manager, ANN, 1, channels=["company:3", "contact", "tag"])
+    await open_socket(manager, BOB, 2, 1, channels=["contact"])
+    await open_socket(manager, CAROL, 1, channels=["company"])
+    data = {"model": "contact", "id": 7, "name": "Zed"}
+
+    await deliver(
+        manager,
+        scope_event(1, "contact.updated", data, channels=["contact", "contact:7", "company:3"]),
+    )
+
+    assert await deliveries.wait_for(1) == [
+        {
+            "sender": SocketManager,
+            "signal": signals.event_delivered,
+            "event_type": "contact.updated",
+            "data": data,
+            "watchers": {ANN: ["company:3", "contact", "contact:7"], BOB: ["contact"]},
+        }
+    ]
+
+
+async def test_event_delivered_is_not_sent_for_an_event_without_channels(
+    manager: SocketManager, deliveries: Deliveries
+) -> None:
+    listening = await open_socket(manager, ANN, 1, channels=["contact", "company"])
+
+    await deliver(manager, scope_event(1, channels=None))
+    await deliver(manager, users_event([ANN], channels=None))
+    await deliver_marker(manager)
+
+    calls = await deliveries.wait_for(1)
+    assert [call["event_type"] for call in calls] == ["company.updated"]
+    assert len(recorder(listening).frames) == 3
+
+
+async def test_event_delivered_is_not_sent_when_no_socket_watches_its_channels(
+    manager: SocketManager, deliveries: Deliveries
+) -> None:
+    unsubscribed = await open_socket(manager, ANN, 1, channels=["company"])
+
+    # An account event carrying channels nobody here subscribed to still reaches the account.
+    await deliver(manager, users_event([ANN], "notification.created", channels=["notification"]))
+    await deliver_marker(manager)
+
+    calls = await deliveries.wait_for(1)
+    assert [call["event_type"] for call in calls] == ["company.updated"]
+    assert len(recorder(unsubscribed).frames) == 2
+
+
+async def test_event_delivered_is_not_sent_when_no_receiver_listens(
+    manager: SocketManager,
+) -> None:
+    assert not signals.event_delivered.has_listeners(SocketManager)
+    watching = await open_socket(manager, ANN, 1, channels=["contact"])
+
+    await deliver(manager, scope_event(1, channels=["contact"]))
+
+    assert len(recorder(watching).frames) == 1
+    assert manager.dispatcher._spawned == set()
+
+
+# The transport's listener -------------------------------------------------------------------
+
+
+class LogLines(logging.Handler):
+    """Records what a logger says on the event loop, and lets a test wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[str, str]] = []
+        self._arrived = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.name, record.getMessage()))
+        self._arrived.set()
+
+    async def wait_for(self, count: int) -> list[tuple[str, str]]:
+        async with asyncio.timeout(WAIT):
+            while len(self.lines) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.lines
+
+
+@pytest.fixture
+def realtime_log() -> Iterator[LogLines]:
+    handler = LogLines()
+    logger = logging.getLogger("realtime")
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+
+
+async def test_a_manager_holding_no_socket_drops_a_message_before_parsing_it(
+    manager: SocketManager, realtime_log: LogLines
+) -> None:
+    manager.dispatcher.ensure_running()
+    queue = manager.dispatcher._queue
+    assert queue is not None
+
+    manager.on_message("realtime", b"\xff{ not JSON")
+
+    assert queue.qsize() == 0
+    assert realtime_log.lines == []
+
+    # The same bytes reach the parser once a socket is held, and are dropped there with a
+    # warning: what the empty manager skipped is the queue, not just the log line.
+    await open_socket(manager, ANN)
+    manager.on_message("realtime", b"\xff{ not JSON")
+    assert queue.qsize() == 1
+    assert await realtime_log.wait_for(1) == [
+        ("realtime.delivery", "realtime: dropped an unreadable message")
+    ]
+
+
+# Subscriptions and scopes ------------------------------------------------------------------
+
+
+async def test_channels_of_models_nobody_declared_are_dropped_without_a_word(
+    manager: SocketManager, realtime_log: LogLines
+) -> None:
+    socket = await open_socket(manager, ANN, 1)
+
+    manager.subscribe(
+        socket, ["plain", "plain:1", "nope:contact", "contact:7", "", ":7", "company", "Contact"]
+    )
+
+    assert socket.channels == {"contact:7", "company"}
+    assert realtime_log.lines == []
+    await deliver(manager, scope_event(1, "plain.updated", channels=["plain", "plain:1"]))
+    assert heard(socket) == [[]]
+
+
+@override_settings(REALTIME_MAX_CHANNELS=3)
+async def test_a_subscribe_stops_at_the_first_new_channel_that_does_not_fit(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1)
+
+    manager.subscribe(socket, ["contact", "nope", "company", "tag", "contact:1", "item"])
+
+    assert socket.channels == {"contact", "company", "tag"}
+    manager.subscribe(socket, ["item", "contact"])
+    assert socket.channels == {"contact", "company", "tag"}
+    await deliver(manager, scope_event(1, "contact.updated", channels=["contact:1"]))
+    await deliver(manager, scope_event(1, "item.updated", channels=["item"]))
+    assert heard(socket) == [[]]
+
+
+@override_settings(REALTIME_MAX_CHANNELS=3)
+async def test_a_channel_named_twice_in_one_subscribe_takes_one_place(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1)
+
+    manager.subscribe(socket, ["contact", "contact", "company", "tag"])
+
+    assert socket.channels == {"contact", "company", "tag"}
+
+
+@override_settings(REALTIME_MAX_CHANNELS=3)
+async def test_channels_already_held_may_be_sent_again_at_the_limit(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1, channels=["contact", "company", "tag"])
+
+    manager.subscribe(socket, ["tag", "contact", "company"])
+
+    assert socket.channels == {"contact", "company", "tag"}
+    for channel in ("contact", "company", "tag"):
+        assert manager.by_scope_channel[(1, channel)] == {socket}
+    await deliver(manager, scope_event(1, channels=["tag"]))
+    assert len(recorder(socket).frames) == 1
+
+
+async def test_unsubscribe_stops_what_those_channels_brought(manager: SocketManager) -> None:
+    socket = await open_socket(manager, ANN, 2, 1, channels=["contact", "company"])
+
+    manager.unsubscribe(socket, ["contact", "never-held", "tag"])
+
+    assert socket.channels == {"company"}
+    assert set(manager.by_scope_channel) == {(1, "company"), (2, "company")}
+    await deliver(manager, scope_event(1, channels=["contact"]))
+    await deliver(manager, scope_event(2, channels=["contact", "contact:7"]))
+    assert heard(socket) == [[]]
+    await deliver(manager, scope_event(2, "company.updated", channels=["company"]))
+    assert len(recorder(socket).frames) == 1
+
+
+async def test_subscriptions_apply_to_every_scope_the_socket_reads(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1, 2, channels=["contact"])
+
+    await deliver(manager, scope_event(1, channels=["contact"]))
+    await deliver(manager, scope_event(2, channels=["contact"]))
+
+    assert [json.loads(frame)["scope_id"] for frame in recorder(socket).frames] == [1, 2]
+
+
+async def test_a_watch_that_changes_the_scopes_drops_every_subscription(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1, 2, channels=["contact", "company"])
+    neighbour = await open_socket(manager, BOB, 1, channels=["contact"])
+
+    await manager.set_scopes(
+        socket, [Scope(2, "scope-2"), Scope(3, "scope-3")], keep_channels=False
+    )
+
+    assert socket.scopes == {2: "scope-2", 3: "scope-3"}
+    assert socket.channels == set()
+    assert manager.by_scope_channel == {(1, "contact"): {neighbour}}
+    assert manager.by_scope == {1: {neighbour}, 2: {socket}, 3: {socket}}
+    for scope_id in (1, 2, 3):
+        await deliver(manager, scope_event(scope_id, channels=["contact"]))
+    assert heard(socket, neighbour) == [
+        [],
+        ['{"type":"contact.updated","data":{"model":"contact","id":7},"scope_id":1}'],
+    ]
+    await deliver(manager, scope_event(3, channels=None))
+    assert len(recorder(socket).frames) == 1
+
+
+async def test_a_watch_naming_the_scopes_already_read_keeps_the_subscriptions(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1, 2, channels=["contact"])
+
+    await manager.set_scopes(
+        socket, [Scope(2, "renamed"), Scope(1, "scope-1")], keep_channels=False
+    )
+
+    assert socket.channels == {"contact"}
+    assert set(manager.by_scope_channel) == {(1, "contact"), (2, "contact")}
+    await deliver(manager, scope_event(2, channels=["contact"]))
+    assert len(recorder(socket).frames) == 1
+
+
+async def test_a_recheck_that_loses_a_scope_removes_only_that_scopes_entries(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, ANN, 1, 2, channels=["contact", "company"])
+
+    await manager.set_scopes(socket, [Scope(1, "scope-1")], keep_channels=True)
+
+    assert socket.channels == {"contact", "company"}
+    assert set(manager.by_scope_channel) == {(1, "contact"), (1, "company")}
+    assert set(manager.by_scope) == {1}
+    assert await deliver(manager, scope_event(2, channels=None)) is None
+    await deliver(manager, scope_event(1, channels=["contact"]))
+    assert len(recorder(socket).frames) == 1
+
+    # A scope regained on a later recheck comes back with the socket's subscriptions.
+    await manager.set_scopes(socket, [Scope(1, "scope-1"), Scope(2, "scope-2")], keep_channels=True)
+
+    assert set(manager.by_scope_channel) == {
+        (1, "contact"),
+        (1, "company"),
+        (2, "contact"),
+        (2, "company"),
+    }
+    await deliver(manager, scope_event(2, "company.updated", channels=["company"]))
+    assert len(recorder(socket).frames) == 2
