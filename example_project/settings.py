@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "realtime",
+    "example_project.crm",
 ]
 
 MIDDLEWARE = [
@@ -38,6 +39,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "realtime.middleware.OriginMiddleware",
 ]
 
 ROOT_URLCONF = "example_project.urls"
@@ -73,6 +75,12 @@ TIME_ZONE = "UTC"
 LANGUAGE_CODE = "en-us"
 STATIC_URL = "static/"
 
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "crm:home"
+LOGOUT_REDIRECT_URL = "login"
+
+# realtime: workspaces are the scope; the rest keeps its defaults unless the environment says.
+REALTIME_SCOPE_MODEL = "crm.Workspace"
 REALTIME_TRANSPORT = env.str("REALTIME_TRANSPORT", default="table")
 REALTIME_POLLING_INTERVAL = env.float("REALTIME_POLLING_INTERVAL", default=0.1)
 

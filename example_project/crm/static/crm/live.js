@@ -1,0 +1,113 @@
+// The live page: the contacts of a workspace, kept current by realtime events.
+import { RealtimeClient } from "/static/realtime/realtime.js";
+
+const state = {
+  scope: JSON.parse(document.getElementById("realtime-scope").textContent),
+  openContact: null,
+};
+
+const client = new RealtimeClient({
+  url: `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/api/ws`,
+  token: JSON.parse(document.getElementById("realtime-token").textContent),
+  scope: state.scope,
+  refreshToken: async () => (await getJson("/realtime/token")).token,
+});
+
+async function getJson(url) {
+  const response = await fetch(url, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`${url}: ${response.status}`);
+  return response.json();
+}
+
+function escapeHtml(text) {
+  const div = document.createElement("div");
+  div.textContent = text ?? "";
+  return div.innerHTML;
+}
+
+async function refreshContacts() {
+  const { contacts } = await getJson(`/api/w/${state.scope}/contacts`);
+  document.querySelector("#contacts tbody").innerHTML = contacts
+    .map(
+      (c) =>
+        `<tr data-id="${c.id}"><td class="name">${escapeHtml(c.name)}</td>` +
+        `<td>${escapeHtml(c.email)}</td><td>${escapeHtml(c.company)}</td></tr>`,
+    )
+    .join("");
+}
+
+async function showContact(id) {
+  if (state.openContact && state.openContact !== id) client.unsubscribe(`contact:${state.openContact}`);
+  state.openContact = id;
+  client.subscribe(`contact:${id}`);
+  const detail = document.getElementById("detail");
+  try {
+    const contact = await getJson(`/api/contacts/${id}`);
+    detail.hidden = false;
+    document.getElementById("detail-name").textContent = contact.name;
+    document.getElementById("detail-email").textContent = contact.email;
+    document.getElementById("detail-company").textContent = contact.company;
+    document.getElementById("detail-notes").textContent = contact.notes_text;
+    document.getElementById("detail-private-notes").innerHTML = contact.private_notes
+      .map((note) => `<li data-note="${note.id}">${escapeHtml(note.text)}</li>`)
+      .join("");
+    document.getElementById("detail-status").textContent = "";
+  } catch {
+    document.getElementById("detail-status").textContent = "This contact was deleted.";
+  }
+}
+
+function toast(text) {
+  const item = document.createElement("div");
+  item.className = "toast";
+  item.textContent = text;
+  document.getElementById("toasts").append(item);
+  setTimeout(() => item.remove(), 5000);
+}
+
+// The list: any contact event of the workspace re-reads it (the server is the truth).
+for (const type of ["contact.created", "contact.updated", "contact.deleted"]) {
+  client.addEventListener(type, (event) => {
+    refreshContacts();
+    const id = event.detail.data?.id;
+    if (id && id === state.openContact) {
+      if (type === "contact.deleted") {
+        document.getElementById("detail-status").textContent = "This contact was deleted.";
+      } else {
+        showContact(id);
+      }
+    }
+  });
+}
+// Private notes reach their author only; they travel on the contact's channel.
+for (const type of ["private_note.created", "private_note.updated", "private_note.deleted"]) {
+  client.addEventListener(type, () => state.openContact && showContact(state.openContact));
+}
+client.addEventListener("notification.created", (event) => toast(event.detail.data?.text ?? "New notification"));
+
+client.addEventListener("state", (event) => {
+  const badge = document.getElementById("connection");
+  const { state: value, reason } = event.detail;
+  badge.dataset.state = value;
+  badge.textContent = reason ? `${value}: ${reason}` : value;
+});
+
+document.querySelector("#contacts tbody").addEventListener("click", (event) => {
+  const row = event.target.closest("tr[data-id]");
+  if (row) showContact(Number(row.dataset.id));
+});
+
+document.getElementById("workspace-switcher").addEventListener("change", async (event) => {
+  state.scope = event.target.value;
+  state.openContact = null;
+  document.getElementById("detail").hidden = true;
+  client.watch({ scope: state.scope });
+  history.pushState({}, "", `/w/${state.scope}/`);
+  document.getElementById("workspace-name").textContent =
+    event.target.selectedOptions[0].textContent;
+  await refreshContacts();
+});
+
+client.subscribe("contact");
+client.connect();
+window.realtimeClient = client; // handy from the browser console

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from example_project.crm import views
+
+app_name = "crm"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("w/<slug:slug>/", views.workspace, name="workspace"),
+    path("api/w/<slug:slug>/contacts", views.contacts, name="contacts"),
+    path("api/contacts/<int:pk>", views.contact, name="contact"),
+    path("realtime/token", views.token, name="token"),
+]

@@ -1,0 +1,81 @@
+"""The live page, its small JSON API, and the view that issues realtime tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from example_project.crm.models import Contact, Workspace
+from realtime.auth import issue_token
+
+
+def _workspace(request: HttpRequest, slug: str) -> Workspace:
+    return get_object_or_404(Workspace, slug=slug, members=request.user)
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    first = Workspace.objects.filter(members=request.user).order_by("name").first()
+    if first is None:
+        return render(request, "crm/no_workspace.html")
+    return redirect("crm:workspace", slug=first.slug)
+
+
+@login_required
+def workspace(request: HttpRequest, slug: str) -> HttpResponse:
+    current = _workspace(request, slug)
+    return render(
+        request,
+        "crm/live.html",
+        {
+            "workspace": current,
+            "workspaces": Workspace.objects.filter(members=request.user).order_by("name"),
+            "contacts": [_contact_row(contact) for contact in _contacts(current)],
+            "token": issue_token(request.user),
+        },
+    )
+
+
+@login_required
+def token(request: HttpRequest) -> JsonResponse:
+    """A fresh bearer for the socket (the client asks again when one is refused)."""
+    return JsonResponse({"token": issue_token(request.user)})
+
+
+@login_required
+def contacts(request: HttpRequest, slug: str) -> JsonResponse:
+    current = _workspace(request, slug)
+    return JsonResponse({"contacts": [_contact_row(contact) for contact in _contacts(current)]})
+
+
+@login_required
+def contact(request: HttpRequest, pk: int) -> JsonResponse:
+    found = Contact.objects.select_related("company").filter(pk=pk).first()
+    if found is None or not found.workspace.members.filter(pk=request.user.pk).exists():
+        raise Http404("no such contact")
+    notes = found.private_notes.filter(author=request.user)
+    return JsonResponse(
+        {
+            **_contact_row(found),
+            "notes_text": found.notes,
+            "tags": [{"name": tag.name, "color": tag.color} for tag in found.tags.all()],
+            "private_notes": [{"id": note.pk, "text": note.text} for note in notes],
+        }
+    )
+
+
+def _contacts(workspace: Workspace) -> Any:
+    return workspace.contact_set.select_related("company").order_by("name")
+
+
+def _contact_row(contact: Contact) -> dict[str, Any]:
+    return {
+        "id": contact.pk,
+        "name": contact.name,
+        "email": contact.email,
+        "phone": contact.phone,
+        "company": contact.company.name if contact.company else "",
+    }
