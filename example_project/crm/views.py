@@ -8,7 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from example_project.crm.models import Contact, Workspace
+from example_project.crm.models import Contact, PrivateNote, Workspace
 from realtime.auth import issue_token
 
 
@@ -56,7 +56,7 @@ def contact(request: HttpRequest, pk: int) -> JsonResponse:
     found = Contact.objects.select_related("company").filter(pk=pk).first()
     if found is None or not found.workspace.members.filter(pk=request.user.pk).exists():
         raise Http404("no such contact")
-    notes = found.private_notes.filter(author=request.user)
+    notes = PrivateNote.objects.filter(contact=found, author=request.user)
     return JsonResponse(
         {
             **_contact_row(found),
@@ -68,7 +68,7 @@ def contact(request: HttpRequest, pk: int) -> JsonResponse:
 
 
 def _contacts(workspace: Workspace) -> Any:
-    return workspace.contact_set.select_related("company").order_by("name")
+    return Contact.objects.filter(workspace=workspace).select_related("company").order_by("name")
 
 
 def _contact_row(contact: Contact) -> dict[str, Any]:
