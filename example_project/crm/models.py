@@ -18,7 +18,7 @@ from realtime import realtime_model
 
 
 class Workspace(models.Model):
-    objects: models.Manager["Workspace"] = models.Manager()
+    objects: models.Manager[Workspace] = models.Manager()
     name = models.CharField(max_length=100)
     slug = models.SlugField(unique=True)
     members = models.ManyToManyField(
@@ -30,7 +30,7 @@ class Workspace(models.Model):
 
 
 class Membership(models.Model):
-    objects: models.Manager["Membership"] = models.Manager()
+    objects: models.Manager[Membership] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     role = models.CharField(max_length=20, default="member")
@@ -44,7 +44,7 @@ class Membership(models.Model):
 
 @realtime_model(fields=["name", "website"])
 class Company(models.Model):
-    objects: models.Manager["Company"] = models.Manager()
+    objects: models.Manager[Company] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     name = models.CharField(max_length=100)
     website = models.URLField(blank=True)
@@ -59,7 +59,7 @@ class Company(models.Model):
 
 @realtime_model(fields=["name", "color"])
 class Tag(models.Model):
-    objects: models.Manager["Tag"] = models.Manager()
+    objects: models.Manager[Tag] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     name = models.CharField(max_length=40)
     color = models.CharField(max_length=7, default="#888888")
@@ -73,7 +73,7 @@ class Tag(models.Model):
 
 @realtime_model(fields=["name", "email", "phone", "company"], relations=["company", "tags"])
 class Contact(models.Model):
-    objects: models.Manager["Contact"] = models.Manager()
+    objects: models.Manager[Contact] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     company = models.ForeignKey(
         Company, on_delete=models.SET_NULL, null=True, blank=True, related_name="contacts"
@@ -99,7 +99,7 @@ def readable_notes(user: Any) -> Q:
 
 @realtime_model(fields=["text", "contact"], relations=["contact"], guard=readable_notes)
 class PrivateNote(models.Model):
-    objects: models.Manager["PrivateNote"] = models.Manager()
+    objects: models.Manager[PrivateNote] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     contact = models.ForeignKey(Contact, on_delete=models.CASCADE, related_name="private_notes")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
@@ -115,7 +115,7 @@ class PrivateNote(models.Model):
 
 @realtime_model(fields=["name"])
 class Project(models.Model):
-    objects: models.Manager["Project"] = models.Manager()
+    objects: models.Manager[Project] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     name = models.CharField(max_length=100)
     shared_with = models.ManyToManyField(Workspace, blank=True, related_name="shared_projects")
@@ -134,7 +134,7 @@ class Project(models.Model):
 
 @realtime_model(fields=["title", "done", "project"], relations=["project"], shared_via="project")
 class Task(models.Model):
-    objects: models.Manager["Task"] = models.Manager()
+    objects: models.Manager[Task] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
     title = models.CharField(max_length=200)
@@ -146,7 +146,7 @@ class Task(models.Model):
 
 @realtime_model(fields=["text", "read"], user_field="user")
 class Notification(models.Model):
-    objects: models.Manager["Notification"] = models.Manager()
+    objects: models.Manager[Notification] = models.Manager()
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     text = models.CharField(max_length=200)
     read = models.BooleanField(default=False)
