@@ -1,0 +1,220 @@
+"""The example project's live page in a real browser (headless Chromium, Playwright).
+
+The example project runs in its own process, on its own SQLite file, exactly as
+``scripts/example`` serves it; writes come from other processes (``manage.py shell``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.live import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOT = ROOT / "docs" / "img" / "live-page.png"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 10_000
+
+
+class Example:
+    """The example project served by ``manage.py runserver`` (daphne) on a port of its own."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "example_project.settings",
+            "DATABASE_URL": f"sqlite:///{workdir / 'example.sqlite3'}",
+            "REALTIME_POLLING_INTERVAL": "0.05",
+            "PYTHONPATH": str(ROOT),
+        }
+        self.log = workdir / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def shell(self, code: str) -> str:
+        return self.manage("shell", "--no-imports", "-c", code)
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the example project did not start; see {self.log}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture(scope="module")
+def example() -> Iterator[Example]:
+    with tempfile.TemporaryDirectory() as workdir:
+        project = Example(Path(workdir))
+        project.manage("migrate", "--no-input")
+        project.manage("seed_demo")
+        project.start()
+        yield project
+        project.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def signed_in(browser: Browser, example: Example, username: str) -> Page:
+    page = browser.new_page(viewport={"width": 1100, "height": 640})
+    page.goto(f"{example.url}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", "demo")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{example.url}/w/**")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open", timeout=WAIT_MS)
+    return page
+
+
+def contact_id(example: Example, name: str) -> int:
+    code = (
+        "from example_project.crm.models import Contact; "
+        f"print(Contact.objects.get(name={name!r}).pk)"
+    )
+    return int(example.shell(code).strip())
+
+
+def test_a_contact_edited_in_another_process_changes_on_the_page(
+    browser: Browser, example: Example
+) -> None:
+    page = signed_in(browser, example, "alice")
+    expect(page.locator("#contacts")).to_contain_text("Ben Wyatt")
+    example.shell(
+        "from example_project.crm.models import Contact; "
+        "c = Contact.objects.get(name='Ben Wyatt'); c.name = 'Ben Wyatt (renamed)'; c.save()"
+    )
+    expect(page.locator("#contacts")).to_contain_text("Ben Wyatt (renamed)", timeout=WAIT_MS)
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT))
+    page.close()
+
+
+def test_a_deleted_contact_disappears_from_the_page(browser: Browser, example: Example) -> None:
+    page = signed_in(browser, example, "alice")
+    expect(page.locator("#contacts")).to_contain_text("Chris Traeger")
+    example.shell(
+        "from example_project.crm.models import Contact; "
+        "Contact.objects.get(name='Chris Traeger').delete()"
+    )
+    expect(page.locator("#contacts")).not_to_contain_text("Chris Traeger", timeout=WAIT_MS)
+    page.close()
+
+
+def test_a_private_note_appears_for_its_author_only(browser: Browser, example: Example) -> None:
+    ann = contact_id(example, "Ann Perkins")
+    alice, bob = signed_in(browser, example, "alice"), signed_in(browser, example, "bob")
+    for page in (alice, bob):
+        page.click(f"#contacts tr[data-id='{ann}']")
+        expect(page.locator("#detail-name")).to_have_text("Ann Perkins", timeout=WAIT_MS)
+    example.shell(
+        "from django.contrib.auth.models import User; "
+        "from example_project.crm.models import Contact, PrivateNote; "
+        "ann = Contact.objects.get(name='Ann Perkins'); "
+        "PrivateNote.objects.create(workspace=ann.workspace, contact=ann, "
+        "author=User.objects.get(username='alice'), text='Only alice reads this')"
+    )
+    expect(alice.locator("#detail-private-notes")).to_contain_text(
+        "Only alice reads this", timeout=WAIT_MS
+    )
+    # A change both may see, made afterwards, reaches bob: the note never did.
+    example.shell(
+        "from example_project.crm.models import Contact; "
+        "c = Contact.objects.get(name='Ann Perkins'); c.email = 'ann@new.example'; c.save()"
+    )
+    expect(bob.locator("#detail-email")).to_have_text("ann@new.example", timeout=WAIT_MS)
+    expect(bob.locator("#detail-private-notes")).not_to_contain_text("Only alice reads this")
+    alice.close()
+    bob.close()
+
+
+def test_a_server_restart_shows_reconnecting_and_recovers(
+    browser: Browser, example: Example
+) -> None:
+    page = signed_in(browser, example, "carol")
+    example.stop()
+    expect(page.locator("#connection")).to_have_attribute(
+        "data-state", "reconnecting", timeout=WAIT_MS
+    )
+    example.start()
+    expect(page.locator("#connection")).to_have_attribute("data-state", "open", timeout=40_000)
+    example.shell(
+        "from example_project.crm.models import Contact, Workspace; "
+        "Contact.objects.create("
+        "workspace=Workspace.objects.get(slug='globex'), name='After restart')"
+    )
+    expect(page.locator("#contacts")).to_contain_text("After restart", timeout=WAIT_MS)
+    page.close()
+
+
+def test_a_refused_token_shows_a_clear_state(browser: Browser, example: Example) -> None:
+    page = signed_in(browser, example, "bob")
+    # Deactivating the account makes its token stand for nobody, and signs it out: the
+    # page cannot get a fresh token either, so it says it was refused.
+    example.shell(
+        "from django.contrib.auth.models import User; "
+        "u = User.objects.get(username='bob'); u.is_active = False; u.save()"
+    )
+    expect(page.locator("#connection")).to_have_attribute("data-state", "refused", timeout=WAIT_MS)
+    expect(page.locator("#connection")).to_contain_text("Invalid authentication token")
+    page.close()
