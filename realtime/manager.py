@@ -183,7 +183,9 @@ class SocketManager:
             transport = self._transport or get_transport()
             try:
                 if wanted and scope_id not in self._followed:
-                    await transport.follow(scope_channel(scope_id))
+                    # Bounded: with the database away, the socket is served anyway and the
+                    # housekeeping round follows the scope once it can.
+                    await asyncio.wait_for(transport.follow(scope_channel(scope_id)), LISTEN_WAIT)
                     self._followed.add(scope_id)
                 elif not wanted and scope_id in self._followed:
                     self._followed.discard(scope_id)
