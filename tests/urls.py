@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
 from realtime.manager import get_manager
+from realtime.transports import get_transport
 
 
 async def realtime_state(request: HttpRequest) -> JsonResponse:
-    """What this worker's manager holds: each socket, and the scopes it follows."""
+    """What this worker's manager holds: each socket, and the scopes it follows; with the
+    pg_notify transport, also what its LISTEN connection listens to and that backend's pid."""
     manager = get_manager()
     sockets = [
         {
@@ -20,15 +24,31 @@ async def realtime_state(request: HttpRequest) -> JsonResponse:
         }
         for socket in manager.sockets
     ]
-    return JsonResponse(
-        {
-            "sockets": sockets,
-            "followed": sorted(manager._followed, key=str),
-            "by_scope": {str(k): len(v) for k, v in manager.by_scope.items()},
-            "by_scope_channel": len(manager.by_scope_channel),
-            "by_user": {str(k): len(v) for k, v in manager.by_user.items()},
-        }
-    )
+    state: dict[str, Any] = {
+        "sockets": sockets,
+        "followed": sorted(manager._followed, key=str),
+        "by_scope": {str(k): len(v) for k, v in manager.by_scope.items()},
+        "by_scope_channel": len(manager.by_scope_channel),
+        "by_user": {str(k): len(v) for k, v in manager.by_user.items()},
+    }
+    state.update(_listener_state())
+    return JsonResponse(state)
+
+
+def _listener_state() -> dict[str, Any]:
+    """The pg_notify listener's channels and backend pid; nothing for other transports."""
+    try:
+        from realtime.transports.pg_notify import PgNotifyTransport
+    except ImportError:  # psycopg is not installed: the transport cannot be pg_notify
+        return {}
+    transport = get_transport()
+    if not isinstance(transport, PgNotifyTransport):
+        return {}
+    listener = transport.listener
+    return {
+        "listening": sorted(listener.listening) if listener is not None else [],
+        "listener_pid": listener.backend_pid if listener is not None else None,
+    }
 
 
 urlpatterns = [path("_realtime/state", realtime_state)]

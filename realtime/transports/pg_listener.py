@@ -150,17 +150,38 @@ class PgListener:
         self.backend_pid = connection.info.backend_pid
         return connection
 
+    async def _execute(self, connection: psycopg.AsyncConnection[Any], query: Any) -> Any:
+        """Run one statement, bounded by the heartbeat timeout: a silent server is a dead one.
+
+        On timeout the statement is cancelled twice, which makes psycopg drop the connection
+        at once rather than ask the server to cancel it (and wait up to ten seconds).
+        """
+        task = asyncio.ensure_future(self._fetch(connection, query))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.options.heartbeat_timeout)
+        finally:
+            if not task.done():
+                await _abandon(task)
+        if not done:
+            raise TimeoutError("the database did not answer within the heartbeat timeout")
+        return task.result()
+
+    @staticmethod
+    async def _fetch(connection: psycopg.AsyncConnection[Any], query: Any) -> list[Any]:
+        cursor = await connection.execute(query)
+        return await cursor.fetchall() if cursor.description else []
+
     async def _sync(self, connection: psycopg.AsyncConnection[Any]) -> None:
         """Issue the LISTENs and UNLISTENs that bring the connection to what is wanted."""
         if self._verify:
             self._verify = False
-            cursor = await connection.execute("SELECT pg_listening_channels()")
-            self.listening = {row[0] for row in await cursor.fetchall()}
+            rows = await self._execute(connection, "SELECT pg_listening_channels()")
+            self.listening = {row[0] for row in rows}
         for channel in sorted(self.wanted - self.listening):
-            await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            await self._execute(connection, sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             self.listening.add(channel)
         for channel in sorted(self.listening - self.wanted):
-            await connection.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+            await self._execute(connection, sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
             self.listening.discard(channel)
         for channel in [c for c in self._waiters if c in self.listening]:
             for future in self._waiters.pop(channel):
@@ -174,7 +195,7 @@ class PgListener:
             await self._sync(connection)
             now = time.monotonic()
             if now >= next_probe:
-                await asyncio.wait_for(connection.execute("SELECT 1"), options.heartbeat_timeout)
+                await self._execute(connection, "SELECT 1")
                 self.probes += 1
                 next_probe = now + options.heartbeat_interval
                 continue
@@ -193,3 +214,14 @@ class PgListener:
     async def _read(self, connection: psycopg.AsyncConnection[Any], timeout: float) -> None:
         async for notify in connection.notifies(timeout=max(timeout, 0.0)):
             self.on_notify(notify.channel, notify.payload)
+
+
+async def _abandon(task: asyncio.Task[Any]) -> None:
+    """Cancel a statement until it gives up; its connection is lost anyway."""
+    for _ in range(100):
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+        if task.done():
+            break
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: the caller reports the timeout, not this

@@ -1,0 +1,512 @@
+"""The pg_notify transport's LISTEN connection under stress, against a real PostgreSQL.
+
+Each test builds its own ``PgNotifyTransport`` with short intervals and listens through it,
+recording what reaches the transport's listeners (``Inbox``) and, where the test is about what
+the server sends at all, every notification the LISTEN connection itself receives
+(``RawNotifies``). Waits are bounded; absence is proven with a marker published afterwards.
+
+Outages are real and confined to this test run: a backend of the test database is terminated
+with ``pg_terminate_backend``, or the process reaches PostgreSQL through ``Proxy``, a TCP relay
+in the test's event loop that the test closes (the database is unreachable: connections are
+cut and refused) and opens again, or freezes (the flow goes silent, as behind a NAT that forgot
+it). The PostgreSQL cluster itself is never stopped: other test runs share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+from realtime.transports import pg_notify
+from realtime.transports.pg_listener import APPLICATION_NAME, PgListener
+from realtime.transports.pg_notify import PgNotifyTransport
+from tests.helpers import WAIT, Inbox, off_loop, only_on
+
+pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
+
+MARKER = b"marker"
+MakeTransport = Callable[..., PgNotifyTransport]
+
+
+# Helpers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def make_pg_transport() -> AsyncIterator[MakeTransport]:
+    """Build pg_notify transports with fast test timings; stop them afterwards."""
+    built: list[PgNotifyTransport] = []
+
+    def make(**options: Any) -> PgNotifyTransport:
+        options.setdefault("supervise_interval", 0.2)
+        options.setdefault("backoff_start", 0.05)
+        options.setdefault("backoff_max", 0.4)
+        transport = PgNotifyTransport(**options)
+        built.append(transport)
+        return transport
+
+    yield make
+    for transport in built:
+        await transport.stop()
+
+
+class RawNotifies:
+    """Every notification the LISTEN connection receives, before the transport filters it."""
+
+    def __init__(self, listener: PgListener) -> None:
+        self.received: list[tuple[str, str]] = []
+        self._forward = listener.on_notify
+        listener.on_notify = self
+
+    def __call__(self, channel: str, payload: str) -> None:
+        self.received.append((channel, payload))
+        self._forward(channel, payload)
+
+    def channels(self) -> set[str]:
+        return {channel for channel, _ in self.received}
+
+
+async def started(transport: PgNotifyTransport) -> PgListener:
+    await transport.start()
+    assert transport.listener is not None
+    return transport.listener
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Wait, at most ``timeout`` seconds, until ``condition()`` holds."""
+    async with asyncio.timeout(timeout):
+        while True:  # the listener's state has no event to wait on: poll it
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def publish(transport: PgNotifyTransport, *messages: tuple[str, bytes]) -> None:
+    await off_loop(transport.publish, list(messages))
+
+
+def notify(*pairs: tuple[str, str]) -> None:
+    """Send raw NOTIFYs in one transaction, past the transport (no filtering, no naming)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        for channel, payload in pairs:
+            cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+def listener_backends() -> dict[int, str]:
+    """The LISTEN connections open on the test database: backend pid → last query."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, query FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s",
+            [APPLICATION_NAME],
+        )
+        return {pid: query for pid, query in cursor.fetchall()}
+
+
+async def until_gone(pid: int | None) -> None:
+    """Wait, bounded, until backend ``pid`` has left the test database."""
+    async with asyncio.timeout(WAIT):
+        while True:  # pg_stat_activity has no event to wait on: poll it
+            if pid not in await off_loop(listener_backends):
+                return
+            await asyncio.sleep(0.02)
+
+
+def terminate(pid: int) -> bool:
+    """Terminate one backend of the test database (never one of another database)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = %s AND datname = current_database()",
+            [pid],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def realtime_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("realtime") and r.levelno >= level]
+
+
+def lost_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "LISTEN connection is lost" in r.getMessage()]
+
+
+class Proxy:
+    """A TCP relay to PostgreSQL that a test can cut, reopen, or freeze."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.port = 0
+        self.accepted = 0
+        self._server: asyncio.Server | None = None
+        self._links: dict[asyncio.Task[None], asyncio.Event] = {}
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        """Accept connections (on the same port as before, once it has one)."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop accepting (connections are refused) and cut every connection at once."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        for link in self._links:
+            link.cancel()  # a frozen link waits for nothing else
+        async with asyncio.timeout(WAIT):
+            await asyncio.gather(*self._links, return_exceptions=True)
+
+    def freeze(self) -> None:
+        """Stop relaying on the open connections, silently; new connections still flow."""
+        for flowing in self._links.values():
+            flowing.clear()
+
+    def dsn(self, dbname: str) -> str:
+        settings = connection.settings_dict
+        return (
+            f"host=127.0.0.1 port={self.port} dbname={dbname} "
+            f"user={settings['USER']} password={settings['PASSWORD']}"
+        )
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        task = asyncio.current_task()
+        assert task is not None
+        flowing = asyncio.Event()
+        flowing.set()
+        self._links[task] = flowing
+        self._writers.add(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.transport.abort()
+            self._forget(task, writer)
+            return
+        self._writers.add(up_writer)
+        pumps = [
+            asyncio.ensure_future(self._pump(reader, up_writer, flowing)),
+            asyncio.ensure_future(self._pump(up_reader, writer, flowing)),
+        ]
+        try:
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            for end in (writer, up_writer):
+                end.transport.abort()
+            self._writers.discard(up_writer)
+            self._forget(task, writer)
+
+    def _forget(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
+        self._links.pop(task, None)
+        self._writers.discard(writer)
+
+    @staticmethod
+    async def _pump(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
+    ) -> None:
+        while data := await reader.read(65536):
+            await flowing.wait()
+            writer.write(data)
+            await writer.drain()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[Proxy]:
+    """A relay to the test database's server, open; closed after the test."""
+    settings = connection.settings_dict
+    relay = Proxy(str(settings["HOST"] or "127.0.0.1"), int(settings["PORT"] or 5432))
+    await relay.open()
+    yield relay
+    await relay.close()
+
+
+@contextlib.contextmanager
+def default_database_through(relay: Proxy) -> Iterator[None]:
+    """Have every new connection of this process to ``default`` go through ``relay``.
+
+    Django builds each connection from the one settings dict of the alias, so changing it
+    reroutes the threads' connections (opened and closed around each call here) and the
+    LISTEN connection (whose DSN comes from it): the database is unreachable for the whole
+    process while the relay is closed.
+    """
+    settings = connections.settings["default"]
+    saved = {key: settings[key] for key in ("HOST", "PORT")}
+    settings.update(HOST="127.0.0.1", PORT=str(relay.port))
+    try:
+        yield
+    finally:
+        settings.update(saved)
+
+
+# A worker hears what it follows, and nothing else ------------------------------------------
+
+
+async def test_a_notify_on_a_channel_never_followed_never_reaches_the_worker(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    raw = RawNotifies(await started(transport))
+    await transport.follow("h8_scope_1")
+    assert transport.listener is not None
+    assert transport.listener.listening == {"h8_scope_1"}
+    await off_loop(notify, ("h8_scope_2", "never followed"), ("h8_scope_1", "marker"))
+    await inbox.wait_for("h8_scope_1", MARKER)
+    assert raw.received == [("h8_scope_1", "marker")]
+    assert inbox.messages == [("h8_scope_1", MARKER)]
+
+
+async def test_unfollowing_the_last_holder_of_a_channel_unlistens_it_on_the_server(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    listener = await started(transport)
+    raw = RawNotifies(listener)
+    await transport.follow("h8_scope_1")
+    await transport.follow("h8_scope_2")
+    assert listener.listening == {"h8_scope_1", "h8_scope_2"}
+    await transport.unfollow("h8_scope_1")
+    await eventually(lambda: listener.listening == {"h8_scope_2"})
+    await off_loop(notify, ("h8_scope_1", "after unlisten"), ("h8_scope_2", "marker"))
+    await inbox.wait_for("h8_scope_2", MARKER)
+    # Not merely filtered out by the transport: the server no longer sends it.
+    assert raw.channels() == {"h8_scope_2"}
+    assert inbox.messages == [("h8_scope_2", MARKER)]
+
+
+# Losing the connection -----------------------------------------------------------------
+
+
+async def test_a_terminated_listen_backend_is_replaced_by_a_new_one_and_delivery_resumes(
+    make_pg_transport: MakeTransport, inbox: Inbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    await transport.follow("h8_room")
+    listener = transport.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    assert old_pid is not None
+    assert old_pid in await off_loop(listener_backends)
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        assert await off_loop(terminate, old_pid)
+        await eventually(
+            lambda: listener.backend_pid != old_pid and "h8_room" in listener.listening,
+            timeout=5.0,
+        )
+        assert listener.backend_pid in await off_loop(listener_backends)
+        await publish(transport, ("h8_room", b"after the cut"))
+        await inbox.wait_for("h8_room", b"after the cut")
+    assert inbox.messages == [("h8_room", b"after the cut")]
+    await until_gone(old_pid)
+    assert lost_records(caplog), "the lost connection was not logged"
+    assert realtime_records(caplog, logging.ERROR) == []
+
+
+async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
+    make_pg_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with default_database_through(proxy), caplog.at_level(logging.WARNING, logger="realtime"):
+        transport = make_pg_transport(backoff_start=0.1, backoff_max=0.4)
+        transport.add_listener(inbox)
+        await transport.follow("h8_room")
+        listener = transport.listener
+        assert listener is not None
+        old_pid = listener.backend_pid
+        await publish(transport, ("h8_room", b"before"))
+        await inbox.wait_for("h8_room", b"before")
+        reached_through_proxy = proxy.accepted
+
+        await proxy.close()  # the database is gone for this process
+        await eventually(lambda: len(lost_records(caplog)) >= 5, timeout=5.0)
+        assert not listener.connected.is_set()
+        await proxy.open()  # and back
+        await eventually(
+            lambda: listener.connected.is_set() and "h8_room" in listener.listening,
+            timeout=5.0,
+        )
+        await publish(transport, ("h8_room", b"after"))
+        await inbox.wait_for("h8_room", b"after")
+
+    assert reached_through_proxy >= 2  # the LISTEN connection and the publisher's
+    assert listener.backend_pid != old_pid
+    assert inbox.messages == [("h8_room", b"before"), ("h8_room", b"after")]
+    lost = lost_records(caplog)
+    delays = [float(re.findall(r"retrying in ([\d.]+) s", r.getMessage())[0]) for r in lost]
+    assert delays[:5] == [0.1, 0.2, 0.4, 0.4, 0.4]  # doubling from the start, capped
+    for earlier, later, delay in zip(lost, lost[1:], delays, strict=False):
+        assert later.created - earlier.created >= delay - 0.02
+    assert realtime_records(caplog, logging.ERROR) == []
+    assert any("is back" in r.getMessage() for r in realtime_records(caplog, logging.WARNING))
+
+
+async def test_a_listen_database_that_fails_while_the_database_answers_is_an_error_from_the_second_attempt(  # noqa: E501
+    make_pg_transport: MakeTransport,
+    proxy: Proxy,
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # REALTIME_LISTEN_DATABASE names a database that does not exist; the default one answers.
+    missing = f"{connection.settings_dict['NAME']}_missing"
+    settings.REALTIME_LISTEN_DATABASE = proxy.dsn(missing)
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        transport = make_pg_transport(backoff_start=0.05, backoff_max=0.1)
+        assert transport.listen_database == proxy.dsn(missing)
+        await transport.start()
+        await eventually(lambda: bool(realtime_records(caplog, logging.ERROR)), timeout=5.0)
+    assert proxy.accepted >= 2  # the listener really used REALTIME_LISTEN_DATABASE
+    attempts = [r for r in caplog.records if "LISTEN connection" in r.getMessage()]
+    assert attempts[0].levelno == logging.WARNING
+    assert "attempt 1" in attempts[0].getMessage()
+    first_error = realtime_records(caplog, logging.ERROR)[0]
+    assert "attempt 2" in first_error.getMessage()
+    assert "database answers" in first_error.getMessage()
+
+
+@pytest.mark.parametrize(
+    "supervise_interval",
+    [
+        pytest.param(60.0, id="caught-by-a-probe"),
+        pytest.param(0.1, id="caught-while-the-supervisor-checks-it"),
+    ],
+)
+async def test_a_connection_that_goes_silent_is_replaced_within_the_heartbeat_timeout(
+    make_pg_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+    supervise_interval: float,
+) -> None:
+    interval, timeout, backoff = 0.2, 0.3, 0.1
+    transport = make_pg_transport(
+        listen_database=proxy.dsn(str(connection.settings_dict["NAME"])),
+        heartbeat_interval=interval,
+        heartbeat_timeout=timeout,
+        backoff_start=backoff,
+        backoff_max=backoff,
+        supervise_interval=supervise_interval,
+    )
+    transport.add_listener(inbox)
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        await transport.follow("h8_room")
+        listener = transport.listener
+        assert listener is not None
+        old_pid = listener.backend_pid
+        # The flow goes silent (a NAT forgot it, the server hangs): nothing errors, nothing
+        # answers. The server itself and new connections are fine.
+        proxy.freeze()
+        # Whatever else the connection is asked (a supervisor's check, say), a probe is due
+        # every interval and gives up after the timeout; then one backoff and a
+        # reconnection, which 2 s of slack cover.
+        await eventually(
+            lambda: listener.backend_pid != old_pid and "h8_room" in listener.listening,
+            timeout=interval + timeout + backoff + 2.0,
+        )
+        await publish(transport, ("h8_room", b"on the new connection"))
+        await inbox.wait_for("h8_room", b"on the new connection")
+    assert inbox.messages == [("h8_room", b"on the new connection")]
+    assert lost_records(caplog)
+    assert realtime_records(caplog, logging.ERROR) == []
+
+
+# Supervision and probes ----------------------------------------------------------------
+
+
+async def test_the_supervisor_restarts_a_cancelled_listener_task(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport(supervise_interval=0.05)
+    transport.add_listener(inbox)
+    await transport.follow("h8_room")
+    listener = transport.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    task = transport._tasks["listener"]
+    task.cancel()
+    await eventually(lambda: task.done())
+    await eventually(
+        lambda: (
+            transport._tasks["listener"] is not task
+            and not transport._tasks["listener"].done()
+            and listener.connected.is_set()
+            and "h8_room" in listener.listening
+        )
+    )
+    assert listener.backend_pid != old_pid
+    await publish(transport, ("h8_room", b"after the restart"))
+    await inbox.wait_for("h8_room", b"after the restart")
+    assert inbox.messages == [("h8_room", b"after the restart")]
+    await until_gone(old_pid)
+
+
+class ReturnsOnceListener(PgListener):
+    """A listener whose first run returns at once, as a bug would make it."""
+
+    runs = 0
+
+    async def run(self) -> None:
+        self.runs += 1
+        if self.runs == 1:
+            return
+        await super().run()
+
+
+async def test_the_supervisor_restarts_a_listener_task_that_returned_and_logs_it(
+    make_pg_transport: MakeTransport,
+    inbox: Inbox,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(pg_notify, "PgListener", ReturnsOnceListener)
+    transport = make_pg_transport(supervise_interval=0.05)
+    transport.add_listener(inbox)
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        # follow returns only once the channel is LISTENed: by the restarted run.
+        await asyncio.wait_for(transport.follow("h8_room"), WAIT)
+    listener = transport.listener
+    assert isinstance(listener, ReturnsOnceListener)
+    assert listener.runs == 2
+    await publish(transport, ("h8_room", b"after the restart"))
+    await inbox.wait_for("h8_room", b"after the restart")
+    assert [r.getMessage() for r in realtime_records(caplog, logging.ERROR)] == [
+        "realtime: the pg_notify listener stopped; restarting it"
+    ]
+
+
+async def test_probes_keep_an_idle_connection_alive_on_the_same_backend(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport(heartbeat_interval=0.05, supervise_interval=60.0)
+    transport.add_listener(inbox)
+    await transport.follow("h8_idle")
+    listener = transport.listener
+    assert listener is not None
+    pid, probes = listener.backend_pid, listener.probes
+    started_at = time.monotonic()
+    await eventually(lambda: listener.probes >= probes + 5)
+    assert time.monotonic() - started_at >= 4 * 0.05  # one probe per interval, not a burst
+    assert listener.backend_pid == pid
+    backends = await off_loop(listener_backends)
+    assert pid is not None
+    assert backends[pid] == "SELECT 1"  # the probes reached the server
+    await publish(transport, ("h8_idle", b"still heard"))
+    await inbox.wait_for("h8_idle", b"still heard")
+    assert listener.backend_pid == pid
