@@ -120,7 +120,7 @@ export class RealtimeClient extends EventTarget {
     return this._state;
   }
 
-  /** Why the client is `refused` (the server's reason), or null. */
+  /** The server's reason behind the current state (a refusal), or null. */
   get reason() {
     return this._reason;
   }

@@ -1,0 +1,453 @@
+// The client against real daphne servers serving tests.asgi:application, with writes made
+// by another process (jstests/fixtures.py).
+
+import assert from 'node:assert/strict';
+import { after, afterEach, before, describe, test } from 'node:test';
+import WebSocket from 'ws';
+
+import { RealtimeClient } from '../realtime/static/realtime/realtime.js';
+import { Live, Recorder, countingWebSocket, sleep } from './harness.mjs';
+
+const TOKEN_REFUSAL = 'Invalid authentication token';
+
+let live;
+let main; // the server most tests share
+let opened = [];
+
+/** A client on `server` (ws as its WebSocket), closed after the test. */
+function client(server, options = {}) {
+  const made = new RealtimeClient({ url: server.url, WebSocket, ...options });
+  opened.push(made);
+  return made;
+}
+
+/** Wait until the server holds a socket of `userId` subscribed to `channel`. */
+function subscribed(server, userId, channel) {
+  return server.waitForState((state) =>
+    state.sockets.some((socket) => socket.user_id === userId && socket.channels.includes(channel)),
+  );
+}
+
+before(async () => {
+  live = await new Live().start();
+  main = await live.server();
+});
+
+after(async () => {
+  await live?.stop();
+});
+
+afterEach(() => {
+  for (const made of opened) made.close();
+  opened = [];
+});
+
+describe('connecting', () => {
+  test('authenticates, subscribes and hears a write made by another process', async () => {
+    const ann = await live.fixture('user', 'ann', 'acme');
+    const realtime = client(main, { token: ann.token, scope: 'acme' });
+    const recorder = new Recorder(realtime);
+    const named = [];
+    realtime.addEventListener('contact.created', (event) => named.push(event.detail));
+    realtime.subscribe('contact');
+    realtime.connect();
+
+    await recorder.state('open');
+    assert.deepEqual(realtime.session, { user_id: ann.id, scope: 'acme', scopes: ['acme'] });
+    await subscribed(main, ann.id, 'contact');
+    const { id } = await live.fixture('contact', 'acme', 'Zed');
+    const frame = await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
+
+    assert.deepEqual(frame, {
+      type: 'contact.created',
+      data: { model: 'contact', id, name: 'Zed', company: null, born: null, score: null },
+      scope_id: ann.scopes.acme,
+    });
+    assert.deepEqual(named, [frame]);
+    assert.deepEqual(recorder.stateNames(), ['connecting', 'open']);
+  });
+
+  test('a watch moves to other scopes and says the channels again', async () => {
+    const dan = await live.fixture('user', 'dan', 'acme', 'beta');
+    const realtime = client(main, { token: dan.token, scopes: ['acme'] });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact', 'company');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, dan.id, 'company');
+
+    realtime.watch({ scope: 'beta' });
+    await main.waitForState((state) =>
+      state.sockets.some(
+        (socket) =>
+          socket.user_id === dan.id &&
+          socket.slugs.join() === 'beta' &&
+          socket.channels.join() === 'company,contact',
+      ),
+    );
+    const { id } = await live.fixture('contact', 'beta', 'In beta');
+    const frame = await recorder.event((f) => f.data?.id === id);
+    assert.equal(frame.scope_id, dan.scopes.beta);
+
+    realtime.watch({ scopes: ['acme', 'beta'] });
+    await main.waitForState((state) =>
+      state.sockets.some(
+        (socket) =>
+          socket.user_id === dan.id &&
+          socket.slugs.join() === 'acme,beta' &&
+          socket.channels.join() === 'company,contact',
+      ),
+    );
+    assert.deepEqual(realtime.watching, { scopes: ['acme', 'beta'] });
+  });
+
+  test('unsubscribing stops the events of that channel', async () => {
+    const eve = await live.fixture('user', 'eve', 'acme');
+    const realtime = client(main, { token: eve.token, scope: 'acme' });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe(['contact', 'company']);
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, eve.id, 'company');
+
+    realtime.unsubscribe('contact');
+    await main.waitForState((state) =>
+      state.sockets.some((s) => s.user_id === eve.id && s.channels.join() === 'company'),
+    );
+    const { id } = await live.fixture('contact', 'acme', 'Unheard');
+    await live.fixture('publish', 'acme', 'test.marker', '{}');
+    await recorder.event((f) => f.type === 'test.marker');
+    assert.equal(recorder.events.filter((f) => f.data?.id === id).length, 0);
+    assert.deepEqual(realtime.channels, ['company']);
+  });
+});
+
+describe('reconnecting', () => {
+  test('a restarted server gets the channels again; backoff starts over after', async () => {
+    const fay = await live.fixture('user', 'fay', 'acme');
+    const server = await live.server();
+    const realtime = client(server, {
+      token: fay.token,
+      scope: 'acme',
+      backoffStart: 50,
+      backoffMax: 400,
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(server, fay.id, 'contact');
+
+    const down = recorder.states.length;
+    await server.kill();
+    await recorder.until(
+      () => recorder.states.slice(down).filter((d) => d.state === 'reconnecting').length >= 3,
+      undefined,
+      'three attempts',
+    );
+    const delays = recorder.states.slice(down).map((d) => d.delay);
+    assert.deepEqual(delays.slice(0, 3), [50, 100, 200]);
+    assert.equal(recorder.states[down].code, 1006);
+
+    const back = recorder.states.length;
+    await server.start();
+    await recorder.state('open', { from: back });
+    await subscribed(server, fay.id, 'contact');
+    const { id } = await live.fixture('contact', 'acme', 'After the restart');
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
+
+    const again = recorder.states.length;
+    await server.kill();
+    const first = await recorder.state('reconnecting', { from: again });
+    assert.equal(first.delay, 50);
+    assert.equal(first.attempt, 1);
+    await server.start();
+    await recorder.state('open', { from: again });
+  });
+
+  test('closed 1008 by the frame limit (no auth_error): reconnects', async () => {
+    const gus = await live.fixture('user', 'gus', 'acme');
+    const server = await live.server({ REALTIME_FRAME_LIMIT: 3 });
+    const realtime = client(server, {
+      token: gus.token,
+      scope: 'acme',
+      heartbeatInterval: 100, // the fourth heartbeat is one frame too many
+      backoffStart: 50,
+    });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.state('open');
+    const dropped = await recorder.state('reconnecting');
+    assert.equal(dropped.code, 1008);
+    assert.equal(dropped.reason, null);
+    await recorder.state('open', { from: recorder.states.indexOf(dropped) });
+    assert.ok(!recorder.stateNames().includes('refused'));
+  });
+
+  test('channels are split to fit the frame size; a frame too big is closed 1009', async () => {
+    const hal = await live.fixture('user', 'hal', 'acme');
+    const server = await live.server({ REALTIME_MAX_FRAME_SIZE: 300 });
+    const channels = Array.from({ length: 60 }, (_, i) => `contact:${i + 1}`);
+
+    const fitting = client(server, { token: hal.token, scope: 'acme', maxFrameSize: 300 });
+    const fits = new Recorder(fitting);
+    fitting.subscribe(channels);
+    fitting.connect();
+    await fits.state('open');
+    await server.waitForState((state) =>
+      state.sockets.some((s) => s.user_id === hal.id && s.channels.length === 60),
+    );
+    await sleep(100);
+    assert.deepEqual(fits.stateNames(), ['connecting', 'open']);
+    fitting.close();
+
+    const oversize = client(server, { token: hal.token, scope: 'acme', backoffStart: 50 });
+    const over = new Recorder(oversize);
+    oversize.subscribe(channels);
+    oversize.connect();
+    const dropped = await over.state('reconnecting');
+    assert.equal(dropped.code, 1009);
+    assert.deepEqual(over.stateNames().slice(0, 2), ['connecting', 'open']);
+  });
+});
+
+describe('refusals', () => {
+  test('a refused token is refreshed once, then the client gets in', async () => {
+    const ivy = await live.fixture('user', 'ivy', 'acme');
+    let refreshed = 0;
+    const realtime = client(main, {
+      token: 'not-a-token',
+      scope: 'acme',
+      refreshToken: async () => {
+        refreshed += 1;
+        return (await live.fixture('token', 'ivy')).token;
+      },
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    assert.equal(refreshed, 1);
+    assert.deepEqual(recorder.stateNames(), ['connecting', 'reconnecting', 'open']);
+    assert.equal(recorder.states[1].reason, TOKEN_REFUSAL);
+    assert.equal(recorder.states[1].delay, 0);
+    await subscribed(main, ivy.id, 'contact');
+  });
+
+  test('a token refused again after its refresh: refused, no more attempts', async () => {
+    const Counting = countingWebSocket(WebSocket);
+    let refreshed = 0;
+    const realtime = client(main, {
+      token: 'not-a-token',
+      scope: 'acme',
+      WebSocket: Counting,
+      backoffStart: 20,
+      refreshToken: () => {
+        refreshed += 1;
+        return 'still-not-a-token';
+      },
+    });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    const refused = await recorder.state('refused');
+    assert.equal(refused.reason, TOKEN_REFUSAL);
+    assert.equal(realtime.reason, TOKEN_REFUSAL);
+    await sleep(300);
+    assert.equal(refreshed, 1);
+    assert.equal(Counting.opened, 2);
+    assert.deepEqual(recorder.stateNames(), ['connecting', 'reconnecting', 'refused']);
+  });
+
+  test('Scope not found: refused at once, the token is not refreshed', async () => {
+    const jim = await live.fixture('user', 'jim', 'acme');
+    const Counting = countingWebSocket(WebSocket);
+    let refreshed = 0;
+    const realtime = client(main, {
+      token: jim.token,
+      scope: 'nowhere',
+      WebSocket: Counting,
+      backoffStart: 20,
+      refreshToken: () => {
+        refreshed += 1;
+        return jim.token;
+      },
+    });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    const refused = await recorder.state('refused');
+    assert.equal(refused.reason, 'Scope not found');
+    await sleep(300);
+    assert.equal(refreshed, 0);
+    assert.equal(Counting.opened, 1);
+    assert.deepEqual(recorder.stateNames(), ['connecting', 'refused']);
+  });
+
+  test('Too many connections: refused without retrying', async () => {
+    const kim = await live.fixture('user', 'kim', 'acme');
+    const server = await live.server({ REALTIME_MAX_SOCKETS_PER_USER: 1 });
+    const first = client(server, { token: kim.token, scope: 'acme' });
+    const firstRecorder = new Recorder(first);
+    first.connect();
+    await firstRecorder.state('open');
+
+    const Counting = countingWebSocket(WebSocket);
+    const second = client(server, {
+      token: kim.token,
+      scope: 'acme',
+      WebSocket: Counting,
+      backoffStart: 20,
+    });
+    const recorder = new Recorder(second);
+    second.connect();
+    assert.equal((await recorder.state('refused')).reason, 'Too many connections');
+    await sleep(300);
+    assert.equal(Counting.opened, 1);
+    assert.equal(first.state, 'open');
+  });
+
+  test('a recheck refusing the token: refreshed, reconnected, resubscribed', async () => {
+    const lea = await live.fixture('user', 'lea', 'acme');
+    let refreshed = 0;
+    const realtime = client(main, {
+      token: lea.token,
+      scope: 'acme',
+      refreshToken: async () => {
+        refreshed += 1;
+        return (await live.fixture('token', 'lea2')).token;
+      },
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, lea.id, 'contact');
+
+    await live.fixture('rename', 'lea', 'lea2'); // her tokens stop standing for her: rechecked
+    const again = await recorder.state('reconnecting');
+    assert.equal(again.reason, TOKEN_REFUSAL);
+    await recorder.state('open', { from: recorder.states.indexOf(again) });
+    assert.equal(refreshed, 1);
+    await subscribed(main, lea.id, 'contact');
+    const { id } = await live.fixture('contact', 'acme', 'Heard after the refresh');
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
+  });
+});
+
+describe('recognising its own writes', () => {
+  test('the echo of a stamped request is dropped once; other origins are delivered', async () => {
+    const max = await live.fixture('user', 'max', 'acme');
+    const realtime = client(main, { token: max.token, scope: 'acme' });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, max.id, 'contact');
+
+    const init = realtime.stamp({ method: 'POST' });
+    const stamp = init.headers.get('X-Origin-Id');
+    assert.match(stamp, new RegExp(`^${realtime.origin}\\.\\d+$`));
+
+    const mine = await live.fixture('contact', 'acme', 'Mine', stamp);
+    const theirs = await live.fixture('contact', 'acme', 'Theirs', 'another-tab.1');
+    const plain = await live.fixture('contact', 'acme', 'Plain');
+    await recorder.event((f) => f.data?.id === plain.id);
+    assert.deepEqual(
+      recorder.events.map((f) => [f.data.id, f.origin]),
+      [
+        [theirs.id, 'another-tab.1'],
+        [plain.id, undefined],
+      ],
+    );
+    assert.ok(!recorder.events.some((f) => f.data.id === mine.id));
+
+    // The stamp was forgotten with its echo: the next frame carrying it is news.
+    const again = await live.fixture('contact', 'acme', 'Mine again', stamp);
+    const frame = await recorder.event((f) => f.data?.id === again.id);
+    assert.equal(frame.origin, stamp);
+  });
+
+  test('broadcasts carrying a remembered origin: dropped once, then delivered', async () => {
+    const ned = await live.fixture('user', 'ned', 'acme');
+    const realtime = client(main, { token: ned.token, scope: 'acme' });
+    const recorder = new Recorder(realtime);
+    const named = [];
+    realtime.addEventListener('report.ready', (event) => named.push(event.detail));
+    realtime.connect();
+    await recorder.state('open');
+    await main.waitForState((state) => state.sockets.some((s) => s.user_id === ned.id));
+
+    const stamp = realtime.remember(realtime.nextOrigin());
+    await live.fixture('publish', 'acme', 'report.ready', '{"n": 1}', stamp);
+    await live.fixture('publish', 'acme', 'report.ready', '{"n": 2}', stamp);
+    await live.fixture('publish', 'acme', 'report.ready', '{"n": 3}', 'someone-else.4');
+    await recorder.event((f) => f.data?.n === 3);
+    assert.deepEqual(
+      named.map((f) => [f.data.n, f.origin]),
+      [
+        [2, stamp],
+        [3, 'someone-else.4'],
+      ],
+    );
+  });
+
+  test("a stamp remembered with its record lets the request's other writes through", async () => {
+    const oz = await live.fixture('user', 'oz', 'acme');
+    const realtime = client(main, { token: oz.token, scope: 'acme' });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, oz.id, 'contact');
+
+    const init = realtime.stamp({}, { model: 'contact' });
+    const stamp = init.headers.get('X-Origin-Id');
+    // The same request also announced something else first (a signal's write, say).
+    await live.fixture('publish', 'acme', 'report.ready', '{"n": 1}', stamp);
+    const mine = await live.fixture('contact', 'acme', 'Mine', stamp);
+    await live.fixture('publish', 'acme', 'test.marker', '{}');
+    await recorder.event((f) => f.type === 'test.marker');
+    assert.deepEqual(
+      recorder.events.map((f) => f.type),
+      ['report.ready', 'test.marker'],
+    );
+    assert.ok(!recorder.events.some((f) => f.data?.id === mine.id));
+  });
+});
+
+const platform = { skip: !globalThis.WebSocket && 'no global WebSocket in this Node.js' };
+
+describe('with the WebSocket of the platform (the browser API)', platform, () => {
+  /** A client using `globalThis.WebSocket`, as in a browser (no `WebSocket` option). */
+  function platformClient(server, options) {
+    const made = new RealtimeClient({ url: server.url, ...options });
+    opened.push(made);
+    return made;
+  }
+
+  test('hears writes, comes back after a crash, and is refused like the ws one', async () => {
+    const pat = await live.fixture('user', 'pat', 'acme');
+    const server = await live.server();
+    const realtime = platformClient(server, { token: pat.token, scope: 'acme', backoffStart: 50 });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(server, pat.id, 'contact');
+    const first = await live.fixture('contact', 'acme', 'Seen by the platform socket');
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === first.id);
+
+    const down = recorder.states.length;
+    await server.kill();
+    assert.equal((await recorder.state('reconnecting', { from: down })).code, 1006);
+    await server.start();
+    await recorder.state('open', { from: down });
+    await subscribed(server, pat.id, 'contact');
+    const second = await live.fixture('contact', 'acme', 'Seen after the restart');
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === second.id);
+
+    const refused = platformClient(server, { token: pat.token, scope: 'nowhere' });
+    const refusals = new Recorder(refused);
+    refused.connect();
+    assert.equal((await refusals.state('refused')).reason, 'Scope not found');
+  });
+});

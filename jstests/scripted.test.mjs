@@ -1,0 +1,448 @@
+// The client against a scripted `ws` server, for what daphne cannot be made to do on demand:
+// close 1011, never answer, time the client's frames. Behaviour under the real server is in
+// live.test.mjs.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { afterEach, test } from 'node:test';
+import WebSocket, { WebSocketServer } from 'ws';
+
+import { ORIGIN_HEADER, RealtimeClient } from '../realtime/static/realtime/realtime.js';
+import { Recorder, countingWebSocket, freePort, sleep } from './harness.mjs';
+
+const SUCCESS = { type: 'auth_success', data: { user_id: 1, scope: 'acme', scopes: ['acme'] } };
+
+/** A server that answers `authenticate` with `answer(connection)` (auth_success by default). */
+class Scripted {
+  constructor(answer = () => SUCCESS) {
+    this.connections = [];
+    this.waiters = new Set();
+    this.server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    this.server.on('connection', (socket) => {
+      const connection = { socket, frames: [] };
+      this.connections.push(connection);
+      socket.on('message', (raw) => {
+        const frame = JSON.parse(String(raw));
+        connection.frames.push(frame);
+        if (frame.type === 'authenticate') {
+          const reply = answer(connection, this.connections.length);
+          if (reply) this.send(connection, reply);
+          if (reply?.type === 'auth_error') socket.close(1008);
+        }
+        for (const waiter of this.waiters) waiter();
+      });
+    });
+  }
+
+  async ready() {
+    await once(this.server, 'listening');
+    return this;
+  }
+
+  get url() {
+    return `ws://127.0.0.1:${this.server.address().port}/api/ws`;
+  }
+
+  send(connection, frame) {
+    connection.socket.send(JSON.stringify(frame));
+  }
+
+  /** Wait until `predicate()` holds, checked on every frame received. */
+  until(predicate, timeout = 5000) {
+    return new Promise((done, fail) => {
+      const check = () => {
+        const result = predicate();
+        if (result) {
+          clearTimeout(timer);
+          this.waiters.delete(check);
+          done(result);
+        }
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(check);
+        fail(new Error('the scripted server never saw what it waited for'));
+      }, timeout);
+      this.waiters.add(check);
+      check();
+    });
+  }
+
+  close() {
+    for (const client of this.server.clients) client.terminate();
+    this.server.close();
+  }
+}
+
+let cleanup = [];
+afterEach(() => {
+  for (const item of cleanup) item.close();
+  cleanup = [];
+});
+
+async function scripted(answer) {
+  const server = await new Scripted(answer).ready();
+  cleanup.push(server);
+  return server;
+}
+
+function client(options) {
+  const made = new RealtimeClient({ token: 'token', WebSocket, ...options });
+  cleanup.push(made);
+  return made;
+}
+
+test('backoff doubles from backoffStart up to backoffMax while nothing answers', async () => {
+  const port = await freePort(); // nothing listens there
+  const times = [];
+  const Timed = class extends WebSocket {
+    constructor(...args) {
+      super(...args);
+      times.push(Date.now());
+    }
+  };
+  const realtime = client({
+    url: `ws://127.0.0.1:${port}/api/ws`,
+    WebSocket: Timed,
+    backoffStart: 20,
+    backoffMax: 160,
+  });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.until((r) => r.states.length >= 7, 5000, 'six retries');
+  assert.deepEqual(
+    recorder.states.map((d) => [d.state, d.delay]),
+    [
+      ['connecting', undefined],
+      ['reconnecting', 20],
+      ['reconnecting', 40],
+      ['reconnecting', 80],
+      ['reconnecting', 160],
+      ['reconnecting', 160],
+      ['reconnecting', 160],
+    ],
+  );
+  const gaps = times.slice(1).map((time, i) => time - times[i]);
+  for (const [i, expected] of [20, 40, 80, 160, 160].entries()) {
+    assert.ok(gaps[i] >= expected - 2, `attempt ${i + 2} came ${gaps[i]} ms after the last`);
+  }
+});
+
+test('closed 1011 after authenticating: reconnects and says its channels again', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url, backoffStart: 10 });
+  const recorder = new Recorder(realtime);
+  realtime.subscribe('contact', 'company:4');
+  realtime.connect();
+  await recorder.state('open');
+  await server.until(() => server.connections[0].frames.length === 2);
+  server.connections[0].socket.close(1011);
+  const dropped = await recorder.state('reconnecting');
+  assert.equal(dropped.code, 1011);
+  await server.until(() => server.connections[1]?.frames.length === 2);
+  for (const { frames } of server.connections) {
+    assert.deepEqual(frames, [
+      { type: 'authenticate', data: { token: 'token', scope: null } },
+      { type: 'subscribe', data: { channels: ['contact', 'company:4'] } },
+    ]);
+  }
+  assert.deepEqual(recorder.stateNames(), ['connecting', 'open', 'reconnecting', 'open']);
+});
+
+test('the scope ask: scope, scopes, or null', async () => {
+  const server = await scripted();
+  for (const [options, data] of [
+    [{}, { token: 'token', scope: null }],
+    [{ scope: 'acme' }, { token: 'token', scope: 'acme' }],
+    [{ scopes: ['a', 'b'] }, { token: 'token', scopes: ['a', 'b'] }],
+    [{ scopes: [] }, { token: 'token', scopes: [] }],
+  ]) {
+    const realtime = client({ url: server.url, ...options });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.state('open');
+    const last = server.connections.at(-1);
+    assert.deepEqual(last.frames[0], { type: 'authenticate', data });
+    realtime.close();
+  }
+});
+
+test('heartbeats every heartbeatInterval while open, and only then', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url, heartbeatInterval: 40 });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  const started = Date.now();
+  await server.until(() => server.connections[0].frames.length >= 4);
+  assert.ok(Date.now() - started >= 3 * 40 - 5);
+  assert.deepEqual(server.connections[0].frames.slice(1), [
+    { type: 'heartbeat', data: null },
+    { type: 'heartbeat', data: null },
+    { type: 'heartbeat', data: null },
+  ]);
+  realtime.close();
+  const count = server.connections[0].frames.length;
+  await sleep(120);
+  assert.equal(server.connections[0].frames.length, count);
+});
+
+test('subscription changes of one task leave together, in order', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  realtime.subscribe('a');
+  realtime.subscribe('b', 'a');
+  realtime.unsubscribe('a', 'never-held');
+  realtime.subscribe(['c', 'd']);
+  await server.until(() => server.connections[0].frames.length === 4);
+  assert.deepEqual(server.connections[0].frames.slice(1), [
+    { type: 'subscribe', data: { channels: ['a', 'b'] } },
+    { type: 'unsubscribe', data: { channels: ['a'] } },
+    { type: 'subscribe', data: { channels: ['c', 'd'] } },
+  ]);
+  assert.deepEqual(realtime.channels, ['b', 'c', 'd']);
+});
+
+test('a watch is followed by every channel held', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url, scope: 'acme' });
+  const recorder = new Recorder(realtime);
+  realtime.subscribe('contact');
+  realtime.connect();
+  await recorder.state('open');
+  realtime.watch({ scopes: ['beta'] });
+  realtime.watch({ scope: null });
+  await server.until(() => server.connections[0].frames.length === 6);
+  assert.deepEqual(server.connections[0].frames.slice(2), [
+    { type: 'watch', data: { scopes: ['beta'] } },
+    { type: 'subscribe', data: { channels: ['contact'] } },
+    { type: 'watch', data: { scope: null } },
+    { type: 'subscribe', data: { channels: ['contact'] } },
+  ]);
+  // The next handshake asks for what was watched last.
+  server.connections[0].socket.close(1011);
+  await server.until(() => server.connections[1]?.frames.length >= 1);
+  assert.deepEqual(server.connections[1].frames[0].data, { token: 'token', scope: null });
+});
+
+test('close() from a state listener while reconnecting: no attempt follows', async () => {
+  const server = await scripted();
+  const Counting = countingWebSocket(WebSocket);
+  const realtime = client({ url: server.url, WebSocket: Counting, backoffStart: 10 });
+  const recorder = new Recorder(realtime);
+  realtime.addEventListener('state', (event) => {
+    if (event.detail.state === 'reconnecting') realtime.close();
+  });
+  realtime.connect();
+  await recorder.state('open');
+  server.connections[0].socket.close(1011);
+  await recorder.state('closed');
+  await sleep(100);
+  assert.equal(Counting.opened, 1);
+  assert.deepEqual(recorder.stateNames(), ['connecting', 'open', 'reconnecting', 'closed']);
+});
+
+test('no answer to authenticate within connectTimeout: tries again', async () => {
+  const server = await scripted(() => null);
+  const realtime = client({ url: server.url, connectTimeout: 50, backoffStart: 10 });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  const retry = await recorder.state('reconnecting');
+  assert.match(retry.error.message, /no answer/);
+  await server.until(() => server.connections.length >= 2);
+});
+
+test('close() stops everything; connect() starts again', async () => {
+  const server = await scripted();
+  const Counting = countingWebSocket(WebSocket);
+  const realtime = client({ url: server.url, WebSocket: Counting, backoffStart: 10 });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  const closed = once(server.connections[0].socket, 'close');
+  realtime.close();
+  const [code] = await closed;
+  assert.equal(code, 1000);
+  assert.equal(realtime.state, 'closed');
+  await sleep(100);
+  assert.equal(Counting.opened, 1);
+  realtime.connect();
+  await recorder.state('open', { from: 3 });
+  assert.deepEqual(recorder.stateNames(), ['connecting', 'open', 'closed', 'connecting', 'open']);
+});
+
+test('getToken is asked before every attempt; refreshToken again after each success', async () => {
+  const tokens = [];
+  const server = await scripted((connection) => {
+    const { token } = connection.frames[0].data;
+    tokens.push(token);
+    return token.startsWith('good')
+      ? SUCCESS
+      : { type: 'auth_error', data: { message: 'Invalid authentication token' } };
+  });
+  let current = 'stale-1';
+  let refreshed = 0;
+  const realtime = client({
+    url: server.url,
+    token: undefined,
+    getToken: async () => current,
+    refreshToken: async () => {
+      refreshed += 1;
+      current = `good-${refreshed}`;
+    },
+  });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  // Later, the server refuses the token it holds (a recheck): refreshed once more.
+  current = 'stale-2';
+  server.send(server.connections.at(-1), {
+    type: 'auth_error',
+    data: { message: 'Invalid authentication token' },
+  });
+  await recorder.state('open', { from: 3 });
+  assert.equal(refreshed, 2);
+  assert.deepEqual(tokens, ['stale-1', 'good-1', 'good-2']);
+  assert.deepEqual(recorder.stateNames(), [
+    'connecting',
+    'reconnecting',
+    'open',
+    'reconnecting',
+    'open',
+  ]);
+});
+
+test('a refreshToken that fails: refused', async () => {
+  const server = await scripted(() => ({
+    type: 'auth_error',
+    data: { message: 'Invalid authentication token' },
+  }));
+  const realtime = client({
+    url: server.url,
+    refreshToken: async () => {
+      throw new Error('signed out');
+    },
+  });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  const refused = await recorder.state('refused');
+  assert.equal(refused.reason, 'Invalid authentication token');
+  assert.equal(refused.error.message, 'signed out');
+});
+
+test("events: a named CustomEvent and a generic one; the client's names are kept", async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url });
+  const recorder = new Recorder(realtime);
+  const named = [];
+  const states = [];
+  realtime.addEventListener('contact.updated', (event) => {
+    assert.ok(event instanceof CustomEvent);
+    named.push(event.detail);
+  });
+  realtime.addEventListener('state', (event) => states.push(event.detail.state));
+  realtime.connect();
+  await recorder.state('open');
+  const update = {
+    type: 'contact.updated',
+    data: { model: 'contact', id: 7 },
+    origin: 'tab-1',
+    changed: ['name'],
+    scope_id: 3,
+  };
+  server.send(server.connections[0], update);
+  server.send(server.connections[0], { type: 'state', data: { x: 1 } });
+  server.send(server.connections[0], { type: 'report.ready', data: null, truncated: true });
+  await recorder.until((r) => r.events.length === 3);
+  assert.deepEqual(named, [update]);
+  assert.deepEqual(
+    recorder.events.map((f) => f.type),
+    ['contact.updated', 'state', 'report.ready'],
+  );
+  assert.deepEqual(states, ['connecting', 'open']);
+});
+
+test('stampedFetch sends X-Origin-Id; a failed write forgets its stamp', async () => {
+  const server = await scripted();
+  const sent = [];
+  let status = 200;
+  const realtime = client({
+    url: server.url,
+    fetch: async (url, init) => {
+      sent.push([url, init.headers.get(ORIGIN_HEADER), init.headers.get('content-type')]);
+      return new Response(null, { status });
+    },
+  });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+
+  await realtime.stampedFetch('/api/contacts/7', {
+    method: 'PATCH',
+    headers: { 'Content-Type': 'application/json' },
+  });
+  status = 400;
+  await realtime.stampedFetch('/api/contacts/8', { method: 'PATCH' });
+  const [[, ok], [, failed]] = sent;
+  assert.equal(ok, `${realtime.origin}.1`);
+  assert.equal(failed, `${realtime.origin}.2`);
+  assert.equal(sent[0][2], 'application/json');
+  assert.ok(realtime.nextOrigin().endsWith('.3'));
+
+  for (const origin of [ok, ok, failed]) {
+    server.send(server.connections[0], {
+      type: 'contact.updated',
+      data: { model: 'contact', id: 7 },
+      origin,
+    });
+  }
+  server.send(server.connections[0], { type: 'test.marker', data: null });
+  await recorder.event((f) => f.type === 'test.marker');
+  assert.deepEqual(
+    recorder.events.map((f) => f.origin),
+    [ok, failed, undefined],
+  );
+});
+
+test('a stamp with a record is dropped only by a frame naming that record', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  const stamp = realtime.remember(realtime.nextOrigin(), { model: 'contact', id: 7 });
+  for (const data of [
+    { model: 'company', id: 7 },
+    { model: 'contact', id: 8 },
+    { model: 'contact', id: '7' }, // a key may come as a string
+    { model: 'contact', id: 7 },
+  ]) {
+    server.send(server.connections[0], { type: `${data.model}.updated`, data, origin: stamp });
+  }
+  await recorder.until((r) => r.events.length === 3);
+  await sleep(50);
+  assert.deepEqual(
+    recorder.events.map((f) => [f.data.model, f.data.id]),
+    [
+      ['company', 7],
+      ['contact', 8],
+      ['contact', 7],
+    ],
+  );
+});
+
+test('the options it cannot do without', () => {
+  const url = 'ws://x';
+  assert.throws(() => new RealtimeClient({ token: 't', WebSocket }), /url/);
+  assert.throws(() => new RealtimeClient({ url, WebSocket }), /token/);
+  assert.throws(() => new RealtimeClient({ url, token: 't', WebSocket: null }), /WebSocket/);
+  if (globalThis.WebSocket) {
+    assert.equal(new RealtimeClient({ url, token: 't' })._WebSocket, globalThis.WebSocket);
+  }
+  const realtime = new RealtimeClient({ url, token: 't', WebSocket });
+  assert.equal(realtime.state, 'closed');
+  assert.match(realtime.origin, /^[0-9a-f]{16}$/);
+  assert.notEqual(new RealtimeClient({ url, token: 't', WebSocket }).origin, realtime.origin);
+});
