@@ -64,9 +64,14 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'example.sqlite3'}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets the poller thread read while a request writes.
+    # WAL lets the poller thread read while a request writes; IMMEDIATE transactions take
+    # the write lock up front, so concurrent writers wait for each other instead of failing.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "timeout": 20}
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

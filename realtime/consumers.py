@@ -220,12 +220,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         # Bumping the version first makes any recheck already under way discard its answer.
         socket.ask = ask
         socket.scope_version += 1
+        socket.watching = True
         version = socket.scope_version
         try:
             scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
         except Exception:
             logger.exception("realtime: resolving a watch failed; the socket reads no scope")
             scopes = []
+        finally:
+            socket.watching = False
         if version == socket.scope_version and self.state is State.OPEN:
             await get_manager().set_scopes(socket, scopes, keep_channels=False)
 

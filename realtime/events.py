@@ -87,30 +87,54 @@ def read_event(
     data: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
     for wire, attname in options.field_attnames.items():
         data[wire] = jsonable(values.get(attname))
-    return Event(
+    event = Event(
         options=options,
         action=action,
         pk=pk,
         data=data,
-        channels=[options.name, f"{options.name}:{pk}", *relation_channels(options, instance)],
+        channels=[
+            options.name,
+            f"{options.name}:{pk}",
+            *relation_channels(options, instance, created=action == "created"),
+        ],
         scope_id=scope_id,
         user_ids=user_ids,
         changed=changed,
         origin=current_origin(),
     )
+    if options.shared_via is not None:
+        event.extra["root_pk"] = _column_of_path(instance, options.shared_via)
+    return event
 
 
-def relation_channels(options: ModelOptions, instance: models.Model) -> list[str]:
-    """``<target>:<pk>`` for each declared relation; none at all past 50 of them."""
+def _column_of_path(instance: models.Model, path: str) -> Any:
+    """The value of a one-hop foreign key path, read from the instance (no query)."""
+    parts = split_path(path)
+    if len(parts) != 1:
+        return None
+    field = instance._meta.get_field(parts[0])
+    if not (field.concrete and field.many_to_one):
+        return None
+    return instance.__dict__.get(field.attname)
+
+
+def relation_channels(
+    options: ModelOptions, instance: models.Model, *, created: bool = False
+) -> list[str]:
+    """``<target>:<pk>`` for each declared relation; none at all past 50 of them.
+
+    A row just created has no to-many links yet (nothing could point at it before it
+    existed), so those are not queried for.
+    """
     channels: list[str] = []
     for name in options.relations:
-        channels += _channels_of(instance, name)
+        channels += _channels_of(instance, name, created)
         if len(channels) > limits.MAX_RELATION_CHANNELS:
             return []
     return channels
 
 
-def _channels_of(instance: models.Model, name: str) -> list[str]:
+def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
     descriptor = getattr(type(instance), name, None)
     values = instance.__dict__
     if isinstance(descriptor, GenericForeignKey):
@@ -129,7 +153,7 @@ def _channels_of(instance: models.Model, name: str) -> list[str]:
     if relation.concrete and (relation.many_to_one or relation.one_to_one):
         target_pk = values.get(relation.attname)
         return [] if target_pk is None else [f"{wire_name(target)}:{target_pk}"]
-    if instance.pk is None:
+    if instance.pk is None or created:
         return []
     # To-many: one query, bounded so that a huge relation costs no more than 51 rows.
     accessor = name

@@ -234,7 +234,8 @@ class SocketManager:
     async def recheck_due(self) -> None:
         """Recheck the sockets whose turn has come, in one batch off the event loop."""
         now = time.monotonic()
-        due = [s for s in self.sockets if s.next_recheck <= now]
+        # A socket whose watch is being resolved is rechecked after it: its scopes are stale.
+        due = [s for s in self.sockets if s.next_recheck <= now and not s.watching]
         if not due:
             return
         for socket in due:

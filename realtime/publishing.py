@@ -165,11 +165,13 @@ def load_root(event: Event) -> Any:
     target = path_target(options.model, path)
     if target is None:
         return None
-    root_pk = (
-        options.model._base_manager.filter(pk=event.pk)
-        .values_list(to_lookup(path), flat=True)
-        .first()
-    )
+    root_pk = event.extra.get("root_pk")
+    if root_pk is None:
+        root_pk = (
+            options.model._base_manager.filter(pk=event.pk)
+            .values_list(to_lookup(path), flat=True)
+            .first()
+        )
     if root_pk is None:
         return None
     return target._base_manager.filter(pk=root_pk).first()

@@ -71,7 +71,13 @@ def prepare(what: str, using: str, queries: bool, build: Callable[[], T]) -> T |
 
 
 def _delete_queries(options: ModelOptions) -> bool:
-    overridden = type(get_auth()).outside_recipients is not RealtimeAuth.outside_recipients
+    """Whether preparing a delete may query: the model's own reads, or an auth hook the
+    application overrode (the defaults of ``recipients``/``outside_recipients`` do not)."""
+    auth = type(get_auth())
+    overridden = any(
+        getattr(auth, hook) is not getattr(RealtimeAuth, hook)
+        for hook in ("recipients", "outside_recipients", "audience", "shared_readers")
+    )
     return options.delete_queries or overridden
 
 

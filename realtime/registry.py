@@ -79,8 +79,8 @@ class ModelOptions:
 
     @cached_property
     def delete_queries(self) -> bool:
-        """Whether preparing a delete may query: reads, readers, shared roots, accounts."""
-        return bool(self.write_queries or self.guard or self.shared_via or self.user_field)
+        """Whether preparing a delete may query: reads, readers of a guarded row, shared roots."""
+        return bool(self.write_queries or self.guard or self.shared_via)
 
 
 _by_model: dict[type[models.Model], ModelOptions] = {}

@@ -78,6 +78,7 @@ class Socket:
         "token",
         "user",
         "user_id",
+        "watching",
     )
 
     def __init__(
@@ -104,6 +105,8 @@ class Socket:
         self.channels: set[str] = set()
         #: Bumped by each client ``watch``: an older recheck answer is then discarded.
         self.scope_version = 0
+        #: A client ``watch`` is being resolved: the scopes above are about to change.
+        self.watching = False
         self.next_recheck = 0.0
         self.closed = False
 

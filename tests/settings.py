@@ -29,6 +29,7 @@ if DATABASE == "sqlite":
         "TEST": {"NAME": str(SQLITE_DIR / f"{TEST_NAME}.sqlite3")},
         "OPTIONS": {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         },
     }

@@ -208,12 +208,18 @@ def test_a_server_restart_shows_reconnecting_and_recovers(
 
 
 def test_a_refused_token_shows_a_clear_state(browser: Browser, example: Example) -> None:
-    page = signed_in(browser, example, "bob")
+    example.shell(
+        "from django.contrib.auth.models import User; "
+        "from example_project.crm.models import Membership, Workspace; "
+        "u = User.objects.create_user('dora', password='demo'); "
+        "Membership.objects.create(user=u, workspace=Workspace.objects.get(slug='acme'))"
+    )
+    page = signed_in(browser, example, "dora")
     # Deactivating the account makes its token stand for nobody, and signs it out: the
     # page cannot get a fresh token either, so it says it was refused.
     example.shell(
         "from django.contrib.auth.models import User; "
-        "u = User.objects.get(username='bob'); u.is_active = False; u.save()"
+        "u = User.objects.get(username='dora'); u.is_active = False; u.save()"
     )
     expect(page.locator("#connection")).to_have_attribute("data-state", "refused", timeout=WAIT_MS)
     expect(page.locator("#connection")).to_contain_text("Invalid authentication token")

@@ -143,6 +143,12 @@ class MessageStore:
         """
         connection = self.connection
         cutoff = _db_datetime(connection, naive_utc_now() - datetime.timedelta(seconds=retention))
+        # Look before locking: most trims find nothing expired, and on SQLite taking the
+        # write lock for nothing makes the application's own transactions wait or fail.
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT 1 FROM {TABLE} WHERE created_at < %s LIMIT 1", [cutoff])
+            if cursor.fetchone() is None:
+                return []
         with self._trim_transaction() as cursor:
             lock = "" if connection.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
             cursor.execute(
