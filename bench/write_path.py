@@ -9,10 +9,15 @@ The script uses the test settings (``tests.settings``), runs ``migrate`` itself,
 it needs (a workspace, accounts, memberships, a thread, a shared project...) under names
 starting with ``bench-write-path`` and deletes them again at the end, with the rows its writes
 published to ``firm_channel_messages`` (and no others: the table transport benchmark may be
-using the same table). Run it against a database that holds
-nothing you want to keep, and on a quiet machine: another process busy with the same database
-server shows up in the figures. SQLite uses its own file,
-``/tmp/realtime-bench-write-path.sqlite3``; PostgreSQL uses the ``realtime`` database.
+using the same table). Run it against a database that holds nothing you want to keep, and on a
+quiet machine: another process busy with the same cores or database server shows up in the
+figures. SQLite uses its own file, ``/tmp/realtime-bench-write-path.sqlite3``; PostgreSQL uses
+the ``realtime`` database.
+
+``REALTIME_AUTO_TRIM`` is turned off for the run unless ``--auto-trim`` is given: trims run on
+a thread of their own, and on SQLite a trim holding the write lock makes a transaction that
+read before writing (deleting a ``Company`` reads its contacts first) fail at once with
+"database is locked" under Django's default deferred transactions.
 
 Two parts:
 
@@ -690,10 +695,12 @@ def show_sql(sql: str) -> str:
 
 def report_queries(results: Sequence[Counted], verbose: bool) -> list[dict[str, Any]]:
     print(
-        "\nqueries per write, inside transaction.atomic(): statements before the block's COMMIT"
-        "\n(realtime on, realtime's receivers off, the difference, and SAVEPOINT/RELEASE"
-        " statements with realtime on), then statements after the COMMIT (on_commit"
-        "\npublication and audience queries; the publication's own BEGIN/COMMIT not counted)"
+        "\nqueries per write in transaction.atomic(), counted on the second of two identical writes"
+        "\n  on / off / added: queries before the block's COMMIT with realtime, with its receivers"
+        "\n    disconnected, and the difference (BEGIN, COMMIT and savepoint statements left out)"
+        "\n  savepoints: SAVEPOINT and RELEASE statements realtime sent before the COMMIT"
+        "\n  at commit: queries after the COMMIT (on_commit publication, audience queries asked"
+        "\n    then), the publication's own BEGIN and COMMIT left out"
     )
     print(f"  {'write':<58} {'on':>3} {'off':>4} {'added':>6} {'savepoints':>11} {'at commit':>10}")
     summary = []
