@@ -134,8 +134,12 @@ class PgNotifyTransport(Transport):
         ]
         if not pairs:
             return
+        # One statement is atomic by itself; several go in one transaction, so that all the
+        # notifications are delivered together at its commit.
+        several = len(pairs) > NOTIFY_CHUNK
+        atomic = transaction.atomic(using=self.using) if several else contextlib.nullcontext()
         try:
-            with transaction.atomic(using=self.using), connections[self.using].cursor() as cursor:
+            with atomic, connections[self.using].cursor() as cursor:
                 for start in range(0, len(pairs), NOTIFY_CHUNK):
                     chunk = pairs[start : start + NOTIFY_CHUNK]
                     calls = ", ".join(["pg_notify(%s, %s)"] * len(chunk))
