@@ -98,6 +98,9 @@ class RealtimeClient:
         await client.send("authenticate", {"token": token, **ask})
         client.auth_answer = await client.next_frame(timeout)
         if client.auth_answer.get("type") != "auth_success":
+            # Let the consumer finish (it closes the socket and says so) before failing.
+            with contextlib.suppress(Exception):
+                await communicator.wait(timeout)
             raise AssertionError(f"authentication failed: {client.auth_answer}")
         return client
 
