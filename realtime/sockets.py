@@ -41,17 +41,21 @@ def _daphne_protocol(send: Send) -> Any:
     return None
 
 
-async def close_connection(send: Send, code: int) -> None:
+async def close_connection(send: Send, code: int, answer_within: float | None = None) -> None:
     """Close a WebSocket with ``code``.
 
     Daphne relays an ASGI ``websocket.close`` through autobahn's ``sendClose``, which only
     accepts 1000 and 3000-4999 (codes an application may pick), so the protocol's own codes
     (1008, 1009, 1011) go straight to autobahn's close frame; other servers get the message.
+    ``answer_within`` gives a peer longer than autobahn's second to answer the close (one that
+    stopped reading has its backlog to get through first); then the connection is cut.
     """
     protocol = _daphne_protocol(send)
     if protocol is None:
         await send({"type": "websocket.close", "code": int(code)})
     elif protocol.state == protocol.STATE_OPEN:
+        if answer_within is not None:
+            protocol.closeHandshakeTimeout = max(protocol.closeHandshakeTimeout, answer_within)
         protocol.sendCloseFrame(code=int(code), isReply=False)
 
 
@@ -151,6 +155,6 @@ class Socket:
             return
         self.closed = True
         try:
-            await asyncio.wait_for(close_connection(self._send, code), timeout)
+            await asyncio.wait_for(close_connection(self._send, code, timeout), timeout)
         except Exception:  # the connection is gone or stuck: nothing more to tell it
             return

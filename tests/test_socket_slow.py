@@ -39,7 +39,7 @@ def accounts() -> tuple[list[Any], list[str]]:
 async def test_a_socket_that_stops_reading_is_closed_1011_while_others_hear_everything(
     live_servers: LiveServers, ws: Clients
 ) -> None:
-    server = live_servers.get("slow-socket", REALTIME_SEND_TIMEOUT=0.5)
+    server = live_servers.get("slow-socket", REALTIME_SEND_TIMEOUT=2.0)
     (slow_user, fast_user), (slow_token, fast_token) = await in_thread(accounts)
     # A small receive buffer and a one-frame queue: once it stops reading, the server's
     # output to it piles up in daphne's buffer instead of the kernel's.
@@ -89,7 +89,7 @@ async def test_a_socket_that_stops_reading_is_closed_1011_while_others_hear_ever
 async def test_a_reading_socket_receiving_large_frames_is_not_dropped(
     live_servers: LiveServers, ws: Clients
 ) -> None:
-    server = live_servers.get("slow-socket", REALTIME_SEND_TIMEOUT=0.5)
+    server = live_servers.get("slow-socket", REALTIME_SEND_TIMEOUT=2.0)
     (user, _), (token, _) = await in_thread(accounts)
     client = await ws.authenticated(server, token)
     for n in range(3):
