@@ -54,8 +54,9 @@ async def close_connection(send: Send, code: int, answer_within: float | None = 
     if protocol is None:
         await send({"type": "websocket.close", "code": int(code)})
     elif protocol.state == protocol.STATE_OPEN:
-        if answer_within is not None:
-            protocol.closeHandshakeTimeout = max(protocol.closeHandshakeTimeout, answer_within)
+        current = getattr(protocol, "closeHandshakeTimeout", None)
+        if answer_within is not None and current is not None:
+            protocol.closeHandshakeTimeout = max(current, answer_within)
         protocol.sendCloseFrame(code=int(code), isReply=False)
 
 
