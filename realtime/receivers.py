@@ -101,7 +101,7 @@ def on_post_save(
     event = prepare(
         f"{options.name}:{instance.pk}",
         using,
-        options.write_queries,
+        options.create_queries if created else options.write_queries,
         lambda: read_event(options, instance, action, changed),
     )
     if event is not None:

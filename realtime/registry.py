@@ -78,6 +78,14 @@ class ModelOptions:
         return False
 
     @cached_property
+    def create_queries(self) -> bool:
+        """Whether reading a create may query: a row just created has no to-many links yet,
+        so only generic relations and account paths can."""
+        if any(is_generic_fk(self.model, relation) for relation in self.relations):
+            return True
+        return self.user_field is not None and self.write_queries
+
+    @cached_property
     def delete_queries(self) -> bool:
         """Whether preparing a delete may query: reads, readers of a guarded row, shared roots."""
         return bool(self.write_queries or self.guard or self.shared_via)
