@@ -19,7 +19,7 @@ Every figure is printed beside a floor measured in the same run on the same data
 * throughput: a bare loop of single-row INSERTs, each committed on its own (autocommit),
   through the same Django connection, with no transport in between;
 * latency: half the polling interval plus the time of one poll query
-  (``MessageStore.fetch_since`` for one channel, with a floor just below the highest id).
+  (``MessageStore.poll`` for one channel, with a floor just below the highest id).
 
 Each measurement is repeated ``--repeat`` times; the median, minimum and maximum across the
 repeats are printed. The publishing subprocesses (the load generator) are copies of this script
@@ -237,8 +237,8 @@ def publish_loop(transport: TableTransport, count: int) -> Span:
 def raw_insert_loop(count: int, *, atomic: bool = False) -> Span:
     """The throughput floor: single-row INSERTs, each committed on its own, raw cursor.
 
-    With ``atomic``, each INSERT runs in ``transaction.atomic()`` instead of autocommit: the
-    transaction shape ``publish()`` uses (BEGIN, INSERT, COMMIT), for reference.
+    With ``atomic``, each INSERT runs in ``transaction.atomic()`` instead of autocommit
+    (BEGIN, INSERT, COMMIT: two more round trips), for reference.
     """
     from django.db import connection, transaction
 
@@ -447,6 +447,7 @@ class LatencyRun:
 
     samples: list[float]
     missing: int
+    duplicates: int
     publish_call: float
     poll_query: float
     poll_query_trailing: float
@@ -469,9 +470,16 @@ async def listen_once(
     received: dict[int, float] = {}
     all_in = asyncio.Event()
 
+    duplicates = 0
+
     def on_message(channel: str, payload: bytes) -> None:
+        nonlocal duplicates
         now = time.time()
-        received[int(json.loads(payload)["i"])] = now
+        index = int(json.loads(payload)["i"])
+        if index in received:
+            duplicates += 1
+            return
+        received[index] = now
         if len(received) >= count:
             all_in.set()
 
@@ -490,23 +498,25 @@ async def listen_once(
         if worker.process.poll() is None:
             worker.process.kill()
             worker.process.wait()
+    report["duplicates"] = duplicates
     return received, report
 
 
 def time_poll_query(floor_below_max: int, iterations: int = 300) -> float:
-    """Median time of one ``fetch_since`` for the latency channel, ``floor_below_max`` rows
-    below the highest id, on this thread's connection."""
+    """Median time of one poll (``MessageStore.poll``) for the latency channel,
+    ``floor_below_max`` rows below the highest id, on this thread's connection."""
+    from realtime.fields import naive_utc_now
     from realtime.transports.table_store import MessageStore, channel_hash, encode_channel
 
     store = MessageStore()
     hashes = {channel_hash(encode_channel(LATENCY_CHANNEL))}
     floor = max(store.max_id() - floor_below_max, 0)
     for _ in range(10):
-        store.fetch_since(hashes, floor)
+        store.poll(hashes, floor, naive_utc_now(), set())
     durations = []
     for _ in range(iterations):
         start = time.perf_counter()
-        store.fetch_since(hashes, floor)
+        store.poll(hashes, floor, naive_utc_now(), set())
         durations.append(time.perf_counter() - start)
     return statistics.median(durations)
 
@@ -524,6 +534,7 @@ def latency_once(database: str, interval: float, count: int, pace: float) -> Lat
     return LatencyRun(
         samples=samples,
         missing=len(committed) - len(samples),
+        duplicates=int(report["duplicates"]),
         publish_call=statistics.median(c - s for c, s in zip(committed, sent, strict=True)),
         poll_query=time_poll_query(1),
         poll_query_trailing=time_poll_query(trailing),
@@ -544,7 +555,8 @@ def measure_latency(
             print(
                 f"  interval {interval:g} s, repeat {index + 1}/{repeat}: "
                 f"p50 {millis(run.p50)}, p99 {millis(run.p99)}, max {millis(max(run.samples))}, "
-                f"{len(run.samples)} samples, {run.missing} missing, {negative} negative; "
+                f"{len(run.samples)} samples, {run.missing} missing, {run.duplicates} duplicated, "
+                f"{negative} negative; "
                 f"poll query {millis(run.poll_query)} "
                 f"(reading the commit-grace window: {millis(run.poll_query_trailing)})",
                 flush=True,
@@ -611,11 +623,12 @@ def report_latency(results: dict[float, list[LatencyRun]]) -> dict[str, Any]:
         print(f"    poll query over the commit-grace window: {trailing.show(millis)}")
         print(f"    publish() call in the publisher: {publish_call.show(millis)}")
         missing = sum(r.missing for r in runs)
+        duplicates = sum(r.duplicates for r in runs)
         negative = sum(1 for s in pooled if s < 0)
         warnings = sum(r.worker_warnings for r in runs)
         print(
-            f"    missing {missing}, negative {negative} (pooled min {millis(min(pooled))}), "
-            f"pooled max {millis(max(pooled))}"
+            f"    missing {missing}, duplicated {duplicates}, negative {negative} "
+            f"(pooled min {millis(min(pooled))}), pooled max {millis(max(pooled))}"
         )
         print(f"    realtime log warnings/errors in the publishing workers: {warnings}")
         summary[f"{interval:g}"] = {
@@ -627,6 +640,7 @@ def report_latency(results: dict[float, list[LatencyRun]]) -> dict[str, Any]:
             "poll_query_commit_grace_window": asdict(trailing),
             "publish_call": asdict(publish_call),
             "missing": missing,
+            "duplicates": duplicates,
             "negative": negative,
             "pooled_min": min(pooled),
             "pooled_max": max(pooled),

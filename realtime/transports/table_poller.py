@@ -18,6 +18,7 @@ import asyncio
 import datetime
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import connections
@@ -105,6 +106,7 @@ class Poller:
         failures = 0
         try:
             while not self._stopping.is_set():
+                started = time.monotonic()
                 try:
                     self._take_anchors()
                     self._poll()
@@ -116,9 +118,10 @@ class Poller:
                         failures,
                     )
                     close_connection(self.store.using)
-                delay = self.interval
+                # The interval runs from the start of a poll: its cost is not added to it.
+                delay = max(0.0, self.interval - (time.monotonic() - started))
                 if failures:
-                    delay = min(delay * 2**failures, max(MAX_ERROR_BACKOFF, delay))
+                    delay = min(self.interval * 2**failures, max(MAX_ERROR_BACKOFF, self.interval))
                 self._wake.wait(delay)
                 self._wake.clear()
         finally:
@@ -146,15 +149,12 @@ class Poller:
             anchors = dict(self._anchors)
         if not anchors or self._floor is None:
             return
-        rows = self.store.fetch_since({channel_hash(c) for c in anchors}, self._floor)
         settled_before = naive_utc_now() - datetime.timedelta(seconds=self.commit_grace)
-        floor = self._floor
+        hashes = {channel_hash(c) for c in anchors}
+        read = self.store.poll(hashes, self._floor, settled_before, self._delivered)
+        floor = max(self._floor, read.settled or 0)
         ready: list[tuple[str, bytes]] = []
-        for row in rows:
-            if row.created_at < settled_before:
-                floor = row.id
-            if row.id in self._delivered:
-                continue
+        for row in read.rows:
             self._delivered.add(row.id)
             anchor = anchors.get(row.channel)
             # The hash may collide: only the exact channel, and only what came after its anchor.

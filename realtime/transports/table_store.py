@@ -51,7 +51,14 @@ class Row:
     id: int
     channel: bytes
     payload: bytes
-    created_at: datetime.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """What one poll read: the new rows, and the highest id old enough to be settled."""
+
+    rows: list[Row]
+    settled: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,21 +131,47 @@ class MessageStore:
             row = cursor.fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
-    def fetch_since(self, hashes: Collection[int], floor: int) -> list[Row]:
-        """Return the rows above ``floor`` whose hash is one of ``hashes``, by id."""
+    def poll(
+        self,
+        hashes: Collection[int],
+        floor: int,
+        settled_before: datetime.datetime,
+        known: Collection[int],
+    ) -> Poll:
+        """Read what one poll needs: the ids above ``floor`` whose hash is one of ``hashes``,
+        and the rows of those not in ``known``; plus the highest id old enough to settle.
+
+        The window above the floor is re-read every poll (that is how a late commit is
+        caught), so it is read as bare ids, compared with the cutoff by the database; only
+        new rows come with their channel and payload, in a second query.
+        """
         if not hashes:
-            return []
+            return Poll([], None)
+        connection = self.connection
         placeholders = ", ".join(["%s"] * len(hashes))
-        with self.connection.cursor() as cursor:
+        with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id, channel, payload, created_at FROM {TABLE} "
+                f"SELECT id, CASE WHEN created_at < %s THEN 1 ELSE 0 END FROM {TABLE} "
                 f"WHERE channel_hash IN ({placeholders}) AND id > %s ORDER BY id",
-                [*hashes, floor],
+                [_db_datetime(connection, settled_before), *hashes, floor],
             )
-            return [
-                Row(int(id_), bytes(channel), bytes(payload), _as_datetime(created_at))
-                for id_, channel, payload, created_at in cursor.fetchall()
-            ]
+            window = cursor.fetchall()
+            settled = max((int(id_) for id_, old in window if old), default=None)
+            fresh = [int(id_) for id_, _ in window if int(id_) not in known]
+            if not fresh:
+                return Poll([], settled)
+            rows: list[Row] = []
+            for chunk in chunked(fresh, INSERT_CHUNK):
+                cursor.execute(
+                    f"SELECT id, channel, payload FROM {TABLE} WHERE id IN "
+                    f"({', '.join(['%s'] * len(chunk))}) ORDER BY id",
+                    list(chunk),
+                )
+                rows += [
+                    Row(int(id_), bytes(channel), bytes(payload))
+                    for id_, channel, payload in cursor.fetchall()
+                ]
+        return Poll(rows, settled)
 
     def trim_batch(self, retention: float, batch_size: int) -> list[int]:
         """Delete at most ``batch_size`` rows older than ``retention`` seconds; return their ids.
