@@ -279,8 +279,7 @@ async def run_side(
         )
         return await measure_side(server, args.events, args.pause)
     finally:
-        daphne.stop()
-        warnings = harness.count_warnings(daphne.log)
+        warnings = daphne.stop()
         if warnings:
             print(f"    ({kind} daphne logged {warnings} warning/error lines: {daphne.log})")
 

@@ -344,7 +344,9 @@ class Daphne:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def stop(self) -> None:
+    def stop(self) -> int:
+        """Stop the server; return how many warnings and errors it logged. A log without any
+        is removed, one with some is kept (and named by the caller)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -352,6 +354,10 @@ class Daphne:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(15)
+        warnings = count_warnings(self.log)
+        if not warnings:
+            self.log.unlink(missing_ok=True)
+        return warnings
 
 
 def count_warnings(log: Path) -> int:

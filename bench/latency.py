@@ -336,8 +336,7 @@ async def measure_count(
         return results
     finally:
         await harness.close_all(connections)
-        server.stop()
-        warnings = harness.count_warnings(server.log)
+        warnings = server.stop()
         if warnings:
             print(f"  (daphne logged {warnings} warning/error lines: {server.log})")
 

@@ -216,8 +216,7 @@ async def listening_worker(database: Database, members: Members) -> AsyncIterato
             await readers.stop()
         if connection is not None:
             await harness.close_all([connection])
-        server.stop()
-        warnings = harness.count_warnings(server.log)
+        warnings = server.stop()
         if warnings:
             print(f"  (daphne logged {warnings} warning/error lines: {server.log})")
 
