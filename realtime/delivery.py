@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Sockets handed a frame before the loop gets a turn to write to the network.
+YIELD_EVERY = 100
+
 
 @dataclass
 class Plan:
@@ -185,13 +188,17 @@ class Dispatcher:
         timeout = conf.SEND_TIMEOUT
         dropped: list[Socket] = []
         waiting: list[Socket] = []
-        for socket in targets:
+        for count, socket in enumerate(targets, 1):
             # Daphne's send only appends to a buffer and never waits: going through the
             # targets in turn costs no socket any time, so none holds the others back.
             if not socket.buffered:
                 waiting.append(socket)
             elif not await socket.send_frame(message, timeout):
                 dropped.append(socket)
+            if count % YIELD_EVERY == 0:
+                # Let the event loop write what is buffered so far: the first sockets need
+                # not wait until the frame is queued for the last one.
+                await asyncio.sleep(0)
         if waiting:
             results = await asyncio.gather(*(s.send_frame(message, timeout) for s in waiting))
             dropped += [socket for socket, ok in zip(waiting, results, strict=True) if not ok]
