@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import platform
@@ -108,6 +109,26 @@ def kib(value: float) -> str:
 
 def times(value: float) -> str:
     return f"{value:.2f}x"
+
+
+class LogCounter(logging.Handler):
+    """Count the warnings and errors the ``realtime`` loggers emit; keep the first few."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.count = 0
+        self.first: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+        if len(self.first) < 5:
+            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+def watch_logs() -> LogCounter:
+    counter = LogCounter()
+    logging.getLogger("realtime").addHandler(counter)
+    return counter
 
 
 def jittered(pace: float) -> float:

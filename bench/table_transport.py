@@ -33,8 +33,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import logging
-import math
 import os
 import platform
 import random
@@ -42,10 +40,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness import Spread, millis, percentile, times, watch_logs
 
 if TYPE_CHECKING:
     from realtime.transports.table import TableTransport
@@ -67,62 +67,8 @@ GO = "go"
 # --- Small helpers -------------------------------------------------------------------------
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """Return the ``fraction`` quantile of ``values``, interpolating between neighbours."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    position = (len(ordered) - 1) * fraction
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Median, minimum and maximum of one figure across the repeats."""
-
-    median: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        return cls(statistics.median(values), min(values), max(values))
-
-    def show(self, unit: Callable[[float], str]) -> str:
-        return f"{unit(self.median)} [{unit(self.low)} - {unit(self.high)}]"
-
-
 def per_second(value: float) -> str:
     return f"{value:,.0f}"
-
-
-def millis(value: float) -> str:
-    return f"{value * 1000:.2f} ms"
-
-
-def times(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-class LogCounter(logging.Handler):
-    """Count the warnings and errors the ``realtime`` loggers emit; keep the first few."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
-        self.count = 0
-        self.first: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.count += 1
-        if len(self.first) < 5:
-            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()}")
-
-
-def watch_logs() -> LogCounter:
-    counter = LogCounter()
-    logging.getLogger("realtime").addHandler(counter)
-    return counter
 
 
 # --- Django ----------------------------------------------------------------------------------

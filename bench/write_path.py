@@ -55,7 +55,6 @@ import argparse
 import contextlib
 import gc
 import json
-import logging
 import os
 import platform
 import statistics
@@ -65,6 +64,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness import Spread, micros, times, watch_logs
 
 if TYPE_CHECKING:
     from django.db import models
@@ -84,50 +85,6 @@ Write = Callable[[], object]
 
 
 # --- Small helpers -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Median, minimum and maximum of one figure across the repeats."""
-
-    median: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        return cls(statistics.median(values), min(values), max(values))
-
-    def show(self, unit: Callable[[float], str]) -> str:
-        return f"{unit(self.median)} [{unit(self.low)} - {unit(self.high)}]"
-
-
-def micros(value: float) -> str:
-    return f"{value * 1e6:.1f} µs"
-
-
-def times(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-class LogCounter(logging.Handler):
-    """Count the warnings and errors the ``realtime`` loggers emit; keep the first few."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
-        self.count = 0
-        self.first: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.count += 1
-        if len(self.first) < 5:
-            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()}")
-
-
-def watch_logs() -> LogCounter:
-    counter = LogCounter()
-    logging.getLogger("realtime").addHandler(counter)
-    return counter
 
 
 # --- Django ----------------------------------------------------------------------------------
@@ -490,7 +447,7 @@ class Statement:
         text = self.sql.lstrip().upper()
         if text.startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")):
             return "savepoint"
-        if text in ("BEGIN", "COMMIT", "ROLLBACK"):
+        if text in ("BEGIN", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"):
             return "transaction"
         return "query"
 
@@ -526,7 +483,11 @@ def capture(prepare: Callable[[], Write]) -> Capture:
         write()
         end = len(captured.captured_queries)
     statements = [Statement(q["sql"]) for q in captured.captured_queries]
-    if not statements or statements[0].sql != "BEGIN" or statements[end].sql != "COMMIT":
+    if (
+        not statements
+        or not statements[0].sql.startswith("BEGIN")
+        or statements[end].sql != "COMMIT"
+    ):
         raise RuntimeError("the captured statements do not start with BEGIN or lack the COMMIT")
     return Capture(inside=statements[1:end], after=statements[end + 1 :])
 
