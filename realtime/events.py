@@ -166,7 +166,12 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
 
 def read_accounts(options: ModelOptions, instance: models.Model) -> list[Any]:
     """The account ids a ``user_field`` path reaches from ``instance`` (an empty hop: none)."""
-    path = options.user_field or ""
+    return accounts_on_path(instance, options.user_field or "")
+
+
+def accounts_on_path(instance: models.Model, path: str) -> list[Any]:
+    """The account ids ``path`` reaches from ``instance``: a one-hop foreign key is read from
+    the row, a longer path costs one query; an empty hop reaches nobody."""
     parts = split_path(path)
     first = instance._meta.get_field(parts[0])
     if len(parts) == 1 and first.concrete and (first.many_to_one or first.one_to_one):

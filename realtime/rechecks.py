@@ -25,7 +25,8 @@ from django.dispatch import Signal
 from realtime import outbox, snapshots
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
-from realtime.paths import resolve_path, split_path, to_lookup
+from realtime.events import accounts_on_path
+from realtime.paths import resolve_path
 from realtime.publishing import Recheck
 
 logger = logging.getLogger(__name__)
@@ -42,15 +43,7 @@ class Watched:
     path: str
 
     def accounts(self, instance: models.Model) -> list[Any]:
-        parts = split_path(self.path)
-        first = instance._meta.get_field(parts[0])
-        if len(parts) == 1 and first.concrete and (first.many_to_one or first.one_to_one):
-            value = instance.__dict__.get(first.attname)
-            return [] if value is None else [value]
-        rows = self.model._base_manager.filter(pk=instance.pk).values_list(
-            to_lookup(self.path), flat=True
-        )
-        return [value for value in rows if value is not None]
+        return accounts_on_path(instance, self.path)
 
 
 _connected: list[tuple[Signal, Any]] = []
