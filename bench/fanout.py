@@ -115,7 +115,7 @@ class Server:
 
 def frame_text(seq: int, scope_id: int) -> str:
     """The frame realtime sends for event ``seq`` (the floor sends the very same text)."""
-    from realtime import protocol
+    from realtime.sockets import protocol
 
     return protocol.event_frame(EVENT, {"seq": seq}, {}, scope_id)
 

@@ -242,8 +242,8 @@ def table_floor(members: Members, iterations: int = 300) -> tuple[float, float]:
 
     from realtime.conf import conf
     from realtime.fields import naive_utc_now
+    from realtime.messages import base_channel, scope_channel
     from realtime.models import ChannelMessage
-    from realtime.payload import base_channel, scope_channel
     from realtime.transports.table_store import MessageStore, channel_hash, encode_channel
 
     store = MessageStore()

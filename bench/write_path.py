@@ -124,7 +124,7 @@ class Published:
     def delete(self, scope_ids: Sequence[Any]) -> int:
         from django.db import connection
 
-        from realtime.payload import base_channel, scope_channel
+        from realtime.messages import base_channel, scope_channel
         from realtime.transports.table_store import channel_hash, encode_channel
 
         channels = [base_channel(), *(scope_channel(scope_id) for scope_id in scope_ids)]
@@ -162,7 +162,8 @@ def realtime_off() -> Iterator[None]:
     """
     from django.db.models.signals import post_delete, pre_delete
 
-    from realtime import cascades, registry
+    from realtime import registry
+    from realtime.writes import cascades, decorator
 
     saved = registry.all_options()
     parents = {
@@ -172,7 +173,7 @@ def realtime_off() -> Iterator[None]:
         if isinstance(parent := options.model._meta.get_field(fk_name).related_model, type)
     }
     for options in saved:
-        registry.unregister(options.model)
+        decorator.unregister(options.model)
     for parent in parents:
         uid = f"realtime:cascade:{parent._meta.label}"
         pre_delete.disconnect(sender=parent, dispatch_uid=uid)
@@ -181,7 +182,7 @@ def realtime_off() -> Iterator[None]:
         yield
     finally:
         for options in saved:
-            registry.register(options)
+            decorator.register(options)
         cascades.connect_database_cascades()
 
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from realtime.receivers import announce
-    from realtime.registry import realtime_model
+    from realtime.writes.decorator import realtime_model
+    from realtime.writes.receivers import announce
 
 __all__ = ["announce", "realtime_model"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "realtime_model":
-        from realtime.registry import realtime_model
+        from realtime.writes.decorator import realtime_model
 
         return realtime_model
     if name == "announce":
-        from realtime.receivers import announce
+        from realtime.writes.receivers import announce
 
         return announce
     raise AttributeError(f"module 'realtime' has no attribute {name!r}")

@@ -26,7 +26,7 @@ def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
         reset_transport()
         reset_auth()
     if setting in RECHECK_SETTINGS:
-        from realtime import rechecks
+        from realtime.writes import rechecks
 
         rechecks.connect()
 
@@ -37,7 +37,8 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from realtime import cascades, checks, model_checks, rechecks  # noqa: F401
+        from realtime import checks  # noqa: F401 - registers the system checks
+        from realtime.writes import cascades, rechecks
 
         cascades.connect_database_cascades()
         rechecks.connect()

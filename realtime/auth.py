@@ -25,6 +25,7 @@ from django.db import models
 from django.utils.crypto import constant_time_compare, salted_hmac
 from django.utils.module_loading import import_string
 
+from realtime.audience import readers
 from realtime.conf import conf
 from realtime.paths import to_lookup
 from realtime.registry import options_named
@@ -145,8 +146,6 @@ class RealtimeAuth:
             return []
         if options.guard is None:
             return user_ids
-        from realtime.audience import readers
-
         return readers(options, about.get("id"), user_ids)
 
     def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
@@ -190,28 +189,3 @@ def reset_auth() -> None:
     global _auth
     with _lock:
         _auth = None
-
-
-def resolve_scopes(
-    auth: RealtimeAuth, user: Any, token: str, ask: Any, held_ids: Sequence[Any] = ()
-) -> list[Scope]:
-    """Resolve what a socket asked for (a ``protocol.ScopeAsk``), plus the scope ids it
-    already reads and still holds, narrowed by what the bearer may reach.
-
-    Used by the handshake, by ``watch`` and by rechecks, so the three always agree.
-    """
-    if ask.many:
-        found = list(auth.scopes_of(user, list(ask.slugs))) if ask.slugs else []
-    elif ask.single is not None and not isinstance(ask.single, str):
-        found = []
-    else:
-        scope = auth.scope_of(user, ask.single)
-        found = [scope] if scope is not None else []
-    known = {scope.id for scope in found}
-    missing = [scope_id for scope_id in held_ids if scope_id not in known]
-    if missing:
-        found += list(auth.held_scopes(user, missing))
-    if not found:
-        return []
-    reached = set(auth.reached_scopes(token, [scope.id for scope in found]))
-    return [scope for scope in found if scope.id in reached]

@@ -7,8 +7,12 @@ relations. This module resolves such a walk once, at check time or first use.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
+
+from realtime.encoding import sorted_ids
 
 
 def split_path(path: str) -> list[str]:
@@ -51,3 +55,20 @@ def path_target(model: type[models.Model], path: str) -> type[models.Model] | No
     """Return the model a path ends on, or ``None`` when it ends on a plain column."""
     related = resolve_path(model, path)[-1].related_model
     return related if isinstance(related, type) else None
+
+
+def values_on_path(instance: models.Model, path: str) -> list[Any]:
+    """The ids ``path`` reaches from ``instance``, sorted: a one-hop foreign key is read from
+    the row, a longer path costs one query; an empty hop reaches nothing."""
+    parts = split_path(path)
+    first = instance._meta.get_field(parts[0])
+    if len(parts) == 1 and first.concrete and (first.many_to_one or first.one_to_one):
+        value = instance.__dict__.get(first.attname)
+        return [] if value is None else [value]
+    ids = (
+        type(instance)
+        ._base_manager.filter(pk=instance.pk)
+        .order_by()
+        .values_list(to_lookup(path), flat=True)
+    )
+    return sorted_ids(value for value in ids if value is not None)

@@ -14,14 +14,14 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
-from realtime import broadcast
 from realtime.broadcast import (
     broadcast_to_scope,
     broadcast_to_user,
     broadcast_to_users,
     recheck_users,
 )
-from realtime.payload import encode
+from realtime.encoding import encode
+from realtime.writes import broadcast
 from tests.helpers import WAIT, events, forget_messages, published, without_mid
 from tests.testapp.models import Contact, VipContact
 

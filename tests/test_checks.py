@@ -16,8 +16,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from realtime import checks
-from realtime.checks import check_settings
+from realtime.checks import settings as checks
+from realtime.checks.settings import check_settings
 from realtime.paths import to_lookup
 from tests.helpers import vendor
 from tests.testapp.models import Workspace

@@ -2,8 +2,8 @@
 
 How these tests stand in for the rest of the stack:
 
-* The sockets are real ``realtime.sockets.Socket`` objects whose ASGI ``send`` is a fake that
-  records what it is handed (or fails, hangs, or plays daphne's buffered ``send`` partial
+* The sockets are real ``realtime.sockets.connection.Socket`` objects whose ASGI ``send`` is a
+  fake that records what it is handed (or fails, hangs, or plays daphne's buffered ``send`` partial
   with an autobahn-like protocol whose pending output the test controls). Fake sends are the
   only fakes here.
 * ``register`` and ``set_scopes`` follow the scopes a socket reads on the manager's
@@ -11,7 +11,7 @@ How these tests stand in for the rest of the stack:
   (fast polling, built by the ``make_table_transport`` fixture, which stops it afterwards):
   following happens for real against the test database, so every test is transactional. The
   process-wide transport and the manager's listener and housekeeping are never started.
-* Messages are the JSON built by ``realtime.payload.scope_messages`` / ``users_messages``,
+* Messages are the JSON built by ``realtime.writes.payload.scope_messages`` / ``users_messages``,
   decoded, and handed to ``dispatcher.plan`` then ``dispatcher.carry_out`` directly, so each
   test decides when a delivery happens. Only the ``on_message`` test goes through the queue.
 """
@@ -31,13 +31,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
-from realtime import protocol, signals
+from realtime import signals
 from realtime.auth import Scope
-from realtime.delivery import Plan
-from realtime.manager import SocketManager
-from realtime.payload import recheck_messages, scope_messages, users_messages
-from realtime.sockets import STALL_BYTES, Send, Socket
+from realtime.sockets import protocol
+from realtime.sockets.connection import STALL_BYTES, Send, Socket
+from realtime.sockets.delivery import Plan
+from realtime.sockets.manager import SocketManager
 from realtime.transports.table import TableTransport
+from realtime.writes.payload import recheck_messages, scope_messages, users_messages
 from tests.helpers import WAIT, off_loop
 from tests.testapp.models import PrivateNote, Workspace
 
@@ -569,9 +570,9 @@ async def test_a_socket_whose_send_fails_is_closed_1011_and_dropped_while_the_ot
     assert heard(healthy) == [[plan.frame]]
     assert buffered.frames == [plan.frame]
     assert recorder(failing).closes == [1011]
-    assert manager.sockets == {healthy, healthy_buffered}
-    assert failing not in manager.by_user.get(ANN, set())
-    assert failing not in manager.by_scope_channel.get((1, "contact"), set())
+    assert manager.index.sockets == {healthy, healthy_buffered}
+    assert failing not in manager.index.by_user.get(ANN, set())
+    assert failing not in manager.index.by_scope_channel.get((1, "contact"), set())
 
 
 async def test_a_daphne_socket_whose_send_fails_is_closed_1011_and_dropped_while_the_others_hear_it(
@@ -592,8 +593,8 @@ async def test_a_daphne_socket_whose_send_fails_is_closed_1011_and_dropped_while
     assert heard(healthy) == [[plan.frame]]
     assert buffered.frames == [plan.frame]
     assert [close["code"] for close in broken.close_frames] == [1011]
-    assert manager.sockets == {healthy, healthy_buffered}
-    assert failing not in manager.by_user.get(ANN, set())
+    assert manager.index.sockets == {healthy, healthy_buffered}
+    assert failing not in manager.index.by_user.get(ANN, set())
 
 
 @override_settings(REALTIME_SEND_TIMEOUT=0.2)
@@ -617,7 +618,7 @@ async def test_a_socket_whose_send_never_completes_is_closed_1011_and_dropped_in
     assert buffered.frames == [plan.frame]
     assert recorder(hanging).frames == [plan.frame]
     assert recorder(hanging).closes == [1011]
-    assert manager.sockets == {healthy, healthy_buffered}
+    assert manager.index.sockets == {healthy, healthy_buffered}
 
 
 @override_settings(REALTIME_SEND_TIMEOUT=0.2)
@@ -639,12 +640,12 @@ async def test_a_daphne_socket_with_output_piling_up_past_the_timeout_is_closed_
     stalled_from = time.monotonic()
     await deliver(manager, scope_event(1, "contact.created", channels=["contact"]))
     # A backlog that has not lasted the timeout yet is tolerated.
-    assert stalled_socket in manager.sockets
+    assert stalled_socket in manager.index.sockets
     assert stalled.close_frames == []
 
     sent = 1
     async with asyncio.timeout(WAIT):
-        while stalled_socket in manager.sockets:
+        while stalled_socket in manager.index.sockets:
             await asyncio.sleep(0.05)
             await deliver(manager, scope_event(1, channels=["contact"]))
             sent += 1
@@ -655,8 +656,8 @@ async def test_a_daphne_socket_with_output_piling_up_past_the_timeout_is_closed_
     assert len(stalled.frames) == sent
     assert len(reader.frames) == len(recorder(plain).frames) == sent
     assert reader.close_frames == []
-    assert manager.sockets == {reading, plain}
-    assert stalled_socket not in manager.by_scope.get(1, set())
+    assert manager.index.sockets == {reading, plain}
+    assert stalled_socket not in manager.index.by_scope.get(1, set())
 
 
 # event_delivered ----------------------------------------------------------------------------
@@ -812,7 +813,7 @@ async def test_a_manager_holding_no_socket_drops_a_message_before_parsing_it(
     manager.on_message("realtime", b"\xff{ not JSON")
     assert queue.qsize() == 1
     assert await realtime_log.wait_for(1) == [
-        ("realtime.delivery", "realtime: dropped an unreadable message")
+        ("realtime.sockets.delivery", "realtime: dropped an unreadable message")
     ]
 
 
@@ -871,7 +872,7 @@ async def test_channels_already_held_may_be_sent_again_at_the_limit(
 
     assert socket.channels == {"contact", "company", "tag"}
     for channel in ("contact", "company", "tag"):
-        assert manager.by_scope_channel[(1, channel)] == {socket}
+        assert manager.index.by_scope_channel[(1, channel)] == {socket}
     await deliver(manager, scope_event(1, channels=["tag"]))
     assert len(recorder(socket).frames) == 1
 
@@ -882,7 +883,7 @@ async def test_unsubscribe_stops_what_those_channels_brought(manager: SocketMana
     manager.unsubscribe(socket, ["contact", "never-held", "tag"])
 
     assert socket.channels == {"company"}
-    assert set(manager.by_scope_channel) == {(1, "company"), (2, "company")}
+    assert set(manager.index.by_scope_channel) == {(1, "company"), (2, "company")}
     await deliver(manager, scope_event(1, channels=["contact"]))
     await deliver(manager, scope_event(2, channels=["contact", "contact:7"]))
     assert heard(socket) == [[]]
@@ -913,8 +914,8 @@ async def test_a_watch_that_changes_the_scopes_drops_every_subscription(
 
     assert socket.scopes == {2: "scope-2", 3: "scope-3"}
     assert socket.channels == set()
-    assert manager.by_scope_channel == {(1, "contact"): {neighbour}}
-    assert manager.by_scope == {1: {neighbour}, 2: {socket}, 3: {socket}}
+    assert manager.index.by_scope_channel == {(1, "contact"): {neighbour}}
+    assert manager.index.by_scope == {1: {neighbour}, 2: {socket}, 3: {socket}}
     for scope_id in (1, 2, 3):
         await deliver(manager, scope_event(scope_id, channels=["contact"]))
     assert heard(socket, neighbour) == [
@@ -935,7 +936,7 @@ async def test_a_watch_naming_the_scopes_already_read_keeps_the_subscriptions(
     )
 
     assert socket.channels == {"contact"}
-    assert set(manager.by_scope_channel) == {(1, "contact"), (2, "contact")}
+    assert set(manager.index.by_scope_channel) == {(1, "contact"), (2, "contact")}
     await deliver(manager, scope_event(2, channels=["contact"]))
     assert len(recorder(socket).frames) == 1
 
@@ -948,8 +949,8 @@ async def test_a_recheck_that_loses_a_scope_removes_only_that_scopes_entries(
     await manager.set_scopes(socket, [Scope(1, "scope-1")], keep_channels=True)
 
     assert socket.channels == {"contact", "company"}
-    assert set(manager.by_scope_channel) == {(1, "contact"), (1, "company")}
-    assert set(manager.by_scope) == {1}
+    assert set(manager.index.by_scope_channel) == {(1, "contact"), (1, "company")}
+    assert set(manager.index.by_scope) == {1}
     assert await deliver(manager, scope_event(2, channels=None)) is None
     await deliver(manager, scope_event(1, channels=["contact"]))
     assert len(recorder(socket).frames) == 1
@@ -957,7 +958,7 @@ async def test_a_recheck_that_loses_a_scope_removes_only_that_scopes_entries(
     # A scope regained on a later recheck comes back with the socket's subscriptions.
     await manager.set_scopes(socket, [Scope(1, "scope-1"), Scope(2, "scope-2")], keep_channels=True)
 
-    assert set(manager.by_scope_channel) == {
+    assert set(manager.index.by_scope_channel) == {
         (1, "contact"),
         (1, "company"),
         (2, "contact"),

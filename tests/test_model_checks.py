@@ -1,4 +1,4 @@
-"""Each check id of ``realtime.model_checks``, and what ``@realtime_model`` refuses at once.
+"""Each check id of ``realtime.checks.declarations``, and what ``@realtime_model`` refuses at once.
 
 Throwaway models live in an app registry of their own (``isolate_apps``) and are unregistered
 from ``realtime`` after each test, so no other test sees them. Their relations point at the
@@ -22,8 +22,9 @@ from django.test import override_settings
 from django.test.utils import isolate_apps
 
 from realtime import realtime_model
-from realtime.model_checks import check_models
-from realtime.registry import all_options, options_for, options_named, unregister
+from realtime.checks.declarations import check_models
+from realtime.registry import all_options, options_for, options_named
+from realtime.writes.decorator import unregister
 from tests.testapp.models import Company, Contact, Plain, Tag, Workspace
 
 

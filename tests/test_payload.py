@@ -1,4 +1,4 @@
-"""``realtime.payload``: the JSON of internal messages, their shapes and channels, and how a
+"""``realtime.writes.payload``: the JSON of internal messages, their shapes and channels, and how a
 message is shrunk, split or dropped to fit a transport's budget."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from django.test import override_settings
 
 from realtime import limits
-from realtime.payload import encode, fit, recheck_messages, scope_messages, users_messages
+from realtime.encoding import encode
+from realtime.writes.payload import fit, recheck_messages, scope_messages, users_messages
 from tests.helpers import without_mid
 
 DATA = {"model": "contact", "id": 7, "name": "Zoë", "notes": "n" * 300}

@@ -25,8 +25,9 @@ from django.db import connection, transaction
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_users
 from realtime.limits import PG_NOTIFY_BUDGET
-from realtime.payload import base_channel, scope_channel, scope_messages
+from realtime.messages import base_channel, scope_channel
 from realtime.transports.pg_listener import APPLICATION_NAME
+from realtime.writes.payload import scope_messages
 from tests.helpers import ROOT, off_loop, only_on, subprocess_env
 from tests.live import Client, Clients, LiveServers, Server
 from tests.testapp.models import Comment, Company, Membership, Workspace

@@ -1,4 +1,4 @@
-"""``realtime.rechecks``: the writes that may change what let an account in publish a recheck
+"""``realtime.writes.rechecks``: the writes that may change what let an account in publish a recheck
 of that account after commit, merged per transaction; the others publish none."""
 
 from __future__ import annotations

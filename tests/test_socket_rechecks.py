@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from realtime.auth import RealtimeAuth, issue_token
 from realtime.broadcast import broadcast_to_user, recheck_users
-from realtime.manager import get_manager
+from realtime.sockets.manager import get_manager
 from realtime.testing import in_thread, realtime_client
 from tests.live import Clients, LiveServers
 from tests.testapp.models import Company, Membership, Notification, Workspace
@@ -128,7 +128,7 @@ async def test_a_late_recheck_answer_never_undoes_a_newer_watch() -> None:
     user, _, (acme, beta) = await in_thread(setup_member, "ann", "acme", "beta")
     async with realtime_client(user, scope="acme") as client:
         manager = get_manager()
-        (socket,) = [s for s in manager.sockets if s.user_id == user.pk]
+        (socket,) = [s for s in manager.index.sockets if s.user_id == user.pk]
         GatedAuth.armed = True
         GatedAuth.entered.clear()
         GatedAuth.gate.clear()

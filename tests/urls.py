@@ -7,7 +7,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
-from realtime.manager import get_manager
+from realtime.sockets.manager import get_manager
 from realtime.transports import get_transport
 
 
@@ -22,14 +22,14 @@ async def realtime_state(request: HttpRequest) -> JsonResponse:
             "slugs": list(socket.scopes.values()),
             "channels": sorted(socket.channels),
         }
-        for socket in manager.sockets
+        for socket in manager.index.sockets
     ]
     state: dict[str, Any] = {
         "sockets": sockets,
         "followed": sorted(manager._followed, key=str),
-        "by_scope": {str(k): len(v) for k, v in manager.by_scope.items()},
-        "by_scope_channel": len(manager.by_scope_channel),
-        "by_user": {str(k): len(v) for k, v in manager.by_user.items()},
+        "by_scope": {str(k): len(v) for k, v in manager.index.by_scope.items()},
+        "by_scope_channel": len(manager.index.by_scope_channel),
+        "by_user": {str(k): len(v) for k, v in manager.index.by_user.items()},
     }
     state.update(_listener_state())
     return JsonResponse(state)

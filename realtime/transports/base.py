@@ -16,7 +16,7 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
   listener, in delivery order, each failure isolated and logged. A listener error or a lost
   database connection never stops the listener: it logs and goes on.
 * ``max_message_bytes`` is the budget one message must fit (``None``: no cap); publishers
-  shrink what does not fit (see ``realtime.payload``) before calling ``publish``.
+  shrink what does not fit (see ``realtime.writes.payload``) before calling ``publish``.
 """
 
 from __future__ import annotations

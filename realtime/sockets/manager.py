@@ -1,13 +1,12 @@
-"""``SocketManager``: this process's sockets, indexed the way deliveries look them up.
+"""``SocketManager``: this process's sockets, the scopes it follows, and their housekeeping.
 
-Sockets are indexed by scope, by (scope, channel) and by account, so an event costs what it
-delivers, not what the process holds. The manager follows on the transport exactly the scopes
-it holds a socket of (the first socket of a scope follows it, the last one leaving unfollows
-it), plus the base channel for account events and recheck requests. A message for a worker
-holding no socket is dropped before it is parsed. Frames are encoded once per event and handed
-straight to each socket's ASGI ``send`` — never through a channel layer or a consumer's
-dispatch — and a socket that does not take its frame in time is closed 1011 while the others
-hear the event now. Rechecks run here too, in batches, off the event loop.
+The manager follows on the transport exactly the scopes it holds a socket of (the first socket
+of a scope follows it, the last one leaving unfollows it), plus the base channel for account
+events and recheck requests. A message for a worker holding no socket is dropped before it is
+parsed; the others go to the ``Dispatcher``, which hands one encoded frame straight to each
+target's ASGI ``send`` — never through a channel layer or a consumer's dispatch. Housekeeping
+runs every ``TICK``: due rechecks (in one batch, off the event loop), sockets that stopped
+reading, and scopes whose follow failed earlier.
 """
 
 from __future__ import annotations
@@ -19,13 +18,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from realtime import protocol
-from realtime.auth import RealtimeAuth, Scope, get_auth, resolve_scopes
+from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.delivery import Dispatcher
-from realtime.payload import base_channel, jsonable, scope_channel
-from realtime.sockets import Socket
+from realtime.encoding import jsonable
+from realtime.messages import base_channel, scope_channel
+from realtime.sockets import access
+from realtime.sockets.connection import Socket
+from realtime.sockets.delivery import Dispatcher
+from realtime.sockets.index import SocketIndex
+from realtime.sockets.protocol import CloseCode, Refusal
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
 
@@ -41,10 +43,7 @@ class SocketManager:
     """The sockets of this process; see the module docstring."""
 
     def __init__(self) -> None:
-        self.sockets: set[Socket] = set()
-        self.by_scope: dict[Any, set[Socket]] = {}
-        self.by_scope_channel: dict[tuple[Any, str], set[Socket]] = {}
-        self.by_user: dict[Any, set[Socket]] = {}
+        self.index = SocketIndex()
         self._followed: set[Any] = set()
         self._reserved: dict[Any, int] = {}
         self._scope_locks: dict[Any, asyncio.Lock] = {}
@@ -52,7 +51,7 @@ class SocketManager:
         self._listening: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        self.dispatcher = Dispatcher(self)
+        self.dispatcher = Dispatcher(self.index, self, SocketManager)
 
     # Listening ------------------------------------------------------------------------
 
@@ -80,12 +79,12 @@ class SocketManager:
         await transport.start()
         await transport.follow(base_channel())
 
-    # Registry -------------------------------------------------------------------------
+    # Sockets --------------------------------------------------------------------------
 
     def reserve(self, user_id: Any) -> bool:
         """Hold a place for one more socket of an account, within its per-worker limit."""
         key = jsonable(user_id)
-        held = len(self.by_user.get(key, ())) + self._reserved.get(key, 0)
+        held = self.index.held_by(key) + self._reserved.get(key, 0)
         if held >= conf.MAX_SOCKETS_PER_USER:
             return False
         self._reserved[key] = self._reserved.get(key, 0) + 1
@@ -102,18 +101,14 @@ class SocketManager:
 
     async def register(self, socket: Socket) -> None:
         """Index a socket that just authenticated and follow the scopes it reads."""
-        self.sockets.add(socket)
-        self.by_user.setdefault(socket.user_id, set()).add(socket)
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
-        await self._enter_scopes(socket, list(socket.scopes))
+        self.index.add(socket)
+        await self._sync_follows(socket.scopes)
 
     async def unregister(self, socket: Socket) -> None:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
-        if socket not in self.sockets:
-            return
-        self.sockets.discard(socket)
-        _discard(self.by_user, socket.user_id, socket)
-        await self._leave_scopes(socket, list(socket.scopes))
+        if self.index.remove(socket):
+            await self._sync_follows(socket.scopes)
 
     async def set_scopes(self, socket: Socket, scopes: list[Scope], *, keep_channels: bool) -> None:
         """Make ``socket`` read exactly ``scopes``; a client watch that changes the set drops
@@ -122,64 +117,30 @@ class SocketManager:
         gone = [scope_id for scope_id in socket.scopes if scope_id not in new]
         added = [scope_id for scope_id in new if scope_id not in socket.scopes]
         if not keep_channels and (gone or added):
-            for scope_id in socket.scopes:
-                self._unindex_channels(socket, scope_id, socket.channels)
-            socket.channels.clear()
+            self.index.clear_channels(socket)
         socket.scopes = new
-        if socket in self.sockets:
-            await self._leave_scopes(socket, gone)
-            await self._enter_scopes(socket, added)
+        if socket in self.index.sockets:
+            self.index.leave(socket, gone)
+            await self._sync_follows(gone)
+            self.index.enter(socket, added)
+            await self._sync_follows(added)
 
     def subscribe(self, socket: Socket, channels: Iterable[str]) -> None:
         """Add channels (known models only, up to ``REALTIME_MAX_CHANNELS``)."""
-        from realtime.registry import subscribable_names
-
-        known = subscribable_names()
-        limit = conf.MAX_CHANNELS
-        fresh: list[str] = []
-        for channel in channels:
-            if protocol.channel_model(channel) not in known:
-                continue
-            if channel in socket.channels or channel in fresh:
-                continue
-            if len(socket.channels) + len(fresh) >= limit:
-                break
-            fresh.append(channel)
-        socket.channels.update(fresh)
-        for scope_id in socket.scopes:
-            for channel in fresh:
-                self.by_scope_channel.setdefault((scope_id, channel), set()).add(socket)
+        self.index.subscribe(socket, channels)
 
     def unsubscribe(self, socket: Socket, channels: Iterable[str]) -> None:
-        held = [channel for channel in channels if channel in socket.channels]
-        socket.channels.difference_update(held)
-        for scope_id in socket.scopes:
-            self._unindex_channels(socket, scope_id, held)
+        self.index.unsubscribe(socket, channels)
 
-    def _unindex_channels(self, socket: Socket, scope_id: Any, channels: Iterable[str]) -> None:
-        for channel in channels:
-            _discard(self.by_scope_channel, (scope_id, channel), socket)
-
-    async def _enter_scopes(self, socket: Socket, scope_ids: list[Any]) -> None:
-        for scope_id in scope_ids:
-            self.by_scope.setdefault(scope_id, set()).add(socket)
-            for channel in socket.channels:
-                self.by_scope_channel.setdefault((scope_id, channel), set()).add(socket)
-        for scope_id in scope_ids:
-            await self._sync_follow(scope_id)
-
-    async def _leave_scopes(self, socket: Socket, scope_ids: list[Any]) -> None:
-        for scope_id in scope_ids:
-            _discard(self.by_scope, scope_id, socket)
-            self._unindex_channels(socket, scope_id, socket.channels)
-        for scope_id in scope_ids:
+    async def _sync_follows(self, scope_ids: Iterable[Any]) -> None:
+        for scope_id in list(scope_ids):
             await self._sync_follow(scope_id)
 
     async def _sync_follow(self, scope_id: Any) -> None:
         """Follow a scope while someone here reads it, unfollow it once nobody does."""
         lock = self._scope_locks.setdefault(scope_id, asyncio.Lock())
         async with lock:
-            wanted = scope_id in self.by_scope
+            wanted = scope_id in self.index.by_scope
             transport = self._transport or get_transport()
             try:
                 if wanted and scope_id not in self._followed:
@@ -192,14 +153,14 @@ class SocketManager:
                     await transport.unfollow(scope_channel(scope_id))
             except Exception:
                 logger.exception("realtime: following scope %s failed; retried later", scope_id)
-        if not lock.locked() and scope_id not in self.by_scope:
+        if not lock.locked() and scope_id not in self.index.by_scope:
             self._scope_locks.pop(scope_id, None)
 
     # Delivery -------------------------------------------------------------------------
 
     def on_message(self, channel: str, payload: bytes) -> None:
         """Transport listener: queue a message for delivery (drop it if nobody is here)."""
-        if self.sockets:
+        if self.index.sockets:
             self.dispatcher.put(channel, payload)
 
     async def drop(self, socket: Socket, code: int) -> None:
@@ -212,7 +173,7 @@ class SocketManager:
     def request_recheck(self, user_ids: Iterable[Any]) -> None:
         """Recheck the sockets of these accounts at the next round (now)."""
         for user_id in user_ids:
-            for socket in self.by_user.get(user_id, ()):
+            for socket in self.index.by_user.get(user_id, ()):
                 socket.next_recheck = 0.0
         if self._wake is not None:
             self._wake.set()
@@ -235,64 +196,35 @@ class SocketManager:
         """Recheck the sockets whose turn has come, in one batch off the event loop."""
         now = time.monotonic()
         # A socket whose watch is being resolved is rechecked after it: its scopes are stale.
-        due = [s for s in self.sockets if s.next_recheck <= now and not s.watching]
+        due = [s for s in self.index.sockets if s.next_recheck <= now and not s.watching]
         if not due:
             return
         for socket in due:
             socket.next_recheck = now + conf.RECHECK_INTERVAL
         versions = [socket.scope_version for socket in due]
         questions = [(s.user_id, s.token, s.ask, list(s.scopes)) for s in due]
-        answers = await run_blocking(_recheck_batch, get_auth(), questions)
+        answers = await run_blocking(access.recheck, get_auth(), questions)
         for socket, version, answer in zip(due, versions, answers, strict=True):
-            if socket.closed or socket not in self.sockets or answer is _FAILED:
+            if socket.closed or socket not in self.index.sockets or answer is access.FAILED:
                 continue
             if answer is None:
-                await socket.consumer.refuse_later(protocol.Refusal.TOKEN)
+                await socket.consumer.refuse_later(Refusal.TOKEN)
                 await self.unregister(socket)
             elif socket.scope_version == version:
                 await self.set_scopes(socket, answer, keep_channels=True)
 
     async def _close_stalled(self) -> None:
         timeout = conf.SEND_TIMEOUT
-        for socket in [s for s in self.sockets if s.stalled(timeout)]:
+        for socket in [s for s in self.index.sockets if s.stalled(timeout)]:
             logger.warning(
                 "realtime: a socket of account %s is not reading; closed", socket.user_id
             )
-            await self.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
+            await self.drop(socket, CloseCode.INTERNAL_ERROR)
 
     async def _reconcile(self) -> None:
         """Follow what is held but not followed (a follow that failed earlier)."""
-        for scope_id in [s for s in self.by_scope if s not in self._followed]:
+        for scope_id in [s for s in self.index.by_scope if s not in self._followed]:
             await self._sync_follow(scope_id)
-
-
-_FAILED = object()
-
-
-def _recheck_batch(
-    auth: RealtimeAuth, questions: list[tuple[Any, str, Any, list[Any]]]
-) -> list[Any]:
-    """Resolve each socket's bearer and scopes again: ``None`` when the bearer is lost."""
-    answers: list[Any] = []
-    for user_id, token, ask, held in questions:
-        try:
-            user = auth.user_of_token(token)
-            if user is None or jsonable(user.pk) != user_id:
-                answers.append(None)
-            else:
-                answers.append(resolve_scopes(auth, user, token, ask, held))
-        except Exception:
-            logger.exception("realtime: rechecking a socket of account %s failed", user_id)
-            answers.append(_FAILED)
-    return answers
-
-
-def _discard(index: dict[Any, set[Socket]], key: Any, socket: Socket) -> None:
-    group = index.get(key)
-    if group is not None:
-        group.discard(socket)
-        if not group:
-            del index[key]
 
 
 _managers: dict[asyncio.AbstractEventLoop, SocketManager] = {}

@@ -22,18 +22,14 @@ import logging
 import weakref
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from realtime.writes.publish import publish
+
 logger = logging.getLogger(__name__)
-
-
-class Announcement(Protocol):
-    """Anything the outbox publishes: it becomes transport messages after commit."""
-
-    def messages(self, budget: int | None) -> list[tuple[str, bytes]]: ...
 
 
 @dataclass(eq=False)
@@ -60,7 +56,7 @@ class _Outbox:
 _outboxes: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Outbox] = weakref.WeakKeyDictionary()
 
 
-def add(item: Announcement, using: str) -> None:
+def add(item: Any, using: str) -> None:
     """Publish ``item`` after the current transaction on ``using`` commits (now, outside one)."""
     connection = connections[using]
     if not connection.in_atomic_block:
@@ -115,13 +111,3 @@ def _flush_points(outbox: _Outbox, first: _Entry) -> set[int] | None:
             points.add(last)
     points.add(last)
     return points
-
-
-def publish(items: list[Any]) -> None:
-    """Turn committed announcements into messages and publish them in one call; never raise."""
-    from realtime.publishing import publish_announcements
-
-    try:
-        publish_announcements(items)
-    except Exception:
-        logger.exception("realtime: publishing %d announcement(s) failed", len(items))

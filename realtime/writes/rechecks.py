@@ -22,12 +22,11 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 from django.dispatch import Signal
 
-from realtime import outbox, snapshots
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
-from realtime.events import accounts_on_path
-from realtime.paths import resolve_path
-from realtime.publishing import Recheck
+from realtime.paths import resolve_path, values_on_path
+from realtime.writes import outbox, snapshots
+from realtime.writes.publish import Recheck
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ class Watched:
     path: str
 
     def accounts(self, instance: models.Model) -> list[Any]:
-        return accounts_on_path(instance, self.path)
+        return values_on_path(instance, self.path)
 
 
 _connected: list[tuple[Signal, Any]] = []

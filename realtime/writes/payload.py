@@ -1,65 +1,27 @@
-"""Internal messages: their JSON encoding, their shapes, and fitting them into a budget.
+"""Building internal messages after commit: their shapes, and fitting them into a budget.
 
-Messages travel between processes only (clients get frames built from them). Encoding is
-compact and keeps non-ASCII as is; dates are ISO 8601 with aware values in UTC (``+00:00``,
-microseconds kept), Decimal and UUID as strings.
-
-A transport may cap a message (``Transport.max_message_bytes``). Over the cap, a message first
-loses its ``data`` (kept: ``{"model", "id"}`` when present, else ``null``) and is marked
-``truncated``; still over, it loses the channels that narrow it and reaches the whole scope.
-Over-telling beats a silence nothing recovers from. Account lists are sliced into messages of
-at most 200 ids, and further until each message fits.
+The shapes are those of ``realtime.messages``. A transport may cap a message
+(``Transport.max_message_bytes``). Over the cap, a message first loses its ``data`` (kept:
+``{"model", "id"}`` when present, else ``null``) and is marked ``truncated``; still over, it
+loses the channels that narrow it and reaches the whole scope. Over-telling beats a silence
+nothing recovers from. Account lists are sliced into messages of at most 200 ids, and further
+until each message fits.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from realtime import limits
-from realtime.conf import conf
+from realtime import limits, messages
+from realtime.encoding import encode, sorted_ids
+from realtime.messages import base_channel, scope_channel
 
 logger = logging.getLogger(__name__)
 
 Message = dict[str, Any]
-
-
-def jsonable(value: Any) -> Any:
-    """Return a value JSON can hold: ISO 8601 dates (UTC when aware), text for the rest."""
-    if value is None or isinstance(value, str | int | float | bool | list | dict):
-        return value
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(datetime.UTC)
-        return value.isoformat()
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
-        return str(value)
-    if isinstance(value, bytes | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    return str(value)
-
-
-def encode(message: Message) -> bytes:
-    """Encode compactly, non-ASCII kept as UTF-8."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, default=jsonable).encode(
-        "utf-8"
-    )
-
-
-def scope_channel(scope_id: Any) -> str:
-    return f"{conf.CHANNEL}_{scope_id}"
-
-
-def base_channel() -> str:
-    return conf.CHANNEL
 
 
 def new_mid() -> str:
@@ -86,7 +48,7 @@ def fit(message: Message, budget: int | None) -> bytes | None:
     encoded = encode(message)
     if len(encoded) <= budget:
         return encoded
-    if message.get("target") == "scope":
+    if message.get("target") == messages.SCOPE:
         message["channels"] = None
         encoded = encode(message)
         if len(encoded) <= budget:
@@ -108,7 +70,7 @@ def scope_messages(
 ) -> list[tuple[str, bytes]]:
     """Build the messages of one scope event (several when ``only`` names over 200 accounts)."""
     base: Message = {
-        "target": "scope",
+        "target": messages.SCOPE,
         "scope_id": scope_id,
         "event_type": event_type,
         "data": data,
@@ -139,7 +101,7 @@ def users_messages(
 ) -> list[tuple[str, bytes]]:
     """Build the messages of one account event: at most 200 ids each, sorted, no duplicates."""
     base: Message = {
-        "target": "users",
+        "target": messages.USERS,
         "event_type": event_type,
         "data": data,
         "channels": list(channels) if channels is not None else None,
@@ -158,7 +120,7 @@ def recheck_messages(user_ids: Iterable[Any], budget: int | None) -> list[tuple[
     """Build the messages asking every worker to recheck the sockets of these accounts."""
     out: list[tuple[str, bytes]] = []
     for ids in _id_slices(user_ids):
-        base: Message = {"target": "recheck"}
+        base: Message = {"target": messages.RECHECK}
         out += [
             (base_channel(), payload)
             for payload in _fit_with_ids(base, "user_ids", ids, [], "recheck", budget)
@@ -166,21 +128,11 @@ def recheck_messages(user_ids: Iterable[Any], budget: int | None) -> list[tuple[
     return out
 
 
-def sorted_ids(ids: Iterable[Any]) -> list[Any]:
-    """Deduplicate and sort account ids (integers by value; other ids by their text)."""
-    return sorted(set(ids), key=_sort_key)
-
-
 def _id_slices(ids: Iterable[Any]) -> Iterable[list[Any]]:
     unique = sorted_ids(ids)
     size = limits.MAX_IDS_PER_MESSAGE
     for start in range(0, len(unique), size):
         yield unique[start : start + size]
-
-
-def _sort_key(value: Any) -> tuple[int, Any]:
-    # Ids are usually integers; keep a total order if an application uses text or UUIDs.
-    return (0, value) if isinstance(value, int) else (1, str(value))
 
 
 def _fit_with_ids(

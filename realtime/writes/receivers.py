@@ -1,38 +1,30 @@
-"""Model signal receivers: prepare each announcement in the transaction, publish on commit.
+"""Where a model write enters realtime: the signal receivers, and ``announce`` for the rest.
 
-Every receiver is connected with ``sender=`` a decorated model (or its proxy or multi-table
-child), never globally: a global receiver would turn off Django's fast delete for every model.
-Preparation reads only what the write left on the instance, plus at most one bounded query
-per to-many relation or multi-hop account path; inside a transaction such queries run in a
-savepoint so that a failure cannot poison the write's transaction. Nothing raised while
-preparing reaches the write: it is logged and the announcement is dropped.
+Each receiver reads as the path of one announcement inside the write's transaction: what
+changed since the row was loaded (``snapshots``), the event read from the instance
+(``preparing``), handed to the ``outbox``, which publishes it after the outermost commit
+(``publish``). Every receiver is connected with ``sender=`` a decorated model (or its proxy or
+multi-table child), never globally: a global receiver would turn off Django's fast delete for
+every model.
 
 Deletes are prepared in ``pre_delete``, while the row and its links exist (scope, accounts,
-readers of a guarded row), and handed to the outbox from ``post_delete``, so they are
-published after commit, once the row is gone.
+readers of a guarded row), and handed to the outbox from ``post_delete``, once the row is gone.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
-from functools import partial
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
-from realtime import cascades, outbox, snapshots
-from realtime.auth import RealtimeAuth, get_auth, member_ids
-from realtime.events import Event, read_event
-from realtime.publishing import outside_recipients, recipients
-from realtime.registry import ACTIONS, ModelOptions, options_for
-
-logger = logging.getLogger(__name__)
+from realtime.registry import ACTIONS, options_for
+from realtime.writes import cascades, outbox, snapshots
+from realtime.writes.events import Event
+from realtime.writes.preparing import failsafe, prepare_delete, prepare_write
 
 PENDING_DELETE = "_realtime_pending_delete"
-
-T = TypeVar("T")
 
 
 def connect(model: type[models.Model]) -> None:
@@ -57,30 +49,6 @@ def disconnect(model: type[models.Model]) -> None:
         m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
 
 
-def prepare(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
-    """Run ``build``, logging and swallowing any failure; in a savepoint when it may query
-    inside a transaction, so that a failed query cannot poison the write's transaction."""
-    try:
-        if queries and connections[using].in_atomic_block:
-            with transaction.atomic(using=using):
-                return build()
-        return build()
-    except Exception:
-        logger.exception("realtime: preparing the announcement of %s failed; not announced", what)
-        return None
-
-
-def _delete_queries(options: ModelOptions) -> bool:
-    """Whether preparing a delete may query: the model's own reads, or an auth hook the
-    application overrode (the defaults of ``recipients``/``outside_recipients`` do not)."""
-    auth = type(get_auth())
-    overridden = any(
-        getattr(auth, hook) is not getattr(RealtimeAuth, hook)
-        for hook in ("recipients", "outside_recipients", "audience", "shared_readers")
-    )
-    return options.delete_queries or overridden
-
-
 def on_post_save(
     sender: type[models.Model],
     instance: models.Model,
@@ -98,12 +66,7 @@ def on_post_save(
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
-    event = prepare(
-        f"{options.name}:{instance.pk}",
-        using,
-        options.create_queries if created else options.write_queries,
-        lambda: read_event(options, instance, action, changed),
-    )
+    event = prepare_write(options, instance, action, changed, using)
     if event is not None:
         outbox.add(event, using)
 
@@ -121,12 +84,7 @@ def on_pre_delete(
     if cascades.past_limit(sender, instance, origin):
         event = cascades.fold(options, instance, origin)
     else:
-        event = prepare(
-            f"{options.name}:{instance.pk}",
-            using,
-            _delete_queries(options),
-            lambda: prepare_delete(options, instance),
-        )
+        event = prepare_delete(options, instance, using)
     if event is not None:
         instance.__dict__[PENDING_DELETE] = event
 
@@ -137,30 +95,6 @@ def on_post_delete(
     event = instance.__dict__.pop(PENDING_DELETE, None)
     if event is not None:
         outbox.add(event, using)
-
-
-def prepare_delete(options: ModelOptions, instance: models.Model) -> Event | None:
-    """Read a deletion's event and decide its audiences while the row still exists."""
-    event = read_event(options, instance, "deleted")
-    if event is None:
-        return None
-    if options.user_field is not None:
-        event.readers = recipients(event)
-        return event
-    auth = get_auth()
-    if options.guard is not None:
-        about = {"model": options.name, "id": event.data["id"]}
-        event.readers = list(
-            auth.audience(
-                event.scope_id, event.event_type, event.data, member_ids(event.scope_id), about
-            )
-        )
-    if options.shared_via is not None:
-        from realtime.publishing import shared_readers
-
-        event.shared = shared_readers(event)
-    event.outside = outside_recipients(event)
-    return event
 
 
 def on_m2m_changed(
@@ -183,21 +117,19 @@ def on_m2m_changed(
     if options is None or "updated" not in options.actions:
         return
     clearing = f"_realtime_clearing_{field.name}"
+    links = f"{options.name} {field.name} links"
     if action == "pre_clear":
         # clear() sends no ids: read the links it is about to remove.
-        instance.__dict__[clearing] = prepare(
-            f"{options.name} {field.name} links",
-            using,
-            True,
-            lambda: _linked_owners(field, instance, reverse),
+        instance.__dict__[clearing] = failsafe(
+            links, using, True, lambda: _linked_owners(field, instance, reverse)
         )
         return
     if action == "post_clear":
         owners = instance.__dict__.pop(clearing, None) or []
     elif reverse:
         owners = (
-            prepare(
-                f"{options.name} {field.name} links",
+            failsafe(
+                links,
                 using,
                 True,
                 lambda: list(owner_model._base_manager.filter(pk__in=pk_set or ()).order_by("pk")),
@@ -207,12 +139,7 @@ def on_m2m_changed(
     else:
         owners = [instance] if pk_set else []
     for owner in owners:
-        event = prepare(
-            f"{options.name}:{owner.pk}",
-            using,
-            options.write_queries,
-            partial(read_event, options, owner, "updated", [field.name]),
-        )
+        event = prepare_write(options, owner, "updated", [field.name], using)
         if event is not None:
             outbox.add(event, using)
 
@@ -261,23 +188,14 @@ def announce(
         if action not in options.actions:
             continue
         using = instance._state.db or "default"
-        fields = None
-        if action == "updated":
-            names = changed if changed is not None else snapshots.all_fields(instance)
-            fields = snapshots.changed_fields(instance, names)
+        event: Event | None
         if action == "deleted":
-            event = prepare(
-                f"{options.name}:{instance.pk}",
-                using,
-                _delete_queries(options),
-                partial(prepare_delete, options, instance),
-            )
+            event = prepare_delete(options, instance, using)
         else:
-            event = prepare(
-                f"{options.name}:{instance.pk}",
-                using,
-                options.write_queries,
-                partial(read_event, options, instance, action, fields),
-            )
+            fields = None
+            if action == "updated":
+                names = changed if changed is not None else snapshots.all_fields(instance)
+                fields = snapshots.changed_fields(instance, names)
+            event = prepare_write(options, instance, action, fields, using)
         if event is not None:
             outbox.add(event, using)

@@ -17,9 +17,9 @@ from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
 
 from realtime import limits
+from realtime.encoding import jsonable
 from realtime.middleware import current_origin
-from realtime.paths import split_path, to_lookup
-from realtime.payload import jsonable, sorted_ids
+from realtime.paths import split_path, values_on_path
 from realtime.registry import ModelOptions, wire_name
 
 logger = logging.getLogger(__name__)
@@ -52,12 +52,6 @@ class Event:
     @property
     def key(self) -> tuple[str, Any]:
         return (self.options.name, self.pk)
-
-    def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
-        """The transport messages of this event, audiences asked now (after commit)."""
-        from realtime.publishing import event_messages
-
-        return event_messages(self, budget)
 
     def meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {}
@@ -166,21 +160,4 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
 
 def read_accounts(options: ModelOptions, instance: models.Model) -> list[Any]:
     """The account ids a ``user_field`` path reaches from ``instance`` (an empty hop: none)."""
-    return accounts_on_path(instance, options.user_field or "")
-
-
-def accounts_on_path(instance: models.Model, path: str) -> list[Any]:
-    """The account ids ``path`` reaches from ``instance``: a one-hop foreign key is read from
-    the row, a longer path costs one query; an empty hop reaches nobody."""
-    parts = split_path(path)
-    first = instance._meta.get_field(parts[0])
-    if len(parts) == 1 and first.concrete and (first.many_to_one or first.one_to_one):
-        value = instance.__dict__.get(first.attname)
-        return [] if value is None else [value]
-    ids = (
-        type(instance)
-        ._base_manager.filter(pk=instance.pk)
-        .order_by()
-        .values_list(to_lookup(path), flat=True)
-    )
-    return sorted_ids(value for value in ids if value is not None)
+    return values_on_path(instance, options.user_field or "")

@@ -21,10 +21,11 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import post_delete, pre_delete
 
-from realtime import outbox
 from realtime.conf import conf
-from realtime.events import Event
 from realtime.registry import ModelOptions, all_options, options_for
+from realtime.writes import outbox
+from realtime.writes.events import Event
+from realtime.writes.preparing import delete_event, failsafe
 
 PENDING_CASCADE = "_realtime_pending_cascade"
 
@@ -95,9 +96,7 @@ def connect_database_cascades() -> None:
 def _on_parent_pre_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    from realtime.receivers import prepare
-
-    events = prepare(
+    events = failsafe(
         f"the database cascade of {sender._meta.label}:{instance.pk}",
         using,
         True,
@@ -115,8 +114,6 @@ def _on_parent_post_delete(
 
 
 def _children_events(parent: type[models.Model], instance: models.Model) -> list[Event]:
-    from realtime.receivers import prepare_delete
-
     limit = conf.CASCADE_LIMIT
     events: list[Event] = []
     for options in all_options():
@@ -129,7 +126,7 @@ def _children_events(parent: type[models.Model], instance: models.Model) -> list
             children = options.model._base_manager.filter(**{fk_name: instance.pk}).order_by("pk")
             rows = list(children[: limit + 1])
             for child in rows[:limit]:
-                event = prepare_delete(options_for(type(child)) or options, child)
+                event = delete_event(options_for(type(child)) or options, child)
                 if event is not None:
                     events.append(event)
             if len(rows) > limit and options.scope_attname is not None:

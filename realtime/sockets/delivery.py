@@ -18,17 +18,16 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from realtime import protocol, signals
+from realtime import messages, signals
 from realtime.auth import RealtimeAuth, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.payload import jsonable
-from realtime.sockets import Socket
-
-if TYPE_CHECKING:
-    from realtime.manager import SocketManager
+from realtime.encoding import jsonable
+from realtime.sockets import protocol
+from realtime.sockets.connection import Socket
+from realtime.sockets.index import SocketIndex
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +47,24 @@ class Plan:
     action: Callable[[], None] | None = None
 
 
-class Dispatcher:
-    """The ordered delivery pipeline of one ``SocketManager``."""
+class Host(Protocol):
+    """What the dispatcher asks of the manager it delivers for."""
 
-    def __init__(self, manager: SocketManager) -> None:
-        self.manager = manager
+    async def drop(self, socket: Socket, code: int) -> None: ...
+
+    def request_recheck(self, user_ids: Iterable[Any]) -> None: ...
+
+
+class Dispatcher:
+    """The ordered delivery pipeline of one ``SocketManager``.
+
+    ``sender`` is the ``sender`` of the ``event_delivered`` signal (the manager's class).
+    """
+
+    def __init__(self, index: SocketIndex, host: Host, sender: type) -> None:
+        self.index = index
+        self.host = host
+        self.sender = sender
         self._queue: asyncio.Queue[bytes] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
@@ -121,17 +133,17 @@ class Dispatcher:
     async def plan(self, message: dict[str, Any]) -> Plan | None:
         """Work out who hears ``message`` and what they get."""
         target = message.get("target")
-        if target == "scope":
+        if target == messages.SCOPE:
             return await self._plan_scope(message)
-        if target == "users":
+        if target == messages.USERS:
             return self._plan_users(message)
-        if target == "recheck":
+        if target == messages.RECHECK:
             ids = list(message.get("user_ids") or ())
-            return Plan(set(), action=lambda: self.manager.request_recheck(ids))
+            return Plan(set(), action=lambda: self.host.request_recheck(ids))
         return None
 
     async def _plan_scope(self, message: dict[str, Any]) -> Plan | None:
-        index = self.manager
+        index = self.index
         scope_id = message.get("scope_id")
         members = index.by_scope.get(scope_id)
         if not members:
@@ -163,7 +175,7 @@ class Dispatcher:
         return Plan(targets, frame, event_type, data, channels)
 
     def _plan_users(self, message: dict[str, Any]) -> Plan:
-        by_user = self.manager.by_user
+        by_user = self.index.by_user
         targets: set[Socket] = set()
         for user_id in message.get("user_ids") or ():
             targets |= by_user.get(user_id, set())
@@ -206,12 +218,10 @@ class Dispatcher:
             logger.warning(
                 "realtime: a socket of account %s is not reading; closed", socket.user_id
             )
-            await self.manager.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
+            await self.host.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
 
     def _delivered(self, plan: Plan) -> None:
-        from realtime.manager import SocketManager
-
-        if plan.channels is None or not signals.event_delivered.has_listeners(SocketManager):
+        if plan.channels is None or not signals.event_delivered.has_listeners(self.sender):
             return
         event_channels = set(plan.channels)
         watchers: dict[Any, set[str]] = {}
@@ -224,7 +234,7 @@ class Dispatcher:
         task = asyncio.get_running_loop().create_task(
             signals.send_robustly(
                 signals.event_delivered,
-                SocketManager,
+                self.sender,
                 event_type=plan.event_type,
                 data=plan.data,
                 watchers={user_id: sorted(heard) for user_id, heard in watchers.items()},

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from realtime.protocol import ScopeAsk
+from realtime.sockets.protocol import ScopeAsk
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -1,0 +1,51 @@
+"""JSON forms shared by every process: of values (dates, decimals, UUIDs) and of id lists.
+
+Internal messages travel between processes and frames go to clients, so a value must have
+one JSON form whoever writes it: compact, non-ASCII kept as is, dates in ISO 8601 with aware
+values in UTC (``+00:00``, microseconds kept; not Django's encoder, which writes ``Z`` and cuts
+to milliseconds), ``Decimal`` and ``UUID`` as strings, bytes as base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+
+def jsonable(value: Any) -> Any:
+    """Return a value JSON can hold: ISO 8601 dates (UTC when aware), text for the rest."""
+    if value is None or isinstance(value, str | int | float | bool | list | dict):
+        return value
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC)
+        return value.isoformat()
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)
+
+
+def encode(message: Any) -> bytes:
+    """Encode compactly, non-ASCII kept as UTF-8."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, default=jsonable).encode(
+        "utf-8"
+    )
+
+
+def sorted_ids(ids: Iterable[Any]) -> list[Any]:
+    """Deduplicate and sort account ids (integers by value; other ids by their text)."""
+    return sorted(set(ids), key=_sort_key)
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    # Ids are usually integers; keep a total order if an application uses text or UUIDs.
+    return (0, value) if isinstance(value, int) else (1, str(value))

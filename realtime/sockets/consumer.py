@@ -1,0 +1,310 @@
+"""``RealtimeConsumer``: the socket protocol as an explicit state machine (async only).
+
+States: CONNECTING (before ``websocket.connect``), AUTHENTICATING (accepted, waiting for the
+first frame, resolving the bearer and its scopes), OPEN (registered with the manager, reading
+frames) and CLOSED. A refused handshake gets ``auth_error`` with its reason and close 1008; a
+bad frame once open gets its documented close code and one log line, never an exception.
+
+Outgoing events never pass through this class: the ``SocketManager`` sends each frame to the
+socket's ASGI ``send`` itself. Incoming messages are read here directly, not through Channels'
+``dispatch`` (which hops to a thread for every message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from channels.consumer import AsyncConsumer
+
+from realtime import limits, signals
+from realtime.auth import get_auth
+from realtime.blocking import run_blocking
+from realtime.conf import conf
+from realtime.encoding import jsonable
+from realtime.sockets import protocol
+from realtime.sockets.access import authenticate, resolve_scopes
+from realtime.sockets.connection import Socket, close_connection
+from realtime.sockets.limits import FrameWindow, log_bad_input
+from realtime.sockets.manager import LISTEN_WAIT, get_manager
+from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal
+
+logger = logging.getLogger(__name__)
+
+Message = dict[str, Any]
+
+
+class State(enum.Enum):
+    CONNECTING = "connecting"
+    AUTHENTICATING = "authenticating"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class _ClientGoneError(Exception):
+    """The client disconnected."""
+
+
+class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
+    """Serve one socket: handshake, then frames, until it closes. See the module docstring."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope = scope
+        self.base_send = send
+        self._receive: Callable[[], Awaitable[Message]] = receive
+        self.state = State.CONNECTING
+        self.user: Any = None
+        self.socket: Socket | None = None
+        self.code: int | None = None
+        self._early: list[Message] = []
+        self._pending: asyncio.Future[Message] | None = None
+        self._frames = FrameWindow()
+        try:
+            if await self._handshake():
+                await self._read_frames()
+        except _ClientGoneError:
+            pass
+        finally:
+            await self._finish()
+
+    # Handshake ----------------------------------------------------------------------------
+
+    async def _handshake(self) -> bool:
+        message = await self._receive()
+        if message.get("type") != "websocket.connect":
+            return False
+        await self.base_send({"type": "websocket.accept"})
+        self.state = State.AUTHENTICATING
+        try:
+            message = await asyncio.wait_for(self._next_message(), conf.AUTH_TIMEOUT)
+        except TimeoutError:
+            return await self._refuse(Refusal.TIMEOUT)
+        if message.get("type") != "websocket.receive":
+            return await self._refuse(Refusal.TIMEOUT)
+        text = message.get("text")
+        if not isinstance(text, str) or len(text) > conf.MAX_FRAME_SIZE:
+            return await self._refuse(Refusal.FORMAT)
+        try:
+            frame = protocol.parse_frame(text)
+        except FrameError:
+            return await self._refuse(Refusal.FORMAT)
+        token = frame.data.get("token")
+        if frame.type != protocol.AUTHENTICATE or not isinstance(token, str) or not token:
+            return await self._refuse(Refusal.MESSAGE)
+        ask = protocol.read_scopes(frame.data)
+        auth = get_auth()
+        try:
+            user, scopes = await self._while_connected(run_blocking(authenticate, auth, token, ask))
+        except _ClientGoneError:
+            raise
+        except Exception:
+            logger.exception("realtime: authenticating a socket failed")
+            return await self._refuse(Refusal.TOKEN)
+        if user is None:
+            return await self._refuse(Refusal.TOKEN)
+        if ask.asked and not scopes:
+            return await self._refuse(Refusal.SCOPE)
+        manager = get_manager()
+        if not manager.reserve(user.pk):
+            return await self._refuse(Refusal.TOO_MANY)
+        try:
+            await self._start_listening()
+            socket = Socket(
+                consumer=self,
+                send=self.base_send,
+                user=user,
+                token=token,
+                ask=ask,
+                scopes={},
+            )
+            socket.scopes = {jsonable(s.id): s.slug for s in scopes}
+            await self.base_send(
+                _text(protocol.auth_success(socket.user_id, list(socket.scopes.values())))
+            )
+            self.user, self.socket = user, socket
+            self.state = State.OPEN
+            await manager.register(socket)
+        finally:
+            manager.release(user.pk)
+        return True
+
+    async def _start_listening(self) -> None:
+        try:
+            await self._while_connected(
+                asyncio.wait_for(get_manager().ensure_listening(), LISTEN_WAIT)
+            )
+        except _ClientGoneError:
+            raise
+        except Exception:
+            # The socket is served anyway; the manager's housekeeping retries the listener.
+            logger.exception("realtime: the listener did not start in time")
+
+    async def _refuse(self, reason: Refusal) -> bool:
+        log_bad_input("realtime: refused a socket: %s", reason.value)
+        await self.base_send(_text(protocol.auth_error(reason)))
+        await self._close(CloseCode.POLICY_VIOLATION)
+        return False
+
+    async def refuse_later(self, reason: Refusal) -> None:
+        """Refuse an open socket whose credentials no longer stand (a recheck's verdict)."""
+        if self.state is State.OPEN:
+            log_bad_input("realtime: closed a socket on recheck: %s", reason.value)
+            await self.base_send(_text(protocol.auth_error(reason)))
+            await self._close(CloseCode.POLICY_VIOLATION)
+
+    # Frames -------------------------------------------------------------------------------
+
+    async def _read_frames(self) -> None:
+        handlers: dict[str, Callable[[Frame], Awaitable[None]]] = {
+            protocol.WATCH: self._on_watch,
+            protocol.SUBSCRIBE: self._on_subscribe,
+            protocol.UNSUBSCRIBE: self._on_unsubscribe,
+            protocol.HEARTBEAT: _ignore,
+            protocol.AUTHENTICATE: _ignore,
+        }
+        while self.state is State.OPEN:
+            message = await self._next_message()
+            if message.get("type") != "websocket.receive":
+                continue
+            if not self._frames.admit():
+                log_bad_input(
+                    "closed a socket sending more than %d frames in %ss",
+                    conf.FRAME_LIMIT,
+                    limits.FRAME_WINDOW,
+                )
+                return await self._close(CloseCode.POLICY_VIOLATION)
+            text = message.get("text")
+            if isinstance(text, str) and len(text) > conf.MAX_FRAME_SIZE:
+                log_bad_input(
+                    "realtime: closed a socket sending a frame of %d characters", len(text)
+                )
+                return await self._close(CloseCode.MESSAGE_TOO_BIG)
+            try:
+                frame = protocol.parse_frame(text)
+            except FrameError as exc:
+                log_bad_input("realtime: closed a socket sending a bad frame (%s)", exc)
+                return await self._close(CloseCode.POLICY_VIOLATION)
+            if frame.type is None:
+                continue
+            handler = handlers.get(frame.type)
+            if handler is not None:
+                await handler(frame)
+            else:
+                await signals.send_robustly(
+                    signals.frame_received,
+                    RealtimeConsumer,
+                    consumer=self,
+                    user=self.user,
+                    event_type=frame.type,
+                    data=frame.raw_data,
+                )
+
+    async def _on_watch(self, frame: Frame) -> None:
+        socket = self.socket
+        assert socket is not None
+        ask = protocol.read_scopes(frame.data)
+        if ask == socket.ask:
+            return
+        # Bumping the version first makes any recheck already under way discard its answer.
+        socket.ask = ask
+        socket.scope_version += 1
+        socket.watching = True
+        version = socket.scope_version
+        try:
+            scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
+        except Exception:
+            logger.exception("realtime: resolving a watch failed; the socket reads no scope")
+            scopes = []
+        finally:
+            socket.watching = False
+        if version == socket.scope_version and self.state is State.OPEN:
+            await get_manager().set_scopes(socket, scopes, keep_channels=False)
+
+    async def _on_subscribe(self, frame: Frame) -> None:
+        assert self.socket is not None
+        get_manager().subscribe(self.socket, protocol.read_channels(frame.data))
+
+    async def _on_unsubscribe(self, frame: Frame) -> None:
+        assert self.socket is not None
+        get_manager().unsubscribe(self.socket, protocol.read_channels(frame.data))
+
+    # Plumbing -----------------------------------------------------------------------------
+
+    async def _next_message(self) -> Message:
+        """The next ASGI message, one received early first; raise when the client left."""
+        if self._early:
+            message = self._early.pop(0)
+        elif self._pending is not None:
+            pending, self._pending = self._pending, None
+            message = await pending
+        else:
+            message = await self._receive()
+        if message.get("type") == "websocket.disconnect":
+            self.code = message.get("code")
+            self.state = State.CLOSED
+            raise _ClientGoneError
+        return message
+
+    async def _while_connected(self, work: Awaitable[Any]) -> Any:
+        """Await ``work`` while watching the client: frames it sends meanwhile are kept for
+        later, and if it leaves, ``work`` is abandoned and ``_ClientGoneError`` raised."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                if self._pending is None:
+                    self._pending = asyncio.ensure_future(self._receive())
+                done, _ = await asyncio.wait(
+                    {task, self._pending}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if self._pending in done:
+                    message = self._pending.result()
+                    self._pending = None
+                    if message.get("type") == "websocket.disconnect":
+                        self.code = message.get("code")
+                        self.state = State.CLOSED
+                        raise _ClientGoneError
+                    self._early.append(message)
+                    continue
+                return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _close(self, code: int) -> None:
+        if self.state is State.CLOSED:
+            return
+        self.state = State.CLOSED
+        self.code = int(code)
+        if self.socket is not None:
+            await self.socket.close(code)
+        else:
+            await close_connection(self.base_send, code)
+
+    async def _finish(self) -> None:
+        self.state = State.CLOSED
+        if self._pending is not None:
+            self._pending.cancel()
+        if self.socket is not None:
+            self.socket.closed = True
+            try:
+                await get_manager().unregister(self.socket)
+            except Exception:
+                logger.exception("realtime: unregistering a socket failed")
+        await signals.send_robustly(
+            signals.socket_disconnected,
+            RealtimeConsumer,
+            consumer=self,
+            user=self.user,
+            code=self.code,
+        )
+
+
+async def _ignore(frame: Frame) -> None:
+    return None
+
+
+def _text(frame: str) -> Message:
+    return {"type": "websocket.send", "text": frame}

@@ -1,0 +1,89 @@
+"""Who hears a model event beyond its scope's sockets: the write side's audience questions.
+
+Asked in the write's transaction for a delete (the row and its links are about to go) and
+after commit for the rest. Each answer comes from a ``RealtimeAuth`` hook; a hook that fails
+costs its own answer, logged, never the write and never the other messages of the event:
+``recipients`` failing means the account event reaches nobody, ``shared_readers`` or
+``outside_recipients`` failing means only those extra messages are not sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from realtime.audience import readers
+from realtime.auth import get_auth, member_ids
+from realtime.encoding import sorted_ids
+from realtime.paths import path_target, to_lookup
+from realtime.writes.events import Event
+
+logger = logging.getLogger(__name__)
+
+
+def recipients(event: Event) -> list[Any]:
+    """Ask ``auth.recipients``; when it fails, the event reaches nobody."""
+    try:
+        return list(get_auth().recipients(event.event_type, event.data, list(event.user_ids or ())))
+    except Exception:
+        logger.exception(
+            "realtime: recipients() failed for %s; it reaches nobody", event.event_type
+        )
+        return []
+
+
+def guarded_readers(event: Event) -> list[Any]:
+    """The scope's members who may read a guarded row, asked through ``auth.audience``."""
+    about = {"model": event.options.name, "id": event.data["id"]}
+    return list(
+        get_auth().audience(
+            event.scope_id, event.event_type, event.data, member_ids(event.scope_id), about
+        )
+    )
+
+
+def shared_readers(event: Event) -> list[Any]:
+    """Readers of the event's shared root outside its scope (guard-checked); [] on failure."""
+    options = event.options
+    if options.shared_via is None:
+        return []
+    try:
+        root = load_root(event)
+        if root is None:
+            return []
+        found = set(get_auth().shared_readers(root, event.scope_id))
+        found -= set(member_ids(event.scope_id))
+        if found and options.guard is not None:
+            found = set(readers(options, event.pk, found))
+        return sorted_ids(found)
+    except Exception:
+        logger.exception("realtime: shared_readers() failed for %s", event.event_type)
+        return []
+
+
+def load_root(event: Event) -> Any:
+    """The record ``shared_via`` points at, read from the database."""
+    options = event.options
+    path = options.shared_via or ""
+    target = path_target(options.model, path)
+    if target is None:
+        return None
+    root_pk = event.extra.get("root_pk")
+    if root_pk is None:
+        root_pk = (
+            options.model._base_manager.filter(pk=event.pk)
+            .values_list(to_lookup(path), flat=True)
+            .first()
+        )
+    if root_pk is None:
+        return None
+    return target._base_manager.filter(pk=root_pk).first()
+
+
+def outside_recipients(event: Event) -> list[Any]:
+    """Ask ``auth.outside_recipients``; when it fails, log: the scope event still goes."""
+    try:
+        return list(get_auth().outside_recipients(event.scope_id, event.event_type, event.data))
+    except Exception:
+        logger.exception("realtime: outside_recipients() failed for %s", event.event_type)
+        return []

@@ -1,0 +1,146 @@
+"""Broadcast API: events of the application's own, to a scope or to accounts.
+
+Each call publishes after the current transaction commits (at once outside one), from sync or
+async code; from async code the work runs in a thread whose task is kept referenced until it
+is done. Failures are logged, never raised into the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, models
+
+from realtime.registry import wire_name
+from realtime.writes import outbox, rechecks
+from realtime.writes.payload import scope_messages, users_messages
+
+logger = logging.getLogger(__name__)
+
+_tasks: set[asyncio.Task[None]] = set()
+
+
+@dataclass
+class Broadcast:
+    """Messages built after commit from a broadcast call's arguments."""
+
+    build: Callable[[int | None], list[tuple[str, bytes]]]
+
+    def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
+        return self.build(budget)
+
+
+def _submit(work: Callable[[], None]) -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None:
+        try:
+            work()
+        except Exception:
+            logger.exception("realtime: broadcasting failed")
+        return
+    task = loop.create_task(asyncio.to_thread(_logged, work))
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+
+
+def _logged(work: Callable[[], None]) -> None:
+    from django.db import close_old_connections
+
+    try:
+        work()
+    except Exception:
+        logger.exception("realtime: broadcasting failed")
+    finally:
+        close_old_connections()
+
+
+def _about(about: tuple[type[models.Model] | str, Any] | None) -> dict[str, Any] | None:
+    if about is None:
+        return None
+    model, pk = about
+    name = model if isinstance(model, str) else wire_name(model)
+    return {"model": name, "id": pk}
+
+
+def broadcast_to_scope(
+    scope_id: Any,
+    event_type: str,
+    data: Any,
+    *,
+    channels: Iterable[str] | None = None,
+    meta: dict[str, Any] | None = None,
+    exclude_user_ids: Iterable[Any] | None = None,
+    about: tuple[type[models.Model] | str, Any] | None = None,
+    audience: Iterable[Any] | None = None,
+) -> None:
+    """Send an event to the sockets of a scope (those subscribed to ``channels``, if given)."""
+    only = None if audience is None else list(audience)
+    if only == []:
+        return
+    channel_list = None if channels is None else list(channels)
+    excluded = list(exclude_user_ids or ())
+    about_ref = _about(about)
+
+    def build(budget: int | None) -> list[tuple[str, bytes]]:
+        return scope_messages(
+            scope_id,
+            event_type,
+            data,
+            channels=channel_list,
+            meta=dict(meta or {}),
+            exclude=excluded,
+            about=about_ref,
+            only=only,
+            budget=budget,
+        )
+
+    _submit(lambda: outbox.add(Broadcast(build), DEFAULT_DB_ALIAS))
+
+
+def broadcast_to_users(
+    user_ids: Iterable[Any],
+    event_type: str,
+    data: Any,
+    *,
+    channels: Iterable[str] | None = None,
+    meta: dict[str, Any] | None = None,
+    skip_scope: Any = None,
+) -> None:
+    """Send an event to every socket of these accounts, whatever scope each one reads."""
+    ids = list(user_ids)
+    if not ids:
+        return
+    channel_list = None if channels is None else list(channels)
+
+    def build(budget: int | None) -> list[tuple[str, bytes]]:
+        return users_messages(
+            ids,
+            event_type,
+            data,
+            channels=channel_list,
+            meta=dict(meta or {}),
+            skip_scope=skip_scope,
+            budget=budget,
+        )
+
+    _submit(lambda: outbox.add(Broadcast(build), DEFAULT_DB_ALIAS))
+
+
+def broadcast_to_user(
+    user_id: Any, event_type: str, data: Any, *, meta: dict[str, Any] | None = None
+) -> None:
+    """Send an event to every socket of one account."""
+    broadcast_to_users([user_id], event_type, data, meta=meta)
+
+
+def recheck_users(user_ids: Iterable[Any]) -> None:
+    """Have every worker re-resolve, at once, what let these accounts' sockets in."""
+    ids = list(user_ids)
+    _submit(lambda: rechecks.request(ids, DEFAULT_DB_ALIAS))

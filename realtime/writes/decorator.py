@@ -1,0 +1,123 @@
+"""``@realtime_model``: declare that the writes of a model are announced.
+
+The decorator validates its options at decoration time (a typo fails at import, not in
+production), records them in ``realtime.registry``, and connects the model's receivers with
+``sender=`` that model only, so undecorated models keep Django's fast delete path. Proxy models
+and multi-table children of a decorated model announce with their parent's options. Paths are
+resolved lazily, on first use, because related models may not exist yet when it runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.signals import class_prepared
+
+from realtime import registry
+from realtime.registry import ACTIONS, ModelOptions, default_name
+from realtime.writes import receivers
+
+ModelT = TypeVar("ModelT", bound=type[models.Model])
+
+
+def realtime_model(
+    *,
+    create: bool = True,
+    update: bool = True,
+    delete: bool = True,
+    fields: Sequence[str] | Mapping[str, str] | None = None,
+    relations: Sequence[str] | None = None,
+    scope_field: str = "workspace",
+    user_field: str | None = None,
+    guard: Callable[[Any], Q] | None = None,
+    shared_via: str | None = None,
+    cascade: Sequence[str] | None = None,
+    name: str | None = None,
+    **unknown: Any,
+) -> Callable[[ModelT], ModelT]:
+    """Declare that writes of the decorated model are announced; see the announcements docs.
+
+    Unknown options and values of the wrong shape raise ``ValueError`` here, at import time.
+    """
+    if unknown:
+        raise ValueError(f"unknown @realtime_model option(s): {', '.join(sorted(unknown))}")
+    if isinstance(fields, str) or isinstance(relations, str) or isinstance(cascade, str):
+        raise ValueError("fields, relations and cascade take a list of names, not a string")
+    if guard is not None and not callable(guard):
+        raise ValueError("guard must be a callable taking a user and returning a Q")
+    if name is not None and not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"name {name!r} must be lowercase letters, digits and underscores")
+    if isinstance(fields, Mapping):
+        field_map = dict(fields)
+    else:
+        field_map = {column: column for column in fields or ()}
+    actions = frozenset(
+        action for action, on in zip(ACTIONS, (create, update, delete), strict=True) if on
+    )
+
+    def decorate(model: ModelT) -> ModelT:
+        if not (isinstance(model, type) and issubclass(model, models.Model)):
+            raise TypeError("@realtime_model decorates Django model classes")
+        options = ModelOptions(
+            model=model,
+            name=name or default_name(model),
+            actions=actions,
+            fields=field_map,
+            relations=tuple(relations or ()),
+            scope_field=scope_field,
+            user_field=user_field,
+            guard=guard,
+            shared_via=shared_via,
+            cascade=tuple(cascade or ()),
+        )
+        _validate_columns(options)
+        register(options)
+        return model
+
+    return decorate
+
+
+def _validate_columns(options: ModelOptions) -> None:
+    """Check the names that live on the model itself.
+
+    Only forward fields exist when a decorator runs; relations may also name reverse
+    relations, which the system checks verify once every model is loaded.
+    """
+    meta = options.model._meta
+    forward = [*meta.fields, *meta.many_to_many, *meta.private_fields]
+    own = {f.name for f in forward} | {"id", "pk"}
+    columns = {f.name for f in meta.concrete_fields} | {f.attname for f in meta.concrete_fields}
+    columns |= {"id", "pk"}
+    for column in options.fields.values():
+        if column not in columns:
+            raise ValueError(f"{meta.label} has no column {column!r} to announce")
+    for fk_name in options.cascade:
+        if fk_name not in own:
+            raise ValueError(f"{meta.label} has no foreign key {fk_name!r} to cascade from")
+    if options.user_field is None and options.scope_field not in own:
+        raise ValueError(f"{meta.label} has no scope field {options.scope_field!r}")
+
+
+def register(options: ModelOptions) -> None:
+    """Record ``options`` and connect its model's receivers."""
+    registry.record(options)
+    receivers.connect(options.model)
+
+
+def unregister(model: type[models.Model]) -> None:
+    """Forget a decorated model and disconnect it (tests declare models of their own)."""
+    if registry.forget(model) is not None:
+        receivers.disconnect(model)
+
+
+def _connect_subclass(sender: type[models.Model], **kwargs: Any) -> None:
+    # A proxy or multi-table child defined after its decorated parent announces like it.
+    if not registry.is_recorded(sender) and registry.options_for(sender) is not None:
+        receivers.connect(sender)
+
+
+class_prepared.connect(_connect_subclass, dispatch_uid="realtime.registry.subclasses")

@@ -1,0 +1,103 @@
+"""In the write's transaction: turn one write into an ``Event``, never failing the write.
+
+Preparation reads only what the write left on the instance, plus at most one bounded query per
+to-many relation or multi-hop account path. Inside a transaction such queries run in a
+savepoint, so that a failure cannot poison the write's transaction (on PostgreSQL a failed
+statement aborts everything after it). Nothing raised while preparing reaches the write: it is
+logged and the announcement is dropped.
+
+A delete is prepared while the row and its links still exist: its scope or accounts, and for
+guarded, shared and outside readers, who may read it, asked now because afterwards there is
+nothing left to ask about.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import connections, models, transaction
+
+from realtime.auth import RealtimeAuth, get_auth
+from realtime.registry import ModelOptions
+from realtime.writes.audiences import (
+    guarded_readers,
+    outside_recipients,
+    recipients,
+    shared_readers,
+)
+from realtime.writes.events import Event, read_event
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Hooks whose default answers a delete's preparation reads without a query.
+DELETE_HOOKS = ("recipients", "outside_recipients", "audience", "shared_readers")
+
+
+def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
+    """Run ``build``, logging and swallowing any failure; in a savepoint when it may query
+    inside a transaction, so that a failed query cannot poison the write's transaction."""
+    try:
+        if queries and connections[using].in_atomic_block:
+            with transaction.atomic(using=using):
+                return build()
+        return build()
+    except Exception:
+        logger.exception("realtime: preparing the announcement of %s failed; not announced", what)
+        return None
+
+
+def prepare_write(
+    options: ModelOptions,
+    instance: models.Model,
+    action: str,
+    changed: list[str] | None,
+    using: str,
+) -> Event | None:
+    """The event of a create or an update, read in the write's transaction."""
+    queries = options.create_queries if action == "created" else options.write_queries
+    return failsafe(
+        f"{options.name}:{instance.pk}",
+        using,
+        queries,
+        lambda: read_event(options, instance, action, changed),
+    )
+
+
+def prepare_delete(options: ModelOptions, instance: models.Model, using: str) -> Event | None:
+    """The event of a delete and its audiences, read while the row still exists."""
+    return failsafe(
+        f"{options.name}:{instance.pk}",
+        using,
+        delete_queries(options),
+        lambda: delete_event(options, instance),
+    )
+
+
+def delete_queries(options: ModelOptions) -> bool:
+    """Whether preparing a delete may query: the model's own reads, or an auth hook the
+    application overrode (the defaults of the hooks asked here do not query)."""
+    auth = type(get_auth())
+    overridden = any(
+        getattr(auth, hook) is not getattr(RealtimeAuth, hook) for hook in DELETE_HOOKS
+    )
+    return options.delete_queries or overridden
+
+
+def delete_event(options: ModelOptions, instance: models.Model) -> Event | None:
+    """Read a deletion's event and decide its audiences while the row still exists."""
+    event = read_event(options, instance, "deleted")
+    if event is None:
+        return None
+    if options.user_field is not None:
+        event.readers = recipients(event)
+        return event
+    if options.guard is not None:
+        event.readers = guarded_readers(event)
+    if options.shared_via is not None:
+        event.shared = shared_readers(event)
+    event.outside = outside_recipients(event)
+    return event

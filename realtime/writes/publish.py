@@ -1,0 +1,138 @@
+"""After commit: from the announcements of one transaction to one ``Transport.publish`` call.
+
+``publish`` reads top to bottom: coalesce the events of each row, turn each announcement into
+messages (asking the audiences that are asked after commit), publish them all in one call.
+Several events of one row in one transaction become one: created+updated is a ``created``,
+updated+updated one ``updated`` whose ``changed`` is the union, anything+deleted a
+``deleted``, created+deleted nothing; the event sits at its last write. Nothing raised here
+reaches the write that committed: failures are logged, and cost only what failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from realtime.transports import get_transport
+from realtime.writes.audiences import outside_recipients, recipients, shared_readers
+from realtime.writes.events import Event
+from realtime.writes.payload import recheck_messages, scope_messages, users_messages
+
+logger = logging.getLogger(__name__)
+
+
+class Announcement(Protocol):
+    """What the outbox carries besides model events: it builds its own messages."""
+
+    def messages(self, budget: int | None) -> list[tuple[str, bytes]]: ...
+
+
+@dataclass
+class Recheck:
+    """A request that every worker recheck the sockets of these accounts."""
+
+    user_ids: list[Any]
+
+    def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
+        return recheck_messages(self.user_ids, budget)
+
+
+def publish(items: Iterable[Event | Announcement]) -> None:
+    """Publish committed announcements in one transport call, in write order; never raise."""
+    items = list(items)
+    try:
+        transport = get_transport()
+        budget = transport.max_message_bytes
+        messages: list[tuple[str, bytes]] = []
+        rechecks: set[Any] = set()
+        for item in coalesce(items):
+            if isinstance(item, Recheck):
+                rechecks.update(item.user_ids)
+                continue
+            try:
+                if isinstance(item, Event):
+                    messages += event_messages(item, budget)
+                else:
+                    messages += item.messages(budget)
+            except Exception:
+                logger.exception("realtime: preparing %s failed; it is not announced", _label(item))
+        if rechecks:
+            messages += recheck_messages(rechecks, budget)
+        if messages:
+            transport.publish(messages)
+    except Exception:
+        logger.exception("realtime: publishing %d announcement(s) failed", len(items))
+
+
+def _label(item: Any) -> str:
+    return item.event_type if isinstance(item, Event) else type(item).__name__
+
+
+def coalesce(items: Iterable[Any]) -> list[Any]:
+    """Merge the events of one row (see the module docstring); other items pass through."""
+    result: list[Any] = []
+    position: dict[tuple[str, Any], int] = {}
+    for item in items:
+        if not isinstance(item, Event) or item.folded:
+            result.append(item)
+            continue
+        earlier = position.pop(item.key, None)
+        if earlier is not None:
+            merged = _merge(result[earlier], item)
+            result[earlier] = None
+            if merged is None:
+                continue
+            item = merged
+        position[item.key] = len(result)
+        result.append(item)
+    return [item for item in result if item is not None]
+
+
+def _merge(first: Event, then: Event) -> Event | None:
+    if then.action == "deleted":
+        return None if first.action == "created" else then
+    if first.action == "created":
+        return replace(then, action="created", changed=None)
+    if first.action == "updated" and then.action == "updated":
+        changed = sorted({*(first.changed or ()), *(then.changed or ())})
+        return replace(then, changed=changed)
+    return then
+
+
+def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
+    """The messages of one model event: to its scope (and beyond), or to its accounts."""
+    options = event.options
+    data = None if event.folded else event.data
+    common: dict[str, Any] = {
+        "channels": event.channels,
+        "meta": event.meta(),
+        "budget": budget,
+    }
+    if options.user_field is not None:
+        accounts = event.readers
+        if accounts is None:
+            accounts = recipients(event)
+        return users_messages(accounts, event.event_type, data, **common)
+    out: list[tuple[str, bytes]] = []
+    if options.guard is not None and not event.folded and event.readers is not None:
+        if event.readers:
+            out += scope_messages(
+                event.scope_id, event.event_type, data, only=event.readers, **common
+            )
+    elif options.guard is not None and not event.folded:
+        about = {"model": options.name, "id": event.data["id"]}
+        out += scope_messages(event.scope_id, event.event_type, data, about=about, **common)
+    else:
+        out += scope_messages(event.scope_id, event.event_type, data, **common)
+    if event.folded:
+        return out
+    shared = event.shared if event.shared is not None else shared_readers(event)
+    if shared:
+        out += users_messages(shared, event.event_type, data, **common)
+    outside = event.outside if event.outside is not None else outside_recipients(event)
+    outside = [account for account in outside if account not in set(shared or ())]
+    if outside:
+        out += users_messages(outside, event.event_type, data, skip_scope=event.scope_id, **common)
+    return out
