@@ -158,7 +158,7 @@ class SocketManager:
 
     # Delivery -------------------------------------------------------------------------
 
-    def on_message(self, channel: str, payload: bytes) -> None:
+    def on_message(self, channel: str, payload: bytes, position: int | None = None) -> None:
         """Transport listener: queue a message for delivery (drop it if nobody is here)."""
         if self.index.sockets:
             self.dispatcher.put(channel, payload)

@@ -1,9 +1,11 @@
 """The table transport: pub/sub over ``firm_channel_messages``, on any Django database.
 
 Publishing inserts one row per message in one transaction; listening is ``Poller``'s thread
-(see ``table_poller`` for why it keeps a floor rather than a watermark). The table is a buffer,
-not a log: each published message has a ``2 / trim_batch_size`` chance of submitting a trim of
-expired rows to one background thread, so trimming keeps pace with publishing on average.
+(see ``table_poller`` for why it keeps a floor rather than a watermark). The table is also the
+log resumable delivery reads (``last_position``, ``read_log``): publishers serialize, so ids
+grow in commit order (see ``MessageStore.insert``). Each published message has a
+``2 / trim_batch_size`` chance of submitting a trim of expired rows to one background thread,
+so trimming keeps pace with publishing on average.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from django.db import DatabaseError
 
 from realtime.conf import conf
 from realtime.exceptions import PublishError
-from realtime.transports.base import Transport
+from realtime.transports.base import LogEntry, Transport
 from realtime.transports.table_poller import Poller, close_connection
-from realtime.transports.table_store import MessageStore, encode_channel
+from realtime.transports.table_store import MessageStore, channel_hash, encode_channel
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +108,20 @@ class TableTransport(Transport):
     async def unfollow(self, channel: str) -> None:
         self._poller.unfollow(encode_channel(channel))
 
-    def _deliver(self, rows: list[tuple[str, bytes]]) -> None:
+    def _deliver(self, rows: list[tuple[str, bytes, int]]) -> None:
         # On the event loop, where unfollow runs too: a poll that read a channel just before
         # it was unfollowed delivers nothing of it.
-        for channel, payload in rows:
+        for channel, payload, position in rows:
             if self._poller.follows(channel.encode("utf-8")):
-                self.dispatch(channel, payload)
+                self.dispatch(channel, payload, position)
+
+    def last_position(self) -> int | None:
+        return self.store.max_id()
+
+    def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
+        wanted = {encode_channel(channel) for channel in channels}
+        rows = self.store.read_after({channel_hash(c) for c in wanted}, after, limit)
+        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows if r.channel in wanted]
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""

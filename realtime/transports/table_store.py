@@ -102,6 +102,14 @@ def db_seconds_ago(connection: BaseDatabaseWrapper) -> str:
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', %s))"
 
 
+#: The PostgreSQL advisory lock (and the MySQL named lock) publishers take: holding it from
+#: before their INSERT to their COMMIT makes ids grow in commit order (see ``insert``).
+PUBLISH_LOCK_KEY: Final = 0x7265616C74696D65  # "realtime"
+PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
+#: Seconds a MySQL publisher waits for the lock before it publishes without it.
+PUBLISH_LOCK_WAIT: Final = 10
+
+
 def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """Yield consecutive slices of ``values`` holding at most ``size`` items."""
     for start in range(0, len(values), size):
@@ -120,24 +128,99 @@ class MessageStore:
         return connections[self.using]
 
     def insert(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
-        """Insert ``(channel, payload)`` rows, in order, in one transaction of their own."""
+        """Insert ``(channel, payload)`` rows, in order, in one transaction of their own.
+
+        Publishers serialize: each holds a lock from before its INSERT until its COMMIT
+        (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself; MySQL:
+        a named lock around it; SQLite has one writer at a time anyway). So a row becomes
+        visible only after every row with a lower id: the id is a position in the log, and
+        every id below the highest one visible has committed or never will.
+        """
         connection = self.connection
         now = db_now(connection)
+        vendor = connection.vendor
         # One statement is atomic by itself: only several need a transaction around them
         # (and BEGIN/COMMIT would cost two more round trips on every publish).
         several = len(messages) > INSERT_CHUNK
         atomic = transaction.atomic(using=self.using) if several else nullcontext()
-        with atomic, connection.cursor() as cursor:
+        with self._serialized(), atomic, connection.cursor() as cursor:
+            if several and vendor == "postgresql":
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK_KEY])
             for chunk in chunked(messages, INSERT_CHUNK):
-                values = ", ".join([f"(%s, %s, %s, {now})"] * len(chunk))
                 params: list[Any] = []
                 for channel, payload in chunk:
                     params += [channel, payload, channel_hash(channel)]
+                if vendor == "postgresql" and not several:
+                    rows = ", ".join(["(%s::bytea, %s::bytea, %s::bigint)"] * len(chunk))
+                    cursor.execute(
+                        f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
+                        f"SELECT v.c, v.p, v.h, {now} "
+                        f"FROM (SELECT pg_advisory_xact_lock(%s)) AS l, "
+                        f"(VALUES {rows}) AS v(c, p, h)",
+                        [PUBLISH_LOCK_KEY, *params],
+                    )
+                    continue
+                values = ", ".join([f"(%s, %s, %s, {now})"] * len(chunk))
                 cursor.execute(
                     f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
                     f"VALUES {values}",
                     params,
                 )
+
+    @contextmanager
+    def _serialized(self) -> Iterator[None]:
+        """On MySQL, hold the publish lock around the block (others take theirs in SQL)."""
+        connection = self.connection
+        if connection.vendor != "mysql":
+            yield
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [PUBLISH_LOCK_NAME, PUBLISH_LOCK_WAIT])
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT RELEASE_LOCK(%s)", [PUBLISH_LOCK_NAME])
+
+    def read_after(self, hashes: Collection[int], after: int, limit: int) -> list[Row]:
+        """At most ``limit`` rows whose hash is one of ``hashes`` and id above ``after``, by id
+        (the caller compares exact channels: hashes may collide)."""
+        if not hashes:
+            return []
+        placeholders = ", ".join(["%s"] * len(hashes))
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, channel, payload FROM {TABLE} WHERE channel_hash IN "
+                f"({placeholders}) AND id > %s ORDER BY id LIMIT %s",
+                [*hashes, after, limit],
+            )
+            return [
+                Row(int(id_), bytes(channel), bytes(payload))
+                for id_, channel, payload in cursor.fetchall()
+            ]
+
+    def read_ids(self, ids: Collection[int]) -> list[Row]:
+        """The rows of these ids that exist, by id."""
+        if not ids:
+            return []
+        placeholders = ", ".join(["%s"] * len(ids))
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, channel, payload FROM {TABLE} WHERE id IN ({placeholders}) "
+                "ORDER BY id",
+                list(ids),
+            )
+            return [
+                Row(int(id_), bytes(channel), bytes(payload))
+                for id_, channel, payload in cursor.fetchall()
+            ]
+
+    def min_id(self) -> int | None:
+        """The lowest id the table still holds (older ones were trimmed); ``None`` if empty."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT MIN(id) FROM {TABLE}")
+            row = cursor.fetchone()
+        return int(row[0]) if row and row[0] is not None else None
 
     def max_id(self) -> int:
         """Return the highest id committed so far, 0 for an empty table."""
