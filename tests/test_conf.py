@@ -49,6 +49,9 @@ DOCUMENTED: dict[str, Any] = {
     "TCP_KEEPIDLE": 30,
     "TCP_KEEPINTVL": 10,
     "TCP_KEEPCNT": 3,
+    "RESUME_WINDOW": 300.0,
+    "RESUME_MAX_FRAMES": 1000,
+    "PG_NOTIFY_LOG": True,
 }
 # tests/settings.py sets this one; every other setting is left at its default there.
 SET_BY_TEST_SETTINGS = {"SCOPE_MODEL": "testapp.Workspace"}
