@@ -56,6 +56,8 @@ export class RealtimeClient extends EventTarget {
    * @param {() => string | void | Promise<string | void>} [options.refreshToken]  called once
    *   when the server refuses the token; may return the new token
    * @param {typeof WebSocket} [options.WebSocket]  defaults to `globalThis.WebSocket`
+   * @param {boolean} [options.resume]  resume after a reconnection, hearing what was missed
+   *   (default true)
    */
   constructor(options = {}) {
     super();
@@ -72,6 +74,7 @@ export class RealtimeClient extends EventTarget {
       connectTimeout = 10000,
       maxFrameSize = 65536,
       stampTtl = 300000,
+      resume = true,
     } = options;
     if (!url) throw new TypeError('RealtimeClient: `url` is required');
     if (typeof WebSocketImpl !== 'function') {
@@ -87,6 +90,7 @@ export class RealtimeClient extends EventTarget {
     this.connectTimeout = connectTimeout;
     this.maxFrameSize = maxFrameSize;
     this.stampTtl = stampTtl;
+    this.resume = Boolean(resume);
     /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
     this.origin = randomId();
     /** The `data` of the last `auth_success` (`user_id`, `scope`, `scopes`), or null. */
@@ -113,6 +117,8 @@ export class RealtimeClient extends EventTarget {
     this._flushScheduled = false;
     this._counter = 0;
     this._stamps = new Map(); // stamp -> {record, at}
+    this._cursor = null; // the cursor of the last frame handled (resume)
+    this._resumed = false;
   }
 
   /** `connecting`, `open`, `reconnecting`, `refused` or `closed`. */
@@ -128,6 +134,20 @@ export class RealtimeClient extends EventTarget {
   /** The channels this client is subscribed to (it says them again after each reconnect). */
   get channels() {
     return Array.from(this._channels);
+  }
+
+  /**
+   * Whether the last handshake resumed: true when the frames missed while away follow (what
+   * the page shows stays right); false on a first connection or when the server could not
+   * resume (read your data again).
+   */
+  get resumed() {
+    return this._resumed;
+  }
+
+  /** The cursor of the last frame handled, sent back to resume; null before any. */
+  get cursor() {
+    return this._cursor;
   }
 
   /** What the client asks to read: `{scope}` or `{scopes}`. */
@@ -180,7 +200,13 @@ export class RealtimeClient extends EventTarget {
     };
     socket.onerror = noop; // a close event always follows
     socket.onopen = mine(() => {
-      this._sendFrame('authenticate', { token, ...this._ask });
+      const data = { token, ...this._ask };
+      if (this.resume) {
+        // The channels come with the handshake, so nothing is missed before they are said.
+        data.resume = this._cursor;
+        data.channels = this.channels;
+      }
+      this._sendFrame('authenticate', data);
     });
     socket.onmessage = mine(this._onMessage);
     socket.onclose = mine((event) => {
@@ -306,7 +332,14 @@ export class RealtimeClient extends EventTarget {
     this._refreshed = false;
     this.session = frame.data && typeof frame.data === 'object' ? frame.data : null;
     this._queue = [];
-    this._sendChannels('subscribe', this.channels);
+    const data = this.session || {};
+    this._resumed = data.resumed === true;
+    if (typeof data.cursor === 'string') this._cursor = data.cursor;
+    // A server that answers with a cursor took the channels from authenticate; any other
+    // (one that does not resume) hears them now.
+    if (!this.resume || typeof data.cursor !== 'string') {
+      this._sendChannels('subscribe', this.channels);
+    }
     clearInterval(this._heartbeatTimer);
     if (this.heartbeatInterval > 0) {
       this._heartbeatTimer = setInterval(
@@ -314,11 +347,12 @@ export class RealtimeClient extends EventTarget {
         this.heartbeatInterval,
       );
     }
-    this._setState('open');
+    this._setState('open', null, { resumed: this._resumed });
     this.dispatchEvent(new CustomEvent('auth_success', { detail: frame }));
   }
 
   _deliver(frame) {
+    if (typeof frame.cursor === 'string') this._cursor = frame.cursor;
     if (typeof frame.origin === 'string' && this._isEcho(frame)) return;
     if (!RESERVED.has(frame.type)) {
       this.dispatchEvent(new CustomEvent(frame.type, { detail: frame }));
