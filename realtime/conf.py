@@ -74,6 +74,7 @@ class RealtimeSettings:
     TCP_KEEPIDLE = Setting(30, int)
     TCP_KEEPINTVL = Setting(10, int)
     TCP_KEEPCNT = Setting(3, int)
+    ALLOWED_ORIGINS: Setting[list[str]] = Setting([], list)
 
 
 def defaults() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from django.db import connections, models
 from django.utils.module_loading import import_string
 
 from realtime.conf import PREFIX, defaults, raw
+from realtime.origins import parse_origin
 from realtime.paths import path_target
 
 POSITIVE_NUMBERS = (
@@ -71,6 +72,7 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
         *_check_booleans(),
         *_check_channel(),
         *_check_listen_database(),
+        *_check_allowed_origins(),
         *_check_unknown_names(),
     ]
 
@@ -279,6 +281,23 @@ def _check_listen_database() -> list[checks.CheckMessage]:
     if value.startswith(("postgresql://", "postgres://")) or "=" in value:
         return []
     return [_error(21, "LISTEN_DATABASE", f"{value!r} is neither an alias nor a DSN.", hint)]
+
+
+def _check_allowed_origins() -> list[checks.CheckMessage]:
+    value = raw("ALLOWED_ORIGINS")
+    hint = (
+        "List origins as browsers send them, scheme://host[:port] without a path, "
+        'e.g. ["https://app.example.com"].'
+    )
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        return [_error(12, "ALLOWED_ORIGINS", f"must be a list, not {value!r}.", hint)]
+    errors: list[checks.CheckMessage] = []
+    for entry in value:
+        try:
+            parse_origin(entry)
+        except ValueError as exc:
+            errors.append(_error(12, "ALLOWED_ORIGINS", f"is invalid: {exc}.", hint))
+    return errors
 
 
 def _check_unknown_names() -> list[checks.CheckMessage]:
