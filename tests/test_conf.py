@@ -49,6 +49,7 @@ DOCUMENTED: dict[str, Any] = {
     "TCP_KEEPIDLE": 30,
     "TCP_KEEPINTVL": 10,
     "TCP_KEEPCNT": 3,
+    "ALLOWED_ORIGINS": [],
 }
 # tests/settings.py sets this one; every other setting is left at its default there.
 SET_BY_TEST_SETTINGS = {"SCOPE_MODEL": "testapp.Workspace"}
