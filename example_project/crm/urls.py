@@ -9,5 +9,4 @@ urlpatterns = [
     path("w/<slug:slug>/", views.workspace, name="workspace"),
     path("api/w/<slug:slug>/contacts", views.contacts, name="contacts"),
     path("api/contacts/<int:pk>", views.contact, name="contact"),
-    path("realtime/token", views.token, name="token"),
 ]
