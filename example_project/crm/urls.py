@@ -9,4 +9,5 @@ urlpatterns = [
     path("w/<slug:slug>/", views.workspace, name="workspace"),
     path("api/w/<slug:slug>/contacts", views.contacts, name="contacts"),
     path("api/contacts/<int:pk>", views.contact, name="contact"),
+    path("api/contacts/<int:pk>/move", views.move_contact, name="move_contact"),
 ]

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from realtime.encoding import normal_id
 from realtime.sockets.protocol import ScopeAsk
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -101,7 +102,8 @@ class Socket:
         self._transport = _daphne_transport(send)
         self._stalled_since: float | None = None
         self.user = user
-        self.user_id: Any = user.pk
+        #: The account's id in its one normalised form (``realtime.encoding.normal_id``).
+        self.user_id: Any = normal_id(user.pk)
         self.token = token
         self.ask = ask
         #: Scope id -> slug, in the order the client asked for them.

@@ -1,4 +1,4 @@
-"""Where a model write enters realtime: the signal receivers, and ``announce`` for the rest.
+"""Where a model write enters realtime: the signal receivers of decorated models.
 
 Each receiver reads as the path of one announcement inside the write's transaction: what
 changed since the row was loaded (``snapshots``), the event read from the instance
@@ -17,19 +17,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
-from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
-from realtime.registry import ACTIONS, options_for
+from realtime.registry import options_for
 from realtime.writes import cascades, outbox, snapshots
-from realtime.writes.events import Event
-from realtime.writes.preparing import failsafe, prepare_delete, prepare_write
+from realtime.writes.before import plan_before, take_before
+from realtime.writes.failsafe import failsafe, never_raises
+from realtime.writes.preparing import prepare_delete, prepare_write
 
 PENDING_DELETE = "_realtime_pending_delete"
+PENDING_BEFORE = "_realtime_audience_before"
 
 
 def connect(model: type[models.Model]) -> None:
     """Connect the receivers of a decorated model (or of a subclass announcing like it)."""
     uid = f"realtime:{model._meta.label}"
+    pre_save.connect(on_pre_save, sender=model, dispatch_uid=uid)
     post_save.connect(on_post_save, sender=model, dispatch_uid=uid)
     pre_delete.connect(on_pre_delete, sender=model, dispatch_uid=uid)
     post_delete.connect(on_post_delete, sender=model, dispatch_uid=uid)
@@ -41,6 +44,7 @@ def connect(model: type[models.Model]) -> None:
 
 def disconnect(model: type[models.Model]) -> None:
     uid = f"realtime:{model._meta.label}"
+    pre_save.disconnect(sender=model, dispatch_uid=uid)
     post_save.disconnect(sender=model, dispatch_uid=uid)
     pre_delete.disconnect(sender=model, dispatch_uid=uid)
     post_delete.disconnect(sender=model, dispatch_uid=uid)
@@ -49,6 +53,28 @@ def disconnect(model: type[models.Model]) -> None:
         m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
 
 
+@never_raises
+def on_pre_save(
+    sender: type[models.Model],
+    instance: models.Model,
+    raw: bool,
+    using: str,
+    update_fields: Iterable[str] | None,
+    **kwargs: Any,
+) -> None:
+    # Who could read the row before this save: read now, while the database still holds it.
+    options = options_for(sender)
+    if raw or options is None:
+        return
+    plan = plan_before(options, instance, update_fields)
+    if plan is not None:
+        label = f"the readers of {options.name}:{instance.pk}"
+        before = failsafe(label, using, plan.queries, lambda: take_before(options, plan))
+        if before is not None:
+            instance.__dict__[PENDING_BEFORE] = before
+
+
+@never_raises
 def on_post_save(
     sender: type[models.Model],
     instance: models.Model,
@@ -59,18 +85,22 @@ def on_post_save(
     **kwargs: Any,
 ) -> None:
     options = options_for(sender)
+    before = instance.__dict__.pop(PENDING_BEFORE, None)
     if raw or options is None:
         return
     changed = None if created else snapshots.changed_fields(instance, update_fields)
-    snapshots.take(instance, snapshots.written_attnames(instance, update_fields))
+    snapshots.take(instance, snapshots.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
-    event = prepare_write(options, instance, action, changed, using)
+    moving = before is not None and not created
+    event = prepare_write(options, instance, action, changed, using, scopeless=moving)
     if event is not None:
+        event.before = before if moving else None
         outbox.add(event, using)
 
 
+@never_raises
 def on_pre_delete(
     sender: type[models.Model],
     instance: models.Model,
@@ -89,6 +119,7 @@ def on_pre_delete(
         instance.__dict__[PENDING_DELETE] = event
 
 
+@never_raises
 def on_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
@@ -97,6 +128,7 @@ def on_post_delete(
         outbox.add(event, using)
 
 
+@never_raises
 def on_m2m_changed(
     sender: type[models.Model],
     instance: models.Model,
@@ -164,38 +196,3 @@ def _linked_owners(
         return [instance] if has_links else []
     owner_model = field.model
     return list(owner_model._base_manager.filter(**{field.name: instance.pk}).order_by("pk"))
-
-
-def announce(
-    instances: models.Model | Iterable[models.Model],
-    action: str,
-    *,
-    changed: Iterable[str] | None = None,
-) -> None:
-    """Announce writes no signal saw (``update()``, ``bulk_create``, raw SQL) as signals would.
-
-    Published after the current transaction commits (at once outside one). ``changed`` names
-    the fields an ``"updated"`` wrote (default: every concrete field).
-    """
-    if action not in ACTIONS:
-        raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
-    if isinstance(instances, models.Model):
-        instances = [instances]
-    for instance in instances:
-        options = options_for(type(instance))
-        if options is None:
-            raise TypeError(f"{type(instance).__name__} is not a @realtime_model")
-        if action not in options.actions:
-            continue
-        using = instance._state.db or "default"
-        event: Event | None
-        if action == "deleted":
-            event = prepare_delete(options, instance, using)
-        else:
-            fields = None
-            if action == "updated":
-                names = changed if changed is not None else snapshots.all_fields(instance)
-                fields = snapshots.changed_fields(instance, names)
-            event = prepare_write(options, instance, action, fields, using)
-        if event is not None:
-            outbox.add(event, using)
