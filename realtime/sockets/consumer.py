@@ -7,7 +7,9 @@ bad frame once open gets its documented close code and one log line, never an ex
 
 Outgoing events never pass through this class: the ``SocketManager`` sends each frame to the
 socket's ASGI ``send`` itself. Incoming messages are read here directly, not through Channels'
-``dispatch`` (which hops to a thread for every message).
+``dispatch`` (which hops to a thread for every message). Whatever middleware wraps ``send``,
+the server's connection behind it is found once (``link``) and closes with the protocol's
+codes.
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ from realtime.conf import conf
 from realtime.encoding import jsonable
 from realtime.sockets import protocol
 from realtime.sockets.access import authenticate, resolve_scopes
-from realtime.sockets.connection import Socket, close_connection
+from realtime.sockets.connection import Socket
 from realtime.sockets.limits import FrameWindow, log_bad_input
+from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal
 
 logger = logging.getLogger(__name__)
 
 Message = dict[str, Any]
+
+#: Seconds a client has to answer the close of its socket before the connection is cut.
+CLOSE_ANSWER = 5.0
 
 
 class State(enum.Enum):
@@ -54,6 +60,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope = scope
         self.base_send = send
+        self.link = find_link(send)
         self._receive: Callable[[], Awaitable[Message]] = receive
         self.state = State.CONNECTING
         self.user: Any = None
@@ -119,6 +126,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
                 token=token,
                 ask=ask,
                 scopes={},
+                link=self.link,
             )
             socket.scopes = {jsonable(s.id): s.slug for s in scopes}
             await self.base_send(
@@ -144,16 +152,28 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _refuse(self, reason: Refusal) -> bool:
         log_bad_input("realtime: refused a socket: %s", reason.value)
-        await self.base_send(_text(protocol.auth_error(reason)))
+        await self._say_auth_error(reason)
         await self._close(CloseCode.POLICY_VIOLATION)
         return False
 
     async def refuse_later(self, reason: Refusal) -> None:
-        """Refuse an open socket whose credentials no longer stand (a recheck's verdict)."""
+        """Refuse an open socket whose credentials no longer stand (a recheck's verdict):
+        the events still waiting for it are dropped, ``auth_error`` goes out, then 1008."""
         if self.state is State.OPEN:
             log_bad_input("realtime: closed a socket on recheck: %s", reason.value)
-            await self.base_send(_text(protocol.auth_error(reason)))
+            if self.socket is not None:
+                self.socket.stop()
+            await self._say_auth_error(reason)
             await self._close(CloseCode.POLICY_VIOLATION)
+
+    async def _say_auth_error(self, reason: Refusal) -> None:
+        """Send ``auth_error``, bounded: a client that is not reading is closed anyway."""
+        try:
+            await asyncio.wait_for(
+                self.base_send(_text(protocol.auth_error(reason))), conf.SEND_TIMEOUT
+            )
+        except Exception:
+            logger.debug("realtime: auth_error could not be sent; closing")
 
     # Frames -------------------------------------------------------------------------------
 
@@ -274,21 +294,21 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
                 task.cancel()
 
     async def _close(self, code: int) -> None:
+        """Close with ``code`` once; the socket takes no more frames from then on."""
         if self.state is State.CLOSED:
             return
         self.state = State.CLOSED
         self.code = int(code)
         if self.socket is not None:
-            await self.socket.close(code)
-        else:
-            await close_connection(self.base_send, code)
+            self.socket.stop()
+        await self.link.shut(self.base_send, code, CLOSE_ANSWER)
 
     async def _finish(self) -> None:
         self.state = State.CLOSED
         if self._pending is not None:
             self._pending.cancel()
         if self.socket is not None:
-            self.socket.closed = True
+            self.socket.stop()
             try:
                 await get_manager().unregister(self.socket)
             except Exception:
