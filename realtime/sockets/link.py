@@ -45,10 +45,17 @@ _SKIPPED = (
 
 
 class Link:
-    """A connection known only through ``send``: the send may wait, there is no backlog."""
+    """A connection known only through ``send``: the send may wait, there is no backlog.
+
+    ``codes``: whether the server closes with any code it is given (daphne, unseen, only
+    closes with 1000 or 3000-4999 and fails on the protocol's codes).
+    """
 
     #: ``send`` only appends to a server buffer and never waits for the network.
     buffered = False
+
+    def __init__(self, codes: bool = True) -> None:
+        self.codes = codes
 
     def pending(self) -> int:
         """Bytes the server has taken but not yet written to the network."""
@@ -60,14 +67,10 @@ class Link:
 
     async def close(self, send: Send, code: int, answer_within: float | None) -> None:
         """Send the close frame with ``code``; ``answer_within`` is how long the peer has."""
-        try:
-            await send({"type": "websocket.close", "code": int(code)})
-        except Exception:
-            if not _twisted_drives_the_loop():
-                raise
-            # Daphne behind a send this module could not see through: autobahn accepts only
-            # 1000 and 3000-4999. Close anyway rather than fail the application.
-            await send({"type": "websocket.close"})
+        message: dict[str, Any] = {"type": "websocket.close"}
+        if self.codes:
+            message["code"] = int(code)
+        await send(message)
 
     def abort(self) -> None:
         """Cut the connection (the peer did not answer the close in time)."""
@@ -91,6 +94,7 @@ class TwistedLink(Link):
     buffered = True
 
     def __init__(self, protocol: Any) -> None:
+        super().__init__()
         self.protocol = protocol
 
     def pending(self) -> int:
@@ -120,6 +124,7 @@ class AsyncioLink(Link):
     """A connection over an asyncio transport (uvicorn): its write buffer is the backlog."""
 
     def __init__(self, transport: Any) -> None:
+        super().__init__()
         self.transport = transport
 
     def pending(self) -> int:
@@ -146,7 +151,10 @@ def find_link(send: Send) -> Link:
             return link
         queue.extend(_inner(node))
     if _twisted_drives_the_loop():
+        # Daphne behind a send this module cannot see through: a close with the protocol's
+        # codes would fail in autobahn, so it closes with 1000.
         _warn_once(send)
+        return Link(codes=False)
     return Link()
 
 
