@@ -261,11 +261,11 @@ def table_floor(members: Members, iterations: int = 300) -> tuple[float, float]:
         results = []
         for floor, known in ((newest - 1, set()), (window_floor, window - {newest})):
             for _ in range(10):
-                store.poll(hashes, floor, settled_before, known)
+                store.poll(hashes, floor, conf.COMMIT_GRACE, known)
             durations = []
             for _ in range(iterations):
                 start = time.perf_counter()
-                store.poll(hashes, floor, settled_before, known)
+                store.poll(hashes, floor, conf.COMMIT_GRACE, known)
                 durations.append(time.perf_counter() - start)
             results.append(statistics.median(durations))
     finally:

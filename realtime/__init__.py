@@ -1,7 +1,7 @@
 """realtime: tell WebSocket clients about the model writes they may read, after commit.
 
-``from realtime import realtime_model, announce`` is safe in ``models.py``: the names load on
-first use and touch neither the database nor the settings.
+``from realtime import realtime_model, announce, deleting`` is safe in ``models.py``: the names
+load on first use and touch neither the database nor the settings.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from realtime.writes.decorator import realtime_model
-    from realtime.writes.receivers import announce
+    from realtime.writes.manual import announce, deleting
 
-__all__ = ["announce", "realtime_model"]
+__all__ = ["announce", "deleting", "realtime_model"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,8 +20,8 @@ def __getattr__(name: str) -> Any:
         from realtime.writes.decorator import realtime_model
 
         return realtime_model
-    if name == "announce":
-        from realtime.writes.receivers import announce
+    if name in ("announce", "deleting"):
+        from realtime.writes import manual
 
-        return announce
+        return getattr(manual, name)
     raise AttributeError(f"module 'realtime' has no attribute {name!r}")

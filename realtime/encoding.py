@@ -41,9 +41,16 @@ def encode(message: Any) -> bytes:
     )
 
 
+def normal_id(value: Any) -> Any:
+    """The one form an id takes wherever it is compared: its JSON form (``42``, ``"42"``,
+    ``"6f1c…"`` for a UUID), so ids read from rows, from messages and from other processes
+    compare equal."""
+    return jsonable(value)
+
+
 def sorted_ids(ids: Iterable[Any]) -> list[Any]:
-    """Deduplicate and sort account ids (integers by value; other ids by their text)."""
-    return sorted(set(ids), key=_sort_key)
+    """Normalise, deduplicate and sort ids (integers by value; other ids by their text)."""
+    return sorted({normal_id(value) for value in ids}, key=_sort_key)
 
 
 def _sort_key(value: Any) -> tuple[int, Any]:

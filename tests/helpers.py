@@ -4,6 +4,7 @@ and starting Django subprocesses on the test database."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import subprocess
@@ -55,6 +56,14 @@ async def off_loop(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(run)
 
 
+def db_datetime(value: datetime.datetime) -> Any:
+    """A naive UTC datetime as the test database's driver stores it in ``created_at``:
+    PostgreSQL takes the datetime, SQLite and MySQL the text Django would write."""
+    if connection.vendor == "postgresql":
+        return value
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
 def vendor() -> str:
     return connection.vendor
 
@@ -69,7 +78,8 @@ def only_on(*vendors: str) -> pytest.MarkDecorator:
 def subprocess_env() -> dict[str, str]:
     """The environment a child needs to use the same (test) database as this process."""
     env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    # Not ``settings.SETTINGS_MODULE``: under ``override_settings`` it reads None.
+    env.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     env["REALTIME_TEST_DATABASE_NAME"] = str(connection.settings_dict["NAME"])
     env["PYTHONPATH"] = str(ROOT)
     return env

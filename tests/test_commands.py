@@ -21,7 +21,7 @@ from django.test import override_settings
 from realtime.fields import naive_utc_now
 from realtime.transports import table_store
 from realtime.transports.table import TableTransport
-from tests.helpers import ROOT, subprocess_env
+from tests.helpers import ROOT, db_datetime, subprocess_env
 
 HOUR = datetime.timedelta(hours=1)
 database = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ database = pytest.mark.django_db(transaction=True)
 
 def insert_rows(rows: list[tuple[str, bytes]], age: datetime.timedelta) -> None:
     """Insert ``(channel, payload)`` rows created ``age`` ago, with plain SQL."""
-    created_at = table_store._db_datetime(connection, naive_utc_now() - age)
+    created_at = db_datetime(naive_utc_now() - age)
     with connection.cursor() as cursor:
         for channel, payload in rows:
             encoded = channel.encode()

@@ -15,7 +15,7 @@ from pytest_django import DjangoCaptureOnCommitCallbacks
 
 from realtime.broadcast import recheck_users
 from tests.helpers import events, forget_messages, published
-from tests.testapp.models import Membership, Notification, Workspace
+from tests.testapp.models import ApiKey, Membership, Notification, Profile, Workspace
 
 User = get_user_model()
 MakeUser = Callable[..., Any]
@@ -414,3 +414,96 @@ def test_write_outside_a_transaction_rechecks_at_once(
     forget_messages()
     Membership.objects.create(workspace=workspace, user=ann)
     assert rechecks() == recheck_of(ann.pk)
+
+
+# Memberships handed to another account or moved ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_membership_handed_to_another_account_rechecks_both_accounts(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    former, successor = make_user("ann", member_of=workspace), make_user("bob")
+    membership = Membership.objects.get(workspace=workspace, user=former)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        membership.user = successor
+        membership.save()
+    assert rechecks() == recheck_of(former.pk, successor.pk)
+
+
+@pytest.mark.django_db
+def test_membership_built_by_hand_and_handed_over_rechecks_the_stored_account_too(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    former, successor = make_user("ann", member_of=workspace), make_user("bob")
+    stored = Membership.objects.get(workspace=workspace, user=former)
+    # No snapshot: the account the row named is read from the database before the save.
+    by_hand = Membership(pk=stored.pk, workspace=workspace, user=successor)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        by_hand.save()
+    assert rechecks() == recheck_of(former.pk, successor.pk)
+
+
+@pytest.mark.django_db
+def test_membership_moved_to_another_scope_rechecks_its_account(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    other = Workspace.objects.create(name="Beta", slug="beta")
+    user = make_user("ann", member_of=workspace)
+    membership = Membership.objects.get(workspace=workspace, user=user)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        membership.workspace = other
+        membership.save()
+    assert rechecks() == recheck_of(user.pk)
+
+
+@pytest.mark.django_db
+def test_membership_handed_over_through_update_fields_rechecks_both_accounts(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    former, successor = make_user("ann", member_of=workspace), make_user("bob")
+    membership = Membership.objects.get(workspace=workspace, user=former)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        membership.user = successor
+        membership.save(update_fields=["user"])
+    assert rechecks() == recheck_of(former.pk, successor.pk)
+
+
+@pytest.mark.django_db
+def test_members_set_through_the_m2m_manager_recheck_those_removed_and_added(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    kept, dropped = make_user("ann", member_of=workspace), make_user("bob", member_of=workspace)
+    joined = make_user("carol")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace.members.set([kept, joined])
+    assert rechecks() == recheck_of(dropped.pk, joined.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(REALTIME_RECHECK_MODELS={"testapp.ApiKey": "profile.user"})
+def test_recheck_model_moved_along_a_multi_hop_path_rechecks_both_accounts(
+    make_user: MakeUser,
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    ann_profile, bob_profile = Profile.objects.create(user=ann), Profile.objects.create(user=bob)
+    key = ApiKey.objects.create(profile=ann_profile, label="ci")
+    forget_messages()
+    key.profile = bob_profile
+    key.save()
+    assert rechecks() == recheck_of(ann.pk, bob.pk)

@@ -15,7 +15,7 @@ from realtime.fields import naive_utc_now
 from realtime.transports import table_poller, table_store
 from realtime.transports.table import TableTransport
 from realtime.transports.table_store import channel_hash
-from tests.helpers import Inbox, off_loop, only_on, start_worker, vendor
+from tests.helpers import Inbox, db_datetime, off_loop, only_on, start_worker, vendor
 from tests.transport_contract import MARKER, TransportContract
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,9 +32,7 @@ def insert_row(
     hash_of: str | None = None,
 ) -> None:
     """Insert a row the way another writer (or firm-channel) could, committed at once."""
-    created_at = table_store._db_datetime(
-        connection, naive_utc_now() - datetime.timedelta(seconds=age)
-    )
+    created_at = db_datetime(naive_utc_now() - datetime.timedelta(seconds=age))
     columns = "channel, payload, channel_hash, created_at"
     params: list[Any] = [
         channel.encode(),
@@ -333,9 +331,7 @@ class TestTrimming:
         with connection.cursor() as cursor:
             for start in range(0, total, 100):
                 rows = ", ".join(["(%s, %s, %s, %s)"] * 100)
-                created = table_store._db_datetime(
-                    connection, naive_utc_now() - datetime.timedelta(hours=1)
-                )
+                created = db_datetime(naive_utc_now() - datetime.timedelta(hours=1))
                 params: list[Any] = []
                 for n in range(start, start + 100):
                     params += [b"old", str(n).encode(), channel_hash(b"old"), created]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope
-from realtime.encoding import jsonable
+from realtime.encoding import normal_id
 from realtime.sockets.protocol import ScopeAsk
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def recheck(auth: RealtimeAuth, questions: list[tuple[Any, str, ScopeAsk, list[A
     for user_id, token, ask, held in questions:
         try:
             user = auth.user_of_token(token)
-            if user is None or jsonable(user.pk) != user_id:
+            if user is None or normal_id(user.pk) != user_id:
                 answers.append(None)
             else:
                 answers.append(resolve_scopes(auth, user, token, ask, held))

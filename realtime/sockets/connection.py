@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from realtime.encoding import normal_id
 from realtime.sockets.link import Link, Send, find_link
 from realtime.sockets.protocol import ScopeAsk
 
@@ -79,7 +80,8 @@ class Socket:
         self._over_since: float | None = None
         self._seen_at = 0.0
         self.user = user
-        self.user_id: Any = user.pk
+        #: The account's id in its one normalised form (``realtime.encoding.normal_id``).
+        self.user_id: Any = normal_id(user.pk)
         self.token = token
         self.ask = ask
         #: Scope id -> slug, in the order the client asked for them.

@@ -27,7 +27,7 @@ from realtime import signals
 from realtime.auth import get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.encoding import jsonable
+from realtime.encoding import normal_id
 from realtime.sockets import protocol
 from realtime.sockets.access import authenticate, resolve_scopes
 from realtime.sockets.connection import Socket
@@ -126,7 +126,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
                 scopes={},
                 link=self.link,
             )
-            socket.scopes = {jsonable(s.id): s.slug for s in scopes}
+            socket.scopes = {normal_id(s.id): s.slug for s in scopes}
             await self.base_send(
                 _text(protocol.auth_success(socket.user_id, list(socket.scopes.values())))
             )

@@ -26,7 +26,7 @@ from realtime import messages, signals
 from realtime.auth import RealtimeAuth, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.encoding import jsonable
+from realtime.encoding import normal_id
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.index import SocketIndex
@@ -242,5 +242,5 @@ def _audience(
     auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
 ) -> list[Any]:
     return [
-        jsonable(user_id) for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
+        normal_id(user_id) for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
     ]

@@ -25,7 +25,7 @@ from typing import Any
 from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.encoding import jsonable
+from realtime.encoding import normal_id
 from realtime.messages import base_channel, scope_channel
 from realtime.sockets import access
 from realtime.sockets.connection import Socket
@@ -93,7 +93,7 @@ class SocketManager:
 
     def reserve(self, user_id: Any) -> bool:
         """Hold a place for one more socket of an account, within its per-worker limit."""
-        key = jsonable(user_id)
+        key = normal_id(user_id)
         held = self.index.held_by(key) + self._reserved.get(key, 0)
         if held >= conf.MAX_SOCKETS_PER_USER:
             return False
@@ -102,7 +102,7 @@ class SocketManager:
 
     def release(self, user_id: Any) -> None:
         """Give back a place taken by ``reserve`` (the socket registered, or never will)."""
-        key = jsonable(user_id)
+        key = normal_id(user_id)
         left = self._reserved.get(key, 0) - 1
         if left > 0:
             self._reserved[key] = left
@@ -124,7 +124,7 @@ class SocketManager:
     async def set_scopes(self, socket: Socket, scopes: list[Scope], *, keep_channels: bool) -> None:
         """Make ``socket`` read exactly ``scopes``; a client watch that changes the set drops
         its subscriptions, a recheck only the entries of the scopes it lost."""
-        new = {jsonable(scope.id): scope.slug for scope in scopes}
+        new = {normal_id(scope.id): scope.slug for scope in scopes}
         gone = [scope_id for scope_id in socket.scopes if scope_id not in new]
         added = [scope_id for scope_id in new if scope_id not in socket.scopes]
         if not keep_channels and (gone or added):

@@ -15,7 +15,6 @@ batches with ``call_soon_threadsafe``: a slow listener never stalls polling.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import threading
 import time
@@ -23,7 +22,6 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from realtime.fields import naive_utc_now
 from realtime.transports.table_store import MessageStore, channel_hash
 
 logger = logging.getLogger(__name__)
@@ -149,9 +147,8 @@ class Poller:
             anchors = dict(self._anchors)
         if not anchors or self._floor is None:
             return
-        settled_before = naive_utc_now() - datetime.timedelta(seconds=self.commit_grace)
         hashes = {channel_hash(c) for c in anchors}
-        read = self.store.poll(hashes, self._floor, settled_before, self._delivered)
+        read = self.store.poll(hashes, self._floor, self.commit_grace, self._delivered)
         floor = max(self._floor, read.settled or 0)
         ready: list[tuple[str, bytes]] = []
         for row in read.rows:

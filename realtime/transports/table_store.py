@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from realtime.exceptions import ChannelTooLongError
-from realtime.fields import naive_utc_now, to_naive_utc
+from realtime.fields import to_naive_utc
 
 TABLE: Final = "firm_channel_messages"
 MAX_CHANNEL_BYTES: Final = 1024
@@ -79,12 +79,27 @@ def _as_datetime(value: Any) -> datetime.datetime:
     return to_naive_utc(value)
 
 
-def _db_datetime(connection: BaseDatabaseWrapper, value: datetime.datetime) -> Any:
-    # Naive UTC in, as each driver stores it: PostgreSQL takes the datetime, SQLite and
-    # MySQL the text Django would write (microseconds kept, so text order is time order).
+def db_now(connection: BaseDatabaseWrapper) -> str:
+    """SQL for the database's current time as naive UTC, in the column's own form.
+
+    Every time the table holds or is compared with is the database's, taken when the statement
+    runs: a publisher that stalls before its INSERT, or whose clock is off, cannot write a row
+    that looks older than it is (one that the poller's floor would already pass).
+    """
     if connection.vendor == "postgresql":
-        return value
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return "(statement_timestamp() AT TIME ZONE 'UTC')"
+    if connection.vendor == "mysql":
+        return "UTC_TIMESTAMP(6)"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+
+
+def db_seconds_ago(connection: BaseDatabaseWrapper) -> str:
+    """SQL for the database's time ``%s`` seconds ago (one float parameter), as ``db_now``."""
+    if connection.vendor == "postgresql":
+        return f"({db_now(connection)} - make_interval(secs => %s))"
+    if connection.vendor == "mysql":
+        return "(UTC_TIMESTAMP(6) - INTERVAL ROUND(%s * 1000000) MICROSECOND)"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', %s))"
 
 
 def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -107,17 +122,17 @@ class MessageStore:
     def insert(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
         """Insert ``(channel, payload)`` rows, in order, in one transaction of their own."""
         connection = self.connection
-        created_at = _db_datetime(connection, naive_utc_now())
+        now = db_now(connection)
         # One statement is atomic by itself: only several need a transaction around them
         # (and BEGIN/COMMIT would cost two more round trips on every publish).
         several = len(messages) > INSERT_CHUNK
         atomic = transaction.atomic(using=self.using) if several else nullcontext()
         with atomic, connection.cursor() as cursor:
             for chunk in chunked(messages, INSERT_CHUNK):
-                values = ", ".join(["(%s, %s, %s, %s)"] * len(chunk))
+                values = ", ".join([f"(%s, %s, %s, {now})"] * len(chunk))
                 params: list[Any] = []
                 for channel, payload in chunk:
-                    params += [channel, payload, channel_hash(channel), created_at]
+                    params += [channel, payload, channel_hash(channel)]
                 cursor.execute(
                     f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
                     f"VALUES {values}",
@@ -135,11 +150,12 @@ class MessageStore:
         self,
         hashes: Collection[int],
         floor: int,
-        settled_before: datetime.datetime,
+        grace: float,
         known: Collection[int],
     ) -> Poll:
         """Read what one poll needs: the ids above ``floor`` whose hash is one of ``hashes``,
-        and the rows of those not in ``known``; plus the highest id old enough to settle.
+        and the rows of those not in ``known``; plus the highest id older than ``grace``
+        seconds by the database's clock (settled: its transaction had time to commit).
 
         The window above the floor is re-read every poll (that is how a late commit is
         caught), so it is read as bare ids, compared with the cutoff by the database; only
@@ -151,9 +167,9 @@ class MessageStore:
         placeholders = ", ".join(["%s"] * len(hashes))
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id, CASE WHEN created_at < %s THEN 1 ELSE 0 END FROM {TABLE} "
-                f"WHERE channel_hash IN ({placeholders}) AND id > %s ORDER BY id",
-                [_db_datetime(connection, settled_before), *hashes, floor],
+                f"SELECT id, CASE WHEN created_at < {db_seconds_ago(connection)} THEN 1 ELSE 0 END "
+                f"FROM {TABLE} WHERE channel_hash IN ({placeholders}) AND id > %s ORDER BY id",
+                [grace, *hashes, floor],
             )
             window = cursor.fetchall()
             settled = max((int(id_) for id_, old in window if old), default=None)
@@ -179,18 +195,19 @@ class MessageStore:
         Rows locked by another trimmer are skipped, not waited for.
         """
         connection = self.connection
-        cutoff = _db_datetime(connection, naive_utc_now() - datetime.timedelta(seconds=retention))
+        cutoff = db_seconds_ago(connection)
         # Look before locking: most trims find nothing expired, and on SQLite taking the
         # write lock for nothing makes the application's own transactions wait or fail.
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT 1 FROM {TABLE} WHERE created_at < %s LIMIT 1", [cutoff])
+            expired = f"SELECT 1 FROM {TABLE} WHERE created_at < {cutoff} LIMIT 1"
+            cursor.execute(expired, [retention])
             if cursor.fetchone() is None:
                 return []
         with self._trim_transaction() as cursor:
             lock = "" if connection.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
             cursor.execute(
-                f"SELECT id FROM {TABLE} WHERE created_at < %s ORDER BY id LIMIT %s{lock}",
-                [cutoff, batch_size],
+                f"SELECT id FROM {TABLE} WHERE created_at < {cutoff} ORDER BY id LIMIT %s{lock}",
+                [retention, batch_size],
             )
             ids = [int(row[0]) for row in cursor.fetchall()]
             if ids and connection.vendor == "mysql":

@@ -8,8 +8,8 @@ the model's channel, so clients reload the list instead of drowning in events.
 Rows the *database* removes (``on_delete=DO_NOTHING`` plus an ``ON DELETE CASCADE`` constraint)
 send no signal at all. A child model declares ``cascade=["parent"]``; the parent's
 ``pre_delete`` then reads at most the limit of such children per parent (one query) and the
-parent's ``post_delete`` hands their announcements to the outbox. ``SET_NULL`` and
-``SET_DEFAULT`` change children without signals and are not announced.
+parent's ``post_delete`` hands their announcements to the outbox. Children a delete sets to
+NULL or to their default are announced by ``realtime.writes.unlinked``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from realtime.conf import conf
 from realtime.registry import ModelOptions, all_options, options_for
 from realtime.writes import outbox
 from realtime.writes.events import Event
-from realtime.writes.preparing import delete_event, failsafe
+from realtime.writes.failsafe import failsafe
+from realtime.writes.preparing import delete_event
 
 PENDING_CASCADE = "_realtime_pending_cascade"
 
@@ -70,10 +71,12 @@ def fold(options: ModelOptions, instance: models.Model, origin: Any) -> Event | 
     return folded_event(options, scope_id)
 
 
-def folded_event(options: ModelOptions, scope_id: Any) -> Event:
+def folded_event(options: ModelOptions, scope_id: Any, action: str = "deleted") -> Event:
+    """One truncated event with no data on the model's channel: the clients of ``scope_id``
+    reload the list."""
     return Event(
         options=options,
-        action="deleted",
+        action=action,
         pk=None,
         data={},
         channels=[options.name],

@@ -32,6 +32,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from realtime.writes.publish import publish
+from realtime.writes.transactions import held_callbacks
 
 
 @dataclass(eq=False)
@@ -89,7 +90,7 @@ def _outbox_of(connection: BaseDatabaseWrapper) -> _Outbox:
     outbox = _outboxes.get(connection)
     if outbox is not None and outbox.hooks is not hooks:
         # Django replaced its list: a savepoint rolled back, or the transaction ended.
-        held = {id(callback) for _, callback, _ in hooks}
+        held = held_callbacks(connection)
         if any(id(entry.callback) in held for entry in outbox.entries):
             for entry in outbox.entries:
                 entry.dead = entry.dead or id(entry.callback) not in held

@@ -13,11 +13,7 @@ nothing left to ask about.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from typing import TypeVar
-
-from django.db import connections, models, transaction
+from django.db import models
 
 from realtime.auth import RealtimeAuth, get_auth
 from realtime.registry import ModelOptions
@@ -28,26 +24,10 @@ from realtime.writes.audiences import (
     shared_readers,
 )
 from realtime.writes.events import Event, read_event
-
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
+from realtime.writes.failsafe import failsafe
 
 #: Hooks whose default answers a delete's preparation reads without a query.
 DELETE_HOOKS = ("recipients", "outside_recipients", "audience", "shared_readers")
-
-
-def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
-    """Run ``build``, logging and swallowing any failure; in a savepoint when it may query
-    inside a transaction, so that a failed query cannot poison the write's transaction."""
-    try:
-        if queries and connections[using].in_atomic_block:
-            with transaction.atomic(using=using):
-                return build()
-        return build()
-    except Exception:
-        logger.exception("realtime: preparing the announcement of %s failed; not announced", what)
-        return None
 
 
 def prepare_write(

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from realtime.encoding import sorted_ids
 from realtime.transports import get_transport
 from realtime.writes.audiences import outside_recipients, recipients, shared_readers
 from realtime.writes.events import Event
@@ -132,7 +133,7 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
     if shared:
         out += users_messages(shared, event.event_type, data, **common)
     outside = event.outside if event.outside is not None else outside_recipients(event)
-    outside = [account for account in outside if account not in set(shared or ())]
+    outside = [account for account in sorted_ids(outside) if account not in set(shared or ())]
     if outside:
         out += users_messages(outside, event.event_type, data, skip_scope=event.scope_id, **common)
     return out

@@ -1,4 +1,4 @@
-"""Where a model write enters realtime: the signal receivers, and ``announce`` for the rest.
+"""Where a model write enters realtime: the signal receivers of decorated models.
 
 Each receiver reads as the path of one announcement inside the write's transaction: what
 changed since the row was loaded (``snapshots``), the event read from the instance
@@ -19,10 +19,10 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
-from realtime.registry import ACTIONS, options_for
+from realtime.registry import options_for
 from realtime.writes import cascades, outbox, snapshots
-from realtime.writes.events import Event
-from realtime.writes.preparing import failsafe, prepare_delete, prepare_write
+from realtime.writes.failsafe import failsafe, never_raises
+from realtime.writes.preparing import prepare_delete, prepare_write
 
 PENDING_DELETE = "_realtime_pending_delete"
 
@@ -49,6 +49,7 @@ def disconnect(model: type[models.Model]) -> None:
         m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
 
 
+@never_raises
 def on_post_save(
     sender: type[models.Model],
     instance: models.Model,
@@ -62,7 +63,7 @@ def on_post_save(
     if raw or options is None:
         return
     changed = None if created else snapshots.changed_fields(instance, update_fields)
-    snapshots.take(instance, snapshots.written_attnames(instance, update_fields))
+    snapshots.take(instance, snapshots.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
@@ -71,6 +72,7 @@ def on_post_save(
         outbox.add(event, using)
 
 
+@never_raises
 def on_pre_delete(
     sender: type[models.Model],
     instance: models.Model,
@@ -89,6 +91,7 @@ def on_pre_delete(
         instance.__dict__[PENDING_DELETE] = event
 
 
+@never_raises
 def on_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
@@ -97,6 +100,7 @@ def on_post_delete(
         outbox.add(event, using)
 
 
+@never_raises
 def on_m2m_changed(
     sender: type[models.Model],
     instance: models.Model,
@@ -164,38 +168,3 @@ def _linked_owners(
         return [instance] if has_links else []
     owner_model = field.model
     return list(owner_model._base_manager.filter(**{field.name: instance.pk}).order_by("pk"))
-
-
-def announce(
-    instances: models.Model | Iterable[models.Model],
-    action: str,
-    *,
-    changed: Iterable[str] | None = None,
-) -> None:
-    """Announce writes no signal saw (``update()``, ``bulk_create``, raw SQL) as signals would.
-
-    Published after the current transaction commits (at once outside one). ``changed`` names
-    the fields an ``"updated"`` wrote (default: every concrete field).
-    """
-    if action not in ACTIONS:
-        raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
-    if isinstance(instances, models.Model):
-        instances = [instances]
-    for instance in instances:
-        options = options_for(type(instance))
-        if options is None:
-            raise TypeError(f"{type(instance).__name__} is not a @realtime_model")
-        if action not in options.actions:
-            continue
-        using = instance._state.db or "default"
-        event: Event | None
-        if action == "deleted":
-            event = prepare_delete(options, instance, using)
-        else:
-            fields = None
-            if action == "updated":
-                names = changed if changed is not None else snapshots.all_fields(instance)
-                fields = snapshots.changed_fields(instance, names)
-            event = prepare_write(options, instance, action, fields, using)
-        if event is not None:
-            outbox.add(event, using)

@@ -6,7 +6,13 @@ periodic round: a membership saved or deleted (the model ``REALTIME_SCOPE_MEMBER
 through, or the links of a many-to-many), a scope deleted (its members), an account deleted,
 made inactive, or whose username or email changed (its password too, with
 ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``), and any write of a ``REALTIME_RECHECK_MODELS`` model.
-A name change triggers nothing. These models get receivers and so lose Django's fast delete.
+A save rechecks every account the row named before it *and* after it: a membership handed to
+another account drops the former member at once. A name change triggers nothing. These models
+get receivers and so lose Django's fast delete. Writes that send no signal (``update()``,
+``bulk_*``) trigger nothing: call ``recheck_users`` after them.
+
+Like every receiver of the write side, these never fail the write, and the queries they add
+run in savepoints.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ from django.dispatch import Signal
 
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
-from realtime.paths import resolve_path, values_on_path
+from realtime.paths import resolve_path, split_path, values_on_path
 from realtime.writes import outbox, snapshots
+from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.publish import Recheck
 
 logger = logging.getLogger(__name__)
 
 PENDING = "_realtime_pending_recheck"
+BEFORE = "_realtime_accounts_before"
 UID = "realtime:recheck"
 
 
@@ -41,8 +49,22 @@ class Watched:
     model: type[models.Model]
     path: str
 
-    def accounts(self, instance: models.Model) -> list[Any]:
-        return values_on_path(instance, self.path)
+    def accounts(self, instance: models.Model, using: str) -> list[Any]:
+        """The accounts the row names now (a multi-hop path costs a query, in a savepoint)."""
+        label = f"the accounts of {self.model._meta.label}:{instance.pk}"
+        return failsafe(label, using, True, lambda: values_on_path(instance, self.path)) or []
+
+    def accounts_before(self, instance: models.Model, using: str) -> list[Any]:
+        """The accounts the row named before the save about to run: for a one-hop path, from
+        the snapshot when it knows the column; otherwise read from the stored row."""
+        first = self.model._meta.get_field(split_path(self.path)[0])
+        if len(split_path(self.path)) == 1 and first.concrete and first.many_to_one:
+            attname = first.attname
+            known = snapshots.before(instance) or {}
+            if snapshots.knows(known, attname):
+                return [] if known[attname] is None else [known[attname]]
+        stored = self.model._base_manager.filter(pk=instance.pk).first()
+        return [] if stored is None else values_on_path(stored, self.path)
 
 
 _connected: list[tuple[Signal, Any]] = []
@@ -87,6 +109,7 @@ def connect() -> None:
 
 def _watch(watched: Watched) -> None:
     _watched[watched.model] = watched
+    _on(pre_save, _on_watched_saving, watched.model)
     _on(post_save, _on_watched_saved, watched.model)
     _on(pre_delete, _on_watched_deleting, watched.model)
     _on(post_delete, _on_deleted, watched.model)
@@ -106,6 +129,8 @@ def _connect_memberships(scope: type[models.Model]) -> None:
         _watch(Watched(through, user_fk))
     else:
         _watch(Watched(last.model, last.name))
+    for watched in _watched.values():
+        snapshots.track(watched.model)
 
 
 def request(user_ids: Iterable[Any], using: str = "default") -> None:
@@ -115,10 +140,11 @@ def request(user_ids: Iterable[Any], using: str = "default") -> None:
         outbox.add(Recheck(ids), using)
 
 
+@never_raises
 def _on_account_saving(sender: type[models.Model], instance: Any, **kwargs: Any) -> None:
     # Compared before the save: post_save receivers refresh the snapshot.
-    before = instance.__dict__.get(snapshots.SNAPSHOT)
-    if before is None or instance._state.adding:
+    known = snapshots.before(instance)
+    if known is None or instance._state.adding:
         return
     watched = [instance.get_email_field_name(), instance.USERNAME_FIELD, "is_active"]
     if conf.REVOKE_ON_PASSWORD_CHANGE:
@@ -127,44 +153,78 @@ def _on_account_saving(sender: type[models.Model], instance: Any, **kwargs: Any)
     if written is not None:
         watched = [name for name in watched if name in written]
     values = instance.__dict__
-    if any(name in before and before[name] != values.get(name) for name in watched):
+    if any(name in known and snapshots.differs(values, known, name) for name in watched):
         instance.__dict__[PENDING] = [instance.pk]
 
 
+@never_raises
 def _on_account_saved(sender: type[models.Model], instance: Any, using: str, **kwargs: Any) -> None:
-    snapshots.take(instance, snapshots.written_attnames(instance, kwargs.get("update_fields")))
+    written = snapshots.written_attnames(instance, kwargs.get("update_fields"))
+    snapshots.take(instance, written, using)
     request(instance.__dict__.pop(PENDING, []), using)
 
 
+@never_raises
 def _on_account_deleting(sender: type[models.Model], instance: Any, **kwargs: Any) -> None:
     instance.__dict__[PENDING] = [instance.pk]
 
 
-def _on_scope_deleting(sender: type[models.Model], instance: Any, **kwargs: Any) -> None:
-    try:
-        instance.__dict__[PENDING] = list(member_ids(instance.pk))
-    except Exception:
-        logger.exception("realtime: reading the members of a deleted scope failed")
+@never_raises
+def _on_scope_deleting(
+    sender: type[models.Model], instance: Any, using: str, **kwargs: Any
+) -> None:
+    members = failsafe(
+        f"the members of deleted scope {instance.pk}",
+        using,
+        True,
+        lambda: list(member_ids(instance.pk)),
+    )
+    instance.__dict__[PENDING] = members or []
 
 
-def _on_watched_deleting(sender: type[models.Model], instance: Any, **kwargs: Any) -> None:
+@never_raises
+def _on_watched_deleting(
+    sender: type[models.Model], instance: Any, using: str, **kwargs: Any
+) -> None:
     watched = _watched.get(sender)
     if watched is not None:
-        instance.__dict__[PENDING] = watched.accounts(instance)
+        instance.__dict__[PENDING] = watched.accounts(instance, using)
 
 
+@never_raises
 def _on_deleted(sender: type[models.Model], instance: Any, using: str, **kwargs: Any) -> None:
     request(instance.__dict__.pop(PENDING, []), using)
 
 
+@never_raises
+def _on_watched_saving(
+    sender: type[models.Model], instance: Any, using: str, raw: bool = False, **kwargs: Any
+) -> None:
+    watched = _watched.get(sender)
+    # A row built by hand with the pk of a stored one is an update too; like Django, take a
+    # new row whose pk has a default (or no pk yet) for an insert.
+    inserting = instance._state.adding and instance._meta.pk.has_default()
+    if watched is None or raw or instance.pk is None or inserting:
+        return
+    label = f"the accounts {sender._meta.label}:{instance.pk} named"
+    before = failsafe(label, using, True, lambda: watched.accounts_before(instance, using))
+    instance.__dict__[BEFORE] = before or []
+
+
+@never_raises
 def _on_watched_saved(
     sender: type[models.Model], instance: Any, using: str, raw: bool = False, **kwargs: Any
 ) -> None:
     watched = _watched.get(sender)
+    before = instance.__dict__.pop(BEFORE, [])
     if watched is not None and not raw:
-        request(watched.accounts(instance), using)
+        snapshots.take(
+            instance, snapshots.written_attnames(instance, kwargs.get("update_fields")), using
+        )
+        request([*before, *watched.accounts(instance, using)], using)
 
 
+@never_raises
 def _on_links_changed(
     sender: type[models.Model],
     instance: Any,
@@ -179,7 +239,13 @@ def _on_links_changed(
         if isinstance(instance, user_model):
             instance.__dict__[PENDING] = [instance.pk]
         else:
-            instance.__dict__[PENDING] = list(member_ids(instance.pk))
+            members = failsafe(
+                f"the members of scope {instance.pk}",
+                using,
+                True,
+                lambda: list(member_ids(instance.pk)),
+            )
+            instance.__dict__[PENDING] = members or []
     elif action == "post_clear":
         request(instance.__dict__.pop(PENDING, []), using)
     elif action in ("post_add", "post_remove"):

@@ -236,3 +236,74 @@ class WorkspaceView(Workspace):
 
     class Meta:
         proxy = True
+
+
+@realtime_model(fields=["title", "meta", "labels"])
+class Document(models.Model):
+    """Values that can change in place: a dict and a list in JSON fields."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+    meta = models.JSONField(default=dict)
+    labels = models.JSONField(default=list)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+@realtime_model(fields=["name"])
+class Vendor(models.Model):
+    """Deleting one changes its leads and deals without their signals."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["name", "vendor"], relations=["vendor"])
+class Lead(models.Model):
+    """Set to NULL when its vendor is deleted."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    vendor = models.ForeignKey(
+        Vendor, on_delete=models.SET_NULL, null=True, blank=True, related_name="leads"
+    )
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["name", "vendor"])
+class Deal(models.Model):
+    """Set to its default (no vendor) when its vendor is deleted."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    vendor = models.ForeignKey(
+        Vendor, on_delete=models.SET_DEFAULT, null=True, default=None, related_name="deals"
+    )
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Profile(models.Model):
+    """One hop between an API key and its account (a multi-hop recheck path)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+
+    def __str__(self) -> str:
+        return str(self.user_id)
+
+
+class ApiKey(models.Model):
+    """An application's own credential: ``REALTIME_RECHECK_MODELS`` watches it."""
+
+    profile = models.ForeignKey(Profile, on_delete=models.CASCADE)
+    label = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.label

@@ -1,0 +1,95 @@
+"""Announcing writes no signal saw: ``announce`` and ``deleting``.
+
+``QuerySet.update()``, ``bulk_create``, ``bulk_update``, ``QuerySet.delete()`` of a model
+without receivers, and raw SQL send no model signals. ``announce`` announces such writes as
+the signals would have, after the current transaction commits. A delete is the special case:
+who may read a row (its guard's readers, the accounts of its path, readers of a shared root)
+can only be asked while the row exists, so ``deleting`` reads the rows and their readers
+*before* the block that deletes them, and announces them after it, once the transaction
+commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from django.db import DEFAULT_DB_ALIAS, models, router, transaction
+
+from realtime.registry import ACTIONS, options_for
+from realtime.writes import outbox, snapshots
+from realtime.writes.events import Event
+from realtime.writes.preparing import prepare_delete, prepare_write
+
+
+def announce(
+    instances: models.Model | Iterable[models.Model],
+    action: str,
+    *,
+    changed: Iterable[str] | None = None,
+) -> None:
+    """Announce writes no signal saw (``update()``, ``bulk_create``, raw SQL) as signals would.
+
+    Published after the current transaction commits (at once outside one). ``changed`` names
+    the fields an ``"updated"`` wrote (default: every concrete field). For deletes, prefer
+    ``deleting``: a row already gone has no readers left to ask.
+    """
+    if action not in ACTIONS:
+        raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
+    if isinstance(instances, models.Model):
+        instances = [instances]
+    for instance in instances:
+        options = options_for(type(instance))
+        if options is None:
+            raise TypeError(f"{type(instance).__name__} is not a @realtime_model")
+        if action not in options.actions:
+            continue
+        using = instance._state.db or DEFAULT_DB_ALIAS
+        event: Event | None
+        if action == "deleted":
+            event = prepare_delete(options, instance, using)
+        else:
+            fields = None
+            if action == "updated":
+                names = changed if changed is not None else snapshots.all_fields(instance)
+                fields = snapshots.changed_fields(instance, names)
+            event = prepare_write(options, instance, action, fields, using)
+        if event is not None:
+            outbox.add(event, using)
+
+
+@contextmanager
+def deleting(
+    rows: models.QuerySet[models.Model] | Iterable[models.Model], *, using: str | None = None
+) -> Iterator[list[models.Model]]:
+    """Announce the deletion of ``rows`` made inside the block, readers asked before it::
+
+        with deleting(Contact.objects.filter(company=company)) as doomed:
+            Contact.objects.filter(pk__in=[c.pk for c in doomed]).delete()   # or raw SQL
+
+    The block runs in ``transaction.atomic()``; the rows are read (a queryset is evaluated)
+    and their events prepared on entry, and handed to the outbox when the block ends without
+    an exception, so they are published once the outermost transaction commits. A block that
+    raises announces nothing. Yields the rows as instances.
+    """
+    instances = list(rows)
+    if using is None:
+        if isinstance(rows, models.QuerySet):
+            using = rows.db
+        elif instances:
+            using = instances[0]._state.db or router.db_for_write(type(instances[0]))
+        else:
+            using = DEFAULT_DB_ALIAS
+    with transaction.atomic(using=using):
+        events = []
+        for instance in instances:
+            options = options_for(type(instance))
+            if options is None:
+                raise TypeError(f"{type(instance).__name__} is not a @realtime_model")
+            if "deleted" in options.actions:
+                event = prepare_delete(options, instance, using)
+                if event is not None:
+                    events.append(event)
+        yield instances
+        for event in events:
+            outbox.add(event, using)

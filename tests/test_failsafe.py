@@ -1,0 +1,112 @@
+"""No realtime failure fails the user's write: receivers catch what they raise, and every query
+realtime adds inside the user's transaction runs in a savepoint.
+
+On PostgreSQL a failed statement aborts the whole transaction even when the exception is
+caught, so these tests make realtime's own queries fail for real: another connection holds a
+table realtime reads (and the user's statements do not) in ``ACCESS EXCLUSIVE`` mode, and the
+user's transaction sets a short ``lock_timeout``. The user's transaction must go on and commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+
+from realtime.auth import RealtimeAuth
+from tests.helpers import only_on
+from tests.testapp.models import (
+    ApiKey,
+    Contact,
+    Membership,
+    PrivateNote,
+    Profile,
+    Workspace,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MakeUser = Callable[..., Any]
+
+
+class UnbuildableAuth(RealtimeAuth):
+    """An auth service whose constructor fails (a bad setting of the application, say)."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("this auth service cannot be built")
+
+
+def realtime_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("realtime") and r.levelno >= 40]
+
+
+@contextmanager
+def table_held(table: str) -> Iterator[None]:
+    """Hold ``table`` in ACCESS EXCLUSIVE mode from another connection until the block ends."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params) as other:
+        other.execute(f'LOCK TABLE "{table}" IN ACCESS EXCLUSIVE MODE')
+        yield
+        other.rollback()
+
+
+def short_lock_timeout() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '100ms'")
+
+
+def test_an_auth_service_that_cannot_be_built_never_fails_a_delete(
+    workspace: Workspace, make_user: MakeUser, caplog: pytest.LogCaptureFixture
+) -> None:
+    author = make_user("ann", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=author, title="mine")
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    unbuildable = override_settings(REALTIME_AUTH="tests.test_failsafe.UnbuildableAuth")
+    with unbuildable, caplog.at_level(logging.ERROR, logger="realtime"), transaction.atomic():
+        note.delete()
+        contact.delete()
+    assert not PrivateNote.objects.filter(pk=note.pk).exists()
+    assert not Contact.objects.filter(pk=contact.pk).exists()
+    assert realtime_errors(caplog)
+
+
+@only_on("postgresql")
+@override_settings(REALTIME_RECHECK_MODELS={"testapp.ApiKey": "profile.user"})
+def test_a_failing_recheck_path_query_never_aborts_the_users_transaction(
+    make_user: MakeUser, caplog: pytest.LogCaptureFixture
+) -> None:
+    profile = Profile.objects.create(user=make_user("ann"))
+    key = ApiKey.objects.create(profile=profile, label="ci")
+    held = table_held(Profile._meta.db_table)
+    with held, caplog.at_level(logging.ERROR, logger="realtime"), transaction.atomic():
+        short_lock_timeout()
+        key.label = "deploy"
+        key.save()
+        # The transaction is still usable: a failed statement outside a savepoint would have
+        # aborted it ("current transaction is aborted").
+        assert ApiKey.objects.filter(label="deploy").count() == 1
+    assert ApiKey.objects.get(pk=key.pk).label == "deploy"
+    assert realtime_errors(caplog)
+
+
+@only_on("postgresql")
+def test_a_failing_query_before_members_are_cleared_never_aborts_the_users_transaction(
+    workspace: Workspace, make_user: MakeUser, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_user("ann", member_of=workspace)
+    make_user("bob", member_of=workspace)
+    held = table_held(Workspace._meta.db_table)
+    with held, caplog.at_level(logging.ERROR, logger="realtime"), transaction.atomic():
+        short_lock_timeout()
+        workspace.members.clear()
+        assert Membership.objects.filter(workspace_id=workspace.pk).count() == 0
+    assert not Membership.objects.filter(workspace_id=workspace.pk).exists()
+    assert realtime_errors(caplog)

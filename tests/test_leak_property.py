@@ -1,0 +1,438 @@
+"""Leak-proof by property: in random worlds, under random writes, every socket hears exactly
+what its account may read.
+
+Each example builds a world — accounts, scopes, memberships, a project shared with other
+scopes, a thread — connects one real socket per account to a real daphne worker (each asks
+for every scope of the world and subscribes to every model), then plays a random sequence of
+operations: creates, updates and deletes of scoped, guarded, shared and account-addressed
+rows, some rolled back, and memberships added and removed mid-run. After every operation a
+marker goes to every account; what each socket received before its marker must be exactly
+what a model of the rules says that account may read at that moment: nothing foreign,
+nothing missing, nothing twice.
+
+The example count is modest here (``REALTIME_PROPERTY_EXAMPLES``, default 4 per transport);
+the long run sets it to a few hundred (see docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from tests.helpers import WAIT, off_loop
+from tests.live import Client, Clients, LiveServers, Server
+from tests.testapp.models import Contact as ContactRow
+from tests.testapp.models import (
+    Membership,
+    Message,
+    Notification,
+    PrivateNote,
+    Project,
+    Task,
+    Thread,
+    Workspace,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
+
+EXAMPLES = int(os.environ.get("REALTIME_PROPERTY_EXAMPLES", "4"))
+CHANNELS = ["contact", "private_note", "task"]
+_worlds = itertools.count()
+_edits = itertools.count()
+
+# The world ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A world and the operations played in it, as drawn by hypothesis."""
+
+    accounts: int
+    scopes: int
+    #: For each account, the scopes it is a member of at the start (never empty).
+    memberships: tuple[frozenset[int], ...]
+    #: The scopes the project of scope 0 is shared with.
+    shared_with: frozenset[int]
+    #: The accounts in the thread.
+    thread: frozenset[int]
+    operations: tuple[tuple[Any, ...], ...]
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> Plan:
+    accounts = draw(st.integers(2, 4))
+    scopes = draw(st.integers(2, 3))
+    scope = st.integers(0, scopes - 1)
+    account = st.integers(0, accounts - 1)
+    memberships = tuple(
+        frozenset(draw(st.sets(scope, min_size=1, max_size=scopes))) for _ in range(accounts)
+    )
+    shared_with = frozenset(draw(st.sets(st.integers(1, scopes - 1), max_size=scopes - 1)))
+    thread = frozenset(draw(st.sets(account, max_size=accounts)))
+    rolled_back = st.booleans()
+    action = st.sampled_from(["create", "update", "delete"])
+    operations = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("contact"), action, scope, rolled_back),
+                st.tuples(st.just("note"), action, scope, account, st.booleans(), rolled_back),
+                st.tuples(st.just("task"), action, rolled_back),
+                st.tuples(st.just("notification"), account, rolled_back),
+                st.tuples(st.just("message"), rolled_back),
+                st.tuples(st.just("join"), account, scope),
+                st.tuples(st.just("leave"), account, scope),
+                st.tuples(st.just("move"), account, scope, scope),
+                st.tuples(st.just("handover"), account, account, scope),
+                st.tuples(st.just("thread_join"), account),
+                st.tuples(st.just("thread_leave"), account),
+                st.tuples(st.just("share"), st.integers(1, scopes - 1)),
+                st.tuples(st.just("unshare"), st.integers(1, scopes - 1)),
+            ),
+            min_size=1,
+            max_size=10,
+        )
+    )
+    return Plan(accounts, scopes, memberships, shared_with, thread, tuple(operations))
+
+
+@dataclass
+class World:
+    """The rows of one example, and the rules' model of who may read what."""
+
+    users: list[Any]
+    workspaces: list[Workspace]
+    members: list[set[int]]  # scope index -> account indexes
+    project: Project
+    shared_with: set[int]
+    thread: Thread
+    thread_members: set[int]
+    contacts: dict[int, list[Any]] = field(default_factory=dict)  # scope -> rows
+    notes: list[Any] = field(default_factory=list)
+    tasks: list[Any] = field(default_factory=list)
+
+    def scope_readers(self, scope: int) -> set[int]:
+        return set(self.members[scope])
+
+    def note_readers(self, note: Any) -> set[int]:
+        scope = self.scope_of(note.workspace_id)
+        readers = self.scope_readers(scope)
+        if note.public:
+            return readers
+        return {a for a in readers if self.users[a].pk == note.author_id}
+
+    def task_readers(self) -> set[int]:
+        readers = self.scope_readers(0)
+        for scope in self.shared_with:
+            readers |= self.scope_readers(scope)
+        return readers
+
+    def scope_of(self, workspace_id: Any) -> int:
+        return next(i for i, w in enumerate(self.workspaces) if w.pk == workspace_id)
+
+
+def build(plan: Plan) -> World:
+    number = next(_worlds)
+    user_model = get_user_model()
+    users = [
+        user_model.objects.create_user(username=f"leak{number}-{a}") for a in range(plan.accounts)
+    ]
+    workspaces = [
+        Workspace.objects.create(name=f"w{s}", slug=f"leak{number}-{s}") for s in range(plan.scopes)
+    ]
+    members: list[set[int]] = [set() for _ in range(plan.scopes)]
+    for a, scopes in enumerate(plan.memberships):
+        for s in scopes:
+            Membership.objects.create(workspace=workspaces[s], user=users[a])
+            members[s].add(a)
+    project = Project.objects.create(workspace=workspaces[0], name="shared")
+    project.shared_with.set([workspaces[s] for s in plan.shared_with])
+    thread = Thread.objects.create(title="thread")
+    thread.members.set([users[a] for a in plan.thread])
+    return World(
+        users, workspaces, members, project, set(plan.shared_with), thread, set(plan.thread)
+    )
+
+
+# Playing one operation ---------------------------------------------------------------------
+
+
+class RollBackError(Exception):
+    """Raised to roll an operation back."""
+
+
+Heard = Counter[tuple[str, Any]]
+
+
+#: Operations that change who reads what, and announce nothing themselves.
+ACCESS = {"join", "leave", "move", "handover", "thread_join", "thread_leave", "share", "unshare"}
+#: Those of them that change which scopes a socket reads (the worker rechecks it).
+MEMBERSHIP = {"join", "leave", "move", "handover"}
+
+
+def play(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
+    """Carry out one operation; return what each account may hear because of it."""
+    if operation[0] in ACCESS:
+        _change_access(world, operation)
+        return {}
+    rolled_back = operation[-1]
+    try:
+        with transaction.atomic():
+            expected = _write(world, operation)
+            if rolled_back:
+                raise RollBackError
+    except RollBackError:
+        _forget_rolled_back(world)
+        return {}
+    return expected
+
+
+def _pick(candidates: set[int], index: int) -> int | None:
+    """The ``index``-th of ``candidates`` (modulo their number); ``None`` when there are none.
+
+    Operations name accounts by position among those it can apply to, so that most drawn
+    operations do something whatever the state.
+    """
+    ordered = sorted(candidates)
+    return ordered[index % len(ordered)] if ordered else None
+
+
+def _change_access(world: World, operation: tuple[Any, ...]) -> None:
+    kind, *args = operation
+    users, workspaces, members = world.users, world.workspaces, world.members
+    everyone = set(range(len(users)))
+    if kind in ("join", "leave", "move", "handover"):
+        scope = args[-1] if kind != "move" else args[1]
+        member = _pick(members[scope], args[0])
+        outsider = _pick(everyone - members[scope], args[0])
+        if kind == "join" and outsider is not None:
+            Membership.objects.create(workspace=workspaces[scope], user=users[outsider])
+            members[scope].add(outsider)
+            return
+        if member is None:
+            return
+        membership = Membership.objects.get(workspace=workspaces[scope], user=users[member])
+        if kind == "leave":
+            membership.delete()
+            members[scope].discard(member)
+        elif kind == "move" and member not in members[args[2]]:
+            membership.workspace = workspaces[args[2]]
+            membership.save()
+            members[scope].discard(member)
+            members[args[2]].add(member)
+        elif kind == "handover":
+            taker = _pick(everyone - members[scope], args[1])
+            if taker is not None:
+                membership.user = users[taker]
+                membership.save()
+                members[scope].discard(member)
+                members[scope].add(taker)
+    elif kind == "thread_join":
+        world.thread.members.add(users[args[0]])
+        world.thread_members.add(args[0])
+    elif kind == "thread_leave":
+        world.thread.members.remove(users[args[0]])
+        world.thread_members.discard(args[0])
+    elif kind == "share":
+        world.project.shared_with.add(workspaces[args[0]])
+        world.shared_with.add(args[0])
+    elif kind == "unshare":
+        world.project.shared_with.remove(workspaces[args[0]])
+        world.shared_with.discard(args[0])
+
+
+def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
+    kind = operation[0]
+    if kind == "contact":
+        _, action, scope, _ = operation
+        rows = world.contacts.setdefault(scope, [])
+        readers = world.scope_readers(scope)
+        row, action = _act(rows, action, lambda: ContactRow(workspace=world.workspaces[scope]))
+        return _expect(readers, "contact", action, row.pk)
+    if kind == "note":
+        _, action, scope, author, public, _ = operation
+        rows = [note for note in world.notes if world.scope_of(note.workspace_id) == scope]
+        before = world.note_readers(rows[-1]) if rows and action != "create" else set()
+
+        def new() -> PrivateNote:
+            return PrivateNote(workspace=world.workspaces[scope], author=world.users[author])
+
+        row, action = _act(rows, action, new, public=public)
+        world.notes = [n for n in world.notes if n.pk != row.pk] + (
+            [row] if action != "deleted" else []
+        )
+        readers = before if action == "deleted" else world.note_readers(row)
+        return _expect(readers, "private_note", action, row.pk)
+    if kind == "task":
+        _, action, _ = operation
+
+        def new_task() -> Task:
+            return Task(workspace=world.workspaces[0], project=world.project)
+
+        row, action = _act(world.tasks, action, new_task)
+        return _expect(world.task_readers(), "task", action, row.pk)
+    if kind == "notification":
+        _, account, _ = operation
+        row = Notification.objects.create(user=world.users[account], text="n")
+        return _expect({account}, "notification", "created", row.pk)
+    _, _ = operation
+    row = Message.objects.create(thread=world.thread, text="m")
+    return _expect(set(world.thread_members), "message", "created", row.pk)
+
+
+def _act(rows: list[Any], action: str, new: Any, **values: Any) -> tuple[Any, str]:
+    """Create, update or delete a row of ``rows`` (create when there is none)."""
+    if action == "create" or not rows:
+        row = new()
+        row.title = row.name = "x"
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.save()
+        rows.append(row)
+        return row, "created"
+    row = rows[-1]
+    if action == "update":
+        row.title = row.name = f"edit {next(_edits)}"
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.save()
+        return row, "updated"
+    rows.remove(row)
+    pk = row.pk
+    row.delete()
+    row.pk = pk
+    return row, "deleted"
+
+
+def _forget_rolled_back(world: World) -> None:
+    """Read the model of the rows again from the database after a rollback."""
+    world.contacts = {
+        scope: list(ContactRow.objects.filter(workspace=workspace).order_by("pk"))
+        for scope, workspace in enumerate(world.workspaces)
+    }
+    world.notes = list(PrivateNote.objects.filter(workspace__in=world.workspaces).order_by("pk"))
+    world.tasks = list(Task.objects.filter(project=world.project).order_by("pk"))
+
+
+def _expect(readers: set[int], model: str, action: str, pk: Any) -> dict[int, Heard]:
+    return {a: Counter({(f"{model}.{action}", pk): 1}) for a in readers}
+
+
+# The sockets -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
+async def connect(server: Server, ws: Clients, world: World) -> list[Client]:
+    slugs = [w.slug for w in world.workspaces]
+    clients = []
+    for user in world.users:
+        token = await off_loop(issue_token, user)
+        client = await ws.authenticated(server, token, scopes=slugs)
+        await client.send("subscribe", {"channels": CHANNELS})
+        clients.append(client)
+    await heard_since_last(world, clients)
+    return clients
+
+
+async def heard_since_last(world: World, clients: list[Client]) -> list[Heard]:
+    """Send a marker to every account; return what each socket heard before its own."""
+    heard: list[Heard] = []
+    for account, client in enumerate(clients):
+        await off_loop(broadcast_to_user, world.users[account].pk, "test.marker", None)
+        frames = await client.frames_until("test.marker", timeout=WAIT)
+        heard.append(Counter((f["type"], f["data"]["id"]) for f in frames))
+    return heard
+
+
+async def rechecked(server: Server, world: World) -> None:
+    """Wait until the worker's sockets read exactly the scopes their accounts belong to."""
+    wanted = {
+        str(user.pk): sorted(
+            str(w.pk) for s, w in enumerate(world.workspaces) if a in world.members[s]
+        )
+        for a, user in enumerate(world.users)
+    }
+
+    def settled(state: dict[str, Any]) -> bool:
+        reading = {
+            str(s["user_id"]): sorted(str(scope) for scope in s["scopes"])
+            for s in state["sockets"]
+            if str(s["user_id"]) in wanted
+        }
+        return reading == wanted
+
+    await server.wait_for_state(settled)
+
+
+# The property -------------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=plans())
+# A membership handed to another account, and one moved to another scope, then writes there.
+@example(
+    plan=Plan(
+        accounts=2,
+        scopes=2,
+        memberships=(frozenset({0}), frozenset({1})),
+        shared_with=frozenset(),
+        thread=frozenset(),
+        operations=(("handover", 0, 1, 0), ("contact", "create", 0, False)),
+    )
+)
+@example(
+    plan=Plan(
+        accounts=2,
+        scopes=2,
+        memberships=(frozenset({0}), frozenset({1})),
+        shared_with=frozenset({1}),
+        thread=frozenset({0}),
+        operations=(
+            ("move", 0, 0, 1),
+            ("contact", "create", 0, False),
+            ("contact", "create", 1, False),
+            ("task", "create", False),
+            ("thread_leave", 0),
+            ("message", False),
+        ),
+    )
+)
+async def test_every_socket_hears_exactly_what_its_account_may_read(
+    live_servers: LiveServers, ws: Clients, plan: Plan
+) -> None:
+    server = live_servers.get("leak", REALTIME_RECHECK_INTERVAL=60.0)
+    world = await off_loop(build, plan)
+    clients = await connect(server, ws, world)
+    try:
+        for operation in plan.operations:
+            expected = await off_loop(play, world, operation)
+            if operation[0] in MEMBERSHIP:
+                await rechecked(server, world)
+            heard = await heard_since_last(world, clients)
+            for account, got in enumerate(heard):
+                assert got == expected.get(account, Counter()), (operation, account)
+    finally:
+        for client in clients:
+            await client.close()

@@ -1,0 +1,167 @@
+"""Rows a delete sets to NULL or to their default are announced as updates of that key, and
+deletes made without signals are announced with the readers asked before the rows went."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+
+from realtime import deleting
+from tests.helpers import events, forget_messages
+from tests.testapp.models import Deal, Lead, Notification, PrivateNote, Vendor, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MakeUser = Callable[..., Any]
+
+
+def delete_raw(model: Any, pks: list[Any]) -> None:
+    """Delete rows with raw SQL: no signal is sent."""
+    placeholders = ", ".join(["%s"] * len(pks))
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE id IN ({placeholders})", pks)
+
+
+def unlinked() -> list[dict[str, Any]]:
+    """The messages announced, but the deleted vendors' own."""
+    return [m for m in events() if not m["event_type"].startswith("vendor.")]
+
+
+def updates() -> list[tuple[str, Any, Any, list[str] | None, list[str] | None]]:
+    return [
+        (
+            m["event_type"],
+            (m["data"] or {}).get("id"),
+            (m["data"] or {}).get("vendor"),
+            m["meta"].get("changed"),
+            m["channels"],
+        )
+        for m in unlinked()
+    ]
+
+
+def test_rows_set_to_null_by_a_delete_are_announced_as_updates(workspace: Workspace) -> None:
+    vendor = Vendor.objects.create(workspace=workspace, name="Acme supplies")
+    lead = Lead.objects.create(workspace=workspace, vendor=vendor, name="Lead")
+    channels = ["lead", f"lead:{lead.pk}", f"vendor:{vendor.pk}"]
+    forget_messages()
+    vendor.delete()
+    assert updates() == [("lead.updated", lead.pk, None, ["vendor"], channels)]
+
+
+def test_rows_set_to_their_default_by_a_delete_are_announced_as_updates(
+    workspace: Workspace,
+) -> None:
+    vendor = Vendor.objects.create(workspace=workspace, name="Acme supplies")
+    deal = Deal.objects.create(workspace=workspace, vendor=vendor, name="Deal")
+    forget_messages()
+    vendor.delete()
+    assert updates() == [("deal.updated", deal.pk, None, ["vendor"], ["deal", f"deal:{deal.pk}"])]
+
+
+def test_a_queryset_delete_of_targets_announces_their_unlinked_rows(workspace: Workspace) -> None:
+    first = Vendor.objects.create(workspace=workspace, name="one")
+    second = Vendor.objects.create(workspace=workspace, name="two")
+    leads = [
+        Lead.objects.create(workspace=workspace, vendor=v, name=v.name) for v in (first, second)
+    ]
+    forget_messages()
+    Vendor.objects.filter(workspace=workspace).delete()
+    assert sorted(m["data"]["id"] for m in unlinked()) == sorted(lead.pk for lead in leads)
+    assert {m["event_type"] for m in unlinked()} == {"lead.updated"}
+
+
+def test_unlinked_rows_past_the_cascade_limit_fold_into_one_truncated_update(
+    workspace: Workspace,
+) -> None:
+    vendor = Vendor.objects.create(workspace=workspace, name="Acme supplies")
+    for number in range(5):
+        Lead.objects.create(workspace=workspace, vendor=vendor, name=f"lead {number}")
+    forget_messages()
+    with override_settings(REALTIME_CASCADE_LIMIT=2):
+        vendor.delete()
+    announced = unlinked()
+    assert [m["event_type"] for m in announced] == ["lead.updated"] * 3
+    folded = announced[-1]
+    assert folded["data"] is None
+    assert folded["meta"] == {"truncated": True}
+    assert folded["channels"] == ["lead"]
+
+
+def test_a_rolled_back_delete_announces_no_unlinked_row(workspace: Workspace) -> None:
+    vendor = Vendor.objects.create(workspace=workspace, name="Acme supplies")
+    Lead.objects.create(workspace=workspace, vendor=vendor, name="Lead")
+    forget_messages()
+    try:
+        with transaction.atomic():
+            vendor.delete()
+            raise LookupError
+    except LookupError:
+        pass
+    assert events() == []
+
+
+def test_a_delete_that_unlinks_nothing_announces_nothing(workspace: Workspace) -> None:
+    vendor = Vendor.objects.create(workspace=workspace, name="Acme supplies")
+    forget_messages()
+    vendor.delete()
+    assert unlinked() == []
+
+
+# Deletes without signals -----------------------------------------------------------------------
+
+
+def test_a_queryset_delete_inside_deleting_reaches_a_guarded_rows_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    author = make_user("ann", member_of=workspace)
+    make_user("bob", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=author, title="mine")
+    forget_messages()
+    with deleting(PrivateNote.objects.filter(pk=note.pk)) as doomed:
+        delete_raw(PrivateNote, [row.pk for row in doomed])
+    (message,) = events()
+    assert message["event_type"] == "private_note.deleted"
+    assert message["only"] == [author.pk]
+    assert not PrivateNote.objects.filter(pk=note.pk).exists()
+
+
+def test_raw_sql_deletes_inside_deleting_reach_the_accounts_of_a_path(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    user = make_user("ann", member_of=workspace)
+    notification = Notification.objects.create(user=user, text="hello")
+    forget_messages()
+    with deleting([notification]):
+        delete_raw(Notification, [notification.pk])
+    (message,) = events()
+    assert message["event_type"] == "notification.deleted"
+    assert message["user_ids"] == [user.pk]
+
+
+def test_a_deleting_block_that_raises_announces_nothing(workspace: Workspace) -> None:
+    vendor = Vendor.objects.create(workspace=workspace, name="Acme supplies")
+    lead = Lead.objects.create(workspace=workspace, vendor=vendor, name="Lead")
+    forget_messages()
+    try:
+        with deleting(Lead.objects.filter(pk=lead.pk)):
+            delete_raw(Lead, [lead.pk])
+            raise LookupError
+    except LookupError:
+        pass
+    assert events() == []
+    assert Lead.objects.filter(pk=lead.pk).exists()
+
+
+def test_deleting_announces_after_the_outer_transaction_commits(workspace: Workspace) -> None:
+    lead = Lead.objects.create(workspace=workspace, name="Lead")
+    forget_messages()
+    with transaction.atomic():
+        with deleting(Lead.objects.filter(pk=lead.pk)):
+            delete_raw(Lead, [lead.pk])
+        assert events() == []
+    assert [m["event_type"] for m in events()] == ["lead.deleted"]

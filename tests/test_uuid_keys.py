@@ -1,0 +1,173 @@
+"""Accounts, scopes and records keyed by UUIDs and text work end to end, as integer keys do.
+
+Ids compare in one normalised form everywhere (their JSON form), so a recheck keeps a
+UUID account's socket, account and guarded events reach it, and the per-account cap counts
+its sockets. These tests need ``tests.settings_uuid`` (a UUID user model cannot be swapped in
+mid-run): ``pytest --ds=tests.settings_uuid tests/test_uuid_keys.py``; under the default
+settings they are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+if settings.AUTH_USER_MODEL != "uuidapp.Account":
+    pytest.skip("needs --ds=tests.settings_uuid", allow_module_level=True)
+
+from django.contrib.auth import get_user_model
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user, recheck_users
+from tests.helpers import off_loop
+from tests.live import Client, Clients, LiveServers
+from tests.uuidapp.models import Alert, Memo, Seat, Secret, Team, Ticket
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
+
+
+def make_team(slug: str) -> Team:
+    return Team._default_manager.create(name=slug.title(), slug=slug)
+
+
+def make_member(username: str, *teams: Team) -> tuple[Any, str]:
+    account = get_user_model().objects.create_user(username=username)
+    for team in teams:
+        Seat._default_manager.create(team=team, account=account)
+    return account, issue_token(account)
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
+async def marker_for(client: Client, account: Any) -> list[dict[str, Any]]:
+    """Send a marker to the account; return what the client received before it."""
+    await off_loop(broadcast_to_user, account.pk, "test.marker", None)
+    return await client.frames_until("test.marker")
+
+
+async def test_a_uuid_account_authenticates_with_its_id_in_json_form(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    account, token = await off_loop(make_member, "ann", team)
+    client = await ws.connect(live_servers.get())
+    answer = await client.authenticate(token, scope="acme")
+    assert answer == {
+        "type": "auth_success",
+        "data": {"user_id": str(account.pk), "scope": "acme", "scopes": ["acme"]},
+    }
+
+
+async def test_writes_of_uuid_and_text_keyed_records_reach_the_uuid_scope(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    account, token = await off_loop(make_member, "ann", team)
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
+    await client.send("subscribe", {"channels": ["memo", "ticket:T-1"]})
+    await marker_for(client, account)
+    memo = await off_loop(Memo._default_manager.create, team=team, title="hello")
+    await off_loop(Ticket._default_manager.create, code="T-1", team=team, title="broken")
+    frames = await marker_for(client, account)
+    assert frames == [
+        {
+            "type": "memo.created",
+            "data": {"model": "memo", "id": str(memo.pk), "title": "hello"},
+            "scope_id": str(team.pk),
+        },
+        {
+            "type": "ticket.created",
+            "data": {"model": "ticket", "id": "T-1", "title": "broken"},
+            "scope_id": str(team.pk),
+        },
+    ]
+
+
+async def test_a_recheck_keeps_a_uuid_account_connected_and_hearing(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    account, token = await off_loop(make_member, "ann", team)
+    server = live_servers.get("rechecks", REALTIME_RECHECK_INTERVAL=0.2)
+    client = await ws.authenticated(server, token, scope="acme")
+    await client.send("subscribe", {"channels": ["memo"]})
+    await marker_for(client, account)
+    await off_loop(recheck_users, [account.pk])
+    # Several periodic rounds pass too, while the socket keeps hearing its scope.
+    for number in range(3):
+        await off_loop(Memo._default_manager.create, team=team, title=f"memo {number}")
+        frames = await marker_for(client, account)
+        assert [frame["type"] for frame in frames] == ["memo.created"]
+
+
+async def test_a_uuid_account_removed_from_a_uuid_scope_stops_hearing_it(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    account, token = await off_loop(make_member, "ann", team)
+    server = live_servers.get()
+    client = await ws.authenticated(server, token, scope="acme")
+    await client.send("subscribe", {"channels": ["memo"]})
+    await marker_for(client, account)
+    await off_loop(Seat._default_manager.filter(account=account).delete)
+    await server.wait_for_state(lambda state: str(team.pk) not in state["by_scope"])
+    await off_loop(Memo._default_manager.create, team=team, title="unheard")
+    assert await marker_for(client, account) == []
+
+
+async def test_account_events_reach_a_uuid_account(live_servers: LiveServers, ws: Clients) -> None:
+    account, token = await off_loop(make_member, "ann")
+    client = await ws.authenticated(live_servers.get(), token)
+    await marker_for(client, account)
+    alert = await off_loop(Alert._default_manager.create, account=account, text="hi")
+    frames = await marker_for(client, account)
+    assert frames == [
+        {"type": "alert.created", "data": {"model": "alert", "id": str(alert.pk), "text": "hi"}}
+    ]
+
+
+async def test_guarded_events_reach_only_their_uuid_reader(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    author, author_token = await off_loop(make_member, "ann", team)
+    other, other_token = await off_loop(make_member, "bob", team)
+    server = live_servers.get()
+    clients = {
+        author.pk: await ws.authenticated(server, author_token, scope="acme"),
+        other.pk: await ws.authenticated(server, other_token, scope="acme"),
+    }
+    accounts = {author.pk: author, other.pk: other}
+    for pk, client in clients.items():
+        await client.send("subscribe", {"channels": ["secret"]})
+        await marker_for(client, accounts[pk])
+    secret = await off_loop(Secret._default_manager.create, team=team, author=author, title="mine")
+    await clients[author.pk].wait_for(lambda frame: frame["type"] == "secret.created")
+    await off_loop(secret.delete)
+    heard = {
+        pk: [f["type"] for f in await marker_for(client, accounts[pk])]
+        for pk, client in clients.items()
+    }
+    assert heard == {author.pk: ["secret.deleted"], other.pk: []}
+
+
+async def test_the_per_account_cap_counts_a_uuid_accounts_sockets(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    _, token = await off_loop(make_member, "ann", team)
+    server = live_servers.get("capped", REALTIME_MAX_SOCKETS_PER_USER=2)
+    for _ in range(2):
+        await ws.authenticated(server, token, scope="acme")
+    refused = await ws.connect(server)
+    answer = await refused.authenticate(token, scope="acme")
+    assert answer == {"type": "auth_error", "data": {"message": "Too many connections"}}
+    assert await refused.closed_with() == 1008
