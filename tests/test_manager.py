@@ -158,8 +158,9 @@ async def manager(make_table_transport: MakeTransport) -> AsyncIterator[SocketMa
     built._transport = make_table_transport()
     _made.clear()
     yield built
+    writers = [socket._writer for socket in _made if socket._writer is not None]
     _made.clear()
-    tasks = [*built.dispatcher._tasks, *built.dispatcher._spawned]
+    tasks = [*built.dispatcher._tasks, *built.dispatcher._spawned, *built._beside_tasks, *writers]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
