@@ -35,6 +35,7 @@ from django.test import override_settings
 
 from realtime import signals
 from realtime.auth import Scope
+from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
 from realtime.sockets.connection import STALL_BYTES, STALL_GAP, Send, Socket
 from realtime.sockets.delivery import Plan
@@ -168,6 +169,18 @@ async def manager(make_table_transport: MakeTransport) -> AsyncIterator[SocketMa
 
 #: Every socket the current test made, so that ``settle`` can wait for their writers.
 _made: list[Socket] = []
+
+
+@pytest.fixture
+async def stall_watch(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[None]:
+    """Run the manager's stall watch, every 20 ms rather than every second."""
+    monkeypatch.setattr(manager_module, "TICK", 0.02)
+    task = asyncio.get_running_loop().create_task(manager._watch_stalls())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def make_socket(user: Any, *scope_ids: int, send: Send | None = None) -> Socket:
@@ -624,7 +637,7 @@ async def test_a_daphne_socket_whose_send_fails_is_closed_1011_and_dropped_while
 
 @override_settings(REALTIME_SEND_TIMEOUT=0.2)
 async def test_a_socket_whose_send_never_completes_is_closed_1011_and_dropped_in_time(
-    manager: SocketManager,
+    manager: SocketManager, stall_watch: None
 ) -> None:
     hanging = await open_socket(manager, ANN, 1, channels=["contact"], send=HangingSend())
     healthy = await open_socket(manager, BOB, 1, channels=["contact"])
@@ -635,7 +648,9 @@ async def test_a_socket_whose_send_never_completes_is_closed_1011_and_dropped_in
 
     started = time.monotonic()
     async with asyncio.timeout(WAIT):
-        plan = await deliver(manager, scope_event(1, channels=["contact"]))
+        plan = await carry_out(manager, scope_event(1, channels=["contact"]))
+        await until(lambda: hanging not in manager.index.sockets)
+        await settle(manager)
 
     assert time.monotonic() - started >= 0.2
     assert plan is not None

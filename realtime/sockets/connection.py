@@ -3,16 +3,15 @@
 Frames reach a socket in the order they were handed to it, and no socket ever holds another's
 frame. Where the server's ``send`` only buffers and never waits (daphne), the frame is handed
 over in place; where it may wait for the network (uvicorn, or a server realtime cannot see
-behind), each socket has a writer task of its own that sends its queue in order, each send
-bounded by ``REALTIME_SEND_TIMEOUT``.
+behind), each socket has a writer task of its own that sends its queue in order.
 
-A socket is not reading when a send does not complete within the timeout, fails, or when its
-backlog (what its writer still holds plus what the server has taken but not written, see
-``link``) stays above ``STALL_BYTES`` for ``REALTIME_SEND_TIMEOUT`` seconds. The backlog is
-observed before each frame is added, never just after (a large frame the client is about to
-read is no stall), and at every housekeeping tick; observations count as one run only while
-they come at most ``STALL_GAP`` seconds apart, so a backlog the client read long ago never
-joins a later one.
+A socket is not reading when a send fails, when one has not completed after
+``REALTIME_SEND_TIMEOUT`` seconds, or when its backlog (what its writer still holds plus what
+the server has taken but not written, see ``link``) stays above ``STALL_BYTES`` for as long.
+Both are observed before each frame is added, never just after (a large frame the client is
+about to read is no stall), and at every housekeeping tick (no timer per send: they cost more
+than the send). Observations of a backlog count as one run only while they come at most
+``STALL_GAP`` seconds apart, so a backlog the client read long ago never joins a later one.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ class Socket:
         "_queued",
         "_seen_at",
         "_send",
+        "_sending_since",
         "_writer",
         "ask",
         "channels",
@@ -74,9 +74,12 @@ class Socket:
         self.consumer = consumer
         self._send = send
         self.link = link if link is not None else find_link(send)
-        self._queue: deque[tuple[dict[str, Any], int]] = deque()
+        #: Frames the writer still holds (made on first use: daphne's sockets never need it).
+        self._queue: deque[tuple[dict[str, Any], int]] | None = None
         self._queued = 0
         self._writer: asyncio.Task[None] | None = None
+        #: When the writer's send under way began (``None``: no send under way).
+        self._sending_since: float | None = None
         self._over_since: float | None = None
         self._seen_at = 0.0
         self.user = user
@@ -108,10 +111,13 @@ class Socket:
         return self._queued + self.link.pending()
 
     def stalled(self, timeout: float, now: float | None = None) -> bool:
-        """Observe the backlog: whether it has stayed too large for ``timeout`` seconds
-        (``now``: the ``time.monotonic()`` of the observation)."""
+        """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
+        seconds (``now``: the ``time.monotonic()`` of the observation)."""
         if now is None:
             now = time.monotonic()
+        sending = self._sending_since
+        if sending is not None and now - sending >= timeout:
+            return True
         if self.backlog() <= STALL_BYTES:
             self._over_since = None
         elif self._over_since is None or now - self._seen_at > STALL_GAP:
@@ -136,35 +142,42 @@ class Socket:
                 return False
             return True
         size = len(message["text"])
+        if self._queue is None:
+            self._queue = deque()
         self._queue.append((message, size))
         self._queued += size
         if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write(timeout))
+            self._writer = asyncio.get_running_loop().create_task(self._write())
         return True
 
-    async def _write(self, timeout: float) -> None:
-        """Send the queue in order, each send bounded; on a failure tell ``on_failure``."""
+    async def _write(self) -> None:
+        """Send the queue in order; on a failure tell ``on_failure``. A send that does not
+        complete is noticed by ``stalled`` (and the writer cancelled by ``stop``)."""
+        queue = self._queue
+        assert queue is not None
         try:
-            while self._queue:
-                message, size = self._queue[0]
-                async with asyncio.timeout(timeout):
-                    await self._send(message)
-                self._queue.popleft()
+            while queue:
+                message, size = queue[0]
+                self._sending_since = time.monotonic()
+                await self._send(message)
+                queue.popleft()
                 self._queued -= size
         except Exception:
-            self._queue.clear()
+            queue.clear()
             self._queued = 0
             if not self.closed and self.on_failure is not None:
                 self.on_failure(self)
         finally:
             self._writer = None
+            self._sending_since = None
 
     def stop(self) -> bool:
         """Take no more frames and drop those held (idempotent); ``False`` if already so."""
         if self.closed:
             return False
         self.closed = True
-        self._queue.clear()
+        if self._queue is not None:
+            self._queue.clear()
         self._queued = 0
         if self._writer is not None:
             self._writer.cancel()

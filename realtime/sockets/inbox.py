@@ -42,10 +42,13 @@ class OverLimitError(Exception):
 class Inbox:
     """The messages of one socket: see the module docstring."""
 
+    __slots__ = ("_held", "_pending", "_receive", "_window", "code")
+
     def __init__(self, receive: Callable[[], Awaitable[Message]]) -> None:
         self._receive = receive
-        #: Frames read while the handshake was resolved: already counted and checked.
-        self._held: deque[Message] = deque()
+        #: Frames read while the handshake was resolved: already counted and checked (made
+        #: on first use).
+        self._held: deque[Message] | None = None
         self._pending: asyncio.Future[Message] | None = None
         self._window = FrameWindow()
         #: The close code of the client's disconnect, once it left.
@@ -85,6 +88,8 @@ class Inbox:
                     message = self._arrived(self._pending.result())
                     self._pending = None
                     self._check(message)
+                    if self._held is None:
+                        self._held = deque()
                     self._held.append(message)
                     continue
                 return task.result()

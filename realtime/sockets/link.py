@@ -51,6 +51,8 @@ class Link:
     closes with 1000 or 3000-4999 and fails on the protocol's codes).
     """
 
+    __slots__ = ("codes",)
+
     #: ``send`` only appends to a server buffer and never waits for the network.
     buffered = False
 
@@ -91,6 +93,8 @@ class Link:
 class TwistedLink(Link):
     """Daphne's connection: an autobahn protocol over a Twisted TCP transport."""
 
+    __slots__ = ("protocol",)
+
     buffered = True
 
     def __init__(self, protocol: Any) -> None:
@@ -122,6 +126,8 @@ class TwistedLink(Link):
 
 class AsyncioLink(Link):
     """A connection over an asyncio transport (uvicorn): its write buffer is the backlog."""
+
+    __slots__ = ("transport",)
 
     def __init__(self, transport: Any) -> None:
         super().__init__()

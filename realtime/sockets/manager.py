@@ -59,6 +59,8 @@ class SocketManager:
         #: Closes of dropped or refused sockets under way (kept: a task needs a reference).
         self._beside_tasks: set[asyncio.Task[None]] = set()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
+        #: One bound method for every socket's ``on_failure`` (not one per socket).
+        self._on_failure = self.drop_soon
 
     # Listening ------------------------------------------------------------------------
 
@@ -112,7 +114,7 @@ class SocketManager:
     async def register(self, socket: Socket) -> None:
         """Index a socket that just authenticated and follow the scopes it reads."""
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
-        socket.on_failure = self.drop_soon
+        socket.on_failure = self._on_failure
         self.index.add(socket)
         await self._sync_follows(socket.scopes)
 
