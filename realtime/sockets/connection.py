@@ -98,13 +98,8 @@ class Socket:
         self.next_recheck = 0.0
         #: Takes no more frames (closing, or closed).
         self.closed = False
-        #: Told when a frame this socket's writer holds could not be sent in time.
+        #: Told when a send of this socket's writer failed (the manager drops the socket).
         self.on_failure: Callable[[Socket], None] | None = None
-
-    @property
-    def buffered(self) -> bool:
-        """Whether ``send`` only buffers (daphne) rather than waiting for the network."""
-        return self.link.buffered
 
     def backlog(self) -> int:
         """Bytes (characters, for frames the writer still holds) not yet on the network."""
@@ -182,11 +177,6 @@ class Socket:
         if self._writer is not None:
             self._writer.cancel()
         return True
-
-    async def close(self, code: int, answer_within: float = 5.0) -> None:
-        """Stop and close the connection with ``code`` (once)."""
-        if self.stop():
-            await self.shut(code, answer_within)
 
     async def shut(self, code: int, answer_within: float) -> None:
         """Close the connection with ``code`` whether stopped or not (see ``Link.shut``)."""

@@ -268,7 +268,7 @@ class SocketManager:
                 logger.exception("realtime: watching for stalled sockets failed; retrying")
 
     def drop_stalled(self) -> None:
-        """Drop the sockets whose backlog has been too large for too long."""
+        """Drop the sockets whose send under way or too large backlog has lasted too long."""
         timeout = conf.SEND_TIMEOUT
         for socket in [s for s in self.index.sockets if s.stalled(timeout)]:
             self.drop_soon(socket)
