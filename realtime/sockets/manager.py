@@ -269,8 +269,8 @@ class SocketManager:
 
     def drop_stalled(self) -> None:
         """Drop the sockets whose send under way or too large backlog has lasted too long."""
-        timeout = conf.SEND_TIMEOUT
-        for socket in [s for s in self.index.sockets if s.stalled(timeout)]:
+        timeout, now = conf.SEND_TIMEOUT, time.monotonic()
+        for socket in [s for s in self.index.sockets if s.stalled(timeout, now)]:
             self.drop_soon(socket)
 
     async def _reconcile(self) -> None:
