@@ -108,17 +108,20 @@ class Socket:
     def stalled(self, timeout: float, now: float | None = None) -> bool:
         """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
         seconds (``now``: the ``time.monotonic()`` of the observation)."""
-        if now is None:
-            now = time.monotonic()
         sending = self._sending_since
-        if sending is not None and now - sending >= timeout:
-            return True
-        if self.backlog() <= STALL_BYTES:
+        if sending is not None:
+            now = time.monotonic() if now is None else now
+            if now - sending >= timeout:
+                return True
+        if self._queued + self.link.pending() <= STALL_BYTES:
+            # The usual case, on every frame: no clock reading.
             self._over_since = None
-        elif self._over_since is None or now - self._seen_at > STALL_GAP:
+            return False
+        now = time.monotonic() if now is None else now
+        if self._over_since is None or now - self._seen_at > STALL_GAP:
             self._over_since = now
         self._seen_at = now
-        return self._over_since is not None and now - self._over_since >= timeout
+        return now - self._over_since >= timeout
 
     async def send_frame(self, message: dict[str, Any], timeout: float) -> bool:
         """Hand one ``websocket.send`` message on; ``False`` when the socket is not reading.

@@ -103,10 +103,11 @@ class TwistedLink(Link):
 
     def pending(self) -> int:
         transport = self.protocol.transport
-        if transport is None:
+        if transport is None:  # the connection is gone
             return 0
-        buffered = len(getattr(transport, "dataBuffer", b"")) - int(getattr(transport, "offset", 0))
-        return buffered + int(getattr(transport, "_tempDataLen", 0))
+        # A Twisted FileDescriptor: written data waits in dataBuffer (from offset), then in
+        # _tempDataBuffer (_tempDataLen bytes).
+        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen  # type: ignore[no-any-return]
 
     def open(self) -> bool:
         return bool(self.protocol.state == self.protocol.STATE_OPEN)
