@@ -10,8 +10,9 @@ The realtime side is the test application (``tests.asgi:application``) on SQLite
 transport, on a file of its own (``/tmp/realtime-bench-fanout.sqlite3``, made anew and migrated
 on each run). Every socket is its own account, a member of one workspace, authenticated for it
 and subscribed to the ``company`` channel. The floor is ``bare_asgi.py`` under the same server
-with the same flags (``--server`` picks daphne or uvicorn for both): it accepts sockets and, when told to over a control socket, sends one
-pre-encoded text frame to every socket's raw ASGI ``send`` with ``asyncio.gather``.
+with the same flags (``--server`` picks daphne or uvicorn for both): it accepts sockets and,
+when told to over a control socket, sends one pre-encoded text frame to every socket's raw
+ASGI ``send`` with ``asyncio.gather``.
 
 For each N and each repeat, realtime and the floor in turn (which goes first alternates), on a
 fresh daphne each time:
