@@ -186,6 +186,31 @@ def realtime_off() -> Iterator[None]:
         cascades.connect_database_cascades()
 
 
+@contextlib.contextmanager
+def views_off() -> Iterator[None]:
+    """Disconnect what reads the audience before an update (and the link watchers): writes
+    then cost what they cost before realtime told readers who lose sight of a row."""
+    from django.db.models.signals import m2m_changed, pre_save
+
+    from realtime import registry
+    from realtime.writes import access, receivers
+
+    models_ = [options.model for options in registry.all_options()]
+    for model in models_:
+        pre_save.disconnect(sender=model, dispatch_uid=f"realtime:{model._meta.label}")
+    watched = list({*access._paths, *access._roots})
+    for through in watched:
+        m2m_changed.disconnect(sender=through, dispatch_uid=access.UID)
+    try:
+        yield
+    finally:
+        for model in models_:
+            pre_save.connect(
+                receivers.on_pre_save, sender=model, dispatch_uid=f"realtime:{model._meta.label}"
+            )
+        access.connect()
+
+
 def announced(on: bool) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext() if on else realtime_off()
 
@@ -203,6 +228,9 @@ class Fixture:
     tags: list[Any]
     thread: Any
     project: Any
+    shared: Any
+    other_thread: Any
+    other_project: Any
     #: A workspace per audience size of the guarded delete.
     audiences: dict[int, Any] = field(default_factory=dict)
 
@@ -254,8 +282,11 @@ def build_fixture(member_counts: Sequence[int]) -> Fixture:
     Membership.objects.bulk_create(memberships)
     thread = Thread.objects.create(title=f"{PREFIX} thread")
     thread.members.set(users[:3])
+    other_thread = Thread.objects.create(title=f"{PREFIX} other thread")
+    other_thread.members.set(users[1:4])
     project = Project.objects.create(workspace=workspace, name="Shared project")
     project.shared_with.add(shared)
+    other_project = Project.objects.create(workspace=workspace, name="Unshared project")
     return Fixture(
         workspace=workspace,
         users=users,
@@ -263,6 +294,9 @@ def build_fixture(member_counts: Sequence[int]) -> Fixture:
         tags=[Tag.objects.create(workspace=workspace, name=f"tag {n}") for n in range(3)],
         thread=thread,
         project=project,
+        shared=shared,
+        other_thread=other_thread,
+        other_project=other_project,
         audiences=audiences,
     )
 
@@ -589,6 +623,53 @@ def scenarios(fixture: Fixture, members: Sequence[int]) -> list[Scenario]:
 
         return prepare
 
+    def moved_company() -> Write:
+        row = Company.objects.get(pk=Company.objects.create(workspace=ws, name="x").pk)
+
+        def write() -> None:
+            row.workspace = fixture.shared
+            row.save()
+
+        return write
+
+    def handed_notification() -> Write:
+        row = Notification.objects.get(pk=Notification.objects.create(user=user, text="x").pk)
+
+        def write() -> None:
+            row.user = fixture.users[1]
+            row.save()
+
+        return write
+
+    def moved_message() -> Write:
+        row = Message.objects.get(pk=Message.objects.create(thread=fixture.thread, text="x").pk)
+
+        def write() -> None:
+            row.thread = fixture.other_thread
+            row.save()
+
+        return write
+
+    def given_note() -> Write:
+        note = PrivateNote.objects.create(workspace=ws, author=user, title="x")
+        row = PrivateNote.objects.get(pk=note.pk)
+
+        def write() -> None:
+            row.author = fixture.users[1]
+            row.save()
+
+        return write
+
+    def rerooted_task() -> Write:
+        task = Task.objects.create(workspace=ws, project=fixture.project, title="x")
+        row = Task.objects.get(pk=task.pk)
+
+        def write() -> None:
+            row.project = fixture.other_project
+            row.save()
+
+        return write
+
     return [
         *kinds(
             "Plain, undecorated",
@@ -628,6 +709,11 @@ def scenarios(fixture: Fixture, members: Sequence[int]) -> list[Scenario]:
             lambda: lambda: Task.objects.create(workspace=ws, project=fixture.project, title="x"),
             retitle,
         ),
+        Scenario("Company, scoped: moved to another workspace", moved_company),
+        Scenario("PrivateNote, guarded: given to another author", given_note),
+        Scenario("Notification, account: handed to another account", handed_notification),
+        Scenario("Message, account: moved to another thread", moved_message),
+        Scenario("Task, shared: moved to another project", rerooted_task),
     ]
 
 
@@ -635,6 +721,8 @@ def scenarios(fixture: Fixture, members: Sequence[int]) -> list[Scenario]:
 class Counted:
     label: str
     on: Capture
+    #: With realtime on but without the audience-before reads (what an update cost before).
+    views_off: Capture
     off: Capture
 
 
@@ -642,9 +730,11 @@ def measure_queries(fixture: Fixture, members: Sequence[int]) -> list[Counted]:
     results = []
     for scenario in scenarios(fixture, members):
         on = capture(scenario.prepare)
+        with views_off():
+            without_views = capture(scenario.prepare)
         with realtime_off():
             off = capture(scenario.prepare)
-        results.append(Counted(scenario.label, on, off))
+        results.append(Counted(scenario.label, on, without_views, off))
     return results
 
 
@@ -660,26 +750,37 @@ def report_queries(results: Sequence[Counted], verbose: bool) -> list[dict[str, 
         "\nqueries per write in transaction.atomic(), counted on the second of two identical writes"
         "\n  on / off / added: queries before the block's COMMIT with realtime, with its receivers"
         "\n    disconnected, and the difference (BEGIN, COMMIT and savepoint statements left out)"
+        "\n  views: what reading the audience before an update adds to that (on minus the same"
+        "\n    write with those reads disconnected, measured in this run)"
         "\n  savepoints: SAVEPOINT and RELEASE statements realtime sent before the COMMIT"
         "\n  at commit: queries after the COMMIT (on_commit publication, audience queries asked"
         "\n    then), the publication's own BEGIN and COMMIT left out"
     )
-    print(f"  {'write':<58} {'on':>3} {'off':>4} {'added':>6} {'savepoints':>11} {'at commit':>10}")
+    print(
+        f"  {'write':<58} {'on':>3} {'off':>4} {'added':>6} {'views':>6} "
+        f"{'savepoints':>11} {'at commit':>10}"
+    )
     summary = []
     for result in results:
         inside_on, inside_off = result.on.count("inside"), result.off.count("inside")
+        views = inside_on - result.views_off.count("inside")
+        after_views = result.on.count("after") - result.views_off.count("after")
         savepoints = result.on.count("inside", "savepoint")
         after = result.on.count("after")
         after_off = result.off.count("after")
         print(
             f"  {result.label:<58} {inside_on:>3} {inside_off:>4} {inside_on - inside_off:>+6} "
-            f"{savepoints:>11} {after:>10}" + (f" (off: {after_off})" if after_off else "")
+            f"{views:>+6} {savepoints:>11} {after:>10}"
+            + (f" (views {after_views:+d})" if after_views else "")
+            + (f" (off: {after_off})" if after_off else "")
         )
         summary.append(
             {
                 "write": result.label,
                 "in_transaction": inside_on,
                 "in_transaction_realtime_off": inside_off,
+                "in_transaction_added_by_views": views,
+                "at_commit_added_by_views": after_views,
                 "savepoint_statements": savepoints,
                 "at_commit": after,
                 "at_commit_realtime_off": after_off,

@@ -38,9 +38,10 @@ class RealtimeConfig(AppConfig):
 
     def ready(self) -> None:
         from realtime import checks  # noqa: F401 - registers the system checks
-        from realtime.writes import cascades, rechecks, unlinked
+        from realtime.writes import access, cascades, rechecks, unlinked
 
         cascades.connect_database_cascades()
         unlinked.connect()
+        access.connect()
         rechecks.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")

@@ -224,3 +224,28 @@ def test_a_refused_token_shows_a_clear_state(browser: Browser, example: Example)
     expect(page.locator("#connection")).to_have_attribute("data-state", "refused", timeout=WAIT_MS)
     expect(page.locator("#connection")).to_contain_text("Invalid authentication token")
     page.close()
+
+
+def test_a_contact_moved_to_another_workspace_leaves_one_page_and_enters_the_other(
+    browser: Browser, example: Example
+) -> None:
+    example.shell(
+        "from example_project.crm.models import Contact, Workspace; "
+        "Contact.objects.create(workspace=Workspace.objects.get(slug='acme'), name='Mo Ving')"
+    )
+    moving = contact_id(example, "Mo Ving")
+    alice, bob = signed_in(browser, example, "alice"), signed_in(browser, example, "bob")
+    carol = signed_in(browser, example, "carol")  # reads globex only
+    for page in (alice, bob):
+        expect(page.locator("#contacts")).to_contain_text("Mo Ving", timeout=WAIT_MS)
+    expect(carol.locator("#contacts")).not_to_contain_text("Mo Ving")
+    alice.click(f"#contacts tr[data-id='{moving}']")
+    expect(alice.locator("#detail-name")).to_have_text("Mo Ving", timeout=WAIT_MS)
+    alice.select_option("#move-target", "globex")
+    alice.click("#move-form button[type=submit]")
+    # acme's pages drop it, globex's page shows it: each heard what changed for it.
+    expect(bob.locator("#contacts")).not_to_contain_text("Mo Ving", timeout=WAIT_MS)
+    expect(alice.locator("#contacts")).not_to_contain_text("Mo Ving", timeout=WAIT_MS)
+    expect(carol.locator("#contacts")).to_contain_text("Mo Ving", timeout=WAIT_MS)
+    for page in (alice, bob, carol):
+        page.close()

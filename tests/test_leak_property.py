@@ -87,6 +87,8 @@ def plans(draw: st.DrawFn) -> Plan:
         st.lists(
             st.one_of(
                 st.tuples(st.just("contact"), action, scope, rolled_back),
+                st.tuples(st.just("contact_move"), scope, scope, rolled_back),
+                st.tuples(st.just("note_author"), scope, account, rolled_back),
                 st.tuples(st.just("note"), action, scope, account, st.booleans(), rolled_back),
                 st.tuples(st.just("task"), action, rolled_back),
                 st.tuples(st.just("notification"), account, rolled_back),
@@ -121,6 +123,7 @@ class World:
     contacts: dict[int, list[Any]] = field(default_factory=dict)  # scope -> rows
     notes: list[Any] = field(default_factory=list)
     tasks: list[Any] = field(default_factory=list)
+    messages: list[Any] = field(default_factory=list)
 
     def scope_readers(self, scope: int) -> set[int]:
         return set(self.members[scope])
@@ -133,10 +136,14 @@ class World:
         return {a for a in readers if self.users[a].pk == note.author_id}
 
     def task_readers(self) -> set[int]:
-        readers = self.scope_readers(0)
+        return self.scope_readers(0) | self.task_outside_readers()
+
+    def task_outside_readers(self) -> set[int]:
+        """The readers of the shared project outside its scope (account events)."""
+        outside: set[int] = set()
         for scope in self.shared_with:
-            readers |= self.scope_readers(scope)
-        return readers
+            outside |= self.scope_readers(scope)
+        return outside - self.scope_readers(0)
 
     def scope_of(self, workspace_id: Any) -> int:
         return next(i for i, w in enumerate(self.workspaces) if w.pk == workspace_id)
@@ -175,7 +182,7 @@ class RollBackError(Exception):
 Heard = Counter[tuple[str, Any]]
 
 
-#: Operations that change who reads what, and announce nothing themselves.
+#: Operations that change who reads what without a write of the rows read.
 ACCESS = {"join", "leave", "move", "handover", "thread_join", "thread_leave", "share", "unshare"}
 #: Those of them that change which scopes a socket reads (the worker rechecks it).
 MEMBERSHIP = {"join", "leave", "move", "handover"}
@@ -184,8 +191,7 @@ MEMBERSHIP = {"join", "leave", "move", "handover"}
 def play(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
     """Carry out one operation; return what each account may hear because of it."""
     if operation[0] in ACCESS:
-        _change_access(world, operation)
-        return {}
+        return _change_access(world, operation)
     rolled_back = operation[-1]
     try:
         with transaction.atomic():
@@ -208,7 +214,9 @@ def _pick(candidates: set[int], index: int) -> int | None:
     return ordered[index % len(ordered)] if ordered else None
 
 
-def _change_access(world: World, operation: tuple[Any, ...]) -> None:
+def _change_access(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
+    """Change memberships (which announce nothing: the worker rechecks the sockets), or the
+    links of the thread or of the shared project (its rows enter or leave views)."""
     kind, *args = operation
     users, workspaces, members = world.users, world.workspaces, world.members
     everyone = set(range(len(users)))
@@ -219,9 +227,9 @@ def _change_access(world: World, operation: tuple[Any, ...]) -> None:
         if kind == "join" and outsider is not None:
             Membership.objects.create(workspace=workspaces[scope], user=users[outsider])
             members[scope].add(outsider)
-            return
+            return {}
         if member is None:
-            return
+            return {}
         membership = Membership.objects.get(workspace=workspaces[scope], user=users[member])
         if kind == "leave":
             membership.delete()
@@ -238,18 +246,33 @@ def _change_access(world: World, operation: tuple[Any, ...]) -> None:
                 membership.save()
                 members[scope].discard(member)
                 members[scope].add(taker)
-    elif kind == "thread_join":
-        world.thread.members.add(users[args[0]])
-        world.thread_members.add(args[0])
-    elif kind == "thread_leave":
-        world.thread.members.remove(users[args[0]])
-        world.thread_members.discard(args[0])
-    elif kind == "share":
+        return {}
+    if kind in ("thread_join", "thread_leave"):
+        account = args[0]
+        joins = kind == "thread_join"
+        if (account in world.thread_members) == joins:
+            return {}
+        if joins:
+            world.thread.members.add(users[account])
+            world.thread_members.add(account)
+        else:
+            world.thread.members.remove(users[account])
+            world.thread_members.discard(account)
+        action = "created" if joins else "deleted"
+        return {account: Counter((f"message.{action}", m.pk) for m in world.messages)}
+    before = world.task_outside_readers()
+    if kind == "share" and args[0] not in world.shared_with:
         world.project.shared_with.add(workspaces[args[0]])
         world.shared_with.add(args[0])
-    elif kind == "unshare":
+    elif kind == "unshare" and args[0] in world.shared_with:
         world.project.shared_with.remove(workspaces[args[0]])
         world.shared_with.discard(args[0])
+    after = world.task_outside_readers()
+    expected: dict[int, Heard] = {}
+    for accounts, action in ((after - before, "created"), (before - after, "deleted")):
+        for account in accounts:
+            expected[account] = Counter((f"task.{action}", t.pk) for t in world.tasks)
+    return expected
 
 
 def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
@@ -272,8 +295,35 @@ def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
         world.notes = [n for n in world.notes if n.pk != row.pk] + (
             [row] if action != "deleted" else []
         )
+        if action == "updated":
+            return _views(before, world.note_readers(row), "private_note", row.pk)
         readers = before if action == "deleted" else world.note_readers(row)
         return _expect(readers, "private_note", action, row.pk)
+    if kind == "note_author":
+        _, scope, author, _ = operation
+        rows = [note for note in world.notes if world.scope_of(note.workspace_id) == scope]
+        if not rows:
+            return {}
+        note = rows[-1]
+        before = world.note_readers(note)
+        note.author = world.users[author]
+        note.save()
+        return _views(before, world.note_readers(note), "private_note", note.pk)
+    if kind == "contact_move":
+        _, source, target, _ = operation
+        rows = world.contacts.get(source) or []
+        if not rows or source == target:
+            return {}
+        contact = rows.pop()
+        contact.workspace = world.workspaces[target]
+        contact.save()
+        world.contacts.setdefault(target, []).append(contact)
+        expected = _expect(world.scope_readers(source), "contact", "deleted", contact.pk)
+        for account, heard in _expect(
+            world.scope_readers(target), "contact", "created", contact.pk
+        ).items():
+            expected[account] = expected.get(account, Counter()) + heard
+        return expected
     if kind == "task":
         _, action, _ = operation
 
@@ -288,6 +338,7 @@ def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
         return _expect({account}, "notification", "created", row.pk)
     _, _ = operation
     row = Message.objects.create(thread=world.thread, text="m")
+    world.messages.append(row)
     return _expect(set(world.thread_members), "message", "created", row.pk)
 
 
@@ -323,10 +374,20 @@ def _forget_rolled_back(world: World) -> None:
     }
     world.notes = list(PrivateNote.objects.filter(workspace__in=world.workspaces).order_by("pk"))
     world.tasks = list(Task.objects.filter(project=world.project).order_by("pk"))
+    world.messages = list(Message.objects.filter(thread=world.thread).order_by("pk"))
 
 
 def _expect(readers: set[int], model: str, action: str, pk: Any) -> dict[int, Heard]:
     return {a: Counter({(f"{model}.{action}", pk): 1}) for a in readers}
+
+
+def _views(before: set[int], after: set[int], model: str, pk: Any) -> dict[int, Heard]:
+    """An update as each reader sees it: leavers hear a delete, enterers a create."""
+    return {
+        **_expect(before - after, model, "deleted", pk),
+        **_expect(after - before, model, "created", pk),
+        **_expect(after & before, model, "updated", pk),
+    }
 
 
 # The sockets -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from example_project.crm.models import Contact, PrivateNote, Workspace
 from realtime.auth import issue_token
@@ -65,6 +66,17 @@ def contact(request: HttpRequest, pk: int) -> JsonResponse:
             "private_notes": [{"id": note.pk, "text": note.text} for note in notes],
         }
     )
+
+
+@login_required
+@require_POST
+def move_contact(request: HttpRequest, pk: int) -> JsonResponse:
+    """Move a contact to another workspace of the user's: the old workspace's pages drop it,
+    the new one's show it (realtime tells each reader what changed for them)."""
+    found = get_object_or_404(Contact, pk=pk, workspace__members=request.user)
+    found.workspace = _workspace(request, request.POST.get("workspace", ""))
+    found.save()
+    return JsonResponse({"id": found.pk, "workspace": found.workspace.slug})
 
 
 def _contacts(workspace: Workspace) -> Any:

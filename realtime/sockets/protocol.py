@@ -129,7 +129,8 @@ def encode(frame: dict[str, Any]) -> str:
 def event_frame(
     event_type: Any, data: Any, meta: dict[str, Any] | None, scope_id: Any = None
 ) -> str:
-    """The frame of an event: ``type, data, origin, changed, truncated, scope_id``, in order."""
+    """The frame of an event: ``type, data, origin, changed, truncated, scope_id, moved``, in
+    order (``moved`` marks a row entering or leaving the reader's view)."""
     frame: dict[str, Any] = {"type": event_type, "data": data}
     if meta:
         for key in META_KEYS:
@@ -137,6 +138,8 @@ def event_frame(
                 frame[key] = meta[key]
     if scope_id is not None:
         frame["scope_id"] = scope_id
+    if meta and meta.get("moved"):
+        frame["moved"] = True
     return encode(frame)
 
 

@@ -107,8 +107,11 @@ class TableTransport(Transport):
         self._poller.unfollow(encode_channel(channel))
 
     def _deliver(self, rows: list[tuple[str, bytes]]) -> None:
+        # On the event loop, where unfollow runs too: a poll that read a channel just before
+        # it was unfollowed delivers nothing of it.
         for channel, payload in rows:
-            self.dispatch(channel, payload)
+            if self._poller.follows(channel.encode("utf-8")):
+                self.dispatch(channel, payload)
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""

@@ -93,6 +93,11 @@ class Poller:
             self._pending.setdefault(channel, []).append(future)
         self._wake.set()
 
+    def follows(self, channel: bytes) -> bool:
+        """Whether ``channel`` is followed (anchored) now."""
+        with self._lock:
+            return channel in self._anchors
+
     def unfollow(self, channel: bytes) -> None:
         with self._lock:
             self._anchors.pop(channel, None)

@@ -16,6 +16,7 @@ from realtime.audience import readers
 from realtime.auth import get_auth, member_ids
 from realtime.encoding import sorted_ids
 from realtime.paths import path_target, to_lookup
+from realtime.registry import ModelOptions
 from realtime.writes.events import Event
 
 logger = logging.getLogger(__name__)
@@ -44,34 +45,43 @@ def guarded_readers(event: Event) -> list[Any]:
 
 def shared_readers(event: Event) -> list[Any]:
     """Readers of the event's shared root outside its scope (guard-checked); [] on failure."""
-    options = event.options
+    return shared_readers_of(
+        event.options, event.pk, event.scope_id, event.extra.get("root_pk"), event.event_type
+    )
+
+
+def shared_readers_of(
+    options: ModelOptions, pk: Any, scope_id: Any, root_pk: Any, what: str
+) -> list[Any]:
+    """Readers of a row's shared root outside ``scope_id`` (guard-checked); [] on failure.
+
+    ``root_pk`` names the root when the instance held it; else it is read from the row.
+    """
     if options.shared_via is None:
         return []
     try:
-        root = load_root(event)
+        root = load_root(options, pk, root_pk)
         if root is None:
             return []
-        found = set(get_auth().shared_readers(root, event.scope_id))
-        found -= set(member_ids(event.scope_id))
+        found = set(get_auth().shared_readers(root, scope_id))
+        found -= set(member_ids(scope_id))
         if found and options.guard is not None:
-            found = set(readers(options, event.pk, found))
+            found = set(readers(options, pk, found))
         return sorted_ids(found)
     except Exception:
-        logger.exception("realtime: shared_readers() failed for %s", event.event_type)
+        logger.exception("realtime: shared_readers() failed for %s", what)
         return []
 
 
-def load_root(event: Event) -> Any:
+def load_root(options: ModelOptions, pk: Any, root_pk: Any = None) -> Any:
     """The record ``shared_via`` points at, read from the database."""
-    options = event.options
     path = options.shared_via or ""
     target = path_target(options.model, path)
     if target is None:
         return None
-    root_pk = event.extra.get("root_pk")
     if root_pk is None:
         root_pk = (
-            options.model._base_manager.filter(pk=event.pk)
+            options.model._base_manager.filter(pk=pk)
             .values_list(to_lookup(path), flat=True)
             .first()
         )

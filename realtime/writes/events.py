@@ -26,6 +26,26 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
+class Before:
+    """Who could read a row before an update, taken in its transaction before the write.
+
+    Each part is ``None`` when it was not taken (it could not have changed); see
+    ``realtime.writes.views``.
+    """
+
+    #: The scope the row was in (normalised id).
+    scope_id: Any = None
+    #: Guarded models: the members of that scope who could read it.
+    readers: list[Any] | None = None
+    #: ``user_field`` models: the accounts the path reached.
+    accounts: list[Any] | None = None
+    #: ``shared_via`` models: the readers of its root outside its scope.
+    shared: list[Any] | None = None
+    #: The channels it was on (its relation channels as they were).
+    channels: list[str] | None = None
+
+
+@dataclass
 class Event:
     """One announcement of one row, as prepared in the transaction that wrote it."""
 
@@ -44,6 +64,11 @@ class Event:
     outside: list[Any] | None = None
     folded: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Updates whose audience may have changed: who could read the row before.
+    before: Before | None = None
+    #: The row entered or left the view of ``accounts`` without a write of its own (a path's
+    #: or a shared root's links changed): an account event to them alone, never coalesced.
+    accounts: list[Any] | None = None
 
     @property
     def event_type(self) -> str:
@@ -61,20 +86,29 @@ class Event:
             meta["changed"] = self.changed
         if self.folded:
             meta["truncated"] = True
+        if self.accounts is not None and not self.folded:
+            meta["moved"] = True
         return meta
 
 
 def read_event(
-    options: ModelOptions, instance: models.Model, action: str, changed: list[str] | None = None
+    options: ModelOptions,
+    instance: models.Model,
+    action: str,
+    changed: list[str] | None = None,
+    *,
+    scopeless: bool = False,
 ) -> Event | None:
-    """Prepare the event of one write; ``None`` when the row announces nothing (no scope)."""
+    """Prepare the event of one write; ``None`` when the row announces nothing (no scope,
+    unless ``scopeless``: an update that took the row out of every scope still tells the
+    readers it left)."""
     values = instance.__dict__
     pk = instance.pk
     scope_id = None
     user_ids = None
     if options.user_field is None:
         scope_id = values.get(options.scope_attname or "")
-        if scope_id is None:
+        if scope_id is None and not scopeless:
             return None
     else:
         user_ids = read_accounts(options, instance)

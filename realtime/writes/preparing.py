@@ -36,14 +36,17 @@ def prepare_write(
     action: str,
     changed: list[str] | None,
     using: str,
+    *,
+    scopeless: bool = False,
 ) -> Event | None:
-    """The event of a create or an update, read in the write's transaction."""
+    """The event of a create or an update, read in the write's transaction (``scopeless``:
+    also when the row is in no scope, for an update that may have taken it out of one)."""
     queries = options.create_queries if action == "created" else options.write_queries
     return failsafe(
         f"{options.name}:{instance.pk}",
         using,
         queries,
-        lambda: read_event(options, instance, action, changed),
+        lambda: read_event(options, instance, action, changed, scopeless=scopeless),
     )
 
 

@@ -20,6 +20,7 @@ from realtime.transports import get_transport
 from realtime.writes.audiences import outside_recipients, recipients, shared_readers
 from realtime.writes.events import Event
 from realtime.writes.payload import recheck_messages, scope_messages, users_messages
+from realtime.writes.views import view_messages
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def coalesce(items: Iterable[Any]) -> list[Any]:
     result: list[Any] = []
     position: dict[tuple[str, Any], int] = {}
     for item in items:
-        if not isinstance(item, Event) or item.folded:
+        if not isinstance(item, Event) or item.folded or item.accounts is not None:
             result.append(item)
             continue
         earlier = position.pop(item.key, None)
@@ -95,15 +96,32 @@ def _merge(first: Event, then: Event) -> Event | None:
     if then.action == "deleted":
         return None if first.action == "created" else then
     if first.action == "created":
-        return replace(then, action="created", changed=None)
+        return replace(then, action="created", changed=None, before=None)
     if first.action == "updated" and then.action == "updated":
         changed = sorted({*(first.changed or ()), *(then.changed or ())})
-        return replace(then, changed=changed)
+        # The audience before the transaction is what the first write saw.
+        before = first.before if first.before is not None else then.before
+        return replace(then, changed=changed, before=before)
     return then
 
 
 def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
     """The messages of one model event: to its scope (and beyond), or to its accounts."""
+    if event.accounts is not None:
+        data = None if event.folded else event.data
+        return users_messages(
+            event.accounts,
+            event.event_type,
+            data,
+            channels=event.channels,
+            meta=event.meta(),
+            budget=budget,
+        )
+    if event.action == "updated" and event.before is not None:
+        messages, reached = view_messages(event, budget)
+        if event.options.user_field is None and event.scope_id is not None:
+            messages += _outside_messages(event, reached, budget)
+        return messages
     options = event.options
     data = None if event.folded else event.data
     common: dict[str, Any] = {
@@ -132,8 +150,23 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
     shared = event.shared if event.shared is not None else shared_readers(event)
     if shared:
         out += users_messages(shared, event.event_type, data, **common)
+    return out + _outside_messages(event, shared, budget)
+
+
+def _outside_messages(
+    event: Event, shared: list[Any], budget: int | None
+) -> list[tuple[str, bytes]]:
+    """The event again, to the outside recipients not served as shared readers."""
     outside = event.outside if event.outside is not None else outside_recipients(event)
-    outside = [account for account in sorted_ids(outside) if account not in set(shared or ())]
-    if outside:
-        out += users_messages(outside, event.event_type, data, skip_scope=event.scope_id, **common)
-    return out
+    outside = [account for account in sorted_ids(outside) if account not in set(shared)]
+    if not outside:
+        return []
+    return users_messages(
+        outside,
+        event.event_type,
+        event.data,
+        channels=event.channels,
+        meta=event.meta(),
+        skip_scope=event.scope_id,
+        budget=budget,
+    )

@@ -17,19 +17,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
-from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from realtime.registry import options_for
 from realtime.writes import cascades, outbox, snapshots
+from realtime.writes.before import plan_before, take_before
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.preparing import prepare_delete, prepare_write
 
 PENDING_DELETE = "_realtime_pending_delete"
+PENDING_BEFORE = "_realtime_audience_before"
 
 
 def connect(model: type[models.Model]) -> None:
     """Connect the receivers of a decorated model (or of a subclass announcing like it)."""
     uid = f"realtime:{model._meta.label}"
+    pre_save.connect(on_pre_save, sender=model, dispatch_uid=uid)
     post_save.connect(on_post_save, sender=model, dispatch_uid=uid)
     pre_delete.connect(on_pre_delete, sender=model, dispatch_uid=uid)
     post_delete.connect(on_post_delete, sender=model, dispatch_uid=uid)
@@ -41,12 +44,34 @@ def connect(model: type[models.Model]) -> None:
 
 def disconnect(model: type[models.Model]) -> None:
     uid = f"realtime:{model._meta.label}"
+    pre_save.disconnect(sender=model, dispatch_uid=uid)
     post_save.disconnect(sender=model, dispatch_uid=uid)
     pre_delete.disconnect(sender=model, dispatch_uid=uid)
     post_delete.disconnect(sender=model, dispatch_uid=uid)
     for field in model._meta.local_many_to_many:
         through = field.remote_field.through
         m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
+
+
+@never_raises
+def on_pre_save(
+    sender: type[models.Model],
+    instance: models.Model,
+    raw: bool,
+    using: str,
+    update_fields: Iterable[str] | None,
+    **kwargs: Any,
+) -> None:
+    # Who could read the row before this save: read now, while the database still holds it.
+    options = options_for(sender)
+    if raw or options is None:
+        return
+    plan = plan_before(options, instance, update_fields)
+    if plan is not None:
+        label = f"the readers of {options.name}:{instance.pk}"
+        before = failsafe(label, using, plan.queries, lambda: take_before(options, plan))
+        if before is not None:
+            instance.__dict__[PENDING_BEFORE] = before
 
 
 @never_raises
@@ -60,6 +85,7 @@ def on_post_save(
     **kwargs: Any,
 ) -> None:
     options = options_for(sender)
+    before = instance.__dict__.pop(PENDING_BEFORE, None)
     if raw or options is None:
         return
     changed = None if created else snapshots.changed_fields(instance, update_fields)
@@ -67,8 +93,10 @@ def on_post_save(
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
-    event = prepare_write(options, instance, action, changed, using)
+    moving = before is not None and not created
+    event = prepare_write(options, instance, action, changed, using, scopeless=moving)
     if event is not None:
+        event.before = before if moving else None
         outbox.add(event, using)
 
 

@@ -70,6 +70,7 @@ for (const type of ["contact.created", "contact.updated", "contact.deleted"]) {
   client.addEventListener(type, (event) => {
     refreshContacts();
     const id = event.detail.data?.id;
+    if (event.detail.moved && type === "contact.deleted") toast("A contact moved to another workspace");
     if (id && id === state.openContact) {
       if (type === "contact.deleted") {
         document.getElementById("detail-status").textContent = "This contact was deleted.";
@@ -95,6 +96,21 @@ client.addEventListener("state", (event) => {
 document.querySelector("#contacts tbody").addEventListener("click", (event) => {
   const row = event.target.closest("tr[data-id]");
   if (row) showContact(Number(row.dataset.id));
+});
+
+// Moving a contact: this page drops it (it hears contact.deleted, "moved"), the pages of the
+// other workspace show it (they hear contact.created).
+document.getElementById("move-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  if (!state.openContact) return;
+  const form = new FormData(event.target);
+  const response = await fetch(`/api/contacts/${state.openContact}/move`, {
+    method: "POST",
+    body: form,
+    credentials: "same-origin",
+    headers: { "X-CSRFToken": form.get("csrfmiddlewaretoken") },
+  });
+  if (response.ok) document.getElementById("detail").hidden = true;
 });
 
 document.getElementById("workspace-switcher").addEventListener("change", async (event) => {

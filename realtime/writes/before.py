@@ -1,0 +1,227 @@
+"""Who could read a row before an update: taken in the write's transaction, before the write.
+
+``plan_before`` decides, from the instance and its snapshot alone, whether the save about to
+run can change the row's audience: the scope field, a column the guard reads (every column,
+when that cannot be told), or the first hop of a ``user_field`` or ``shared_via`` path may
+change. When none can, the update costs nothing more, not even a savepoint. ``take_before``
+then reads the audience as it was, in ``pre_save``, while the database still holds the row:
+old values from the snapshot (no query), and, as needed, the guard's readers (the same
+statements as a delete's readers), a multi-hop path (one query), the root's readers, or a
+column the snapshot does not know — in a savepoint. ``realtime.writes.views`` compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import models
+from django.db.models import Q
+
+from realtime.audience import readers
+from realtime.auth import member_ids
+from realtime.encoding import normal_id, sorted_ids
+from realtime.paths import split_path, values_on_path
+from realtime.registry import ModelOptions, relation_target, wire_name
+from realtime.writes import snapshots
+from realtime.writes.audiences import shared_readers_of
+from realtime.writes.events import Before
+
+
+class Past:
+    """The row as stored before this save: from the snapshot when it knows, else read once."""
+
+    def __init__(self, instance: models.Model, update_fields: Iterable[str] | None) -> None:
+        self.instance = instance
+        self.known = snapshots.before(instance)
+        meta = instance._meta
+        self.written = (
+            None
+            if update_fields is None
+            else {meta.get_field(name).attname for name in update_fields}  # type: ignore[union-attr]
+        )
+        self._stored: dict[str, Any] | None = None
+
+    def may_change(self, attname: str) -> bool:
+        """Whether this save may write a new value of ``attname`` (no query)."""
+        if self.written is not None and attname not in self.written:
+            return False
+        if self.known is None or not snapshots.knows(self.known, attname):
+            return True
+        return snapshots.differs(self.instance.__dict__, self.known, attname)
+
+    def knows(self, attnames: Iterable[str]) -> bool:
+        """Whether the snapshot knows every one of ``attnames`` (reading them costs nothing)."""
+        known = self.known
+        return known is not None and all(snapshots.knows(known, a) for a in attnames)
+
+    def value(self, attname: str) -> Any:
+        """The stored value of ``attname`` (a query the first time the snapshot does not know)."""
+        if self.known is not None and snapshots.knows(self.known, attname):
+            return self.known[attname]
+        if self._stored is None:
+            instance = self.instance
+            concrete = [f.attname for f in instance._meta.concrete_fields]
+            row = type(instance)._base_manager.filter(pk=instance.pk).values(*concrete).first()
+            self._stored = row or {}
+        return self._stored.get(attname)
+
+
+class Plan:
+    """What ``take_before`` is to read, decided without a query, and whether it will query
+    (then it runs in a savepoint)."""
+
+    def __init__(
+        self, past: Past, *, queries: bool, accounts: bool = False, readers: bool = False
+    ) -> None:
+        self.past = past
+        self.queries = queries
+        self.accounts = accounts
+        self.readers = readers
+
+
+def plan_before(
+    options: ModelOptions, instance: models.Model, update_fields: Iterable[str] | None
+) -> Plan | None:
+    """What of the row's audience the save about to run may change; ``None`` when nothing
+    can (then the update costs no query, not even a savepoint)."""
+    if "updated" not in options.actions or instance.pk is None:
+        return None
+    if instance._state.adding and instance._meta.pk.has_default():
+        return None  # an insert, as Django will make it
+    past = Past(instance, update_fields)
+    if options.user_field is not None:
+        first = _first_hop(options.model, options.user_field)
+        if first is None or not past.may_change(first.attname):
+            return None
+        one_hop = len(split_path(options.user_field)) == 1
+        return Plan(past, queries=not (one_hop and past.knows([first.attname])), accounts=True)
+    scope_moves = past.may_change(options.scope_attname or "")
+    guarded = guard_attnames(options)
+    columns = guarded if guarded is not None else [f.attname for f in instance._meta.fields]
+    guard_asks = options.guard is not None and (
+        scope_moves or any(past.may_change(attname) for attname in columns)
+    )
+    root = _first_hop(options.model, options.shared_via)
+    root_moves = root is not None and past.may_change(root.attname)
+    if not (scope_moves or guard_asks or root_moves):
+        return None
+    read = [options.scope_attname or "", *(f.attname for f in _foreign_keys(options, instance))]
+    if root is not None:
+        read.append(root.attname)
+    queries = guard_asks or options.shared_via is not None or not past.knows(read)
+    return Plan(past, queries=queries, readers=guard_asks)
+
+
+def take_before(options: ModelOptions, plan: Plan) -> Before | None:
+    """Who could read the row before the save about to run, as ``plan`` says; ``None`` when
+    the stored row shows nothing can differ.
+
+    Run in ``pre_save`` (the database still holds the row as it was), in a savepoint.
+    """
+    past, instance = plan.past, plan.past.instance
+    if plan.accounts:
+        path = options.user_field or ""
+        if len(split_path(path)) == 1:
+            old = past.value(_first_hop(options.model, path).attname)
+            return Before(accounts=[] if old is None else sorted_ids([old]))
+        return Before(accounts=values_on_path(instance, path))
+    scope_att = options.scope_attname or ""
+    old_scope = past.value(scope_att)
+    root = _first_hop(options.model, options.shared_via)
+    old_root = past.value(root.attname) if root is not None else None
+    moved = not _same(old_scope, instance, scope_att)
+    rerooted = root is not None and not _same(old_root, instance, root.attname)
+    if not (moved or rerooted or plan.readers):
+        return None
+    before = Before(scope_id=None if old_scope is None else normal_id(old_scope))
+    before.channels = _old_channels(options, instance, past)
+    if plan.readers and old_scope is not None:
+        before.readers = sorted_ids(readers(options, instance.pk, member_ids(old_scope)))
+    if moved or rerooted:
+        before.shared = shared_readers_of(
+            options, instance.pk, old_scope, old_root, f"{options.name}:{instance.pk}"
+        )
+    return before
+
+
+def _same(old: Any, instance: models.Model, attname: str) -> bool:
+    return bool(normal_id(old) == normal_id(instance.__dict__.get(attname)))
+
+
+def _first_hop(model: type[models.Model], path: str | None) -> Any:
+    """The first field of ``path`` when it is a foreign key on the row (a save can change
+    it); ``None`` otherwise."""
+    if not path:
+        return None
+    field = model._meta.get_field(split_path(path)[0])
+    return field if field.concrete and field.many_to_one else None
+
+
+_guard_columns: dict[type[models.Model], frozenset[str] | None] = {}
+
+
+def guard_attnames(options: ModelOptions) -> frozenset[str] | None:
+    """The columns of the row a ``guard`` reads; ``None`` when it reads across relations or
+    in a way that cannot be told (then every save of the row may change its readers).
+
+    The guard is asked once, for a blank account, and its ``Q`` read: a guard whose lookups
+    depend on the account should read the same columns for every account.
+    """
+    if options.model not in _guard_columns:
+        _guard_columns[options.model] = _read_guard(options)
+    return _guard_columns[options.model]
+
+
+def _read_guard(options: ModelOptions) -> frozenset[str] | None:
+    found: set[str] = set()
+    try:
+        if options.guard is None:
+            return frozenset()
+        if not _lookups(options.guard(get_user_model()()), found) or not found:
+            return None
+        meta = options.model._meta
+        fields = [meta.get_field(name) for name in found]
+    except Exception:
+        return None
+    attnames = [getattr(field, "attname", None) for field in fields if field.concrete]
+    if len(attnames) != len(fields):
+        return None
+    return frozenset(str(attname) for attname in attnames)
+
+
+def _lookups(condition: Any, found: set[str]) -> bool:
+    """Collect the first part of every lookup of a ``Q``; ``False`` for anything else."""
+    if not isinstance(condition, Q):
+        return False
+    for child in condition.children:
+        if isinstance(child, Q):
+            if not _lookups(child, found):
+                return False
+        elif isinstance(child, tuple) and isinstance(child[0], str):
+            found.add(child[0].split("__")[0])
+        else:
+            return False
+    return True
+
+
+def _foreign_keys(options: ModelOptions, instance: models.Model) -> list[Any]:
+    """The declared relations that are foreign keys on the row (their channels are columns)."""
+    fields = []
+    for name in options.relations:
+        field = instance._meta.get_field(name)
+        is_key = field.concrete and (field.many_to_one or field.one_to_one)
+        if is_key and relation_target(options, name) is not None:
+            fields.append(field)
+    return fields
+
+
+def _old_channels(options: ModelOptions, instance: models.Model, past: Past) -> list[str]:
+    """The channels of the row as it was: its foreign-key relations read from the past."""
+    channels = [options.name, f"{options.name}:{instance.pk}"]
+    for field in _foreign_keys(options, instance):
+        value = past.value(field.attname)
+        if value is not None:
+            channels.append(f"{wire_name(field.related_model)}:{value}")
+    return channels

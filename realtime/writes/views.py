@@ -1,0 +1,111 @@
+"""Rows that enter or leave a reader's view: the audience before an update against after it.
+
+An update may change who may read a row: it moves to another scope, a guarded row's fields
+change whom the guard admits, a ``user_field`` path reaches other accounts, a shared record
+gets another root. Each reader then hears what changed *for them*: one who could read it
+before and still can hears ``<model>.updated``; one who now can and could not hears
+``<model>.created``; one who could and now cannot hears ``<model>.deleted`` with only the
+model and the id (they may no longer read its fields). Enter and leave frames carry
+``"moved": true``. The audience before is taken in the transaction
+(``realtime.writes.before``); ``view_messages`` runs after commit and compares.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from realtime.audience import readers
+from realtime.auth import get_auth, member_ids
+from realtime.encoding import normal_id, sorted_ids
+from realtime.writes.audiences import recipients, shared_readers
+from realtime.writes.events import Before, Event
+from realtime.writes.payload import scope_messages, users_messages
+
+Messages = list[tuple[str, bytes]]
+
+
+def view_messages(event: Event, budget: int | None) -> tuple[Messages, list[Any]]:
+    """The messages of an update whose audience may have changed, and the shared readers it
+    reached: leavers first (a client hearing a leave and an enter of one row keeps it),
+    then enterers and those who stay."""
+    before = event.before
+    assert before is not None
+    if event.options.user_field is not None:
+        now = sorted_ids(recipients(event))
+        was = sorted_ids(_was_recipients(event, before.accounts or []))
+        return _compare(event, was, now, budget), []
+    out = _scope_messages(event, before, budget)
+    shared: list[Any] = []
+    if event.options.shared_via is not None:
+        shared = shared_readers(event) if event.scope_id is not None else []
+        was = before.shared if before.shared is not None else shared
+        out += _compare(event, was, shared, budget)
+    return out, shared
+
+
+def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -> Messages:
+    """Account messages: leave frames to ``was - now``, enter frames to ``now - was``."""
+    name = event.options.name
+    identity, moved, meta = _forms(event)
+    before, after = set(was), set(now)
+    common: dict[str, Any] = {"channels": event.channels, "budget": budget}
+    return [
+        *users_messages(before - after, f"{name}.deleted", identity, meta=moved, **common),
+        *users_messages(after - before, f"{name}.created", event.data, meta=moved, **common),
+        *users_messages(after & before, event.event_type, event.data, meta=meta, **common),
+    ]
+
+
+def _forms(event: Event) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The data of a leave frame, the meta of enter and leave frames, and of an update."""
+    identity = {"model": event.options.name, "id": event.data["id"]}
+    moved: dict[str, Any] = {"moved": True}
+    if event.origin is not None:
+        moved = {"origin": event.origin, "moved": True}
+    return identity, moved, event.meta()
+
+
+def _was_recipients(event: Event, accounts: list[Any]) -> list[Any]:
+    """``auth.recipients`` asked about the accounts the row reached before; [] on failure."""
+    try:
+        return list(get_auth().recipients(event.event_type, event.data, list(accounts)))
+    except Exception:
+        return []
+
+
+def _scope_messages(event: Event, before: Before, budget: int | None) -> Messages:
+    options = event.options
+    name = options.name
+    identity, moved, meta = _forms(event)
+    now_scope = None if event.scope_id is None else normal_id(event.scope_id)
+    was_scope = before.scope_id
+    about = {"model": name, "id": event.data["id"]} if options.guard is not None else None
+    left: dict[str, Any] = {"channels": before.channels or event.channels, "budget": budget}
+    here: dict[str, Any] = {"channels": event.channels, "about": about, "budget": budget}
+    guarded = options.guard is not None
+    out: Messages = []
+    if was_scope != now_scope:
+        if was_scope is not None and not (guarded and not before.readers):
+            only = before.readers if guarded else None
+            out += scope_messages(
+                was_scope, f"{name}.deleted", identity, meta=moved, only=only, **left
+            )
+        if now_scope is not None:
+            out += scope_messages(now_scope, f"{name}.created", event.data, meta=moved, **here)
+        return out
+    if now_scope is None:
+        return []
+    if not guarded or before.readers is None:
+        return scope_messages(now_scope, event.event_type, event.data, meta=meta, **here)
+    now = set(sorted_ids(readers(options, event.pk, member_ids(event.scope_id))))
+    was = set(before.readers)
+    kinds = (
+        (was - now, f"{name}.deleted", identity, moved, left),
+        (now - was, f"{name}.created", event.data, moved, here),
+        (now & was, event.event_type, event.data, meta, here),
+    )
+    for accounts, event_type, data, frame_meta, where in kinds:
+        if accounts:
+            only = sorted_ids(accounts)
+            out += scope_messages(now_scope, event_type, data, meta=frame_meta, only=only, **where)
+    return out

@@ -1,0 +1,327 @@
+"""Rows that enter or leave a reader's view are announced to that reader: the messages an
+update publishes when it changes who may read the row, and what it costs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from tests.helpers import events, forget_messages
+from tests.testapp.models import (
+    Company,
+    Contact,
+    Message,
+    Notification,
+    PrivateNote,
+    Project,
+    Task,
+    Thread,
+    Workspace,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MakeUser = Callable[..., Any]
+
+
+def summary() -> list[tuple[Any, ...]]:
+    """(event type, scope or accounts, data, moved) of each message published."""
+    out = []
+    for m in events():
+        whom = m.get("scope_id") if m["target"] == "scope" else tuple(m["user_ids"])
+        only = tuple(m["only"]) if "only" in m else None
+        out.append((m["event_type"], whom, only, m["data"], m["meta"].get("moved", False)))
+    return out
+
+
+def identity(model: str, pk: Any) -> dict[str, Any]:
+    return {"model": model, "id": pk}
+
+
+# Scope moves ---------------------------------------------------------------------------------
+
+
+def test_a_row_moved_to_another_scope_leaves_the_old_one_and_enters_the_new(
+    workspace: Workspace,
+) -> None:
+    other = Workspace.objects.create(name="Beta", slug="beta")
+    company = Company.objects.create(workspace=workspace, name="Old co")
+    contact = Contact.objects.create(workspace=workspace, name="Ann", company=company)
+    forget_messages()
+    contact.workspace = other
+    contact.company = None
+    contact.save()
+    left, entered = events()
+    assert left["event_type"] == "contact.deleted"
+    assert left["scope_id"] == workspace.pk
+    # The leave frame carries no declared field, and reaches the channels the row was on.
+    assert left["data"] == identity("contact", contact.pk)
+    assert left["meta"] == {"moved": True}
+    assert left["channels"] == ["contact", f"contact:{contact.pk}", f"company:{company.pk}"]
+    assert entered["event_type"] == "contact.created"
+    assert entered["scope_id"] == other.pk
+    assert entered["data"]["name"] == "Ann"
+    assert entered["meta"] == {"moved": True}
+    assert "changed" not in entered["meta"]
+
+
+def test_a_row_created_and_moved_in_one_transaction_is_one_create_in_its_final_scope(
+    workspace: Workspace,
+) -> None:
+    other = Workspace.objects.create(name="Beta", slug="beta")
+    forget_messages()
+    with transaction.atomic():
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        contact.workspace = other
+        contact.save()
+    assert summary() == [
+        ("contact.created", other.pk, None, events()[0]["data"], False),
+    ]
+
+
+def test_a_row_moved_and_moved_back_in_one_transaction_is_one_update(
+    workspace: Workspace,
+) -> None:
+    other = Workspace.objects.create(name="Beta", slug="beta")
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    with transaction.atomic():
+        contact.workspace = other
+        contact.save()
+        contact.workspace = workspace
+        contact.name = "Ann B."
+        contact.save()
+    (updated,) = events()
+    assert updated["event_type"] == "contact.updated"
+    assert updated["scope_id"] == workspace.pk
+    assert updated["meta"] == {"changed": ["name", "workspace"]}
+
+
+def test_a_move_that_rolls_back_announces_nothing(workspace: Workspace) -> None:
+    other = Workspace.objects.create(name="Beta", slug="beta")
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    try:
+        with transaction.atomic():
+            contact.workspace = other
+            contact.save()
+            raise LookupError
+    except LookupError:
+        pass
+    assert events() == []
+
+
+def test_a_row_taken_out_of_every_scope_leaves_its_scope(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    contact.workspace = None
+    contact.save()
+    assert summary() == [
+        ("contact.deleted", workspace.pk, None, identity("contact", contact.pk), True)
+    ]
+
+
+def test_an_update_that_moves_nothing_costs_no_query_in_the_transaction(
+    workspace: Workspace,
+) -> None:
+    company = Company.objects.get(pk=Company.objects.create(workspace=workspace, name="A").pk)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        company.name = "B"
+        company.save()
+        inside = [q["sql"] for q in queries.captured_queries]
+    assert len([sql for sql in inside if not sql.startswith(("BEGIN", "SAVEPOINT"))]) == 1
+
+
+# Guarded rows ---------------------------------------------------------------------------------
+
+
+def test_a_guarded_row_given_to_another_author_leaves_the_old_and_enters_the_new(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    make_user("carol", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="mine")
+    forget_messages()
+    note.author = bob
+    note.save()
+    about = {"model": "private_note", "id": note.pk}
+    assert [(m["event_type"], m["only"], m.get("about")) for m in events()] == [
+        ("private_note.deleted", [ann.pk], None),
+        ("private_note.created", [bob.pk], about),
+    ]
+    assert events()[0]["data"] == identity("private_note", note.pk)
+
+
+def test_a_guarded_row_made_private_leaves_the_others_and_stays_with_its_author(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="x", public=True)
+    forget_messages()
+    note.public = False
+    note.save()
+    assert [(m["event_type"], m["only"], m["meta"]) for m in events()] == [
+        ("private_note.deleted", [bob.pk], {"moved": True}),
+        ("private_note.updated", [ann.pk], {"changed": ["public"]}),
+    ]
+
+
+def test_a_guarded_update_of_a_field_the_guard_does_not_read_takes_no_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    note = PrivateNote.objects.get(
+        pk=PrivateNote.objects.create(workspace=workspace, author=ann, title="x").pk
+    )
+    forget_messages()
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        note.title = "y"
+        note.save()
+        inside = [q["sql"] for q in queries.captured_queries]
+    assert len([sql for sql in inside if not sql.startswith(("BEGIN", "SAVEPOINT"))]) == 1
+    (updated,) = events()
+    assert updated["about"] == {"model": "private_note", "id": note.pk}
+    assert "only" not in updated
+
+
+# Account paths ---------------------------------------------------------------------------------
+
+
+def test_an_account_event_handed_to_another_account_leaves_one_and_enters_the_other(
+    make_user: MakeUser,
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    notification = Notification.objects.create(user=ann, text="hello")
+    forget_messages()
+    notification.user = bob
+    notification.save()
+    assert summary() == [
+        ("notification.deleted", (ann.pk,), None, identity("notification", notification.pk), True),
+        ("notification.created", (bob.pk,), None, events()[1]["data"], True),
+    ]
+
+
+def test_a_message_moved_to_another_thread_reaches_leavers_enterers_and_stayers(
+    make_user: MakeUser,
+) -> None:
+    ann, bob, carol = make_user("ann"), make_user("bob"), make_user("carol")
+    first, second = Thread.objects.create(title="1"), Thread.objects.create(title="2")
+    first.members.set([ann, bob])
+    second.members.set([bob, carol])
+    message = Message.objects.create(thread=first, text="hi")
+    forget_messages()
+    message.thread = second
+    message.save()
+    assert [(m["event_type"], m["user_ids"], m["meta"].get("moved")) for m in events()] == [
+        ("message.deleted", [ann.pk], True),
+        ("message.created", [carol.pk], True),
+        ("message.updated", [bob.pk], None),
+    ]
+
+
+# Shared records --------------------------------------------------------------------------------
+
+
+def test_a_shared_record_moved_to_another_root_changes_its_outside_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    gamma = Workspace.objects.create(name="Gamma", slug="gamma")
+    reader_b = make_user("bee", member_of=beta)
+    reader_g = make_user("gee", member_of=gamma)
+    shared_with_beta = Project.objects.create(workspace=workspace, name="P1")
+    shared_with_beta.shared_with.set([beta])
+    shared_with_gamma = Project.objects.create(workspace=workspace, name="P2")
+    shared_with_gamma.shared_with.set([gamma])
+    task = Task.objects.create(workspace=workspace, project=shared_with_beta, title="t")
+    forget_messages()
+    task.project = shared_with_gamma
+    task.save()
+    assert [
+        (m["event_type"], m.get("scope_id"), m.get("user_ids"), m["meta"].get("moved"))
+        for m in events()
+    ] == [
+        ("task.updated", workspace.pk, None, None),
+        ("task.deleted", None, [reader_b.pk], True),
+        ("task.created", None, [reader_g.pk], True),
+    ]
+
+
+# Links that change who reads rows they do not write -------------------------------------------
+
+
+def test_an_account_added_to_a_thread_enters_its_messages_and_one_removed_leaves_them(
+    make_user: MakeUser,
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    thread = Thread.objects.create(title="t")
+    thread.members.set([ann])
+    message = Message.objects.create(thread=thread, text="hi")
+    forget_messages()
+    thread.members.add(bob)
+    assert summary() == [("message.created", (bob.pk,), None, events()[0]["data"], True)]
+    assert events()[0]["data"]["text"] == "hi"
+    forget_messages()
+    bob.threads.remove(thread)
+    assert summary() == [
+        ("message.deleted", (bob.pk,), None, identity("message", message.pk), True)
+    ]
+    forget_messages()
+    thread.members.clear()
+    assert summary() == [
+        ("message.deleted", (ann.pk,), None, identity("message", message.pk), True)
+    ]
+
+
+def test_links_past_the_cascade_limit_fold_into_one_truncated_event(
+    make_user: MakeUser, settings: Any
+) -> None:
+    ann = make_user("ann")
+    thread = Thread.objects.create(title="t")
+    for number in range(3):
+        Message.objects.create(thread=thread, text=str(number))
+    settings.REALTIME_CASCADE_LIMIT = 2
+    forget_messages()
+    thread.members.add(ann)
+    kinds = [(m["event_type"], m["data"] is None, m["meta"]) for m in events()]
+    assert kinds == [
+        ("message.created", False, {"moved": True}),
+        ("message.created", False, {"moved": True}),
+        ("message.created", True, {"truncated": True}),
+    ]
+
+
+def test_a_project_shared_with_another_scope_enters_its_tasks_and_unsharing_leaves_them(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    reader = make_user("bee", member_of=beta)
+    make_user("ann", member_of=workspace)
+    project = Project.objects.create(workspace=workspace, name="P")
+    task = Task.objects.create(workspace=workspace, project=project, title="t")
+    forget_messages()
+    project.shared_with.add(beta)
+    assert summary() == [("task.created", (reader.pk,), None, events()[0]["data"], True)]
+    forget_messages()
+    beta.shared_projects.remove(project)
+    assert summary() == [("task.deleted", (reader.pk,), None, identity("task", task.pk), True)]
+
+
+def test_a_link_change_rolled_back_announces_nothing(make_user: MakeUser) -> None:
+    ann = make_user("ann")
+    thread = Thread.objects.create(title="t")
+    Message.objects.create(thread=thread, text="hi")
+    forget_messages()
+    try:
+        with transaction.atomic():
+            thread.members.add(ann)
+            raise LookupError
+    except LookupError:
+        pass
+    assert events() == []

@@ -1,0 +1,205 @@
+"""Over real sockets on a real daphne: readers who lose sight of a row hear it deleted, those
+who gain it hear it created, those who keep it hear it updated; nobody else hears anything."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from tests.helpers import off_loop
+from tests.live import Client, Clients, LiveServers
+from tests.testapp.models import (
+    Contact,
+    Membership,
+    Message,
+    PrivateNote,
+    Project,
+    Task,
+    Thread,
+    Workspace,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
+
+
+def make_member(username: str, *workspaces: Workspace) -> tuple[Any, str]:
+    user = get_user_model().objects.create_user(username=username)
+    for workspace in workspaces:
+        Membership.objects.create(workspace=workspace, user=user)
+    return user, issue_token(user)
+
+
+def make_workspace(slug: str) -> Workspace:
+    return Workspace.objects.create(name=slug.title(), slug=slug)
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
+async def heard(client: Client, user: Any) -> list[dict[str, Any]]:
+    """What the client received before a marker sent to its account now."""
+    await off_loop(broadcast_to_user, user.pk, "test.marker", None)
+    return await client.frames_until("test.marker")
+
+
+async def listening(ws: Clients, live_servers: LiveServers, token: str, **ask: Any) -> Client:
+    client = await ws.authenticated(live_servers.get(), token, **ask)
+    await client.send("subscribe", {"channels": ["contact", "private_note", "task"]})
+    return client
+
+
+async def test_a_contact_moved_to_another_workspace_leaves_one_view_and_enters_the_other(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", beta)
+    both, both_token = await off_loop(make_member, "cy", acme, beta)
+    clients = {
+        ann: await listening(ws, live_servers, ann_token, scope="acme"),
+        bob: await listening(ws, live_servers, bob_token, scope="beta"),
+        both: await listening(ws, live_servers, both_token, scopes=["acme", "beta"]),
+    }
+    contact = await off_loop(Contact.objects.create, workspace=acme, name="Ann Lee")
+    for user, client in clients.items():
+        await heard(client, user)
+
+    def move() -> None:
+        contact.workspace = beta
+        contact.save()
+
+    await off_loop(move)
+    left = {"type": "contact.deleted", "data": {"model": "contact", "id": contact.pk}}
+    assert await heard(clients[ann], ann) == [{**left, "scope_id": acme.pk, "moved": True}]
+    (entered,) = await heard(clients[bob], bob)
+    assert entered["type"] == "contact.created"
+    assert entered["data"]["name"] == "Ann Lee"
+    assert entered["scope_id"] == beta.pk
+    assert entered["moved"] is True
+    assert list(entered)[-1] == "moved"
+    assert [(f["type"], f["scope_id"]) for f in await heard(clients[both], both)] == [
+        ("contact.deleted", acme.pk),
+        ("contact.created", beta.pk),
+    ]
+
+
+async def test_a_private_note_given_to_another_author_leaves_the_old_owner_only(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    accounts = [await off_loop(make_member, name, acme) for name in ("ann", "bob", "cy")]
+    (ann, _), (bob, _), (cy, _) = accounts
+    clients = {
+        user: await listening(ws, live_servers, token, scope="acme") for user, token in accounts
+    }
+    note = await off_loop(PrivateNote.objects.create, workspace=acme, author=ann, title="mine")
+    for user, client in clients.items():
+        await heard(client, user)
+
+    def give() -> None:
+        note.author = bob
+        note.save()
+
+    await off_loop(give)
+    assert await heard(clients[ann], ann) == [
+        {
+            "type": "private_note.deleted",
+            "data": {"model": "private_note", "id": note.pk},
+            "scope_id": acme.pk,
+            "moved": True,
+        }
+    ]
+    assert [f["type"] for f in await heard(clients[bob], bob)] == ["private_note.created"]
+    assert await heard(clients[cy], cy) == []
+
+
+async def test_an_account_removed_from_a_thread_hears_its_messages_leave(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    ann, ann_token = await off_loop(make_member, "ann")
+    bob, bob_token = await off_loop(make_member, "bob")
+    thread = await off_loop(Thread.objects.create, title="deal")
+    await off_loop(thread.members.set, [ann, bob])
+    message = await off_loop(Message.objects.create, thread=thread, text="hi")
+    clients = {
+        ann: await listening(ws, live_servers, ann_token),
+        bob: await listening(ws, live_servers, bob_token),
+    }
+    for user, client in clients.items():
+        await heard(client, user)
+    await off_loop(thread.members.remove, bob)
+    assert await heard(clients[bob], bob) == [
+        {"type": "message.deleted", "data": {"model": "message", "id": message.pk}, "moved": True}
+    ]
+    assert await heard(clients[ann], ann) == []
+    await off_loop(thread.members.add, bob)
+    assert [(f["type"], f["data"]["text"]) for f in await heard(clients[bob], bob)] == [
+        ("message.created", "hi")
+    ]
+
+
+async def test_a_project_shared_and_unshared_enters_and_leaves_its_tasks_outside_the_scope(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    reader, token = await off_loop(make_member, "bee", beta)
+    project = await off_loop(Project.objects.create, workspace=acme, name="Launch")
+    task = await off_loop(Task.objects.create, workspace=acme, project=project, title="Plan")
+    client = await listening(ws, live_servers, token, scope="beta")
+    await heard(client, reader)
+    await off_loop(project.shared_with.add, beta)
+    assert [(f["type"], f["data"]["title"], f["moved"]) for f in await heard(client, reader)] == [
+        ("task.created", "Plan", True)
+    ]
+    await off_loop(project.shared_with.remove, beta)
+    assert await heard(client, reader) == [
+        {"type": "task.deleted", "data": {"model": "task", "id": task.pk}, "moved": True}
+    ]
+
+
+async def test_moves_inside_one_transaction_announce_only_the_outcome(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, token = await off_loop(make_member, "ann", acme, beta)
+    client = await listening(ws, live_servers, token, scopes=["acme", "beta"])
+    await heard(client, ann)
+
+    def created_then_moved() -> Contact:
+        with transaction.atomic():
+            contact = Contact.objects.create(workspace=acme, name="New")
+            contact.workspace = beta
+            contact.save()
+            return contact
+
+    moved = await off_loop(created_then_moved)
+    assert [(f["type"], f["scope_id"], "moved" in f) for f in await heard(client, ann)] == [
+        ("contact.created", beta.pk, False)
+    ]
+
+    def moved_and_back() -> None:
+        with transaction.atomic():
+            moved.workspace = acme
+            moved.save()
+            moved.workspace = beta
+            moved.name = "Renamed"
+            moved.save()
+
+    await off_loop(moved_and_back)
+    (frame,) = await heard(client, ann)
+    assert (frame["type"], frame["scope_id"], frame["changed"]) == (
+        "contact.updated",
+        beta.pk,
+        ["name", "workspace"],
+    )
+    assert "moved" not in frame
