@@ -1,16 +1,18 @@
-"""Benchmark fan-out and memory: one event to N sockets on one daphne worker.
+"""Benchmark fan-out and memory: one event to N sockets on one daphne (or uvicorn) worker.
 
 Run from the project root::
 
     .venv/bin/python bench/fanout.py                          # N = 1,000 and 5,000
     .venv/bin/python bench/fanout.py --sockets 1000 --repeat 3
+    .venv/bin/python bench/fanout.py --server uvicorn         # both sides under uvicorn
 
 The realtime side is the test application (``tests.asgi:application``) on SQLite with the table
 transport, on a file of its own (``/tmp/realtime-bench-fanout.sqlite3``, made anew and migrated
 on each run). Every socket is its own account, a member of one workspace, authenticated for it
-and subscribed to the ``company`` channel. The floor is ``bare_asgi.py`` under the same daphne
-with the same flags: it accepts sockets and, when told to over a control socket, sends one
-pre-encoded text frame to every socket's raw ASGI ``send`` with ``asyncio.gather``.
+and subscribed to the ``company`` channel. The floor is ``bare_asgi.py`` under the same server
+with the same flags (``--server`` picks daphne or uvicorn for both): it accepts sockets and,
+when told to over a control socket, sends one pre-encoded text frame to every socket's raw
+ASGI ``send`` with ``asyncio.gather``.
 
 For each N and each repeat, realtime and the floor in turn (which goes first alternates), on a
 fresh daphne each time:
@@ -41,7 +43,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,13 +190,47 @@ class Bare(Server):
             await harness.close_all([self.control])
 
 
-def start_realtime(database: Database, settings: dict[str, Any], count: int) -> Daphne:
-    return Daphne.start("tests.asgi:application", database.env(settings), f"fanout-{count}")
+class Uvicorn(Daphne):
+    """One uvicorn process in place of daphne: its default WebSocket implementation, no
+    lifespan, no access log, the same listen backlog."""
+
+    @classmethod
+    def start(cls, application: str, env: dict[str, str], name: str) -> Daphne:
+        port = harness.free_port()
+        log = Path(tempfile.gettempdir()) / f"realtime-bench-{name}-{port}.log"
+        command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
+        command += ["--lifespan", "off", "--no-access-log", "--backlog", "2048", application]
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                command, cwd=harness.ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
+            )
+        server = cls(process, port, log)
+        deadline = time.monotonic() + harness.WAIT
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"uvicorn exited with {process.returncode}; see {log}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return server
+            time.sleep(0.05)
+        server.stop()
+        raise RuntimeError(f"uvicorn did not listen within {harness.WAIT:g} s; see {log}")
 
 
-def start_bare(database: Database, count: int) -> Daphne:
+#: The servers both sides can run under.
+SERVERS: dict[str, type[Daphne]] = {"daphne": Daphne, "uvicorn": Uvicorn}
+
+
+def start_realtime(
+    database: Database, settings: dict[str, Any], count: int, server: str = "daphne"
+) -> Daphne:
+    return SERVERS[server].start(
+        "tests.asgi:application", database.env(settings), f"fanout-{count}"
+    )
+
+
+def start_bare(database: Database, count: int, server: str = "daphne") -> Daphne:
     env = database.env({}, path=(harness.BENCH,))
-    return Daphne.start("bare_asgi:application", env, f"fanout-bare-{count}")
+    return SERVERS[server].start("bare_asgi:application", env, f"fanout-bare-{count}")
 
 
 async def one_event(server: Server, readers: Readers, seq: int, idle_share: float) -> Event:
@@ -267,9 +308,9 @@ async def run_side(
     args: argparse.Namespace,
 ) -> Side:
     daphne = (
-        start_realtime(database, settings, count)
+        start_realtime(database, settings, count, args.server)
         if kind == "realtime"
-        else start_bare(database, count)
+        else start_bare(database, count, args.server)
     )
     try:
         server: Server = (
@@ -281,7 +322,7 @@ async def run_side(
     finally:
         warnings = daphne.stop()
         if warnings:
-            print(f"    ({kind} daphne logged {warnings} warning/error lines: {daphne.log})")
+            print(f"    ({kind} {args.server} logged {warnings} warning/error lines: {daphne.log})")
 
 
 def show_side(label: str, side: Side) -> str:
@@ -399,6 +440,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--polling-interval", type=float, default=0.01, help="the table transport's interval"
     )
+    parser.add_argument(
+        "--server", choices=sorted(SERVERS), default="daphne", help="the ASGI server of both sides"
+    )
     harness.add_set_option(parser)
     parser.add_argument("--keep", action="store_true", help="keep the SQLite file afterwards")
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
@@ -422,7 +466,7 @@ def main() -> None:
     harness.migrate(database, settings)
     harness.setup_django(database, settings)
     started = time.monotonic()
-    harness.header("fan-out benchmark (table transport)", harness.server_version())
+    harness.header(f"fan-out benchmark (table transport, {args.server})", harness.server_version())
     print(
         f"settings: polling interval {args.polling_interval:g} s; {args.events} timed events "
         f"per repeat, {args.pause:g} s apart on average; repeats "
@@ -439,6 +483,7 @@ def main() -> None:
         "database": harness.server_version(),
         "code": harness.code_version(),
         "settings": settings,
+        "server": args.server,
         "events": args.events,
         "results": report(results),
     }

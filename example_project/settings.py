@@ -88,6 +88,8 @@ LOGOUT_REDIRECT_URL = "login"
 REALTIME_SCOPE_MODEL = "crm.Workspace"
 REALTIME_TRANSPORT = env.str("REALTIME_TRANSPORT", default="table")
 REALTIME_POLLING_INTERVAL = env.float("REALTIME_POLLING_INTERVAL", default=0.1)
+# Browser origins admitted besides ALLOWED_HOSTS, e.g. a front end served from another host.
+REALTIME_ALLOWED_ORIGINS = env.list("REALTIME_ALLOWED_ORIGINS", default=[])
 
 LOGGING = {
     "version": 1,

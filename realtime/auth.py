@@ -163,7 +163,8 @@ def token_fingerprint(user: Any) -> str:
     parts = [str(user.get_username()), str(getattr(user, user.get_email_field_name(), ""))]
     if conf.REVOKE_ON_PASSWORD_CHANGE:
         parts.append(str(user.password))
-    return salted_hmac(TOKEN_SALT, "\0".join(parts)).hexdigest()[:20]
+    # An explicit algorithm: Django 6.1 deprecates the implicit SHA-1.
+    return salted_hmac(TOKEN_SALT, "\0".join(parts), algorithm="sha256").hexdigest()[:20]
 
 
 def issue_token(user: Any) -> str:

@@ -77,6 +77,7 @@ class RealtimeSettings:
     RESUME_WINDOW = Setting(300.0, float)
     RESUME_MAX_FRAMES = Setting(1000, int)
     PG_NOTIFY_LOG = Setting(True, bool)
+    ALLOWED_ORIGINS: Setting[list[str]] = Setting([], list)
 
 
 def defaults() -> dict[str, Any]:

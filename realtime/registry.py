@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models import Q
 
@@ -87,10 +88,23 @@ class ModelOptions:
         return bool(self.write_queries or self.guard or self.shared_via)
 
 
-def is_generic_fk(model: type[models.Model], name: str) -> bool:
+def generic_fk(model: type[models.Model], name: str) -> Any:
+    """The ``GenericForeignKey`` named ``name`` on ``model``, or ``None``.
+
+    Looked up through ``_meta``: from Django 6.1 the class attribute is a descriptor, not the
+    field itself.
+    """
     from django.contrib.contenttypes.fields import GenericForeignKey
 
-    return isinstance(getattr(model, name, None), GenericForeignKey)
+    try:
+        field = model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+    return field if isinstance(field, GenericForeignKey) else None
+
+
+def is_generic_fk(model: type[models.Model], name: str) -> bool:
+    return generic_fk(model, name) is not None
 
 
 _by_model: dict[type[models.Model], ModelOptions] = {}

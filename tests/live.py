@@ -1,8 +1,12 @@
-"""Real daphne servers and real WebSocket clients for end-to-end tests.
+"""Real ASGI servers and real WebSocket clients for end-to-end tests.
 
-``LiveServers`` starts daphne subprocesses serving ``tests.asgi`` on the test database, one
-per distinct set of setting overrides, reused across the session. ``Client`` wraps a
-``websockets`` connection with the protocol's frames and bounded waits.
+``LiveServers`` starts server subprocesses serving ``tests.asgi`` on the test database, one
+per distinct set of setting overrides, server and stack, reused across the session: daphne by
+default, uvicorn (its default WebSocket implementation, websockets' sans-I/O one) when a test
+asks, each serving the socket router bare or wrapped in Channels' ``AuthMiddlewareStack`` (whose
+session middleware wraps ``send``). The ``each_stack`` fixture runs a test once per
+combination. ``Client`` wraps a ``websockets`` connection with the protocol's frames and
+bounded waits.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
@@ -28,6 +33,20 @@ from tests.helpers import ROOT, WAIT, subprocess_env
 
 #: Timings every test server uses unless a test says otherwise.
 FAST = {"REALTIME_POLLING_INTERVAL": 0.02}
+#: The ASGI application of each stack (see ``tests.asgi``).
+STACKS = {
+    "bare": "tests.asgi:application",
+    "wrapped": "tests.asgi:wrapped",
+    "opaque": "tests.asgi:opaque",
+}
+#: The command line of each server, less the application.
+COMMANDS = {
+    "daphne": lambda port: ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port)],
+    "uvicorn": lambda port: [
+        *("-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)),
+        *("--lifespan", "off", "--no-access-log"),
+    ],
+}
 
 
 def free_port() -> int:
@@ -38,12 +57,14 @@ def free_port() -> int:
 
 @dataclass
 class Server:
-    """One daphne process."""
+    """One server process."""
 
     port: int
     process: subprocess.Popen[bytes]
     settings: dict[str, Any]
     log: IO[bytes]
+    kind: str = "daphne"
+    stack: str = "bare"
 
     @property
     def url(self) -> str:
@@ -79,18 +100,21 @@ class Server:
 
 @dataclass
 class LiveServers:
-    """Daphne servers by setting overrides; ``get()`` starts one on first use."""
+    """Servers by setting overrides, server and stack; ``get()`` starts one on first use."""
 
     servers: dict[str, Server] = field(default_factory=dict)
     #: Settings every server of the current test gets (the transport under test, say).
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: The server and the stack the current test runs under.
+    kind: str = "daphne"
+    stack: str = "bare"
 
     def get(self, name: str = "default", **settings: Any) -> Server:
         settings = {**FAST, **self.defaults, **settings}
-        key = json.dumps([name, settings], sort_keys=True)
+        key = json.dumps([name, self.kind, self.stack, settings], sort_keys=True)
         server = self.servers.get(key)
         if server is None or server.process.poll() is not None:
-            server = self.servers[key] = start_server(settings)
+            server = self.servers[key] = start_server(settings, self.kind, self.stack)
         return server
 
     def stop_all(self) -> None:
@@ -99,22 +123,14 @@ class LiveServers:
         self.servers.clear()
 
 
-def start_server(settings: dict[str, Any]) -> Server:
+def start_server(settings: dict[str, Any], kind: str = "daphne", stack: str = "bare") -> Server:
     port = free_port()
     env = subprocess_env()
     env["REALTIME_TEST_SETTINGS"] = json.dumps(settings)
-    log = open(os.path.join(tempfile.gettempdir(), f"daphne-{port}.log"), "wb")  # noqa: SIM115
+    path = os.path.join(tempfile.gettempdir(), f"{kind}-{port}.log")
+    log = open(path, "wb")  # noqa: SIM115
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "tests.asgi:application",
-        ],
+        [sys.executable, *COMMANDS[kind](port), STACKS[stack]],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -124,13 +140,29 @@ def start_server(settings: dict[str, Any]) -> Server:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             log.close()
-            raise RuntimeError(f"daphne exited with {process.returncode}; see {log.name}")
+            raise RuntimeError(f"{kind} exited with {process.returncode}; see {log.name}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return Server(port, process, settings, log)
+            return Server(port, process, settings, log, kind, stack)
         time.sleep(0.05)
     process.kill()
     log.close()
-    raise RuntimeError(f"daphne did not listen within 30 s; see {log.name}")
+    raise RuntimeError(f"{kind} did not listen within 30 s; see {log.name}")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("daphne", "bare"), id="daphne"),
+        pytest.param(("daphne", "wrapped"), id="daphne-wrapped"),
+        pytest.param(("uvicorn", "bare"), id="uvicorn"),
+        pytest.param(("uvicorn", "wrapped"), id="uvicorn-wrapped"),
+    ]
+)
+def each_stack(request: pytest.FixtureRequest, live_servers: LiveServers) -> Iterator[str]:
+    """Run a test once per server (daphne, uvicorn) and stack (bare, wrapped in Channels'
+    ``AuthMiddlewareStack``): the servers it starts are of that kind."""
+    live_servers.kind, live_servers.stack = request.param
+    yield "-".join(request.param)
+    live_servers.kind, live_servers.stack = "daphne", "bare"
 
 
 class Client:

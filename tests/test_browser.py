@@ -6,24 +6,19 @@ The example project runs in its own process, on its own SQLite file, exactly as
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.live import free_port
+from tests.example import ExampleProject as Example
 
 ROOT = Path(__file__).resolve().parent.parent
-SCREENSHOT = ROOT / "docs" / "img" / "live-page.png"
+#: Ignored by git; `scripts/docs-image` copies it to docs/img/live-page.png.
+SCREENSHOT = ROOT / "tests" / "output" / "live-page.png"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -38,72 +33,12 @@ CHROMIUM_ARGS = [
 WAIT_MS = 10_000
 
 
-class Example:
-    """The example project served by ``manage.py runserver`` (daphne) on a port of its own."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "example_project.settings",
-            "DATABASE_URL": f"sqlite:///{workdir / 'example.sqlite3'}",
-            "REALTIME_POLLING_INTERVAL": "0.05",
-            "PYTHONPATH": str(ROOT),
-        }
-        self.log = workdir / "server.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def manage(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def shell(self, code: str) -> str:
-        return self.manage("shell", "--no-imports", "-c", code)
-
-    def start(self) -> None:
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"the example project did not start; see {self.log}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-            self.process = None
-
-
 @pytest.fixture(scope="module")
 def example() -> Iterator[Example]:
     with tempfile.TemporaryDirectory() as workdir:
         project = Example(Path(workdir))
-        project.manage("migrate", "--no-input")
-        project.manage("seed_demo")
-        project.start()
+        project.prepare()
+        project.start_runserver()
         yield project
         project.stop()
 

@@ -52,6 +52,7 @@ DOCUMENTED: dict[str, Any] = {
     "RESUME_WINDOW": 300.0,
     "RESUME_MAX_FRAMES": 1000,
     "PG_NOTIFY_LOG": True,
+    "ALLOWED_ORIGINS": [],
 }
 # tests/settings.py sets this one; every other setting is left at its default there.
 SET_BY_TEST_SETTINGS = {"SCOPE_MODEL": "testapp.Workspace"}

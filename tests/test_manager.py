@@ -14,6 +14,8 @@ How these tests stand in for the rest of the stack:
 * Messages are the JSON built by ``realtime.writes.payload.scope_messages`` / ``users_messages``,
   decoded, and handed to ``dispatcher.plan`` then ``dispatcher.carry_out`` directly, so each
   test decides when a delivery happens. Only the ``on_message`` test goes through the queue.
+  ``deliver`` then lets what the delivery started beside it finish (bounded): the sockets'
+  writers (a send that may wait has one per socket) and the closes of dropped sockets.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from django.test import override_settings
 
 from realtime import signals
 from realtime.auth import Scope
+from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
-from realtime.sockets.connection import STALL_BYTES, Send, Socket
+from realtime.sockets.connection import STALL_BYTES, STALL_GAP, Send, Socket
 from realtime.sockets.delivery import Plan
 from realtime.sockets.manager import SocketManager
 from realtime.transports.table import TableTransport
@@ -154,15 +157,34 @@ async def manager(make_table_transport: MakeTransport) -> AsyncIterator[SocketMa
     cancelled afterwards (the fixture that built the transport stops it)."""
     built = SocketManager()
     built._transport = make_table_transport()
+    _made.clear()
     yield built
-    tasks = [*built.dispatcher._tasks, *built.dispatcher._spawned]
+    writers = [socket._writer for socket in _made if socket._writer is not None]
+    _made.clear()
+    tasks = [*built.dispatcher._tasks, *built.dispatcher._spawned, *built._beside_tasks, *writers]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+#: Every socket the current test made, so that ``settle`` can wait for their writers.
+_made: list[Socket] = []
+
+
+@pytest.fixture
+async def stall_watch(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[None]:
+    """Run the manager's stall watch, every 20 ms rather than every second."""
+    monkeypatch.setattr(manager_module, "TICK", 0.02)
+    task = asyncio.get_running_loop().create_task(manager._watch_stalls())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 def make_socket(user: Any, *scope_ids: int, send: Send | None = None) -> Socket:
-    return Socket(
+    socket = Socket(
         consumer=None,
         send=send or FakeSend(),
         user=user,
@@ -170,6 +192,20 @@ def make_socket(user: Any, *scope_ids: int, send: Send | None = None) -> Socket:
         ask=protocol.read_scopes({}),
         scopes={scope_id: f"scope-{scope_id}" for scope_id in scope_ids},
     )
+    _made.append(socket)
+    return socket
+
+
+async def settle(manager: SocketManager) -> None:
+    """Wait (bounded) until the sockets' writers are idle and the closes of dropped sockets
+    have run."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            busy: list[asyncio.Task[Any]] = [s._writer for s in _made if s._writer is not None]
+            busy += manager._beside_tasks
+            if not busy:
+                return
+            await asyncio.wait(busy)
 
 
 def recorder(socket: Socket) -> FakeSend:
@@ -247,6 +283,7 @@ async def deliver(manager: SocketManager, message: Message) -> Plan | None:
     plan = await manager.dispatcher.plan(message)
     if plan is not None:
         await manager.dispatcher.carry_out(plan)
+    await settle(manager)
     return plan
 
 
@@ -388,6 +425,7 @@ async def test_the_frame_is_encoded_once_and_handed_to_every_socket_as_the_same_
     plan = await manager.dispatcher.plan(scope_event(1, channels=["contact", "contact:7"]))
     assert plan is not None
     await manager.dispatcher.carry_out(plan)
+    await settle(manager)
 
     texts = [recorder(socket).frames[0] for socket in sockets[:3]] + buffered.frames
     assert len(texts) == 4
@@ -599,7 +637,7 @@ async def test_a_daphne_socket_whose_send_fails_is_closed_1011_and_dropped_while
 
 @override_settings(REALTIME_SEND_TIMEOUT=0.2)
 async def test_a_socket_whose_send_never_completes_is_closed_1011_and_dropped_in_time(
-    manager: SocketManager,
+    manager: SocketManager, stall_watch: None
 ) -> None:
     hanging = await open_socket(manager, ANN, 1, channels=["contact"], send=HangingSend())
     healthy = await open_socket(manager, BOB, 1, channels=["contact"])
@@ -610,7 +648,9 @@ async def test_a_socket_whose_send_never_completes_is_closed_1011_and_dropped_in
 
     started = time.monotonic()
     async with asyncio.timeout(WAIT):
-        plan = await deliver(manager, scope_event(1, channels=["contact"]))
+        plan = await carry_out(manager, scope_event(1, channels=["contact"]))
+        await until(lambda: hanging not in manager.index.sockets)
+        await settle(manager)
 
     assert time.monotonic() - started >= 0.2
     assert plan is not None
@@ -653,11 +693,149 @@ async def test_a_daphne_socket_with_output_piling_up_past_the_timeout_is_closed_
     assert time.monotonic() - stalled_from >= 0.2
     assert stalled.close_frames == [{"code": 1011, "reasonUtf8": None, "isReply": False}]
     assert not [m for m in stalled.replies if m["type"] == "websocket.close"]
-    assert len(stalled.frames) == sent
+    # The backlog is observed before each frame: the frame it was found stalled at is not
+    # added to it.
+    assert len(stalled.frames) == sent - 1
     assert len(reader.frames) == len(recorder(plain).frames) == sent
     assert reader.close_frames == []
     assert manager.index.sockets == {reading, plain}
     assert stalled_socket not in manager.index.by_scope.get(1, set())
+
+
+class CloseHangsSend(FakeSend):
+    """A ``send`` that fails every frame and never completes a close (a client gone silent)."""
+
+    async def __call__(self, message: Message) -> None:
+        self.messages.append(message)
+        if message["type"] == "websocket.close":
+            await asyncio.Event().wait()
+        raise ConnectionResetError("reset by peer")
+
+
+async def carry_out(manager: SocketManager, message: Message) -> Plan:
+    """Plan and carry out one message, without waiting for what runs beside delivery."""
+    plan = await manager.dispatcher.plan(message)
+    assert plan is not None
+    await manager.dispatcher.carry_out(plan)
+    return plan
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Wait, at most ``WAIT`` seconds, until ``predicate`` holds."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            if predicate():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def frames_of(socket: Socket, count: int) -> list[str]:
+    """Wait (bounded) until the socket's send has been handed ``count`` frames."""
+    await until(lambda: len(recorder(socket).frames) >= count)
+    return recorder(socket).frames
+
+
+@override_settings(REALTIME_SEND_TIMEOUT=60.0)
+async def test_a_socket_whose_send_hangs_holds_no_other_socket_s_next_frames(
+    manager: SocketManager,
+) -> None:
+    hanging = await open_socket(manager, ANN, 1, channels=["contact"], send=HangingSend())
+    healthy = await open_socket(manager, BOB, 1, channels=["contact"])
+
+    # Far within the send timeout: delivery never waits for the hanging send.
+    async with asyncio.timeout(WAIT):
+        first = await carry_out(manager, scope_event(1, "contact.created", channels=["contact"]))
+        second = await carry_out(manager, scope_event(1, channels=["contact"]))
+        assert await frames_of(healthy, 2) == [first.frame, second.frame]
+
+    # The hanging socket got the first frame and holds the second, in order, until its
+    # send completes or times out.
+    assert recorder(hanging).frames == [first.frame]
+    assert hanging in manager.index.sockets
+
+
+@override_settings(REALTIME_SEND_TIMEOUT=60.0)
+async def test_dropped_sockets_are_closed_beside_delivery(manager: SocketManager) -> None:
+    silent = [
+        await open_socket(manager, user, 1, channels=["contact"], send=CloseHangsSend())
+        for user in (ANN, CAROL, 104)
+    ]
+    healthy = await open_socket(manager, BOB, 1, channels=["contact"])
+
+    # Each close may take the send timeout (a minute here): none is waited for on the way.
+    async with asyncio.timeout(WAIT):
+        first = await carry_out(manager, scope_event(1, "contact.created", channels=["contact"]))
+        await until(lambda: manager.index.sockets == {healthy})
+        second = await carry_out(manager, scope_event(1, channels=["contact"]))
+        assert await frames_of(healthy, 2) == [first.frame, second.frame]
+        # Every close went out at once, beside the deliveries; none has completed.
+        await until(lambda: all(recorder(socket).closes == [1011] for socket in silent))
+    assert len(manager._beside_tasks) == 3
+
+
+class BufferingProtocol(FakeAutobahnProtocol):
+    """Daphne's protocol whose transport buffers what it is handed until ``flush``."""
+
+    def take(self, message: Message) -> None:
+        if message["type"] == "websocket.send":
+            self.transport._tempDataLen += len(message["text"].encode())
+
+    def flush(self) -> None:
+        """The reactor wrote everything to the network: the client is reading."""
+        self.transport._tempDataLen = 0
+
+
+async def buffering_handle_reply(protocol_: BufferingProtocol, message: Message) -> None:
+    protocol_.replies.append(message)
+    protocol_.take(message)
+
+
+@override_settings(REALTIME_SEND_TIMEOUT=0.2)
+async def test_a_reader_of_frames_each_larger_than_the_stall_bound_is_not_dropped(
+    manager: SocketManager,
+) -> None:
+    reader = BufferingProtocol()
+    send = functools.partial(buffering_handle_reply, reader)
+    socket = await open_socket(manager, ANN, 1, channels=["contact"], send=send)
+    big = {"model": "contact", "id": 7, "b": "x" * (STALL_BYTES + 1)}
+
+    # Each frame alone is over the bound right after it is handed over, and the next one
+    # comes after the timeout; between the two the client read everything, and no
+    # housekeeping round happened to look.
+    for n in range(3):
+        await deliver(manager, scope_event(1, data={**big, "n": n}, channels=["contact"]))
+        reader.flush()
+        await asyncio.sleep(0.25)
+
+    assert socket in manager.index.sockets
+    assert len(reader.frames) == 3
+    assert reader.close_frames == []
+
+
+async def test_a_backlog_counts_as_stalled_only_over_observations_close_together(
+    manager: SocketManager,
+) -> None:
+    stalled = FakeAutobahnProtocol()
+    stalled.transport._tempDataLen = STALL_BYTES + 1
+    socket = make_socket(Account(ANN), 1, send=daphne_send(stalled))
+
+    assert not socket.stalled(5.0, now=100.0)  # the backlog is seen: a run starts
+    assert not socket.stalled(5.0, now=102.0)
+    assert not socket.stalled(5.0, now=104.0)
+    assert socket.stalled(5.0, now=105.0)  # seen every 2 s, over the bound for 5 s
+
+    # Not seen for longer than STALL_GAP: what happened meanwhile is unknown, a new run
+    # starts.
+    assert not socket.stalled(5.0, now=105.0 + STALL_GAP + 0.5)
+    stalled.transport._tempDataLen = 0
+    assert not socket.stalled(5.0, now=109.0)  # under the bound: no run
+    stalled.transport._tempDataLen = STALL_BYTES + 1
+    assert not socket.stalled(5.0, now=110.0)
+    assert not socket.stalled(5.0, now=114.9)  # over the gap: seen 4.9 s apart, a new run
+    assert not socket.stalled(5.0, now=116.0)
+    assert not socket.stalled(5.0, now=118.0)
+    assert not socket.stalled(5.0, now=119.8)
+    assert socket.stalled(5.0, now=119.9)
 
 
 # event_delivered ----------------------------------------------------------------------------

@@ -157,16 +157,18 @@ class Proxy:
 
     async def close(self) -> None:
         """Stop accepting (connections are refused) and cut every connection at once."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
         for writer in list(self._writers):
             writer.transport.abort()
         for link in self._links:
             link.cancel()  # a frozen link waits for nothing else
         async with asyncio.timeout(WAIT):
             await asyncio.gather(*self._links, return_exceptions=True)
+            # Since Python 3.12.1 this waits for the connections too: cut them first.
+            if server is not None:
+                await server.wait_closed()
 
     def freeze(self) -> None:
         """Stop relaying on the open connections, silently; new connections still flow."""

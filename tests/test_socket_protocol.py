@@ -1,7 +1,9 @@
-"""The socket protocol, end to end: real daphne servers, real WebSocket clients.
+"""The socket protocol, end to end: real servers, real WebSocket clients.
 
 Every refusal of the handshake with its reason and close code, the limits and close codes
 after it, and what ``watch``, ``subscribe`` and ``unsubscribe`` do to what a socket hears.
+The handshake, the refusals and the limits run under daphne and uvicorn, each serving the
+socket bare and inside Channels' ``AuthMiddlewareStack`` (``each_stack``).
 Absence is proven with a marker sent afterwards to the account; what a server holds is read
 from its manager's state (``tests.urls``).
 """
@@ -22,7 +24,7 @@ from django.contrib.auth import get_user_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from tests.helpers import off_loop
-from tests.live import Client, Clients, LiveServers, Server
+from tests.live import Client, Clients, LiveServers, Server, each_stack  # noqa: F401
 from tests.testapp.models import Company, Membership, Notification, Tag, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,6 +43,12 @@ SERVERS: dict[str, dict[str, Any]] = {
     "few-frames": {"REALTIME_FRAME_LIMIT": 5},
     "two-per-user": {"REALTIME_MAX_SOCKETS_PER_USER": 2},
     "three-channels": {"REALTIME_MAX_CHANNELS": 3},
+    # A bearer check of 1.5 s: frames sent right after authenticate arrive mid-handshake.
+    "slow-handshake": {
+        "REALTIME_AUTH": "tests.slow_auth.SlowAuth",
+        "REALTIME_FRAME_LIMIT": 5,
+        "REALTIME_MAX_FRAME_SIZE": 1000,
+    },
     # Used by one test each: their state or their log is theirs alone.
     "gone-early": {},
     "logged": {},
@@ -143,6 +151,7 @@ async def read_log(server: Server) -> str:
 # Refusals -----------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_no_first_frame_within_the_auth_timeout_is_refused_authentication_timeout(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -164,6 +173,7 @@ def _authenticate_of_size(size: int, fill: str = "x") -> Callable[[str], str | b
     return lambda token: padded("authenticate", {"token": token, "scope": "acme"}, size, fill)
 
 
+@pytest.mark.usefixtures("each_stack")
 @pytest.mark.parametrize(
     ("server_name", "first_frame"),
     [
@@ -206,6 +216,7 @@ async def test_a_first_frame_of_exactly_the_frame_size_in_characters_is_read(
     }
 
 
+@pytest.mark.usefixtures("each_stack")
 @pytest.mark.parametrize(
     "first_frame",
     [
@@ -228,6 +239,7 @@ async def test_a_first_frame_that_is_no_authenticate_message_is_refused_invalid_
     await assert_refused(client, "Invalid authentication message")
 
 
+@pytest.mark.usefixtures("each_stack")
 @pytest.mark.parametrize(
     "token",
     [
@@ -243,6 +255,7 @@ async def test_a_token_standing_for_no_account_is_refused_invalid_authentication
     await assert_refused(client, "Invalid authentication token")
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_a_70000_character_token_makes_the_first_frame_too_large_invalid_format(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -255,6 +268,7 @@ async def test_a_70000_character_token_makes_the_first_frame_too_large_invalid_f
     await assert_refused(client, "Invalid authentication format")
 
 
+@pytest.mark.usefixtures("each_stack")
 @pytest.mark.parametrize(
     "ask",
     [
@@ -300,6 +314,7 @@ async def test_an_empty_scope_list_or_a_null_scope_asks_for_no_scope(
     }
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_auth_success_has_its_exact_shape(live_servers: LiveServers, ws: Clients) -> None:
     acme = await off_loop(make_workspace, "acme")
     user, token = await off_loop(make_member, "ann", acme)
@@ -356,6 +371,7 @@ async def test_a_scope_list_reads_the_member_scopes_it_names_in_the_order_asked(
     }
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_a_socket_over_the_per_account_limit_is_refused_too_many_connections(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -382,6 +398,7 @@ async def test_a_socket_over_the_per_account_limit_is_refused_too_many_connectio
 # After the handshake ------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_more_frames_than_the_frame_limit_in_the_window_close_1008_without_auth_error(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -398,6 +415,7 @@ async def test_more_frames_than_the_frame_limit_in_the_window_close_1008_without
     assert [frame["type"] for frame in client.received] == ["auth_success", "test.marker"]
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_the_frame_limit_is_counted_before_the_size_check(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -419,6 +437,7 @@ async def test_the_frame_limit_is_counted_before_the_size_check(
     assert [frame["type"] for frame in client.received] == ["auth_success", "test.marker"]
 
 
+@pytest.mark.usefixtures("each_stack")
 async def test_a_frame_over_the_frame_size_after_the_handshake_closes_1009(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -444,6 +463,65 @@ async def test_a_frame_of_exactly_the_frame_size_in_characters_is_read_after_the
     assert await marker_for(client, user.pk) == []
 
 
+# Frames sent during the handshake -----------------------------------------------------------
+
+
+async def authenticate_then(server: Server, ws: Clients, token: str, *frames: str) -> Client:
+    """Connect, send ``authenticate`` and, without waiting for its answer, ``frames``."""
+    client = await ws.connect(server)
+    await client.send("authenticate", {"token": token, "scope": "acme"})
+    for frame in frames:
+        await client.send_raw(frame)
+    return client
+
+
+@pytest.mark.usefixtures("each_stack")
+async def test_frames_over_the_frame_limit_during_the_handshake_close_1008_at_once(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    server = server_named(live_servers, "slow-handshake")  # REALTIME_FRAME_LIMIT=5
+    acme = await off_loop(make_workspace, "acme")
+    _, token = await off_loop(make_member, "ann", acme)
+    heartbeat = frame_text("heartbeat", None)
+    client = await authenticate_then(server, ws, token, *[heartbeat] * 6)
+    assert await client.closed_with() == POLICY_VIOLATION
+    # Closed while the bearer was still being checked: neither auth_success nor auth_error.
+    assert client.received == []
+
+
+@pytest.mark.usefixtures("each_stack")
+async def test_a_frame_over_the_frame_size_during_the_handshake_closes_1009_at_once(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    server = server_named(live_servers, "slow-handshake")  # REALTIME_MAX_FRAME_SIZE=1000
+    acme = await off_loop(make_workspace, "acme")
+    _, token = await off_loop(make_member, "ann", acme)
+    client = await authenticate_then(server, ws, token, padded("heartbeat", {}, 1001))
+    assert await client.closed_with() == MESSAGE_TOO_BIG
+    assert client.received == []
+
+
+@pytest.mark.usefixtures("each_stack")
+async def test_frames_sent_during_the_handshake_are_read_in_order_and_count_in_the_window(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    server = server_named(live_servers, "slow-handshake")  # REALTIME_FRAME_LIMIT=5
+    acme = await off_loop(make_workspace, "acme")
+    user, token = await off_loop(make_member, "ann", acme)
+    heartbeat = frame_text("heartbeat", None)
+    early = [frame_text("subscribe", {"channels": ["company", "tag"]}), heartbeat, heartbeat]
+    early.append(frame_text("unsubscribe", {"channel": "tag"}))  # read after the subscribe
+    client = await authenticate_then(server, ws, token, *early)
+    assert (await client.next_frame())["type"] == "auth_success"
+    await wait_for_socket(server, user.pk, channels=["company"])
+    await client.send("heartbeat")  # the fifth frame of the window: within the limit
+    assert await marker_for(client, user.pk) == []
+    await client.send("heartbeat")  # the sixth
+    assert await client.closed_with() == POLICY_VIOLATION
+    assert [frame["type"] for frame in client.received] == ["auth_success", "test.marker"]
+
+
+@pytest.mark.usefixtures("each_stack")
 @pytest.mark.parametrize(
     "frame",
     [

@@ -1,8 +1,17 @@
-"""A socket that stops reading is closed 1011 while the others keep hearing, under daphne."""
+"""Sockets that stop reading are closed 1011 while the others keep hearing, promptly.
+
+Every test runs under daphne (whose ``send`` only buffers) and uvicorn (whose ``send`` waits
+while the transport's buffer is full), each serving the socket bare and inside Channels'
+``AuthMiddlewareStack`` (``each_stack``). A client stops reading by never calling ``recv``
+with a one-frame queue and a small receive buffer: the server's output to it piles up. Frames
+carry random text, so that permessage-deflate (uvicorn negotiates it) cannot shrink them.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,13 +24,17 @@ from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_users
 from realtime.testing import in_thread
 from tests.helpers import WAIT
-from tests.live import Client, Clients, LiveServers
+from tests.live import Client, Clients, LiveServers, Server, each_stack  # noqa: F401
 
 # Large frames: the table transport carries them whole (pg_notify would shrink them).
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_stack")]
 
-BIG = "x" * 20_000
-MAX_EVENTS = 1500  # 30 MB at most: far past what any loopback buffer holds
+MAX_EVENTS = 1500  # 30 MB of 20,000-character frames at most: past any loopback buffer
+
+
+def noise(size: int) -> str:
+    """``size`` characters of random text (incompressible)."""
+    return base64.b64encode(os.urandom(size * 3 // 4 + 3)).decode()[:size]
 
 
 @pytest.fixture
@@ -31,39 +44,44 @@ async def ws() -> AsyncIterator[Clients]:
     await pool.close_all()
 
 
-def accounts() -> tuple[list[Any], list[str]]:
-    users = [get_user_model().objects.create_user(username=name) for name in ("slow", "fast")]
+def accounts(*names: str) -> tuple[list[Any], list[str]]:
+    users = [get_user_model().objects.create_user(username=name) for name in names]
     return users, [issue_token(user) for user in users]
+
+
+async def not_reading(server: Server, token: str, ws: Clients) -> Client:
+    """An authenticated client that will never read again: one-frame queue, small window."""
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: sets the window
+    raw.connect(("127.0.0.1", server.port))
+    client = Client(
+        await websockets.connect(
+            server.url, sock=raw, max_queue=1, max_size=None, open_timeout=WAIT
+        )
+    )
+    ws.opened.append(client)
+    assert (await client.authenticate(token))["type"] == "auth_success"
+    return client
+
+
+def held(state: dict[str, Any], user_ids: list[Any]) -> list[Any]:
+    return [s["user_id"] for s in state["sockets"] if s["user_id"] in user_ids]
 
 
 async def test_a_socket_that_stops_reading_is_closed_1011_while_others_hear_everything(
     live_servers: LiveServers, ws: Clients
 ) -> None:
     server = live_servers.get("slow-socket", REALTIME_SEND_TIMEOUT=2.0)
-    (slow_user, fast_user), (slow_token, fast_token) = await in_thread(accounts)
-    # A small receive buffer and a one-frame queue: once it stops reading, the server's
-    # output to it piles up in daphne's buffer instead of the kernel's.
-    raw = socket.socket()
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: sets the window
-    raw.connect(("127.0.0.1", server.port))
-    slow = Client(
-        await websockets.connect(
-            server.url, sock=raw, max_queue=1, max_size=None, open_timeout=WAIT
-        )
-    )
-    ws.opened.append(slow)
-    assert (await slow.authenticate(slow_token))["type"] == "auth_success"
+    (slow_user, fast_user), (slow_token, fast_token) = await in_thread(accounts, "slow", "fast")
+    slow = await not_reading(server, slow_token, ws)
     fast = await ws.authenticated(server, fast_token)
 
     dropped = asyncio.Event()
 
     async def slow_side() -> int | None:
         # As soon as the server has let go of it, read again: what was sent before the
-        # close, then the close (autobahn gives a closing peer a second to answer).
-        await server.wait_for_state(
-            lambda state: slow_user.pk not in [s["user_id"] for s in state["sockets"]],
-            timeout=60,
-        )
+        # close, then the close (the server gives a closing peer a while to answer).
+        await server.wait_for_state(lambda state: not held(state, [slow_user.pk]), timeout=60)
         dropped.set()
         return await slow.closed_with(timeout=30)
 
@@ -73,7 +91,7 @@ async def test_a_socket_that_stops_reading_is_closed_1011_while_others_hear_ever
     sent = 0
     while not dropped.is_set() and sent < MAX_EVENTS:
         await in_thread(
-            broadcast_to_users, [slow_user.pk, fast_user.pk], "big", {"n": sent, "b": BIG}
+            broadcast_to_users, [slow_user.pk, fast_user.pk], "big", {"n": sent, "b": noise(20_000)}
         )
         frame = await fast.wait_for(lambda f: f["type"] == "big", timeout=30)
         assert frame["data"]["n"] == sent
@@ -86,13 +104,71 @@ async def test_a_socket_that_stops_reading_is_closed_1011_while_others_hear_ever
     assert len([f for f in slow.received if f["type"] == "big"]) <= sent
 
 
+async def test_stalled_sockets_hold_no_other_socket_back(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # Four sockets stop reading; one reads. Closing the stalled ones (each may take up to the
+    # send timeout) happens beside delivery, and no stalled send holds the reader's next
+    # frame: the reader hears every event within one send timeout, where closing them in
+    # turn on the delivery path would hold an event for four or more.
+    timeout = 3.0
+    server = live_servers.get("stalls", REALTIME_SEND_TIMEOUT=timeout)
+    users, tokens = await in_thread(accounts, "s1", "s2", "s3", "s4", "reader")
+    stalled_ids = [user.pk for user in users[:4]]
+    stalled = [await not_reading(server, token, ws) for token in tokens[:4]]
+    reader = await ws.authenticated(server, tokens[4])
+    everyone = [user.pk for user in users]
+
+    async def all_dropped() -> None:
+        await server.wait_for_state(lambda state: not held(state, stalled_ids), timeout=120)
+
+    dropped = asyncio.ensure_future(all_dropped())
+    sent = 0
+    try:
+        while not dropped.done() and sent < MAX_EVENTS:
+            await in_thread(broadcast_to_users, everyone, "big", {"n": sent, "b": noise(64_000)})
+            frame = await reader.wait_for(lambda f: f["type"] == "big", timeout=timeout)
+            assert frame["data"]["n"] == sent
+            sent += 1
+        await dropped
+        # And after the drops, consecutive events still reach the reader each in time.
+        for n in range(sent, sent + 3):
+            await in_thread(broadcast_to_users, everyone, "big", {"n": n, "b": "small"})
+            frame = await reader.wait_for(lambda f: f["type"] == "big", timeout=timeout)
+            assert frame["data"]["n"] == n
+    finally:
+        dropped.cancel()
+    codes = await asyncio.gather(*(client.closed_with(timeout=30) for client in stalled))
+    assert codes == [1011] * 4
+
+
 async def test_a_reading_socket_receiving_large_frames_is_not_dropped(
     live_servers: LiveServers, ws: Clients
 ) -> None:
     server = live_servers.get("slow-socket", REALTIME_SEND_TIMEOUT=2.0)
-    (user, _), (token, _) = await in_thread(accounts)
+    (user,), (token,) = await in_thread(accounts, "reader")
     client = await ws.authenticated(server, token)
     for n in range(3):
-        await in_thread(broadcast_to_users, [user.pk], "big", {"n": n, "b": BIG})
+        await in_thread(broadcast_to_users, [user.pk], "big", {"n": n, "b": noise(20_000)})
     heard = [await client.wait_for(lambda f: f["type"] == "big") for _ in range(3)]
     assert [f["data"]["n"] for f in heard] == [0, 1, 2]
+
+
+async def test_a_reader_of_frames_larger_than_the_stall_bound_is_never_dropped(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # Each frame alone is over the 256 KiB a backlog may hold, and they come a little more
+    # often than the send timeout of this server. The client reads each one at once: between
+    # two frames its backlog is empty, however rarely the server happens to look at it.
+    server = live_servers.get("short-send-timeout", REALTIME_SEND_TIMEOUT=0.5)
+    (user,), (token,) = await in_thread(accounts, "reader")
+    client = await ws.authenticated(server, token)
+    for n in range(8):
+        await in_thread(broadcast_to_users, [user.pk], "huge", {"n": n, "b": noise(300_000)})
+        frame = await client.wait_for(lambda f: f["type"] == "huge")
+        assert frame["data"]["n"] == n
+        await asyncio.sleep(0.6)  # paces the frames; absence is proven by the marker below
+    await in_thread(broadcast_to_users, [user.pk], "test.marker", None)
+    assert await client.frames_until("test.marker") == []
+    state = await asyncio.to_thread(server.state)
+    assert held(state, [user.pk]) == [user.pk]

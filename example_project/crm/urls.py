@@ -10,5 +10,4 @@ urlpatterns = [
     path("api/w/<slug:slug>/contacts", views.contacts, name="contacts"),
     path("api/contacts/<int:pk>", views.contact, name="contact"),
     path("api/contacts/<int:pk>/move", views.move_contact, name="move_contact"),
-    path("realtime/token", views.token, name="token"),
 ]

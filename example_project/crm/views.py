@@ -1,4 +1,4 @@
-"""The live page, its small JSON API, and the view that issues realtime tokens."""
+"""The live page and its small JSON API (realtime's own view issues fresh tokens)."""
 
 from __future__ import annotations
 
@@ -38,12 +38,6 @@ def workspace(request: HttpRequest, slug: str) -> HttpResponse:
             "token": issue_token(request.user),
         },
     )
-
-
-@login_required
-def token(request: HttpRequest) -> JsonResponse:
-    """A fresh bearer for the socket (the client asks again when one is refused)."""
-    return JsonResponse({"token": issue_token(request.user)})
 
 
 @login_required

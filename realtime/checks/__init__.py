@@ -1,6 +1,7 @@
-"""System checks: of the ``REALTIME_*`` settings (``settings``) and of ``@realtime_model``
-declarations (``declarations``). Importing this package registers both."""
+"""System checks: of the ``REALTIME_*`` settings (``settings``), of the database the table
+transport runs on (``database``) and of ``@realtime_model`` declarations (``declarations``).
+Importing this package registers them all."""
 
-from realtime.checks import declarations, settings
+from realtime.checks import database, declarations, settings
 
-__all__ = ["declarations", "settings"]
+__all__ = ["database", "declarations", "settings"]

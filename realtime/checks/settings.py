@@ -21,6 +21,7 @@ from django.db import connections, models
 from django.utils.module_loading import import_string
 
 from realtime.conf import PREFIX, defaults, raw
+from realtime.origins import parse_origin
 from realtime.paths import path_target
 
 POSITIVE_NUMBERS = (
@@ -75,6 +76,7 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
         *_check_channel(),
         *_check_listen_database(),
         *_check_resume_window(),
+        *_check_allowed_origins(),
         *_check_unknown_names(),
     ]
 
@@ -306,6 +308,23 @@ def _check_resume_window() -> list[checks.CheckMessage]:
 
 def _positive_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def _check_allowed_origins() -> list[checks.CheckMessage]:
+    value = raw("ALLOWED_ORIGINS")
+    hint = (
+        "List origins as browsers send them, scheme://host[:port] without a path, "
+        'e.g. ["https://app.example.com"].'
+    )
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        return [_error(12, "ALLOWED_ORIGINS", f"must be a list, not {value!r}.", hint)]
+    errors: list[checks.CheckMessage] = []
+    for entry in value:
+        try:
+            parse_origin(entry)
+        except ValueError as exc:
+            errors.append(_error(12, "ALLOWED_ORIGINS", f"is invalid: {exc}.", hint))
+    return errors
 
 
 def _check_unknown_names() -> list[checks.CheckMessage]:

@@ -1,84 +1,57 @@
 """One connected, authenticated socket as the manager sees it, and how frames reach it.
 
-Daphne's ASGI ``send`` never waits for the network: it appends to the connection's output
-buffer, so a timeout around it never fires while a client that stopped reading grows the
-server's memory. For daphne the socket therefore watches the bytes still waiting in its
-Twisted transport (reachable through the ``send`` partial daphne hands the application): above
-``STALL_BYTES`` for longer than ``REALTIME_SEND_TIMEOUT``, the socket is not reading and is
-dropped. Under servers whose ``send`` awaits the network (uvicorn), the send itself is bounded.
+Frames reach a socket in the order they were handed to it, and no socket ever holds another's
+frame. Where the server's ``send`` only buffers and never waits (daphne), the frame is handed
+over in place; where it may wait for the network (uvicorn, or a server realtime cannot see
+behind), each socket has a writer task of its own that sends its queue in order.
+
+A socket is not reading when a send fails, when one has not completed after
+``REALTIME_SEND_TIMEOUT`` seconds, or when its backlog (what its writer still holds plus what
+the server has taken but not written, see ``link``) stays above ``STALL_BYTES`` for as long.
+Both are observed before each frame is added, never just after (a large frame the client is
+about to read is no stall), and at every housekeeping tick (no timer per send: they cost more
+than the send). Observations of a backlog count as one run only while they come at most
+``STALL_GAP`` seconds apart, so a backlog the client read long ago never joins a later one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from realtime.encoding import normal_id
+from realtime.sockets.link import Link, Send, find_link
 from realtime.sockets.protocol import ScopeAsk
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+__all__ = ["STALL_BYTES", "STALL_GAP", "Send", "Socket"]
 
-#: Bytes of output a daphne socket may have waiting before it counts as not reading.
+#: Bytes of backlog a socket may have before it counts as not reading.
 STALL_BYTES = 256 * 1024
-
-
-def _daphne_transport(send: Send) -> Any:
-    """The Twisted transport behind daphne's ``send``, or ``None`` under another server."""
-    if isinstance(send, functools.partial) and send.args:
-        transport = getattr(send.args[0], "transport", None)
-        if transport is not None and hasattr(transport, "dataBuffer"):
-            return transport
-    return None
-
-
-def _daphne_protocol(send: Send) -> Any:
-    if isinstance(send, functools.partial) and send.args:
-        protocol = send.args[0]
-        if hasattr(protocol, "sendCloseFrame") and hasattr(protocol, "STATE_OPEN"):
-            return protocol
-    return None
-
-
-async def close_connection(send: Send, code: int, answer_within: float | None = None) -> None:
-    """Close a WebSocket with ``code``.
-
-    Daphne relays an ASGI ``websocket.close`` through autobahn's ``sendClose``, which only
-    accepts 1000 and 3000-4999 (codes an application may pick), so the protocol's own codes
-    (1008, 1009, 1011) go straight to autobahn's close frame; other servers get the message.
-    ``answer_within`` gives a peer longer than autobahn's second to answer the close (one that
-    stopped reading has its backlog to get through first); then the connection is cut.
-    """
-    protocol = _daphne_protocol(send)
-    if protocol is None:
-        await send({"type": "websocket.close", "code": int(code)})
-    elif protocol.state == protocol.STATE_OPEN:
-        current = getattr(protocol, "closeHandshakeTimeout", None)
-        if answer_within is not None and current is not None:
-            protocol.closeHandshakeTimeout = max(current, answer_within)
-        protocol.sendCloseFrame(code=int(code), isReply=False)
-
-
-def pending_bytes(transport: Any) -> int:
-    """Bytes a Twisted TCP transport has accepted but not yet written to the network."""
-    buffered = len(getattr(transport, "dataBuffer", b"")) - int(getattr(transport, "offset", 0))
-    return buffered + int(getattr(transport, "_tempDataLen", 0))
+#: Seconds between two observations of a backlog beyond which they are not one run.
+STALL_GAP = 2.5
 
 
 class Socket:
     """An authenticated connection: who it is, what it reads, what it hears, how to reach it."""
 
     __slots__ = (
+        "_over_since",
+        "_queue",
+        "_queued",
+        "_seen_at",
         "_send",
-        "_stalled_since",
-        "_transport",
+        "_sending_since",
+        "_writer",
         "ask",
         "channels",
         "closed",
         "consumer",
+        "link",
         "next_recheck",
+        "on_failure",
         "scope_version",
         "scopes",
         "token",
@@ -96,11 +69,19 @@ class Socket:
         token: str,
         ask: ScopeAsk,
         scopes: dict[Any, str],
+        link: Link | None = None,
     ) -> None:
         self.consumer = consumer
         self._send = send
-        self._transport = _daphne_transport(send)
-        self._stalled_since: float | None = None
+        self.link = link if link is not None else find_link(send)
+        #: Frames the writer still holds (made on first use: daphne's sockets never need it).
+        self._queue: deque[tuple[dict[str, Any], int]] | None = None
+        self._queued = 0
+        self._writer: asyncio.Task[None] | None = None
+        #: When the writer's send under way began (``None``: no send under way).
+        self._sending_since: float | None = None
+        self._over_since: float | None = None
+        self._seen_at = 0.0
         self.user = user
         #: The account's id in its one normalised form (``realtime.encoding.normal_id``).
         self.user_id: Any = normal_id(user.pk)
@@ -115,49 +96,91 @@ class Socket:
         #: A client ``watch`` is being resolved: the scopes above are about to change.
         self.watching = False
         self.next_recheck = 0.0
+        #: Takes no more frames (closing, or closed).
         self.closed = False
+        #: Told when a send of this socket's writer failed (the manager drops the socket).
+        self.on_failure: Callable[[Socket], None] | None = None
 
-    @property
-    def buffered(self) -> bool:
-        """Whether ``send`` only buffers (daphne) rather than waiting for the network."""
-        return self._transport is not None
+    def backlog(self) -> int:
+        """Bytes (characters, for frames the writer still holds) not yet on the network."""
+        return self._queued + self.link.pending()
 
-    def stalled(self, timeout: float) -> bool:
-        """Whether a buffered socket has had too much output waiting for too long."""
-        return self._transport is not None and self._stalled(timeout)
+    def stalled(self, timeout: float, now: float | None = None) -> bool:
+        """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
+        seconds (``now``: the ``time.monotonic()`` of the observation)."""
+        sending = self._sending_since
+        if sending is not None:
+            now = time.monotonic() if now is None else now
+            if now - sending >= timeout:
+                return True
+        if self._queued + self.link.pending() <= STALL_BYTES:
+            # The usual case, on every frame: no clock reading.
+            self._over_since = None
+            return False
+        now = time.monotonic() if now is None else now
+        if self._over_since is None or now - self._seen_at > STALL_GAP:
+            self._over_since = now
+        self._seen_at = now
+        return now - self._over_since >= timeout
 
     async def send_frame(self, message: dict[str, Any], timeout: float) -> bool:
-        """Send one ``websocket.send`` message; ``False`` when the socket is not reading.
+        """Hand one ``websocket.send`` message on; ``False`` when the socket is not reading.
 
         Whatever the server's ``send`` raises means the same: this socket cannot take the
         frame, and it must not keep the others from theirs.
         """
         if self.closed:
             return True
-        try:
-            if self._transport is not None:
-                await self._send(message)
-                return not self._stalled(timeout)
-            await asyncio.wait_for(self._send(message), timeout)
-        except Exception:
+        if self.stalled(timeout):
             return False
+        if self.link.buffered:
+            try:
+                await self._send(message)
+            except Exception:
+                return False
+            return True
+        size = len(message["text"])
+        if self._queue is None:
+            self._queue = deque()
+        self._queue.append((message, size))
+        self._queued += size
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write())
         return True
 
-    def _stalled(self, timeout: float) -> bool:
-        if pending_bytes(self._transport) <= STALL_BYTES:
-            self._stalled_since = None
-            return False
-        now = time.monotonic()
-        if self._stalled_since is None:
-            self._stalled_since = now
-        return now - self._stalled_since >= timeout
-
-    async def close(self, code: int, timeout: float = 5.0) -> None:
-        """Close the connection with ``code`` (once), waiting at most ``timeout`` seconds."""
-        if self.closed:
-            return
-        self.closed = True
+    async def _write(self) -> None:
+        """Send the queue in order; on a failure tell ``on_failure``. A send that does not
+        complete is noticed by ``stalled`` (and the writer cancelled by ``stop``)."""
+        queue = self._queue
+        assert queue is not None
         try:
-            await asyncio.wait_for(close_connection(self._send, code, timeout), timeout)
-        except Exception:  # the connection is gone or stuck: nothing more to tell it
-            return
+            while queue:
+                message, size = queue[0]
+                self._sending_since = time.monotonic()
+                await self._send(message)
+                queue.popleft()
+                self._queued -= size
+        except Exception:
+            queue.clear()
+            self._queued = 0
+            if not self.closed and self.on_failure is not None:
+                self.on_failure(self)
+        finally:
+            self._writer = None
+            self._sending_since = None
+
+    def stop(self) -> bool:
+        """Take no more frames and drop those held (idempotent); ``False`` if already so."""
+        if self.closed:
+            return False
+        self.closed = True
+        if self._queue is not None:
+            self._queue.clear()
+        self._queued = 0
+        if self._writer is not None:
+            self._writer.cancel()
+        return True
+
+    async def shut(self, code: int, answer_within: float) -> None:
+        """Close the connection with ``code`` whether stopped or not (see ``Link.shut``)."""
+        await self.link.shut(self._send, code, answer_within)

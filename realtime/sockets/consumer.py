@@ -6,8 +6,11 @@ frames) and CLOSED. A refused handshake gets ``auth_error`` with its reason and 
 bad frame once open gets its documented close code and one log line, never an exception.
 
 Outgoing events never pass through this class: the ``SocketManager`` sends each frame to the
-socket's ASGI ``send`` itself. Incoming messages are read here directly, not through Channels'
-``dispatch`` (which hops to a thread for every message).
+socket's ASGI ``send`` itself. Incoming messages are read here directly through an ``Inbox``
+(which applies the frame limits from the first frame after ``authenticate``), not through
+Channels' ``dispatch`` (which hops to a thread for every message). Whatever middleware wraps
+``send``, the server's connection behind it is found once (``link``) and closes with the
+protocol's codes.
 """
 
 from __future__ import annotations
@@ -20,21 +23,26 @@ from typing import Any
 
 from channels.consumer import AsyncConsumer
 
-from realtime import limits, signals
+from realtime import signals
 from realtime.auth import get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.sockets import protocol
 from realtime.sockets.access import authenticate, resolve_scopes
-from realtime.sockets.connection import Socket, close_connection
-from realtime.sockets.limits import FrameWindow, log_bad_input
+from realtime.sockets.connection import Socket
+from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
+from realtime.sockets.limits import log_bad_input
+from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal
 
 logger = logging.getLogger(__name__)
 
 Message = dict[str, Any]
+
+#: Seconds a client has to answer the close of its socket before the connection is cut.
+CLOSE_ANSWER = 5.0
 
 
 class State(enum.Enum):
@@ -44,42 +52,39 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class _ClientGoneError(Exception):
-    """The client disconnected."""
-
-
 class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
     """Serve one socket: handshake, then frames, until it closes. See the module docstring."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope = scope
         self.base_send = send
-        self._receive: Callable[[], Awaitable[Message]] = receive
+        self.link = find_link(send)
+        self.inbox = Inbox(receive)
         self.state = State.CONNECTING
         self.user: Any = None
         self.socket: Socket | None = None
         self.code: int | None = None
-        self._early: list[Message] = []
-        self._pending: asyncio.Future[Message] | None = None
-        self._frames = FrameWindow()
         try:
             if await self._handshake():
                 await self._read_frames()
-        except _ClientGoneError:
-            pass
+        except ClientGoneError:
+            self.state = State.CLOSED
+            self.code = self.inbox.code
+        except OverLimitError as exc:
+            await self._close(exc.code)
         finally:
             await self._finish()
 
     # Handshake ----------------------------------------------------------------------------
 
     async def _handshake(self) -> bool:
-        message = await self._receive()
+        message = await self.inbox.next()
         if message.get("type") != "websocket.connect":
             return False
         await self.base_send({"type": "websocket.accept"})
         self.state = State.AUTHENTICATING
         try:
-            message = await asyncio.wait_for(self._next_message(), conf.AUTH_TIMEOUT)
+            message = await asyncio.wait_for(self.inbox.next(), conf.AUTH_TIMEOUT)
         except TimeoutError:
             return await self._refuse(Refusal.TIMEOUT)
         if message.get("type") != "websocket.receive":
@@ -97,8 +102,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         ask = protocol.read_scopes(frame.data)
         auth = get_auth()
         try:
-            user, scopes = await self._while_connected(run_blocking(authenticate, auth, token, ask))
-        except _ClientGoneError:
+            user, scopes = await self.inbox.watching(run_blocking(authenticate, auth, token, ask))
+        except (ClientGoneError, OverLimitError):
             raise
         except Exception:
             logger.exception("realtime: authenticating a socket failed")
@@ -119,6 +124,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
                 token=token,
                 ask=ask,
                 scopes={},
+                link=self.link,
             )
             socket.scopes = {normal_id(s.id): s.slug for s in scopes}
             await self.base_send(
@@ -133,10 +139,10 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _start_listening(self) -> None:
         try:
-            await self._while_connected(
+            await self.inbox.watching(
                 asyncio.wait_for(get_manager().ensure_listening(), LISTEN_WAIT)
             )
-        except _ClientGoneError:
+        except (ClientGoneError, OverLimitError):
             raise
         except Exception:
             # The socket is served anyway; the manager's housekeeping retries the listener.
@@ -144,16 +150,28 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _refuse(self, reason: Refusal) -> bool:
         log_bad_input("realtime: refused a socket: %s", reason.value)
-        await self.base_send(_text(protocol.auth_error(reason)))
+        await self._say_auth_error(reason)
         await self._close(CloseCode.POLICY_VIOLATION)
         return False
 
     async def refuse_later(self, reason: Refusal) -> None:
-        """Refuse an open socket whose credentials no longer stand (a recheck's verdict)."""
+        """Refuse an open socket whose credentials no longer stand (a recheck's verdict):
+        the events still waiting for it are dropped, ``auth_error`` goes out, then 1008."""
         if self.state is State.OPEN:
             log_bad_input("realtime: closed a socket on recheck: %s", reason.value)
-            await self.base_send(_text(protocol.auth_error(reason)))
+            if self.socket is not None:
+                self.socket.stop()
+            await self._say_auth_error(reason)
             await self._close(CloseCode.POLICY_VIOLATION)
+
+    async def _say_auth_error(self, reason: Refusal) -> None:
+        """Send ``auth_error``, bounded: a client that is not reading is closed anyway."""
+        try:
+            await asyncio.wait_for(
+                self.base_send(_text(protocol.auth_error(reason))), conf.SEND_TIMEOUT
+            )
+        except Exception:
+            logger.debug("realtime: auth_error could not be sent; closing")
 
     # Frames -------------------------------------------------------------------------------
 
@@ -166,24 +184,11 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             protocol.AUTHENTICATE: _ignore,
         }
         while self.state is State.OPEN:
-            message = await self._next_message()
+            message = await self.inbox.next_frame()
             if message.get("type") != "websocket.receive":
                 continue
-            if not self._frames.admit():
-                log_bad_input(
-                    "closed a socket sending more than %d frames in %ss",
-                    conf.FRAME_LIMIT,
-                    limits.FRAME_WINDOW,
-                )
-                return await self._close(CloseCode.POLICY_VIOLATION)
-            text = message.get("text")
-            if isinstance(text, str) and len(text) > conf.MAX_FRAME_SIZE:
-                log_bad_input(
-                    "realtime: closed a socket sending a frame of %d characters", len(text)
-                )
-                return await self._close(CloseCode.MESSAGE_TOO_BIG)
             try:
-                frame = protocol.parse_frame(text)
+                frame = protocol.parse_frame(message.get("text"))
             except FrameError as exc:
                 log_bad_input("realtime: closed a socket sending a bad frame (%s)", exc)
                 return await self._close(CloseCode.POLICY_VIOLATION)
@@ -233,62 +238,21 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     # Plumbing -----------------------------------------------------------------------------
 
-    async def _next_message(self) -> Message:
-        """The next ASGI message, one received early first; raise when the client left."""
-        if self._early:
-            message = self._early.pop(0)
-        elif self._pending is not None:
-            pending, self._pending = self._pending, None
-            message = await pending
-        else:
-            message = await self._receive()
-        if message.get("type") == "websocket.disconnect":
-            self.code = message.get("code")
-            self.state = State.CLOSED
-            raise _ClientGoneError
-        return message
-
-    async def _while_connected(self, work: Awaitable[Any]) -> Any:
-        """Await ``work`` while watching the client: frames it sends meanwhile are kept for
-        later, and if it leaves, ``work`` is abandoned and ``_ClientGoneError`` raised."""
-        task = asyncio.ensure_future(work)
-        try:
-            while True:
-                if self._pending is None:
-                    self._pending = asyncio.ensure_future(self._receive())
-                done, _ = await asyncio.wait(
-                    {task, self._pending}, return_when=asyncio.FIRST_COMPLETED
-                )
-                if self._pending in done:
-                    message = self._pending.result()
-                    self._pending = None
-                    if message.get("type") == "websocket.disconnect":
-                        self.code = message.get("code")
-                        self.state = State.CLOSED
-                        raise _ClientGoneError
-                    self._early.append(message)
-                    continue
-                return task.result()
-        finally:
-            if not task.done():
-                task.cancel()
-
     async def _close(self, code: int) -> None:
+        """Close with ``code`` once; the socket takes no more frames from then on."""
         if self.state is State.CLOSED:
             return
         self.state = State.CLOSED
         self.code = int(code)
         if self.socket is not None:
-            await self.socket.close(code)
-        else:
-            await close_connection(self.base_send, code)
+            self.socket.stop()
+        await self.link.shut(self.base_send, code, CLOSE_ANSWER)
 
     async def _finish(self) -> None:
         self.state = State.CLOSED
-        if self._pending is not None:
-            self._pending.cancel()
+        self.inbox.close()
         if self.socket is not None:
-            self.socket.closed = True
+            self.socket.stop()
             try:
                 await get_manager().unregister(self.socket)
             except Exception:

@@ -7,8 +7,10 @@ by ``exclude``/``only``/``skip_scope`` and, where an audience is to be asked, by
 once, while one sender hands the frames out strictly in arrival order: an update waiting for
 its audience check is never overtaken by the delete that followed it.
 
-A frame is encoded once per event and given to every target's ASGI ``send`` directly; a socket
-that is not reading is closed 1011 and the others hear the event now.
+A frame is encoded once per event and handed to every target's ``Socket.send_frame``, which
+never waits for the network (see ``connection``): the sender goes on to the next message while
+slow sockets' writers catch up. A socket that is not reading is dropped at once and closed
+1011 beside delivery, by the manager; the others hear the event now.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class Plan:
 class Host(Protocol):
     """What the dispatcher asks of the manager it delivers for."""
 
-    async def drop(self, socket: Socket, code: int) -> None: ...
+    def drop_soon(self, socket: Socket) -> None: ...
 
     def request_recheck(self, user_ids: Iterable[Any]) -> None: ...
 
@@ -195,30 +197,18 @@ class Dispatcher:
         self._delivered(plan)
 
     async def send_all(self, targets: Iterable[Socket], frame: str) -> None:
-        """Send one encoded frame to every target at once; close 1011 those not reading."""
+        """Hand one encoded frame to every target; drop those not reading."""
         message = {"type": "websocket.send", "text": frame}
         timeout = conf.SEND_TIMEOUT
-        dropped: list[Socket] = []
-        waiting: list[Socket] = []
         for count, socket in enumerate(targets, 1):
-            # Daphne's send only appends to a buffer and never waits: going through the
-            # targets in turn costs no socket any time, so none holds the others back.
-            if not socket.buffered:
-                waiting.append(socket)
-            elif not await socket.send_frame(message, timeout):
-                dropped.append(socket)
+            # No send_frame waits for the network: going through the targets in turn costs
+            # no socket any time, so none holds the others back.
+            if not await socket.send_frame(message, timeout):
+                self.host.drop_soon(socket)
             if count % YIELD_EVERY == 0:
                 # Let the event loop write what is buffered so far: the first sockets need
                 # not wait until the frame is queued for the last one.
                 await asyncio.sleep(0)
-        if waiting:
-            results = await asyncio.gather(*(s.send_frame(message, timeout) for s in waiting))
-            dropped += [socket for socket, ok in zip(waiting, results, strict=True) if not ok]
-        for socket in dropped:
-            logger.warning(
-                "realtime: a socket of account %s is not reading; closed", socket.user_id
-            )
-            await self.host.drop(socket, protocol.CloseCode.INTERNAL_ERROR)
 
     def _delivered(self, plan: Plan) -> None:
         if plan.channels is None or not signals.event_delivered.has_listeners(self.sender):

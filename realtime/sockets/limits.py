@@ -2,7 +2,8 @@
 
 A client sends at most ``REALTIME_FRAME_LIMIT`` frames in a fixed window of
 ``realtime.limits.FRAME_WINDOW`` seconds, which starts at the first frame after
-``auth_success`` and starts again at the first frame after it ends. Bad input is logged in one
+``authenticate`` (one sent before ``auth_success`` came back included, see ``inbox``) and
+starts again at the first frame after it ends. Bad input is logged in one
 line, never with a token or a frame body, and at most ``LOG_LINES_PER_MINUTE`` such lines a
 minute per process, so a hostile client cannot flood the logs.
 """

@@ -5,8 +5,12 @@ of a scope follows it, the last one leaving unfollows it), plus the base channel
 events and recheck requests. A message for a worker holding no socket is dropped before it is
 parsed; the others go to the ``Dispatcher``, which hands one encoded frame straight to each
 target's ASGI ``send`` — never through a channel layer or a consumer's dispatch. Housekeeping
-runs every ``TICK``: due rechecks (in one batch, off the event loop), sockets that stopped
-reading, and scopes whose follow failed earlier.
+runs every ``TICK``: due rechecks (in one batch, off the event loop) and scopes whose follow
+failed earlier; a watch of its own, on the same tick, drops sockets that stopped reading.
+
+A dropped socket leaves the indexes at once, so no later frame goes to it; closing it (bounded
+by ``REALTIME_SEND_TIMEOUT``: it may not be reading) and unfollowing its scopes happen in a
+task of their own, never on the ordered sender's path.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from realtime.auth import Scope, get_auth
@@ -50,8 +54,13 @@ class SocketManager:
         self._transport: Transport | None = None
         self._listening: asyncio.Task[None] | None = None
         self._housekeeper: asyncio.Task[None] | None = None
+        self._stall_watch: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        #: Closes of dropped or refused sockets under way (kept: a task needs a reference).
+        self._beside_tasks: set[asyncio.Task[None]] = set()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
+        #: One bound method for every socket's ``on_failure`` (not one per socket).
+        self._on_failure = self.drop_soon
 
     # Listening ------------------------------------------------------------------------
 
@@ -61,9 +70,12 @@ class SocketManager:
             self._listening = asyncio.get_running_loop().create_task(self._listen())
         self.dispatcher.ensure_running()
         await asyncio.shield(self._listening)
+        loop = asyncio.get_running_loop()
         if self._housekeeper is None or self._housekeeper.done():
             self._wake = asyncio.Event()
-            self._housekeeper = asyncio.get_running_loop().create_task(self._housekeep())
+            self._housekeeper = loop.create_task(self._housekeep())
+        if self._stall_watch is None or self._stall_watch.done():
+            self._stall_watch = loop.create_task(self._watch_stalls())
 
     def detach(self) -> None:
         """Stop hearing the transport (the manager's event loop is gone)."""
@@ -102,6 +114,7 @@ class SocketManager:
     async def register(self, socket: Socket) -> None:
         """Index a socket that just authenticated and follow the scopes it reads."""
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
+        socket.on_failure = self._on_failure
         self.index.add(socket)
         await self._sync_follows(socket.scopes)
 
@@ -163,10 +176,41 @@ class SocketManager:
         if self.index.sockets:
             self.dispatcher.put(channel, payload)
 
-    async def drop(self, socket: Socket, code: int) -> None:
-        """Forget a socket and close it with ``code`` (bounded: it may not be reading)."""
-        await self.unregister(socket)
-        await socket.close(code, conf.SEND_TIMEOUT)
+    def drop_soon(self, socket: Socket) -> None:
+        """Deliver nothing more to a socket that is not reading; close it 1011 beside
+        delivery (a tracked task), giving it ``REALTIME_SEND_TIMEOUT`` to answer."""
+        if not self.index.remove(socket):
+            return
+        shut = socket.stop()  # False: the consumer is closing it already
+        if shut and socket.link.open():
+            logger.warning(
+                "realtime: a socket of account %s is not reading; closed", socket.user_id
+            )
+        elif shut:
+            logger.debug("realtime: a socket of account %s left mid-delivery", socket.user_id)
+        self._beside(self._close_dropped(socket, shut))
+
+    async def _close_dropped(self, socket: Socket, shut: bool) -> None:
+        if shut:
+            await socket.shut(CloseCode.INTERNAL_ERROR, conf.SEND_TIMEOUT)
+        await self._sync_follows(socket.scopes)
+
+    async def _refuse(self, socket: Socket) -> None:
+        await socket.consumer.refuse_later(Refusal.TOKEN)
+        await self._sync_follows(socket.scopes)
+
+    def _beside(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task of its own, kept until it ends; log what it raises."""
+
+        async def logged() -> None:
+            try:
+                await work
+            except Exception:
+                logger.exception("realtime: closing a socket failed")
+
+        task = asyncio.get_running_loop().create_task(logged())
+        self._beside_tasks.add(task)
+        task.add_done_callback(self._beside_tasks.discard)
 
     # Rechecks and housekeeping ------------------------------------------------------------
 
@@ -184,7 +228,6 @@ class SocketManager:
             try:
                 self.dispatcher.ensure_running()
                 await self.recheck_due()
-                await self._close_stalled()
                 await self._reconcile()
             except Exception:
                 logger.exception("realtime: a housekeeping round failed; retrying")
@@ -208,18 +251,27 @@ class SocketManager:
             if socket.closed or socket not in self.index.sockets or answer is access.FAILED:
                 continue
             if answer is None:
-                await socket.consumer.refuse_later(Refusal.TOKEN)
-                await self.unregister(socket)
+                # Beside the round: the client may not be reading its auth_error.
+                self.index.remove(socket)
+                self._beside(self._refuse(socket))
             elif socket.scope_version == version:
                 await self.set_scopes(socket, answer, keep_channels=True)
 
-    async def _close_stalled(self) -> None:
-        timeout = conf.SEND_TIMEOUT
-        for socket in [s for s in self.index.sockets if s.stalled(timeout)]:
-            logger.warning(
-                "realtime: a socket of account %s is not reading; closed", socket.user_id
-            )
-            await self.drop(socket, CloseCode.INTERNAL_ERROR)
+    async def _watch_stalls(self) -> None:
+        """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits
+        for: a stall is only told from observations that come close enough together."""
+        while True:
+            await asyncio.sleep(TICK)
+            try:
+                self.drop_stalled()
+            except Exception:
+                logger.exception("realtime: watching for stalled sockets failed; retrying")
+
+    def drop_stalled(self) -> None:
+        """Drop the sockets whose send under way or too large backlog has lasted too long."""
+        timeout, now = conf.SEND_TIMEOUT, time.monotonic()
+        for socket in [s for s in self.index.sockets if s.stalled(timeout, now)]:
+            self.drop_soon(socket)
 
     async def _reconcile(self) -> None:
         """Follow what is held but not followed (a follow that failed earlier)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import models
+from django.db.models import ForeignObjectRel
 from django.db.models.signals import m2m_changed
 
 from realtime.audience import readers
@@ -74,7 +75,10 @@ def _watch_path(options: ModelOptions, user_model: type[models.Model]) -> None:
         return
     if not (last.many_to_many and last.related_model is user_model):
         return
-    through = last.remote_field.through if last.concrete else last.through  # type: ignore[union-attr]
+    # A reverse relation holds the through model; a forward field, its remote_field
+    # (Django 6.1 no longer counts a ManyToManyField as concrete: it has no column).
+    reverse = isinstance(last, ForeignObjectRel)
+    through = last.through if reverse else last.remote_field.through  # type: ignore[union-attr]
     owner = hops[-1].related_model
     if isinstance(owner, type):
         lookup = to_lookup(".".join(split_path(path)[:-1]))

@@ -39,7 +39,7 @@ def realtime_model(
     name: str | None = None,
     **unknown: Any,
 ) -> Callable[[ModelT], ModelT]:
-    """Declare that writes of the decorated model are announced; see the announcements docs.
+    """Declare that writes of the decorated model are announced; docs/models.md lists the options.
 
     Unknown options and values of the wrong shape raise ``ValueError`` here, at import time.
     """

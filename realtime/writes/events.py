@@ -13,14 +13,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
 
 from realtime import limits
 from realtime.encoding import jsonable
 from realtime.middleware import current_origin
 from realtime.paths import split_path, values_on_path
-from realtime.registry import ModelOptions, wire_name
+from realtime.registry import ModelOptions, generic_fk, wire_name
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +162,11 @@ def relation_channels(
 
 
 def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
-    descriptor = getattr(type(instance), name, None)
+    generic = generic_fk(type(instance), name)
     values = instance.__dict__
-    if isinstance(descriptor, GenericForeignKey):
-        type_id = values.get(descriptor.ct_field + "_id")
-        object_id = values.get(descriptor.fk_field)
+    if generic is not None:
+        type_id = values.get(generic.ct_field + "_id")
+        object_id = values.get(generic.fk_field)
         if type_id is None or object_id is None:
             return []
         from django.contrib.contenttypes.models import ContentType

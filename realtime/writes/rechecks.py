@@ -25,6 +25,7 @@ from typing import Any
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import models
+from django.db.models import ForeignObjectRel
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 from django.dispatch import Signal
 
@@ -119,7 +120,10 @@ def _connect_memberships(scope: type[models.Model]) -> None:
     fields = resolve_path(scope, conf.SCOPE_MEMBERS)
     last = fields[-1]
     if last.many_to_many:
-        through = last.remote_field.through if last.concrete else last.through  # type: ignore[union-attr]
+        # A reverse relation holds the through model; a forward field, its remote_field
+        # (Django 6.1 no longer counts a ManyToManyField as concrete: it has no column).
+        reverse = isinstance(last, ForeignObjectRel)
+        through = last.through if reverse else last.remote_field.through  # type: ignore[union-attr]
         _on(m2m_changed, _on_links_changed, through)
         user_fk = next(
             f.name

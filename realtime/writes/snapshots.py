@@ -178,8 +178,12 @@ def track(model: type[models.Model]) -> None:
     original_from_db: Callable[..., models.Model] = model.from_db.__func__  # type: ignore[attr-defined]
     original_refresh: Callable[..., None] = model.refresh_from_db
 
-    def from_db(cls: type[models.Model], db: str | None, field_names: Any, values: Any) -> Any:
-        instance = original_from_db(cls, db, field_names, values)
+    # Keywords go through as given: Django 6.1 passes fetch_mode, and warns about (and loses
+    # the fetch mode of) a from_db that does not take it.
+    def from_db(
+        cls: type[models.Model], /, db: str | None, field_names: Any, values: Any, **kwargs: Any
+    ) -> Any:
+        instance = original_from_db(cls, db, field_names, values, **kwargs)
         take(instance, using=db)
         return instance
 
