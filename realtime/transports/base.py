@@ -21,10 +21,11 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
 A transport may also keep a *log*: every message a row of ``firm_channel_messages`` whose id
 is its *position*, ids growing in the order messages commit (publishers serialize on the
 log). Such a transport hands each message to its listeners with its position, answers
-``last_position`` (every message at or below it has committed or never will) and
-``read_log(channels, after)`` (the messages of those channels after a position, in order).
-Resumable delivery rests on it. A transport without a log (the default here) answers
-``None`` and ``[]``: every resume then answers ``resumed: false``.
+``log_bounds`` (the first position the log still holds, and the last one settled: every
+message at or below it has committed or never will) and ``read_log(channels, after)`` (the
+messages of those channels after a position, in order). Resumable delivery rests on it. A
+transport without a log (the default here) answers ``None`` and ``[]``: every resume then
+answers ``resumed: false``.
 """
 
 from __future__ import annotations
@@ -77,12 +78,18 @@ class Transport(abc.ABC):
         ``stop()``; a transport whose listener still runs is asked to stop without waiting.
         """
 
-    def last_position(self) -> int | None:
-        """The position of the last message committed to the log; ``None`` without a log.
+    def log_bounds(self) -> tuple[int | None, int] | None:
+        """The first position the log still holds (``None``: it holds nothing) and the last
+        one settled; ``None`` without a log.
 
-        Sync (it may query): call it off the event loop.
+        Sync (it queries): call it off the event loop.
         """
         return None
+
+    def last_position(self) -> int | None:
+        """The last settled position of the log (see ``log_bounds``); ``None`` without one."""
+        bounds = self.log_bounds()
+        return None if bounds is None else bounds[1]
 
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
         """At most ``limit`` messages of ``channels`` after position ``after``, in order.

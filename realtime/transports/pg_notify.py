@@ -11,7 +11,8 @@ ever stops and has the listener check, against the server, what it LISTENs to.
 With ``REALTIME_PG_NOTIFY_LOG`` (the default) every message is also a row of
 ``firm_channel_messages``, written in the same statement as its NOTIFY (see ``pg_log``): a
 message too large for a notification travels by its row, positions make delivery resumable,
-and a LISTEN connection that comes back reads from the log what it missed. Without the log,
+and a LISTEN connection that comes back reads from the log what it missed; the log is trimmed
+beside publishing as the table transport's is (``trimming``). Without the log,
 PostgreSQL caps a notification below 8,000 bytes (messages get a 7,000-byte budget and are
 shrunk by the publisher before that) and what is sent while the connection is down is lost.
 Channel names over 63 bytes are shortened the same way on both sides (a hash suffix) and
@@ -37,7 +38,8 @@ from realtime.exceptions import PublishError
 from realtime.transports.base import LogEntry, Transport
 from realtime.transports.pg_listener import ListenerOptions, PgListener
 from realtime.transports.pg_log import Sequencer, parse, publish_logged
-from realtime.transports.table_store import MessageStore, Row, channel_hash, encode_channel
+from realtime.transports.table_store import MessageStore, Row, encode_channel
+from realtime.transports.trimming import Trimmer
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +117,14 @@ class PgNotifyTransport(Transport):
         self.log = conf.PG_NOTIFY_LOG if log is None else log
         self.max_message_bytes = conf.MAX_PAYLOAD if self.log else limits.PG_NOTIFY_BUDGET
         self.store = MessageStore(using)
+        #: The log is trimmed as the table transport's is (nothing to trim without it).
+        self.trimmer = Trimmer(
+            self.store,
+            conf.MESSAGE_RETENTION,
+            conf.TRIM_BATCH_SIZE,
+            conf.AUTO_TRIM and self.log,
+            "pg_notify transport",
+        )
         self._sequencer = Sequencer(self.dispatch, self._read_rows)
         #: Where each channel was followed: catching up never hands over what came before.
         self._anchors: dict[str, int] = {}
@@ -151,6 +161,7 @@ class PgNotifyTransport(Transport):
                 publish_logged(connections[self.using], named, limits.PG_NOTIFY_BUDGET)
             except DatabaseError as exc:
                 raise PublishError(f"could not publish {len(named)} message(s)") from exc
+            self.trimmer.published(len(named))
             return
         pairs = [
             (pg_channel(_checked(channel)), payload.decode("utf-8"))
@@ -170,6 +181,10 @@ class PgNotifyTransport(Transport):
                     cursor.execute(f"SELECT {calls}", [value for pair in chunk for value in pair])
         except DatabaseError as exc:
             raise PublishError(f"could not notify {len(pairs)} message(s)") from exc
+
+    def close(self) -> None:
+        """Finish the log trims submitted and release their thread."""
+        self.trimmer.close()
 
     # Listening ----------------------------------------------------------------------------
 
@@ -259,15 +274,14 @@ class PgNotifyTransport(Transport):
 
     # The log ---------------------------------------------------------------------------------
 
-    def last_position(self) -> int | None:
-        return self.store.max_id() if self.log else None
+    def log_bounds(self) -> tuple[int | None, int] | None:
+        return self.store.bounds() if self.log else None
 
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
         if not self.log:
             return []
-        wanted = {encode_channel(channel) for channel in channels}
-        rows = self.store.read_after({channel_hash(c) for c in wanted}, after, limit)
-        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows if r.channel in wanted]
+        rows = self.store.read_after({encode_channel(c) for c in channels}, after, limit)
+        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows]
 
     async def _anchor(self, channel: str) -> None:
         try:

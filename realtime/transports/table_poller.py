@@ -20,9 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import connections
-
-from realtime.transports.table_store import MessageStore, channel_hash
+from realtime.transports.table_store import MessageStore, channel_hash, close_connection
 
 logger = logging.getLogger(__name__)
 
@@ -184,11 +182,3 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _cancel(future: asyncio.Future[None]) -> None:
     future.cancel()
-
-
-def close_connection(using: str) -> None:
-    """Drop this thread's connection so that the next query opens a fresh one."""
-    try:
-        connections[using].close()
-    except Exception:
-        logger.debug("realtime: closing a broken connection failed", exc_info=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from django.db.backends.utils import CursorWrapper
 
 from realtime.exceptions import ChannelTooLongError
 from realtime.fields import to_naive_utc
+
+logger = logging.getLogger(__name__)
 
 TABLE: Final = "firm_channel_messages"
 MAX_CHANNEL_BYTES: Final = 1024
@@ -110,6 +113,14 @@ PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
 PUBLISH_LOCK_WAIT: Final = 10
 
 
+def close_connection(using: str) -> None:
+    """Drop this thread's connection so that the next query opens a fresh one."""
+    try:
+        connections[using].close()
+    except Exception:
+        logger.debug("realtime: closing a broken connection failed", exc_info=True)
+
+
 def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """Yield consecutive slices of ``values`` holding at most ``size`` items."""
     for start in range(0, len(values), size):
@@ -182,17 +193,20 @@ class MessageStore:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT RELEASE_LOCK(%s)", [PUBLISH_LOCK_NAME])
 
-    def read_after(self, hashes: Collection[int], after: int, limit: int) -> list[Row]:
-        """At most ``limit`` rows whose hash is one of ``hashes`` and id above ``after``, by id
-        (the caller compares exact channels: hashes may collide)."""
-        if not hashes:
+    def read_after(self, channels: Collection[bytes], after: int, limit: int) -> list[Row]:
+        """At most ``limit`` rows of ``channels`` with an id above ``after``, by id; fewer only
+        when there are no more (the exact channel is compared in SQL, after the hash the
+        index serves)."""
+        if not channels:
             return []
-        placeholders = ", ".join(["%s"] * len(hashes))
+        wanted = list(channels)
+        hashes = ", ".join(["%s"] * len(wanted))
+        names = ", ".join(["%s"] * len(wanted))
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id, channel, payload FROM {TABLE} WHERE channel_hash IN "
-                f"({placeholders}) AND id > %s ORDER BY id LIMIT %s",
-                [*hashes, after, limit],
+                f"SELECT id, channel, payload FROM {TABLE} WHERE channel_hash IN ({hashes}) "
+                f"AND channel IN ({names}) AND id > %s ORDER BY id LIMIT %s",
+                [*(channel_hash(c) for c in wanted), *wanted, after, limit],
             )
             return [
                 Row(int(id_), bytes(channel), bytes(payload))
@@ -215,12 +229,52 @@ class MessageStore:
                 for id_, channel, payload in cursor.fetchall()
             ]
 
-    def min_id(self) -> int | None:
-        """The lowest id the table still holds (older ones were trimmed); ``None`` if empty."""
+    def bounds(self) -> tuple[int | None, int]:
+        """The lowest id the table still holds (``None``: it is empty) and the highest id
+        settled: every message at or below it has committed or never will.
+
+        The highest id is the table's while it holds rows. Emptied by trimming, the table
+        still has handed out ids: the last one comes from the id sequence, read while holding
+        the publish lock (so no publish is under way and every id handed out is settled).
+        """
         with self.connection.cursor() as cursor:
-            cursor.execute(f"SELECT MIN(id) FROM {TABLE}")
+            cursor.execute(f"SELECT MIN(id), MAX(id) FROM {TABLE}")
             row = cursor.fetchone()
-        return int(row[0]) if row and row[0] is not None else None
+        if row and row[1] is not None:
+            return int(row[0]), int(row[1])
+        return None, self._last_handed_out()
+
+    def _last_handed_out(self) -> int:
+        """The last id the table handed out (0: none), settled (see ``bounds``)."""
+        connection = self.connection
+        vendor = connection.vendor
+        if vendor == "sqlite":
+            # AUTOINCREMENT's counter; SQLite has one writer at a time, so it is settled.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT seq FROM sqlite_sequence WHERE name = %s", [TABLE])
+                row = cursor.fetchone()
+            return int(row[0]) if row else 0
+        if vendor == "postgresql":
+            with transaction.atomic(using=self.using), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK_KEY])
+                cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [TABLE])
+                row = cursor.fetchone()
+                if not row or row[0] is None:
+                    return 0
+                cursor.execute(f"SELECT last_value, is_called FROM {row[0]}")
+                last = cursor.fetchone()
+            return int(last[0]) if last and last[1] else 0
+        with self._serialized(), connection.cursor() as cursor:
+            if not connection.mysql_is_mariadb:  # type: ignore[attr-defined]
+                # MySQL 8 caches table statistics, AUTO_INCREMENT among them.
+                cursor.execute("SET SESSION information_schema_stats_expiry = 0")
+            cursor.execute(
+                "SELECT AUTO_INCREMENT FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                [TABLE],
+            )
+            row = cursor.fetchone()
+        return int(row[0]) - 1 if row and row[0] is not None else 0
 
     def max_id(self) -> int:
         """Return the highest id committed so far, 0 for an empty table."""
