@@ -22,7 +22,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from realtime.transports.table_store import PUBLISH_LOCK_KEY, TABLE, Row, channel_hash
+from realtime.transports.table_store import (
+    PG_PUBLISH_START,
+    PUBLISH_LOCK_KEY,
+    TABLE,
+    Row,
+    channel_hash,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +52,7 @@ def publish_logged(
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
-            WITH lock AS MATERIALIZED (
-                SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)
-            ),
+            WITH lock AS MATERIALIZED (SELECT {PG_PUBLISH_START}),
             given AS (
                 SELECT * FROM unnest(%s::bytea[], %s::bytea[], %s::bigint[], %s::text[],
                                      %s::boolean[]) WITH ORDINALITY

@@ -109,6 +109,10 @@ def db_seconds_ago(connection: BaseDatabaseWrapper) -> str:
 #: before their INSERT to their COMMIT makes ids grow in commit order (see ``insert``).
 PUBLISH_LOCK_KEY: Final = 0x7265616C74696D65  # "realtime"
 PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
+#: What a PostgreSQL publish starts with: the publish lock, and no wait for the WAL flush at
+#: its commit (for this transaction only). The write it announces is durable already; the log
+#: is a buffer, and serialized publishers must not each wait for a disk flush in turn.
+PG_PUBLISH_START: Final = "pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)"
 #: Seconds a MySQL publisher waits for the lock before it publishes without it.
 PUBLISH_LOCK_WAIT: Final = 10
 
@@ -142,8 +146,9 @@ class MessageStore:
         """Insert ``(channel, payload)`` rows, in order, in one transaction of their own.
 
         Publishers serialize: each holds a lock from before its INSERT until its COMMIT
-        (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself; MySQL:
-        a named lock around it; SQLite has one writer at a time anyway). So a row becomes
+        (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself, see
+        ``PG_PUBLISH_START``; MySQL: a named lock around it; SQLite has one writer at a time
+        anyway). So a row becomes
         visible only after every row with a lower id: the id is a position in the log, and
         every id below the highest one visible has committed or never will.
         """
@@ -156,7 +161,7 @@ class MessageStore:
         atomic = transaction.atomic(using=self.using) if several else nullcontext()
         with self._serialized(), atomic, connection.cursor() as cursor:
             if several and vendor == "postgresql":
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK_KEY])
+                cursor.execute(f"SELECT {PG_PUBLISH_START}", [PUBLISH_LOCK_KEY])
             for chunk in chunked(messages, INSERT_CHUNK):
                 params: list[Any] = []
                 for channel, payload in chunk:
@@ -166,7 +171,7 @@ class MessageStore:
                     cursor.execute(
                         f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
                         f"SELECT v.c, v.p, v.h, {now} "
-                        f"FROM (SELECT pg_advisory_xact_lock(%s)) AS l, "
+                        f"FROM (SELECT {PG_PUBLISH_START}) AS l, "
                         f"(VALUES {rows}) AS v(c, p, h)",
                         [PUBLISH_LOCK_KEY, *params],
                     )
