@@ -49,6 +49,7 @@ class Socket:
         "channels",
         "closed",
         "consumer",
+        "floor",
         "held",
         "link",
         "next_recheck",
@@ -105,9 +106,17 @@ class Socket:
         self.on_failure: Callable[[Socket], None] | None = None
         #: Opted in to resume: each event frame carries a cursor.
         self.resumable = resumable
+        #: The log position this socket has every frame up to (a resuming socket's, once its
+        #: handshake read the log): a frame at or below it is not sent again.
+        self.floor: int | None = None
         #: While its handshake finishes, the frames delivered to it wait here with their log
         #: positions (``None`` once it is live; see ``SocketManager.go_live``).
         self.held: deque[tuple[int | None, dict[str, Any]]] | None = deque()
+
+    def has_heard(self, position: int | None) -> bool:
+        """Whether the frame of the message at ``position`` went out to it already."""
+        floor = self.floor
+        return floor is not None and position is not None and position <= floor
 
     def backlog(self) -> int:
         """Bytes (characters, for frames the writer still holds) not yet on the network."""

@@ -155,6 +155,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             await manager.go_live(socket)
             return
         start = await self.inbox.watching(manager.resumer.resume(socket, resume, followed))
+        socket.floor = start.floor
         success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
         await self.base_send(_text(success))
         self.state = State.OPEN
@@ -162,7 +163,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             if not await socket.send_frame(message, conf.SEND_TIMEOUT):
                 manager.drop_soon(socket)
                 return
-        await manager.go_live(socket, start.keep)
+        await manager.go_live(socket)
 
     async def _start_listening(self) -> None:
         try:

@@ -231,6 +231,8 @@ class Dispatcher:
         for count, socket in enumerate(targets, 1):
             out = message
             if socket.resumable:
+                if socket.has_heard(position):
+                    continue  # replayed when it came back
                 out = cursored.get(socket.user_id) or cursored.setdefault(
                     socket.user_id, with_cursor(frame, socket.user_id, position)
                 )

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from realtime.auth import Scope, get_auth
@@ -136,16 +136,14 @@ class SocketManager:
         listening = self._listening
         return listening is not None and listening.done() and listening.exception() is None
 
-    async def go_live(
-        self, socket: Socket, keep: Callable[[int | None], bool] | None = None
-    ) -> None:
-        """Send ``socket`` the frames held for it (those ``keep`` accepts, by position), in
-        order, then hand it its frames as they come."""
+    async def go_live(self, socket: Socket) -> None:
+        """Send ``socket`` the frames held for it (but those it has heard, see
+        ``Socket.floor``), in order, then hand it its frames as they come."""
         held = socket.held
         timeout = conf.SEND_TIMEOUT
         while held:
             position, message = held.popleft()
-            if keep is not None and not keep(position):
+            if socket.has_heard(position):
                 continue
             if not await socket.send_frame(message, timeout):
                 self.drop_soon(socket)

@@ -46,14 +46,14 @@ SCAN_PER_FRAME: Final = 50
 
 @dataclass
 class Resumed:
-    """How a socket starts: what ``auth_success`` says, the missed frames, and which of the
-    frames held meanwhile still go out (by log position)."""
+    """How a socket starts: what ``auth_success`` says, the missed frames, and the position
+    it has every frame up to once they are sent (``None``: unknown; see ``Socket.floor``)."""
 
     cursor: str
     #: ``None`` when no cursor was given (``resumed`` is then left out of ``auth_success``).
     resumed: bool | None
     frames: list[dict[str, Any]]
-    keep: Callable[[int | None], bool]
+    floor: int | None
 
 
 @dataclass(eq=False)
@@ -118,6 +118,13 @@ class Resumer:
             if covered and request.followed:
                 resuming.append(request)
             else:
+                if request.ask.cursor is not None:
+                    why = "a scope is not followed" if covered else "the cursor is not resumable"
+                    logger.debug(
+                        "realtime: a socket of account %s starts afresh: %s",
+                        request.socket.user_id,
+                        why,
+                    )
                 _settle(request, _afresh(request, last))
         if not resuming:
             return
@@ -130,10 +137,13 @@ class Resumer:
             return
         for request in resuming:
             if request.refused:
+                logger.debug(
+                    "realtime: a socket of account %s starts afresh: it missed too much",
+                    request.socket.user_id,
+                )
                 _settle(request, _afresh(request, last))
             else:
-                keep = _after(high)
-                _settle(request, Resumed(request.ask.cursor, True, request.frames, keep))
+                _settle(request, Resumed(request.ask.cursor, True, request.frames, high))
 
     async def _replay(self, transport: Transport, resuming: list[_Request], last: int) -> int:
         """Plan what the log holds after each request's position into its frames (marking
@@ -187,23 +197,9 @@ def _position(request: _Request) -> int | None:
 
 
 def _afresh(request: _Request, last: int | None) -> Resumed:
-    """Start from now (``last``; ``None``: the log is unknown): nothing is replayed, and of
-    the held frames those after ``last`` go out."""
+    """Start from now (``last``; ``None``: the log is unknown): nothing is replayed."""
     resumed = None if request.ask.cursor is None else False
-    cursor = cursor_for(request.socket.user_id, last)
-    return Resumed(cursor, resumed, [], _after(last))
-
-
-def _after(position: int | None) -> Callable[[int | None], bool]:
-    """Which held frames still go out: those after ``position`` (all when it is unknown, or
-    when the frame has no position)."""
-    if position is None:
-        return _always
-    return lambda held: held is None or held > position
-
-
-def _always(held: int | None) -> bool:
-    return True
+    return Resumed(cursor_for(request.socket.user_id, last), resumed, [], last)
 
 
 def _settle(request: _Request, answer: Resumed) -> None:
