@@ -119,6 +119,7 @@ export class RealtimeClient extends EventTarget {
     this._stamps = new Map(); // stamp -> {record, at}
     this._cursor = null; // the cursor of the last frame handled (resume)
     this._resumed = false;
+    this._afterAuth = []; // channels that did not fit in authenticate, subscribed after
   }
 
   /** `connecting`, `open`, `reconnecting`, `refused` or `closed`. */
@@ -201,10 +202,12 @@ export class RealtimeClient extends EventTarget {
     socket.onerror = noop; // a close event always follows
     socket.onopen = mine(() => {
       const data = { token, ...this._ask };
+      this._afterAuth = [];
       if (this.resume) {
-        // The channels come with the handshake, so nothing is missed before they are said.
+        // The channels come with the handshake, so nothing is missed before they are said;
+        // those that do not fit in its frame are subscribed after auth_success.
         data.resume = this._cursor;
-        data.channels = this.channels;
+        [data.channels, this._afterAuth] = this._fit({ type: 'authenticate', data }, this.channels);
       }
       this._sendFrame('authenticate', data);
     });
@@ -337,9 +340,9 @@ export class RealtimeClient extends EventTarget {
     if (typeof data.cursor === 'string') this._cursor = data.cursor;
     // A server that answers with a cursor took the channels from authenticate; any other
     // (one that does not resume) hears them now.
-    if (!this.resume || typeof data.cursor !== 'string') {
-      this._sendChannels('subscribe', this.channels);
-    }
+    const said = this.resume && typeof data.cursor === 'string';
+    this._sendChannels('subscribe', said ? this._afterAuth : this.channels);
+    this._afterAuth = [];
     clearInterval(this._heartbeatTimer);
     if (this.heartbeatInterval > 0) {
       this._heartbeatTimer = setInterval(
@@ -373,21 +376,27 @@ export class RealtimeClient extends EventTarget {
 
   /** Send channels in as many frames as `maxFrameSize` requires. */
   _sendChannels(type, channels) {
-    const overhead = JSON.stringify({ type, data: { channels: [] } }).length;
-    let batch = [];
-    let size = overhead;
+    const empty = { type, data: { channels: [] } };
+    // A channel too long for a frame of its own could never be sent.
+    let rest = channels.filter((channel) => this._fit(empty, [channel])[0].length);
+    while (rest.length) {
+      const [batch, left] = this._fit(empty, rest);
+      this._sendFrame(type, { channels: batch });
+      rest = left;
+    }
+  }
+
+  /** Split `channels` into the first that fit in `frame`'s `data.channels`, and the rest. */
+  _fit(frame, channels) {
+    let size = JSON.stringify({ ...frame, data: { ...frame.data, channels: [] } }).length;
+    let count = 0;
     for (const channel of channels) {
       const cost = JSON.stringify(channel).length + 1;
-      if (overhead + cost > this.maxFrameSize) continue; // could never be sent
-      if (size + cost > this.maxFrameSize) {
-        this._sendFrame(type, { channels: batch });
-        batch = [];
-        size = overhead;
-      }
-      batch.push(channel);
+      if (size + cost > this.maxFrameSize) break;
       size += cost;
+      count += 1;
     }
-    if (batch.length) this._sendFrame(type, { channels: batch });
+    return [channels.slice(0, count), channels.slice(count)];
   }
 
   /** Queue a subscription change; the changes of one task leave together. */
