@@ -109,7 +109,7 @@ async def test_messages_published_while_the_listen_connection_is_down_arrive_onc
     assert listener is not None
     old_pid = listener.backend_pid
     assert old_pid is not None
-    with caplog.at_level(logging.WARNING, logger="realtime"):
+    with caplog.at_level(logging.INFO, logger="realtime"):
         assert await off_loop(terminate, old_pid)
         # The listener waits a second before it reconnects: these are published meanwhile.
         for number in range(5):

@@ -140,6 +140,16 @@ def lost_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if "LISTEN connection is lost" in r.getMessage()]
 
 
+def attempt_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The lines of failed attempts to connect: the loss, then each later attempt."""
+    return [
+        r
+        for r in caplog.records
+        if "LISTEN connection is lost" in r.getMessage()
+        or ("LISTEN connection: attempt" in r.getMessage() and "failed too" in r.getMessage())
+    ]
+
+
 class Proxy:
     """A TCP relay to PostgreSQL that a test can cut, reopen, or freeze."""
 
@@ -321,13 +331,13 @@ async def test_a_terminated_listen_backend_is_replaced_by_a_new_one_and_delivery
     assert realtime_records(caplog, logging.ERROR) == []
 
 
-async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
+async def test_a_database_outage_is_ridden_out_with_backoff_and_one_line_per_change(
     make_pg_transport: MakeTransport,
     inbox: Inbox,
     proxy: Proxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with default_database_through(proxy), caplog.at_level(logging.WARNING, logger="realtime"):
+    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
         transport = make_pg_transport(backoff_start=0.1, backoff_max=0.4)
         transport.add_listener(inbox)
         await transport.follow("h8_room")
@@ -339,7 +349,7 @@ async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
         reached_through_proxy = proxy.accepted
 
         await proxy.close()  # the database is gone for this process
-        await eventually(lambda: len(lost_records(caplog)) >= 5, timeout=5.0)
+        await eventually(lambda: len(attempt_records(caplog)) >= 5, timeout=5.0)
         assert not listener.connected.is_set()
         await proxy.open()  # and back
         await eventually(
@@ -352,13 +362,18 @@ async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
     assert reached_through_proxy >= 2  # the LISTEN connection and the publisher's
     assert listener.backend_pid != old_pid
     assert inbox.messages == [("h8_room", b"before"), ("h8_room", b"after")]
-    lost = lost_records(caplog)
-    delays = [float(re.findall(r"retrying in ([\d.]+) s", r.getMessage())[0]) for r in lost]
+    attempts = attempt_records(caplog)
+    delays = [float(re.findall(r"retrying in ([\d.]+) s", r.getMessage())[0]) for r in attempts]
     assert delays[:5] == [0.1, 0.2, 0.4, 0.4, 0.4]  # doubling from the start, capped
-    for earlier, later, delay in zip(lost, lost[1:], delays, strict=False):
+    for earlier, later, delay in zip(attempts[:5], attempts[1:5], delays, strict=False):
         assert later.created - earlier.created >= delay - 0.02
-    assert realtime_records(caplog, logging.ERROR) == []
-    assert any("is back" in r.getMessage() for r in realtime_records(caplog, logging.WARNING))
+    # One WARNING when lost, one when back; the attempts between are DEBUG, with no traceback.
+    warnings = realtime_records(caplog, logging.WARNING)
+    assert [r.levelno for r in warnings] == [logging.WARNING, logging.WARNING]
+    assert "LISTEN connection is lost (attempt 1" in warnings[0].getMessage()
+    assert re.search(r"LISTEN connection is back after [\d.]+ s", warnings[1].getMessage())
+    assert all(r.levelno == logging.DEBUG for r in attempts[1:])
+    assert not [r for r in caplog.records if r.name.startswith("realtime") and r.exc_info]
 
 
 async def test_a_listen_database_that_fails_while_the_database_answers_is_an_error_from_the_second_attempt(  # noqa: E501

@@ -140,7 +140,7 @@ class PgListener:
                 self.listening = set()
                 if connection is not None:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(connection.close(), self.options.heartbeat_timeout)
+                        await connection.close()
 
     def _backoff(self, attempt: int) -> float:
         delay = self.options.backoff_start * 2 ** (attempt - 1)
@@ -153,7 +153,10 @@ class PgListener:
 
     async def _bounded(self, work: Awaitable[None]) -> None:
         """Await a hook of the transport, bounded like a statement (they read the log)."""
-        await asyncio.wait_for(work, max(self.options.heartbeat_timeout, 5.0))
+        # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 the latter swallows a
+        # cancellation that comes as the work ends.
+        async with asyncio.timeout(max(self.options.heartbeat_timeout, 5.0)):
+            await work
 
     async def _pause(self, delay: float) -> None:
         """Wait ``delay`` seconds, or less once the server accepts connections again after
@@ -283,10 +286,12 @@ class PgListener:
                 await asyncio.wait({reading, woken}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 woken.cancel()
-                if not reading.done():
-                    reading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reading
+                reading.cancel()
+                # Not ``await reading``: a cancellation of this task arriving just as the
+                # read ended would be taken for the read's own and swallowed.
+                await asyncio.wait({reading})
+            if not reading.cancelled() and (error := reading.exception()) is not None:
+                raise error
 
     async def _read(self, connection: psycopg.AsyncConnection[Any], timeout: float) -> None:
         async for notify in connection.notifies(timeout=max(timeout, 0.0)):

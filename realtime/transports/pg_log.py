@@ -135,20 +135,33 @@ class Sequencer:
         self._queue: deque[tuple[str, bytes | None, int]] = deque()
         self._reading: asyncio.Task[None] | None = None
         self._catching: asyncio.Task[None] | None = None
+        self._why: str | None = None
+        #: The first position heard while behind: what comes before it was missed.
+        self._first_heard: int | None = None
+        self._missed = 0
 
     def received(self, channel: str, message: bytes | None, position: int) -> None:
         """A notification arrived (in commit order)."""
         if self.behind:
             self.heard = max(self.heard, position)
+            if self._first_heard is None:
+                self._first_heard = position
             return
         self._queue.append((channel, message, position))
         self._drain()
 
-    def fall_behind(self) -> None:
+    def fall_behind(self, why: str | None = None) -> None:
         """Stop following notifications and catch up from the log (see the module
-        docstring); without a start position or a log reader there is nothing to do."""
+        docstring); without a start position or a log reader there is nothing to do.
+
+        With ``why`` (what missed messages), the count read is logged once caught up.
+        """
         if self.last is None or self.read_after is None:
             return
+        if why is not None:
+            self._why = why
+        if not self.behind:
+            self._first_heard, self._missed = None, 0
         self.behind = True
         self.heard = max([self.heard, *(position for _, _, position in self._queue)])
         self._queue.clear()
@@ -174,11 +187,19 @@ class Sequencer:
                 if position > (self.last or 0):
                     self.last = position
                     self.caught += 1
+                    first = self._first_heard
+                    self._missed += first is None or position < first
                     self.dispatch(channel, message, position)
             self.last = max(self.last or 0, covered, heard if complete else 0)
             if complete and self.heard <= self.last:
                 self.behind = False
-                logger.debug("realtime: caught up from the log up to position %d", self.last)
+                why, self._why = self._why, None
+                if why is not None:
+                    logger.info(
+                        "realtime: %s missed %d message(s); read from the log",
+                        why,
+                        self._missed,
+                    )
 
     def _drain(self) -> None:
         if self.behind:

@@ -301,8 +301,8 @@ class PgNotifyTransport(Transport):
     async def _anchor(self, channel: str) -> None:
         try:
             position = await run_blocking(self.store.max_id)
-        except Exception:
-            logger.warning("realtime: reading where %s was followed failed", channel, exc_info=True)
+        except Exception as exc:
+            logger.debug("realtime: reading where %s was followed failed: %s", channel, exc)
             return
         if channel in self._anchors:
             self._anchors[channel] = max(self._anchors[channel], position)
@@ -334,7 +334,7 @@ class PgNotifyTransport(Transport):
         if not replaced:
             return
         if self.log:
-            self._sequencer.fall_behind()
+            self._sequencer.fall_behind("the LISTEN connection")
         elif self._names:
             self.report_missed(frozenset(self._names.values()))
 
