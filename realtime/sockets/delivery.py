@@ -3,7 +3,9 @@
 Messages wait in one bounded queue (``REALTIME_NOTIFY_QUEUE_SIZE``). Transports ask its
 ``room`` and hand over no more (the table poller stops reading; pg_notify catches up from its
 log or reports a loss); a message that comes anyway to a full queue is dropped, counted (one
-line per interval) and reported to the manager as missed, whose sockets then read again. Each is *planned* — parsed, its targets looked up in the manager's indexes, narrowed
+line per interval) and reported to the manager as missed, whose sockets then read again.
+
+Each message is *planned* — parsed, its targets looked up in the manager's indexes, narrowed
 by ``exclude``/``only``/``skip_scope`` and, where an audience is to be asked, by
 ``auth.audience`` off the event loop — by up to ``REALTIME_CONSUMER_POOL_SIZE`` planners at
 once, while one sender hands the frames out strictly in arrival order: an update waiting for

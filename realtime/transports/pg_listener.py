@@ -147,9 +147,12 @@ class PgListener:
         return float(min(delay, self.options.backoff_max))
 
     async def _escalate(self, exc: BaseException) -> None:
-        if self.outage.attempts >= 2 and not self.outage.escalated:
-            if await self.database_answers():
-                self.outage.escalate("cannot come back although the database answers", exc)
+        if (
+            self.outage.attempts >= 2
+            and not self.outage.escalated
+            and await self.database_answers()
+        ):
+            self.outage.escalate("cannot come back although the database answers", exc)
 
     async def _bounded(self, work: Awaitable[None]) -> None:
         """Await a hook of the transport, bounded like a statement (they read the log)."""

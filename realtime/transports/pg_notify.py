@@ -38,8 +38,8 @@ from realtime.exceptions import PublishError
 from realtime.transports.base import LogEntry, Transport
 from realtime.transports.pg_listener import ListenerOptions, PgListener
 from realtime.transports.pg_log import Sequencer, parse, publish_logged
-from realtime.transports.tally import Tally
 from realtime.transports.table_store import MessageStore, Row, encode_channel
+from realtime.transports.tally import Tally
 from realtime.transports.trimming import Trimmer
 
 logger = logging.getLogger(__name__)
@@ -315,9 +315,7 @@ class PgNotifyTransport(Transport):
         if self._sequencer.last is None:
             self._sequencer.last = await run_blocking(self.store.max_id)
 
-    async def _read_after(
-        self, after: int, limit: int
-    ) -> tuple[list[LogEntry], int, bool]:
+    async def _read_after(self, after: int, limit: int) -> tuple[list[LogEntry], int, bool]:
         """The log's messages of the channels followed after ``after`` (each only after its
         follow), the last position read, and whether the read reached the end."""
         channels = list(self._names.values())
