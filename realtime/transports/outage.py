@@ -60,7 +60,7 @@ class Outage:
         if self.since is None:
             self.since = time.monotonic()
             logger.warning(
-                "realtime: %s %s (attempt %d, retrying in %.1f s): %s",
+                "realtime: %s %s (attempt %d, retrying in %.2f s): %s",
                 self.what,
                 self.failing,
                 self.attempts,
@@ -70,7 +70,7 @@ class Outage:
             )
             return
         logger.debug(
-            "realtime: %s: attempt %d failed too (retrying in %.1f s): %s",
+            "realtime: %s: attempt %d failed too (retrying in %.2f s): %s",
             self.what,
             self.attempts,
             retry_in,

@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from realtime.transports.bounds import Bounds, StatementClock, bounded_connection
 from realtime.transports.outage import Outage
@@ -42,6 +43,7 @@ CUT_GRACE = 1.0
 #: Seconds of outage after which the lost connection is logged again, as an error.
 ERROR_AFTER = 60.0
 
+T = TypeVar("T")
 Deliver = Callable[[list[tuple[str, bytes, int]]], None]
 
 
@@ -198,8 +200,6 @@ class Poller:
                     self._take_anchors(generation)
                     self._poll(generation)
                     failures = 0
-                    if self._current(generation):
-                        self.outage.recovered()
                 except Exception as exc:
                     if not self._current(generation):
                         break
@@ -224,9 +224,7 @@ class Poller:
         with self._lock:
             if not self._pending:
                 return
-        connection = bounded_connection(self.store.using, self.bounds)
-        with self.clock.running(connection):
-            anchor = self.store.max_id()
+        anchor = self._read(generation, self.store.max_id)
         with self._lock:
             if generation != self._generation:
                 return
@@ -256,9 +254,9 @@ class Poller:
                 logger.debug("realtime: the delivery queue is full; the table poller waits")
                 return
         hashes = {channel_hash(c) for c in anchors}
-        connection = bounded_connection(self.store.using, self.bounds)
-        with self.clock.running(connection):
-            read = self.store.poll(hashes, floor, self.commit_grace, delivered, limit)
+        read = self._read(
+            generation, lambda: self.store.poll(hashes, floor, self.commit_grace, delivered, limit)
+        )
         ready: list[tuple[str, bytes, int]] = []
         with self._lock:
             if generation != self._generation:
@@ -277,6 +275,15 @@ class Poller:
             if ready:
                 self._handed.clear()
                 self._call_on_loop(self._hand_over, ready, generation)
+
+    def _read(self, generation: int, statement: Callable[[], T]) -> T:
+        """Run ``statement`` on this thread's bounded connection, timed by the clock."""
+        connection = bounded_connection(self.store.using, self.bounds)
+        with self.clock.running(connection):
+            result = statement()
+        if generation == self._generation:
+            self.outage.recovered()
+        return result
 
     def _hand_over(self, rows: list[tuple[str, bytes, int]], generation: int) -> None:
         """On the loop: deliver a batch of the current thread's rows."""
