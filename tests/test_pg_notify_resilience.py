@@ -413,3 +413,61 @@ async def test_probes_keep_an_idle_connection_alive_on_the_same_backend(
     await publish(transport, ("h8_idle", b"still heard"))
     await inbox.wait_for("h8_idle", b"still heard")
     assert listener.backend_pid == pid
+
+
+# Coming back promptly, and cleanly -----------------------------------------------------
+
+
+async def test_a_listen_connection_given_up_on_leaves_no_backend_behind(
+    make_pg_transport: MakeTransport, inbox: Inbox, proxy: Proxy
+) -> None:
+    transport = make_pg_transport(
+        listen_database=proxy.dsn(str(connection.settings_dict["NAME"])),
+        heartbeat_interval=0.2,
+        heartbeat_timeout=0.3,
+        backoff_start=0.1,
+        backoff_max=0.1,
+    )
+    transport.add_listener(inbox)
+    await transport.follow("h8_room")
+    listener = transport.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    # Half-open: the old connection goes silent (its backend lives on behind the relay),
+    # new connections flow.
+    proxy.freeze()
+    await eventually(lambda: listener.backend_pid != old_pid and listener.connected.is_set())
+    await until_gone(old_pid)
+    backends = await off_loop(listener_backends)
+    assert [pid for pid in backends if pid in (old_pid, listener.backend_pid)] == [
+        listener.backend_pid
+    ]
+    await publish(transport, ("h8_room", b"on the new connection"))
+    await inbox.wait_for("h8_room", b"on the new connection")
+
+
+async def test_the_listener_comes_back_at_once_when_the_database_does_within_a_long_backoff(
+    make_pg_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
+        transport = make_pg_transport(backoff_start=0.05, backoff_max=30.0)
+        transport.add_listener(inbox)
+        await transport.follow("h8_room")
+        listener = transport.listener
+        assert listener is not None
+        await proxy.close()
+        # The seventh attempt failed: the next one is scheduled 3.2 s later.
+        await eventually(lambda: listener.outage.attempts >= 7)
+        pending = float(
+            re.findall(r"retrying in ([\d.]+) s", attempt_records(caplog)[-1].getMessage())[0]
+        )
+        assert pending >= 3.2
+        await proxy.open()
+        # Far sooner than the backoff: the listener saw the server accept connections again.
+        await eventually(listener.connected.is_set, timeout=pending / 2)
+        await publish(transport, ("h8_room", b"back"))
+        await inbox.wait_for("h8_room", b"back")
+    assert listener.prompt_retries == 1

@@ -82,6 +82,8 @@ class PgListener:
         self.outage = Outage("the LISTEN connection")
         #: Attempts made at once because the server came back within a backoff.
         self.prompt_retries = 0
+        #: The last look found the server refusing connections.
+        self._unreachable = False
         self.probes = 0
         self.connected = asyncio.Event()
         self._wake = asyncio.Event()
@@ -123,6 +125,7 @@ class PgListener:
                 if self.after_listening is not None:
                     await self._bounded(self.after_listening())
                 self.connected.set()
+                self._unreachable = False
                 self.outage.recovered()
                 await self._serve(connection)
             except (psycopg.Error, OSError, TimeoutError) as exc:
@@ -163,20 +166,19 @@ class PgListener:
 
     async def _pause(self, delay: float) -> None:
         """Wait ``delay`` seconds, or less once the server accepts connections again after
-        refusing them."""
+        a look (in this pause or an earlier one) found it refusing them."""
         step = min(self.options.backoff_start, delay)
         deadline = time.monotonic() + delay
-        was_down = False
         while (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(step, left))
             if time.monotonic() >= deadline:
                 return
-            if await self._reachable():
-                if was_down:
-                    self.prompt_retries += 1
-                    return
-            else:
-                was_down = True
+            if not await self._reachable():
+                self._unreachable = True
+            elif self._unreachable:
+                self._unreachable = False
+                self.prompt_retries += 1
+                return
 
     async def _reachable(self) -> bool:
         """Whether the server accepts a TCP (or Unix socket) connection now."""
