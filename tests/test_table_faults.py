@@ -200,3 +200,26 @@ async def test_one_publish_of_more_rows_than_the_queue_holds_reaches_the_listene
         drain.cancel()
     assert queue.overflowed == 0
     assert queue.heard == [*sent, MARKER]
+
+
+@networked
+async def test_a_trim_whose_connection_goes_half_open_is_cut_and_the_next_trim_works(
+    make_table_transport: MakeTransport, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
+        transport = make_table_transport(auto_trim=True, trim_batch_size=1, retention=0)
+        transport.trimmer.bounds = SHORT
+        async with housekeeping(transport):
+            await off_loop(transport.publish, [("c", b"first")])
+            await asyncio.to_thread(transport.wait_for_trims, WAIT)  # its connection is open
+            proxy.freeze()
+            await off_loop(transport.publish, [("c", b"second")])
+            await asyncio.to_thread(transport.wait_for_trims, WAIT)  # cut, or timed out
+            await off_loop(transport.publish, [("c", b"third")])
+            await asyncio.to_thread(transport.wait_for_trims, WAIT)
+    lines = [r.getMessage() for r in realtime_lines(caplog, logging.WARNING)]
+    assert any("trimming firm_channel_messages failed (attempt 1" in line for line in lines)
+    assert any("trimming firm_channel_messages works again" in line for line in lines)
+    if vendor() == "postgresql":
+        assert transport.trimmer.cuts >= 1
+    assert not [r for r in caplog.records if r.name.startswith("realtime") and r.exc_info]

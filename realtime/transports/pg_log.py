@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from realtime.transports.outage import Outage
 from realtime.transports.table_store import (
     PG_PUBLISH_START,
     PUBLISH_LOCK_KEY,
@@ -136,6 +137,7 @@ class Sequencer:
         self._reading: asyncio.Task[None] | None = None
         self._catching: asyncio.Task[None] | None = None
         self._why: str | None = None
+        self.reads = Outage("reading the log", "failed", "works again")
         #: The first position heard while behind: what comes before it was missed.
         self._first_heard: int | None = None
         self._missed = 0
@@ -180,9 +182,10 @@ class Sequencer:
             try:
                 entries, covered, complete = await self.read_after(after, room or 1000)
             except Exception as exc:
-                logger.warning("realtime: catching up from the log failed, retrying: %s", exc)
+                self.reads.failed(exc, RETRY_WAIT)
                 await asyncio.sleep(RETRY_WAIT)
                 continue
+            self.reads.recovered()
             for channel, message, position in entries:
                 if position > (self.last or 0):
                     self.last = position
@@ -228,6 +231,7 @@ class Sequencer:
         try:
             missing = [position for _, message, position in self._queue if message is None]
             rows = {row.id: row.payload for row in await self.read_rows(missing)}
+            self.reads.recovered()
             if self.behind:
                 return  # fell behind meanwhile: the catch-up reads them
             filled: deque[tuple[str, bytes | None, int]] = deque()
@@ -239,9 +243,9 @@ class Sequencer:
                         continue
                 filled.append((channel, message, position))
             self._queue = filled
-        except Exception:
-            logger.exception("realtime: reading logged messages failed; retrying")
-            await asyncio.sleep(0.5)
+        except Exception as exc:
+            self.reads.failed(exc, RETRY_WAIT)
+            await asyncio.sleep(RETRY_WAIT)
         finally:
             self._reading = None
         self._drain()

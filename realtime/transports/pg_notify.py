@@ -191,6 +191,10 @@ class PgNotifyTransport(Transport):
         except DatabaseError as exc:
             raise PublishError(f"could not notify {len(pairs)} message(s)") from exc
 
+    def watch(self) -> None:
+        """The LISTEN connection bounds itself (probes); the trimming thread is watched."""
+        self.trimmer.watch()
+
     def close(self) -> None:
         """Finish the log trims submitted and release their thread."""
         self.trimmer.close()

@@ -101,6 +101,7 @@ class TableTransport(Transport):
 
     def watch(self) -> None:
         self._poller.watch()
+        self.trimmer.watch()
 
     def _room(self) -> int | None:
         # Read on the poller's thread: the listeners' queue only drains meanwhile (the
