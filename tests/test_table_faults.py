@@ -17,7 +17,7 @@ import pytest
 
 from realtime.transports.bounds import Bounds
 from realtime.transports.table import TableTransport
-from tests.helpers import WAIT, Inbox, off_loop, only_on, vendor
+from tests.helpers import WAIT, Inbox, SmallQueue, off_loop, only_on, vendor
 from tests.proxy import Proxy, default_database_through
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -154,33 +154,6 @@ async def test_the_watchdog_restarts_a_poller_thread_that_stopped_and_nothing_is
     assert inbox.payloads("c") == [b"before", b"while stopped", MARKER]
     restarted = [r.getMessage() for r in realtime_lines(caplog, logging.ERROR)]
     assert restarted == ["realtime: the table poller is restarted: its thread stopped"]
-
-
-class SmallQueue:
-    """A listener with a queue of ``size`` messages that drains ``per_tick`` at a time, as a
-    delivery queue whose sockets are slower than the database."""
-
-    def __init__(self, size: int, per_tick: int) -> None:
-        self.size = size
-        self.per_tick = per_tick
-        self.queued: list[tuple[str, bytes]] = []
-        self.heard: list[bytes] = []
-        self.overflowed = 0
-
-    def __call__(self, channel: str, payload: bytes, position: int | None = None) -> None:
-        if len(self.queued) >= self.size:
-            self.overflowed += 1
-            return
-        self.queued.append((channel, payload))
-
-    def room(self) -> int:
-        return self.size - len(self.queued)
-
-    async def drain(self) -> None:
-        while True:
-            await asyncio.sleep(0.01)
-            taken, self.queued = self.queued[: self.per_tick], self.queued[self.per_tick :]
-            self.heard += [payload for _, payload in taken]
 
 
 async def test_one_publish_of_more_rows_than_the_queue_holds_reaches_the_listener_whole(
