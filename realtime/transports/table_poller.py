@@ -242,7 +242,8 @@ class Poller:
     def _poll(self, generation: int) -> None:
         with self._lock:
             anchors = dict(self._anchors)
-            floor, delivered = self._floor, set(self._delivered)
+            # Not copied: only the current thread changes it (under the lock, see below).
+            floor, delivered = self._floor, self._delivered
         if not anchors or floor is None:
             return
         limit = None
