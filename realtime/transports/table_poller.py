@@ -79,6 +79,8 @@ class Poller:
         self._stopping = threading.Event()
         self._handed = threading.Event()
         self._handed.set()
+        #: Waiting for room in the listeners' queue (logged when it starts and ends).
+        self._waiting = False
         self._floor: int | None = None
         self._delivered: set[int] = set()
         self._generation = 0
@@ -252,8 +254,13 @@ class Poller:
             limit = self.room() if self._handed.is_set() else 0
             if limit is not None and limit <= 0:
                 self.paused_rounds += 1
-                logger.debug("realtime: the delivery queue is full; the table poller waits")
+                if self._handed.is_set() and not self._waiting:
+                    self._waiting = True
+                    logger.debug("realtime: the delivery queue is full; the table poller waits")
                 return
+            if self._waiting:
+                self._waiting = False
+                logger.debug("realtime: the delivery queue has room; the table poller reads on")
         hashes = {channel_hash(c) for c in anchors}
         read = self._read(
             generation, lambda: self.store.poll(hashes, floor, self.commit_grace, delivered, limit)
