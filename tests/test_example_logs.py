@@ -8,10 +8,13 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+import pytest
 import websockets
 
 from tests.example import ExampleProject
 from tests.helpers import WAIT
+
+pytestmark = pytest.mark.server  # a real daphne serves the example project
 
 REFUSED = "realtime: refused a socket: Invalid authentication format"
 MARKER_LINE = "realtime: refused a socket: Invalid authentication message"
