@@ -20,9 +20,12 @@ Two parts, each repeated ``--repeat`` times (median [min - max] across repeats):
   and serves one socket, authenticated for the workspace and subscribed to ``company`` (the
   load generator, this process, counts the frames it gets, so every announcement is really
   heard and delivered, by a worker sharing the cores with the publishers), and once with
-  nobody listening (no worker running). The floor, in the same repeat: the same two processes
-  creating as many rows of ``Plain`` (the same columns, not decorated), each in its own
-  ``transaction.atomic()``: INSERT and COMMIT. The three runs take turns going first.
+  nobody listening (no worker running). Both runs happen twice: with the log (the default:
+  each publish inserts its row into ``firm_channel_messages`` and NOTIFYs in one statement)
+  and without it (``REALTIME_PG_NOTIFY_LOG = False``: a bare NOTIFY, the transport as it was
+  before the log). The floor, in the same repeat: the same two processes creating as many
+  rows of ``Plain`` (the same columns, not decorated), each in its own
+  ``transaction.atomic()``: INSERT and COMMIT. The five runs take turns going first.
 
 The benchmark's workspace, accounts and rows (``bench-pg-notify``...) are deleted at the end.
 The publishers, daphne, the load generator and PostgreSQL share the machine's cores.
@@ -34,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -47,6 +51,8 @@ from harness import Daphne, Database, Members, Readers, Spread
 SCRIPT = Path(__file__).resolve()
 PREFIX = "bench-pg-notify"
 SETTINGS = {"REALTIME_TRANSPORT": "pg_notify"}
+#: The transport as it was before it kept the log: a bare NOTIFY per message.
+BARE = {**SETTINGS, "REALTIME_PG_NOTIFY_LOG": False}
 WARM_UP = 50
 READY = "ready"
 GO = "go"
@@ -194,14 +200,19 @@ class Repeat:
     announced: Run
     #: Announced writes with nobody listening.
     unheard: Run
+    #: The same two runs with REALTIME_PG_NOTIFY_LOG = False (a bare NOTIFY, no log row).
+    bare_announced: Run
+    bare_unheard: Run
     plain: Run
 
 
 @contextlib.asynccontextmanager
-async def listening_worker(database: Database, members: Members) -> AsyncIterator[Readers]:
+async def listening_worker(
+    database: Database, members: Members, settings: dict[str, Any]
+) -> AsyncIterator[Readers]:
     """A daphne worker on the pg_notify transport with one socket of the workspace,
     subscribed to ``company``; yields the socket's reader."""
-    server = Daphne.start("tests.asgi:application", database.env(SETTINGS), "pg-notify")
+    server = Daphne.start("tests.asgi:application", database.env(settings), "pg-notify")
     connection = None
     readers = None
     try:
@@ -221,11 +232,10 @@ async def listening_worker(database: Database, members: Members) -> AsyncIterato
             print(f"  (daphne logged {warnings} warning/error lines: {server.log})")
 
 
-MODES = ("announced", "unheard", "plain")
+MODES = ("announced", "unheard", "bare_announced", "bare_unheard", "plain")
 
 
 async def measure(args: argparse.Namespace, database: Database, members: Members) -> list[Repeat]:
-    env = database.env(SETTINGS)
     results: list[Repeat] = []
     for index in range(args.repeat):
         trips = await asyncio.to_thread(
@@ -233,10 +243,13 @@ async def measure(args: argparse.Namespace, database: Database, members: Members
         )
         runs: dict[str, Run] = {}
         # Each mode goes first in turn.
-        for mode in MODES[index % 3 :] + MODES[: index % 3]:
+        turn = index % len(MODES)
+        for mode in MODES[turn:] + MODES[:turn]:
             tag = f"r{index}-{mode}"
-            if mode == "announced":
-                async with listening_worker(database, members) as readers:
+            settings = BARE if mode.startswith("bare_") else SETTINGS
+            env = database.env(settings)
+            if mode.endswith("announced"):
+                async with listening_worker(database, members, settings) as readers:
                     runs[mode] = await two_writers(
                         "announced", args.writes, members, tag, env, readers
                     )
@@ -248,6 +261,8 @@ async def measure(args: argparse.Namespace, database: Database, members: Members
             harness.percentile(trips, 0.99),
             runs["announced"],
             runs["unheard"],
+            runs["bare_announced"],
+            runs["bare_unheard"],
             runs["plain"],
         )
         results.append(repeat)
@@ -258,7 +273,9 @@ async def measure(args: argparse.Namespace, database: Database, members: Members
             f"announced {harness.per_second(announced.rate)} with a worker listening "
             f"(its socket heard {announced.delivered}/{announced.expected}, the last "
             f"{harness.millis(announced.delivered_after)} after the writes ended), "
-            f"{harness.per_second(repeat.unheard.rate)} with nobody listening; "
+            f"{harness.per_second(repeat.unheard.rate)} with nobody listening; without the "
+            f"log {harness.per_second(repeat.bare_announced.rate)} and "
+            f"{harness.per_second(repeat.bare_unheard.rate)}; "
             f"plain {harness.per_second(repeat.plain.rate)}",
             flush=True,
         )
@@ -267,42 +284,54 @@ async def measure(args: argparse.Namespace, database: Database, members: Members
 
 def report(results: list[Repeat]) -> dict[str, Any]:
     ms = harness.millis
+    rate = harness.per_second
     p50 = Spread.of([r.trip_p50 for r in results])
     p99 = Spread.of([r.trip_p99 for r in results])
     print("\nraw NOTIFY round trip (median [min - max] of the per-repeat percentiles)")
     print(f"  p50 {p50.show(ms)}")
     print(f"  p99 {p99.show(ms)}")
-    ours = [r.announced.rate for r in results]
-    unheard = [r.unheard.rate for r in results]
     floor = [r.plain.rate for r in results]
-    ratio = Spread.of(harness.ratios(ours, floor))
-    unheard_ratio = Spread.of(harness.ratios(unheard, floor))
-    rate = harness.per_second
-    print("\nwrites per second, two processes together (median [min - max]; ratio to the floor)")
-    print("  announced (Company, pg_notify):")
-    print(f"    a worker listening, one socket  {Spread.of(ours).show(rate)}")
-    print(f"    {'':<32}ratio {ratio.show(harness.times)}")
-    print(f"    nobody listening                {Spread.of(unheard).show(rate)}")
-    print(f"    {'':<32}ratio {unheard_ratio.show(harness.times)}")
-    print(f"  floor: plain INSERT + COMMIT      {Spread.of(floor).show(rate)}")
-    delivered = sum(r.announced.delivered for r in results)
-    expected = sum(r.announced.expected for r in results)
-    lag = Spread.of([r.announced.delivered_after for r in results])
-    print(
-        f"  frames the socket got: {delivered:,} of {expected:,}; the last one "
-        f"{lag.show(ms)} after the writes ended"
-    )
-    return {
+    print("\nwrites per second, two processes together (median [min - max])")
+    summary: dict[str, Any] = {
         "round_trip": {"p50": p50.as_dict(), "p99": p99.as_dict()},
-        "announced_per_second": Spread.of(ours).as_dict(),
-        "unheard_per_second": Spread.of(unheard).as_dict(),
-        "unheard_ratio": unheard_ratio.as_dict(),
         "plain_per_second": Spread.of(floor).as_dict(),
-        "ratio": ratio.as_dict(),
-        "delivered": delivered,
-        "expected": expected,
-        "delivery_lag": lag.as_dict(),
     }
+    for name, label in (
+        ("announced", "a worker listening, one socket"),
+        ("unheard", "nobody listening"),
+    ):
+        logged = [getattr(r, name).rate for r in results]
+        bare = [getattr(r, f"bare_{name}").rate for r in results]
+        to_bare = Spread.of(harness.ratios(logged, bare))
+        print(f"  announced (Company, pg_notify), {label}:")
+        print(f"    with the log     {Spread.of(logged).show(rate)}")
+        print(f"    without the log  {Spread.of(bare).show(rate)}")
+        print(
+            f"    ratio log / no log {to_bare.show(harness.times)}; to the floor "
+            f"{Spread.of(harness.ratios(logged, floor)).show(harness.times)} and "
+            f"{Spread.of(harness.ratios(bare, floor)).show(harness.times)}"
+        )
+        summary[name] = {
+            "log_per_second": Spread.of(logged).as_dict(),
+            "bare_per_second": Spread.of(bare).as_dict(),
+            "log_to_bare": to_bare.as_dict(),
+        }
+    print(f"  floor: plain INSERT + COMMIT     {Spread.of(floor).show(rate)}")
+    for name in ("announced", "bare_announced"):
+        delivered = sum(getattr(r, name).delivered for r in results)
+        expected = sum(getattr(r, name).expected for r in results)
+        lag = Spread.of([getattr(r, name).delivered_after for r in results])
+        print(
+            f"  frames the socket got ({'without' if name.startswith('bare') else 'with'} the "
+            f"log): {delivered:,} of {expected:,}; the last one {lag.show(ms)} after the writes "
+            "ended"
+        )
+        summary[f"{name}_delivered"] = {
+            "delivered": delivered,
+            "expected": expected,
+            "lag": lag.as_dict(),
+        }
+    return summary
 
 
 def postgresql_settings() -> str:
@@ -337,7 +366,8 @@ def main() -> None:
     args = parse_args()
     database = Database("postgresql", "realtime")
     if args.worker is not None:
-        harness.setup_django(database, SETTINGS)
+        # The settings of the run (with or without the log) come from the parent.
+        harness.setup_django(database, json.loads(os.environ["REALTIME_TEST_SETTINGS"]))
         run_worker(args.worker, args.writes, args.workspace, args.tag)
         return
     harness.migrate(database, SETTINGS)

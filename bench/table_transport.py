@@ -418,7 +418,7 @@ async def listen_once(
 
     duplicates = 0
 
-    def on_message(channel: str, payload: bytes) -> None:
+    def on_message(channel: str, payload: bytes, position: int | None) -> None:
         nonlocal duplicates
         now = time.time()
         index = int(json.loads(payload)["i"])

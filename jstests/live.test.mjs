@@ -53,7 +53,9 @@ describe('connecting', () => {
     realtime.connect();
 
     await recorder.state('open');
-    assert.deepEqual(realtime.session, { user_id: ann.id, scope: 'acme', scopes: ['acme'] });
+    const { cursor, ...session } = realtime.session;
+    assert.deepEqual(session, { user_id: ann.id, scope: 'acme', scopes: ['acme'] });
+    assert.equal(typeof cursor, 'string'); // the client resumes by default
     await subscribed(main, ann.id, 'contact');
     const { id } = await live.fixture('contact', 'acme', 'Zed');
     const frame = await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
@@ -62,7 +64,9 @@ describe('connecting', () => {
       type: 'contact.created',
       data: { model: 'contact', id, name: 'Zed', company: null, born: null, score: null },
       scope_id: ann.scopes.acme,
+      cursor: realtime.cursor, // the cursor of the last frame handled
     });
+    assert.notEqual(frame.cursor, cursor);
     assert.deepEqual(named, [frame]);
     assert.deepEqual(recorder.stateNames(), ['connecting', 'open']);
   });
@@ -201,13 +205,97 @@ describe('reconnecting', () => {
     assert.deepEqual(fits.stateNames(), ['connecting', 'open']);
     fitting.close();
 
-    const oversize = client(server, { token: hal.token, scope: 'acme', backoffStart: 50 });
+    const options = { token: hal.token, scope: 'acme', backoffStart: 50, resume: false };
+    const oversize = client(server, options);
     const over = new Recorder(oversize);
     oversize.subscribe(channels);
     oversize.connect();
     const dropped = await over.state('reconnecting');
     assert.equal(dropped.code, 1009);
     assert.deepEqual(over.stateNames().slice(0, 2), ['connecting', 'open']);
+
+    // Resuming, the channels ride in authenticate: a first frame over the limit is refused.
+    const resuming = client(server, { ...options, resume: true });
+    const refused = new Recorder(resuming);
+    resuming.subscribe(channels);
+    resuming.connect();
+    assert.equal((await refused.state('refused')).reason, 'Invalid authentication format');
+  });
+});
+
+describe('resuming', () => {
+  /** A client of `user` reading acme's contacts; open, with one contact heard. */
+  async function listening(server, user, options = {}) {
+    const realtime = client(server, {
+      token: user.token,
+      scope: 'acme',
+      backoffStart: 50,
+      backoffMax: 200,
+      ...options,
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    const opened = await recorder.state('open');
+    assert.equal(opened.resumed, false); // nothing to resume the first time
+    const { id } = await live.fixture('contact', 'acme', `${user.id} first`);
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
+    return { realtime, recorder };
+  }
+
+  const names = (recorder) =>
+    recorder.events.filter((f) => f.type === 'contact.created').map((f) => f.data.name);
+
+  test('writes made while the server was down are heard once after its restart', async () => {
+    const hal = await live.fixture('user', 'hal', 'acme');
+    const server = await live.server();
+    const { realtime, recorder } = await listening(server, hal);
+
+    const down = recorder.states.length;
+    await server.kill();
+    await recorder.state('reconnecting', { from: down });
+    await live.fixture('contact', 'acme', 'missed 1');
+    await live.fixture('contact', 'acme', 'missed 2');
+    await server.start();
+    const back = await recorder.state('open', { from: down });
+    assert.equal(back.resumed, true);
+    assert.equal(realtime.resumed, true);
+    const { id } = await live.fixture('contact', 'acme', 'live');
+    await recorder.event((f) => f.data?.id === id);
+
+    assert.deepEqual(names(recorder), [`${hal.id} first`, 'missed 1', 'missed 2', 'live']);
+    const cursors = recorder.events.map((f) => f.cursor);
+    assert.ok(cursors.every((c) => typeof c === 'string'));
+    assert.equal(realtime.cursor, cursors.at(-1));
+  });
+
+  test('too much missed: told to read again, then hears the live stream', async () => {
+    const ivy = await live.fixture('user', 'ivy', 'acme');
+    const server = await live.server({ REALTIME_RESUME_MAX_FRAMES: 1 });
+    const { realtime, recorder } = await listening(server, ivy);
+
+    const down = recorder.states.length;
+    await server.kill();
+    await recorder.state('reconnecting', { from: down });
+    await live.fixture('contact', 'acme', 'missed 1');
+    await live.fixture('contact', 'acme', 'missed 2');
+    await server.start();
+    const back = await recorder.state('open', { from: down });
+    assert.equal(back.resumed, false);
+    assert.equal(realtime.resumed, false);
+    const { id } = await live.fixture('contact', 'acme', 'live');
+    await recorder.event((f) => f.data?.id === id);
+
+    assert.deepEqual(names(recorder), [`${ivy.id} first`, 'live']);
+  });
+
+  test('with resume off, the plain protocol: subscribes after auth_success, no cursor', async () => {
+    const jay = await live.fixture('user', 'jay', 'acme');
+    const server = await live.server();
+    const { realtime, recorder } = await listening(server, jay, { resume: false });
+
+    assert.equal(realtime.session.cursor, undefined);
+    assert.ok(recorder.events.every((f) => !('cursor' in f)));
   });
 });
 

@@ -139,9 +139,13 @@ test('closed 1011 after authenticating: reconnects and says its channels again',
   const dropped = await recorder.state('reconnecting');
   assert.equal(dropped.code, 1011);
   await server.until(() => server.connections[1]?.frames.length === 2);
+  // This server answers without a cursor (it does not resume): the channels follow again.
   for (const { frames } of server.connections) {
     assert.deepEqual(frames, [
-      { type: 'authenticate', data: { token: 'token', scope: null } },
+      {
+        type: 'authenticate',
+        data: { token: 'token', scope: null, resume: null, channels: ['contact', 'company:4'] },
+      },
       { type: 'subscribe', data: { channels: ['contact', 'company:4'] } },
     ]);
   }
@@ -150,11 +154,13 @@ test('closed 1011 after authenticating: reconnects and says its channels again',
 
 test('the scope ask: scope, scopes, or null', async () => {
   const server = await scripted();
+  const resuming = { resume: null, channels: [] };
   for (const [options, data] of [
-    [{}, { token: 'token', scope: null }],
-    [{ scope: 'acme' }, { token: 'token', scope: 'acme' }],
-    [{ scopes: ['a', 'b'] }, { token: 'token', scopes: ['a', 'b'] }],
-    [{ scopes: [] }, { token: 'token', scopes: [] }],
+    [{}, { token: 'token', scope: null, ...resuming }],
+    [{ scope: 'acme' }, { token: 'token', scope: 'acme', ...resuming }],
+    [{ scopes: ['a', 'b'] }, { token: 'token', scopes: ['a', 'b'], ...resuming }],
+    [{ scopes: [] }, { token: 'token', scopes: [], ...resuming }],
+    [{ scope: 'acme', resume: false }, { token: 'token', scope: 'acme' }],
   ]) {
     const realtime = client({ url: server.url, ...options });
     const recorder = new Recorder(realtime);
@@ -224,7 +230,12 @@ test('a watch is followed by every channel held', async () => {
   // The next handshake asks for what was watched last.
   server.connections[0].socket.close(1011);
   await server.until(() => server.connections[1]?.frames.length >= 1);
-  assert.deepEqual(server.connections[1].frames[0].data, { token: 'token', scope: null });
+  assert.deepEqual(server.connections[1].frames[0].data, {
+    token: 'token',
+    scope: null,
+    resume: null,
+    channels: ['contact'],
+  });
 });
 
 test('close() from a state listener while reconnecting: no attempt follows', async () => {
@@ -445,4 +456,60 @@ test('the options it cannot do without', () => {
   assert.equal(realtime.state, 'closed');
   assert.match(realtime.origin, /^[0-9a-f]{16}$/);
   assert.notEqual(new RealtimeClient({ url, token: 't', WebSocket }).origin, realtime.origin);
+});
+
+// Resuming ---------------------------------------------------------------------------------
+
+/** auth_success as a server that resumes answers it, with `cursor` (and `resumed`). */
+function resumingSuccess(connection, count) {
+  const asked = connection.frames[0].data.resume;
+  const data = { user_id: 1, scope: 'acme', scopes: ['acme'], cursor: `c${count}` };
+  if (typeof asked === 'string') data.resumed = asked !== 'stale';
+  return { type: 'auth_success', data };
+}
+
+test('resuming: the cursor of the last frame handled goes back; resumed or not is told', async () => {
+  const server = await scripted(resumingSuccess);
+  const realtime = client({ url: server.url, backoffStart: 10 });
+  const recorder = new Recorder(realtime);
+  realtime.subscribe('contact');
+  realtime.connect();
+  const first = await recorder.state('open');
+  assert.equal(first.resumed, false); // a first connection has nothing to keep
+  assert.equal(realtime.cursor, 'c1');
+  const frame = { type: 'contact.created', data: { model: 'contact', id: 1 }, cursor: 'after-1' };
+  server.send(server.connections[0], frame);
+  await recorder.until((r) => r.events.length === 1, 5000, 'the event');
+  assert.equal(realtime.cursor, 'after-1');
+  server.connections[0].socket.close(1011);
+  await server.until(() => server.connections[1]?.frames.length >= 1);
+  assert.deepEqual(server.connections[1].frames[0].data, {
+    token: 'token',
+    scope: null,
+    resume: 'after-1',
+    channels: ['contact'],
+  });
+  await recorder.until((r) => r.stateNames().at(-1) === 'open', 5000, 'open again');
+  assert.equal(recorder.states.at(-1).resumed, true);
+  assert.equal(realtime.resumed, true);
+  // The server took the channels from authenticate: nothing else was sent.
+  assert.deepEqual(
+    server.connections.map(({ frames }) => frames.map((f) => f.type)),
+    [['authenticate'], ['authenticate']],
+  );
+});
+
+test('resuming refused: the client is told to read its data again', async () => {
+  const server = await scripted(resumingSuccess);
+  const realtime = client({ url: server.url, backoffStart: 10 });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  server.send(server.connections[0], { type: 'x.updated', data: null, cursor: 'stale' });
+  await recorder.until((r) => r.events.length === 1, 5000, 'the event');
+  server.connections[0].socket.close(1011);
+  await recorder.until((r) => r.stateNames().length === 4, 5000, 'open again');
+  assert.equal(recorder.states.at(-1).resumed, false);
+  assert.equal(realtime.resumed, false);
+  assert.equal(realtime.cursor, 'c2'); // the new position it starts from
 });

@@ -74,6 +74,9 @@ class RealtimeSettings:
     TCP_KEEPIDLE = Setting(30, int)
     TCP_KEEPINTVL = Setting(10, int)
     TCP_KEEPCNT = Setting(3, int)
+    RESUME_WINDOW = Setting(300.0, float)
+    RESUME_MAX_FRAMES = Setting(1000, int)
+    PG_NOTIFY_LOG = Setting(True, bool)
     ALLOWED_ORIGINS: Setting[list[str]] = Setting([], list)
 
 

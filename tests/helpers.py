@@ -27,10 +27,13 @@ class Inbox:
 
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes]] = []
+        #: The position of each message heard, in the same order (``None`` without a log).
+        self.positions: list[int | None] = []
         self._arrived = asyncio.Event()
 
-    def __call__(self, channel: str, payload: bytes) -> None:
+    def __call__(self, channel: str, payload: bytes, position: int | None = None) -> None:
         self.messages.append((channel, payload))
+        self.positions.append(position)
         self._arrived.set()
 
     def payloads(self, channel: str | None = None) -> list[bytes]:

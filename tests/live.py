@@ -225,6 +225,14 @@ class Client:
     async def close(self) -> None:
         await self.connection.close()
 
+    def drop(self) -> None:
+        """Cut the connection as a failing network would: at once, without a close frame.
+
+        (A polite ``close`` waits for the server's close frame behind every frame the client
+        has not read, which a client that stopped reading mid-stream may never get to.)
+        """
+        self.connection.transport.abort()
+
 
 def iter_frames(frames: list[dict[str, Any]], type_: str) -> Iterator[dict[str, Any]]:
     return (frame for frame in frames if frame.get("type") == type_)

@@ -238,10 +238,29 @@ def test_number_that_is_not_positive_is_error_e007(name: str, value: Any) -> Non
 @pytest.mark.parametrize("value", [0.001, 1, 2.5, 10**6])
 @pytest.mark.parametrize("name", checks.POSITIVE_NUMBERS)
 def test_positive_int_or_float_number_passes(name: str, value: float) -> None:
-    # Both backoff settings at once, so that the start never exceeds the cap.
+    # Settings that bound each other are set together: the backoff start never above its cap,
+    # the retention never below the resume window.
     backoff = {"REALTIME_RECONNECT_BACKOFF_START": value, "REALTIME_RECONNECT_BACKOFF_MAX": value}
-    overrides = backoff if name.startswith("RECONNECT_BACKOFF_") else {f"REALTIME_{name}": value}
+    kept = {"REALTIME_MESSAGE_RETENTION": value, "REALTIME_RESUME_WINDOW": value}
+    overrides = {f"REALTIME_{name}": value}
+    if name.startswith("RECONNECT_BACKOFF_"):
+        overrides = backoff
+    elif name in ("MESSAGE_RETENTION", "RESUME_WINDOW"):
+        overrides = kept
     assert ids(**overrides) == []
+
+
+# E013: the log keeps messages as long as a resume reaches back
+
+
+def test_retention_shorter_than_the_resume_window_is_error_e013() -> None:
+    messages = run_checks(REALTIME_MESSAGE_RETENTION=60, REALTIME_RESUME_WINDOW=300)
+    assert [message.id for message in messages] == ["realtime.E013"]
+    assert "REALTIME_RESUME_WINDOW" in (messages[0].hint or "")
+
+
+def test_retention_as_long_as_the_resume_window_passes() -> None:
+    assert ids(REALTIME_MESSAGE_RETENTION=300, REALTIME_RESUME_WINDOW=300) == []
 
 
 # E008: positive integers

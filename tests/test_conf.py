@@ -49,6 +49,9 @@ DOCUMENTED: dict[str, Any] = {
     "TCP_KEEPIDLE": 30,
     "TCP_KEEPINTVL": 10,
     "TCP_KEEPCNT": 3,
+    "RESUME_WINDOW": 300.0,
+    "RESUME_MAX_FRAMES": 1000,
+    "PG_NOTIFY_LOG": True,
     "ALLOWED_ORIGINS": [],
 }
 # tests/settings.py sets this one; every other setting is left at its default there.
@@ -186,9 +189,9 @@ def test_table_transport_takes_its_options_from_settings() -> None:
         transport = TableTransport()
     assert transport.polling_interval == 0.25
     assert transport.commit_grace == 2.0
-    assert transport.retention == 60.0
-    assert transport.auto_trim is False
-    assert transport.trim_batch_size == 7
+    assert transport.trimmer.retention == 60.0
+    assert transport.trimmer.auto is False
+    assert transport.trimmer.batch_size == 7
     assert transport.max_message_bytes == 1000
 
 
@@ -198,8 +201,8 @@ def test_table_transport_arguments_win_over_settings() -> None:
     )
     assert transport.polling_interval == 0.5
     assert transport.commit_grace == 1.0
-    assert transport.retention == 0
-    assert transport.trim_batch_size == 3
+    assert transport.trimmer.retention == 0
+    assert transport.trimmer.batch_size == 3
     assert transport.max_message_bytes == 10
 
 

@@ -225,8 +225,8 @@ async def open_socket(
     socket = make_socket(
         user if not isinstance(user, int) else Account(user), *scope_ids, send=send
     )
-    await manager.register(socket)
-    manager.subscribe(socket, channels)
+    await manager.register(socket, channels)
+    await manager.go_live(socket)
     return socket
 
 

@@ -162,12 +162,60 @@ async def test_a_worker_listens_to_the_scopes_it_holds_and_unlistens_when_the_la
     assert base_channel() in listening(state)
 
 
-# The 7,000-byte budget -------------------------------------------------------------------
+# With the log (the default): messages of any size arrive whole ---------------------------
+
+
+async def test_fourteen_thousand_characters_of_data_arrive_whole_through_the_log(
+    worker: Server, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    client = await ws.authenticated(worker, token, scope="acme")
+    await settled(worker, [ann.pk], 1, acme)
+    await off_loop(broadcast_to_scope, acme.pk, "test.big", "x" * 14_000)
+    await off_loop(broadcast_to_scope, acme.pk, "test.small", "after")
+    frames = [await client.wait_for(lambda f: f["type"].startswith("test.")) for _ in range(2)]
+    assert frames == [
+        {"type": "test.big", "data": "x" * 14_000, "scope_id": acme.pk},
+        {"type": "test.small", "data": "after", "scope_id": acme.pk},
+    ]
+
+
+async def test_an_oversized_record_event_arrives_whole_with_its_channels(
+    worker: Server, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    listed = await ws.authenticated(worker, ann_token, scope="acme")
+    unlisted = await ws.authenticated(worker, bob_token, scope="acme")
+    await subscribe(worker, listed, ann.pk, "contact:1")
+    await subscribe(worker, unlisted, bob.pk, "company")
+    await settled(worker, [ann.pk, bob.pk], 2, acme)
+    channels = [f"contact:{n}" for n in range(1, 601)]
+    await off_loop(broadcast_to_scope, acme.pk, "test.wide", "z" * 14_000, channels=channels)
+    await marker(ann.pk, bob.pk)
+    wide = {"type": "test.wide", "data": "z" * 14_000, "scope_id": acme.pk}
+    assert typed(await frames_before_marker(listed), "test.") == [wide]
+    assert typed(await frames_before_marker(unlisted), "test.") == []
+
+
+# Without the log: the 7,000-byte budget ----------------------------------------------------
+
+NO_LOG = {**PG_NOTIFY, "REALTIME_PG_NOTIFY_LOG": False}
+
+
+@pytest.fixture
+def bare_worker(live_servers: LiveServers, settings: Any) -> Server:
+    """A worker, and this process publishing, with the log off (bare NOTIFY)."""
+    settings.REALTIME_PG_NOTIFY_LOG = False
+    return live_servers.get("bare-worker", **NO_LOG)
 
 
 async def test_fourteen_thousand_characters_of_data_arrive_as_null_and_truncated(
-    worker: Server, ws: Clients
+    bare_worker: Server, ws: Clients
 ) -> None:
+    worker = bare_worker
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     client = await ws.authenticated(worker, token, scope="acme")
@@ -178,8 +226,9 @@ async def test_fourteen_thousand_characters_of_data_arrive_as_null_and_truncated
 
 
 async def test_an_oversized_record_event_keeps_its_model_and_id(
-    worker: Server, ws: Clients
+    bare_worker: Server, ws: Clients
 ) -> None:
+    worker = bare_worker
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
@@ -206,8 +255,9 @@ async def test_an_oversized_record_event_keeps_its_model_and_id(
 
 
 async def test_hundreds_of_channels_and_a_huge_payload_reach_every_socket_of_the_scope(
-    worker: Server, ws: Clients
+    bare_worker: Server, ws: Clients
 ) -> None:
+    worker = bare_worker
     acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
     ann, ann_token = await off_loop(make_member, "ann", acme)
     bob, bob_token = await off_loop(make_member, "bob", acme)
@@ -232,7 +282,8 @@ async def test_hundreds_of_channels_and_a_huge_payload_reach_every_socket_of_the
     assert typed(await frames_before_marker(outsider), "test.") == []
 
 
-async def test_a_payload_that_fits_keeps_its_data(worker: Server, ws: Clients) -> None:
+async def test_a_payload_that_fits_keeps_its_data(bare_worker: Server, ws: Clients) -> None:
+    worker = bare_worker
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     client = await ws.authenticated(worker, token, scope="acme")
@@ -244,8 +295,9 @@ async def test_a_payload_that_fits_keeps_its_data(worker: Server, ws: Clients) -
 
 
 async def test_a_message_of_exactly_the_budget_keeps_its_data_and_one_byte_more_is_truncated(
-    worker: Server, ws: Clients
+    bare_worker: Server, ws: Clients
 ) -> None:
+    worker = bare_worker
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     client = await ws.authenticated(worker, token, scope="acme")
@@ -262,7 +314,10 @@ async def test_a_message_of_exactly_the_budget_keeps_its_data_and_one_byte_more_
     ]
 
 
-async def test_the_budget_counts_utf8_bytes_not_characters(worker: Server, ws: Clients) -> None:
+async def test_the_budget_counts_utf8_bytes_not_characters(
+    bare_worker: Server, ws: Clients
+) -> None:
+    worker = bare_worker
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     client = await ws.authenticated(worker, token, scope="acme")
@@ -282,8 +337,9 @@ async def test_the_budget_counts_utf8_bytes_not_characters(worker: Server, ws: C
 
 
 async def test_an_exclude_list_too_long_for_the_budget_is_dropped_with_a_warning(
-    worker: Server, ws: Clients, caplog: pytest.LogCaptureFixture
+    bare_worker: Server, ws: Clients, caplog: pytest.LogCaptureFixture
 ) -> None:
+    worker = bare_worker
     acme = await off_loop(make_workspace, "acme")
     ann, ann_token = await off_loop(make_member, "ann", acme)
     bob, bob_token = await off_loop(make_member, "bob", acme)

@@ -55,6 +55,7 @@ async def make_pg_transport() -> AsyncIterator[MakeTransport]:
     yield make
     for transport in built:
         await transport.stop()
+        transport.close()
 
 
 class RawNotifies:

@@ -94,7 +94,7 @@ class TransportContract:
     async def test_a_failing_listener_does_not_stop_the_others(
         self, transport: Transport, inbox: Inbox, caplog: pytest.LogCaptureFixture
     ) -> None:
-        def broken(channel: str, payload: bytes) -> None:
+        def broken(channel: str, payload: bytes, position: int | None) -> None:
             raise RuntimeError("listener bug")
 
         transport.add_listener(broken)

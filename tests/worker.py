@@ -3,8 +3,21 @@
 Commands
     publish CHANNEL PAYLOAD [COUNT]  publish through the table transport, print "published"
     publish-pg CHANNEL PAYLOAD [COUNT]  the same through the pg_notify transport
-    hold-insert CHANNEL PAYLOAD      insert in an open transaction, print "inserted <id>",
-                                     commit when a line arrives on stdin, print "committed"
+    hold-insert CHANNEL PAYLOAD      insert in an open transaction, as another process
+                                     sharing the table would (a firm-channel publisher: plain
+                                     SQL, none of realtime's publish lock), print
+                                     "inserted <id>", commit when a line arrives on stdin,
+                                     print "committed"
+    hold-publish CHANNEL PAYLOAD     publish through realtime's store in an open transaction,
+                                     print "inserted", commit when a line arrives on stdin
+    hold-notice TRANSPORT USER_ID TEXT  publish a ``user.notice`` account event for USER_ID
+                                     as TRANSPORT (table or pg_notify) does, in an open
+                                     transaction (holding the publish lock), print
+                                     "inserted", commit when a line arrives on stdin, print
+                                     "committed"
+    hold-write WORKSPACE_ID NAME     create a Company in an open transaction, print "created
+                                     <id>", commit when a line arrives on stdin (its
+                                     announcement is published then), print "committed"
     hold-lock ID                     lock row ID with SELECT ... FOR UPDATE, print "locked",
                                      release when a line arrives on stdin
     trim BATCH                       wait for a line on stdin, trim until nothing expired is
@@ -28,7 +41,7 @@ def main(argv: list[str]) -> None:
     from realtime.transports.base import Transport
     from realtime.transports.pg_notify import PgNotifyTransport
     from realtime.transports.table import TableTransport
-    from realtime.transports.table_store import MessageStore
+    from realtime.transports.table_store import MessageStore, channel_hash, db_now
 
     command, *args = argv
     if command in ("publish", "publish-pg"):
@@ -42,12 +55,54 @@ def main(argv: list[str]) -> None:
         print("published", flush=True)
     elif command == "hold-insert":
         channel, payload = args
-        with transaction.atomic():
-            MessageStore().insert([(channel.encode(), payload.encode())])
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT MAX(id) FROM firm_channel_messages")
-                row = cursor.fetchone()
+        with transaction.atomic(), connection.cursor() as cursor:
+            encoded = channel.encode()
+            cursor.execute(
+                "INSERT INTO firm_channel_messages (channel, payload, channel_hash, created_at) "
+                f"VALUES (%s, %s, %s, {db_now(connection)})",
+                [encoded, payload.encode(), channel_hash(encoded)],
+            )
+            cursor.execute("SELECT MAX(id) FROM firm_channel_messages")
+            row = cursor.fetchone()
             print("inserted", row[0] if row else None, flush=True)
+            sys.stdin.readline()
+        print("committed", flush=True)
+    elif command == "hold-publish":
+        channel, payload = args
+        store = MessageStore()
+        with store._serialized(), transaction.atomic():
+            store.insert([(channel.encode(), payload.encode())])
+            print("inserted", flush=True)
+            sys.stdin.readline()
+        print("committed", flush=True)
+    elif command == "hold-notice":
+        from realtime import limits
+        from realtime.transports.pg_log import publish_logged
+        from realtime.transports.pg_notify import pg_channel
+        from realtime.writes.payload import users_messages
+
+        kind, user_id, text = args
+        ((base, notice),) = users_messages(
+            [int(user_id)], "user.notice", {"text": text}, channels=None, meta={}, budget=None
+        )
+        store = MessageStore()
+        with store._serialized(), transaction.atomic():
+            if kind == "pg_notify":
+                publish_logged(
+                    connection, [(base, notice, pg_channel(base))], limits.PG_NOTIFY_BUDGET
+                )
+            else:
+                store.insert([(base.encode(), notice)])
+            print("inserted", flush=True)
+            sys.stdin.readline()
+        print("committed", flush=True)
+    elif command == "hold-write":
+        from tests.testapp.models import Company
+
+        workspace_id, name = args
+        with transaction.atomic():
+            company = Company.objects.create(workspace_id=int(workspace_id), name=name)
+            print("created", company.pk, flush=True)
             sys.stdin.readline()
         print("committed", flush=True)
     elif command == "hold-lock":

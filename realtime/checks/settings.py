@@ -7,6 +7,7 @@ a project hears about a bad value, each with a hint. Ids are stable; each has it
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -36,6 +37,7 @@ POSITIVE_NUMBERS = (
     "RECONNECT_BACKOFF_START",
     "RECONNECT_BACKOFF_MAX",
     "SUPERVISE_INTERVAL",
+    "RESUME_WINDOW",
 )
 POSITIVE_INTEGERS = (
     "MAX_CHANNELS",
@@ -50,8 +52,9 @@ POSITIVE_INTEGERS = (
     "TCP_KEEPIDLE",
     "TCP_KEEPINTVL",
     "TCP_KEEPCNT",
+    "RESUME_MAX_FRAMES",
 )
-BOOLEANS = ("REVOKE_ON_PASSWORD_CHANGE", "AUTO_TRIM")
+BOOLEANS = ("REVOKE_ON_PASSWORD_CHANGE", "AUTO_TRIM", "PG_NOTIFY_LOG")
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9_]{1,40}")
 MODEL_LABEL = re.compile(r"\w+\.\w+")
 
@@ -72,6 +75,7 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
         *_check_booleans(),
         *_check_channel(),
         *_check_listen_database(),
+        *_check_resume_window(),
         *_check_allowed_origins(),
         *_check_unknown_names(),
     ]
@@ -281,6 +285,29 @@ def _check_listen_database() -> list[checks.CheckMessage]:
     if value.startswith(("postgresql://", "postgres://")) or "=" in value:
         return []
     return [_error(21, "LISTEN_DATABASE", f"{value!r} is neither an alias nor a DSN.", hint)]
+
+
+def _check_resume_window() -> list[checks.CheckMessage]:
+    """The log must keep a message at least as long as a cursor may ask for it."""
+    retention, window = raw("MESSAGE_RETENTION"), raw("RESUME_WINDOW")
+    if not (_positive_number(retention) and _positive_number(window)) or retention >= window:
+        return []  # E007 reports a value that is no positive number
+    hint = (
+        f"Keep messages at least as long as a resume may reach back: raise "
+        f"{PREFIX}MESSAGE_RETENTION to {window} or more, or lower {PREFIX}RESUME_WINDOW."
+    )
+    return [
+        _error(
+            13,
+            "MESSAGE_RETENTION",
+            f"({retention} s) is shorter than {PREFIX}RESUME_WINDOW ({window} s).",
+            hint,
+        )
+    ]
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _check_allowed_origins() -> list[checks.CheckMessage]:

@@ -49,9 +49,12 @@ class Socket:
         "channels",
         "closed",
         "consumer",
+        "floor",
+        "held",
         "link",
         "next_recheck",
         "on_failure",
+        "resumable",
         "scope_version",
         "scopes",
         "token",
@@ -70,6 +73,7 @@ class Socket:
         ask: ScopeAsk,
         scopes: dict[Any, str],
         link: Link | None = None,
+        resumable: bool = False,
     ) -> None:
         self.consumer = consumer
         self._send = send
@@ -100,6 +104,19 @@ class Socket:
         self.closed = False
         #: Told when a send of this socket's writer failed (the manager drops the socket).
         self.on_failure: Callable[[Socket], None] | None = None
+        #: Opted in to resume: each event frame carries a cursor.
+        self.resumable = resumable
+        #: The log position this socket has every frame up to (a resuming socket's, once its
+        #: handshake read the log): a frame at or below it is not sent again.
+        self.floor: int | None = None
+        #: While its handshake finishes, the frames delivered to it wait here with their log
+        #: positions (``None`` once it is live; see ``SocketManager.go_live``).
+        self.held: deque[tuple[int | None, dict[str, Any]]] | None = deque()
+
+    def has_heard(self, position: int | None) -> bool:
+        """Whether the frame of the message at ``position`` went out to it already."""
+        floor = self.floor
+        return floor is not None and position is not None and position <= floor
 
     def backlog(self) -> int:
         """Bytes (characters, for frames the writer still holds) not yet on the network."""

@@ -1,9 +1,11 @@
 """``RealtimeConsumer``: the socket protocol as an explicit state machine (async only).
 
 States: CONNECTING (before ``websocket.connect``), AUTHENTICATING (accepted, waiting for the
-first frame, resolving the bearer and its scopes), OPEN (registered with the manager, reading
-frames) and CLOSED. A refused handshake gets ``auth_error`` with its reason and close 1008; a
-bad frame once open gets its documented close code and one log line, never an exception.
+first frame, resolving the bearer and its scopes, registering the socket with its frames held
+and, for a socket that resumes, reading what it missed), OPEN (``auth_success`` sent, frames
+flowing and read) and CLOSED. A refused handshake gets ``auth_error`` with its reason and
+close 1008; a bad frame once open gets its documented close code and one log line, never an
+exception.
 
 Outgoing events never pass through this class: the ``SocketManager`` sends each frame to the
 socket's ASGI ``send`` itself. Incoming messages are read here directly through an ``Inbox``
@@ -24,7 +26,7 @@ from typing import Any
 from channels.consumer import AsyncConsumer
 
 from realtime import signals
-from realtime.auth import get_auth
+from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import normal_id
@@ -35,7 +37,7 @@ from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
 from realtime.sockets.limits import log_bad_input
 from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
-from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal
+from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
 
 logger = logging.getLogger(__name__)
 
@@ -117,25 +119,51 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             return await self._refuse(Refusal.TOO_MANY)
         try:
             await self._start_listening()
-            socket = Socket(
-                consumer=self,
-                send=self.base_send,
-                user=user,
-                token=token,
-                ask=ask,
-                scopes={},
-                link=self.link,
-            )
-            socket.scopes = {normal_id(s.id): s.slug for s in scopes}
-            await self.base_send(
-                _text(protocol.auth_success(socket.user_id, list(socket.scopes.values())))
-            )
-            self.user, self.socket = user, socket
-            self.state = State.OPEN
-            await manager.register(socket)
+            await self._open(user, token, ask, scopes, frame.data)
         finally:
             manager.release(user.pk)
         return True
+
+    async def _open(
+        self, user: Any, token: str, ask: ScopeAsk, scopes: list[Scope], data: dict[str, Any]
+    ) -> None:
+        """Register the socket (subscribed to ``authenticate.channels``, following its scopes,
+        its frames held), work out how it starts, then say ``auth_success`` and let the
+        frames flow: the missed ones first for a socket that resumes, then the held ones.
+
+        Registering before ``auth_success`` means a write that commits at any point after it
+        reaches the socket: nothing falls between the answer and the follow.
+        """
+        manager = get_manager()
+        resume = protocol.read_resume(data)
+        socket = Socket(
+            consumer=self,
+            send=self.base_send,
+            user=user,
+            token=token,
+            ask=ask,
+            scopes={normal_id(s.id): s.slug for s in scopes},
+            link=self.link,
+            resumable=resume.opted,
+        )
+        self.user, self.socket = user, socket
+        followed = await manager.register(socket, protocol.read_channels(data))
+        slugs = list(socket.scopes.values())
+        if not resume.opted:
+            await self.base_send(_text(protocol.auth_success(socket.user_id, slugs)))
+            self.state = State.OPEN
+            await manager.go_live(socket)
+            return
+        start = await self.inbox.watching(manager.resumer.resume(socket, resume, followed))
+        socket.floor = start.floor
+        success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
+        await self.base_send(_text(success))
+        self.state = State.OPEN
+        for message in start.frames:
+            if not await socket.send_frame(message, conf.SEND_TIMEOUT):
+                manager.drop_soon(socket)
+                return
+        await manager.go_live(socket)
 
     async def _start_listening(self) -> None:
         try:

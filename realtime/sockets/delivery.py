@@ -10,7 +10,12 @@ its audience check is never overtaken by the delete that followed it.
 A frame is encoded once per event and handed to every target's ``Socket.send_frame``, which
 never waits for the network (see ``connection``): the sender goes on to the next message while
 slow sockets' writers catch up. A socket that is not reading is dropped at once and closed
-1011 beside delivery, by the manager; the others hear the event now.
+1011 beside delivery, by the manager; the others hear the event now. A socket that opted in to
+resume gets the frame with its cursor (one per account and event); one still finishing its
+handshake has its frames held, with their positions, until it goes live.
+
+``plan`` also serves resuming sockets (``resume``): planned ``among`` a few sockets only, a
+message from the log comes to the frames those would have heard, under today's permissions.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
+from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
 
 logger = logging.getLogger(__name__)
@@ -47,6 +53,8 @@ class Plan:
     data: Any = None
     channels: list[str] | None = None
     action: Callable[[], None] | None = None
+    #: The message's position in the log (``None``: the transport keeps none).
+    position: int | None = None
 
 
 class Host(Protocol):
@@ -67,15 +75,15 @@ class Dispatcher:
         self.index = index
         self.host = host
         self.sender = sender
-        self._queue: asyncio.Queue[bytes] | None = None
+        self._queue: asyncio.Queue[tuple[bytes, int | None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
 
-    def put(self, channel: str, payload: bytes) -> None:
+    def put(self, channel: str, payload: bytes, position: int | None = None) -> None:
         if self._queue is None:
             return
         try:
-            self._queue.put_nowait(payload)
+            self._queue.put_nowait((payload, position))
         except asyncio.QueueFull:
             logger.warning(
                 "realtime: the delivery queue is full; a message on %s is dropped", channel
@@ -93,7 +101,9 @@ class Dispatcher:
                 )
         for task in self._tasks:
             task.cancel()
-        queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=conf.NOTIFY_QUEUE_SIZE)
+        queue: asyncio.Queue[tuple[bytes, int | None]] = asyncio.Queue(
+            maxsize=conf.NOTIFY_QUEUE_SIZE
+        )
         # Bounds how many messages are planned ahead of the one being sent.
         plans: asyncio.Queue[asyncio.Future[Plan | None]] = asyncio.Queue(
             maxsize=max(1, conf.CONSUMER_POOL_SIZE)
@@ -106,11 +116,13 @@ class Dispatcher:
         self._queue = queue
 
     async def _plan_in_order(
-        self, queue: asyncio.Queue[bytes], plans: asyncio.Queue[asyncio.Future[Plan | None]]
+        self,
+        queue: asyncio.Queue[tuple[bytes, int | None]],
+        plans: asyncio.Queue[asyncio.Future[Plan | None]],
     ) -> None:
         while True:
-            payload = await queue.get()
-            await plans.put(asyncio.ensure_future(self._plan(payload)))
+            payload, position = await queue.get()
+            await plans.put(asyncio.ensure_future(self._plan(payload, position)))
 
     async def _send_in_order(self, plans: asyncio.Queue[asyncio.Future[Plan | None]]) -> None:
         while True:
@@ -122,36 +134,43 @@ class Dispatcher:
             except Exception:
                 logger.exception("realtime: delivering a message failed")
 
-    async def _plan(self, payload: bytes) -> Plan | None:
-        try:
-            message = json.loads(payload)
-        except ValueError:
-            logger.warning("realtime: dropped an unreadable message")
+    async def _plan(self, payload: bytes, position: int | None) -> Plan | None:
+        message = read_message(payload)
+        if message is None:
             return None
-        if not isinstance(message, dict):
-            return None
-        return await self.plan(message)
+        plan = await self.plan(message)
+        if plan is not None:
+            plan.position = position
+        return plan
 
-    async def plan(self, message: dict[str, Any]) -> Plan | None:
-        """Work out who hears ``message`` and what they get."""
+    async def plan(
+        self, message: dict[str, Any], among: Iterable[Socket] | None = None
+    ) -> Plan | None:
+        """Work out who hears ``message`` and what they get: of every socket here, or only
+        of those ``among`` (a resume's; they are not asked to recheck)."""
         target = message.get("target")
         if target == messages.SCOPE:
-            return await self._plan_scope(message)
+            return await self._plan_scope(message, among)
         if target == messages.USERS:
-            return self._plan_users(message)
-        if target == messages.RECHECK:
+            return self._plan_users(message, among)
+        if target == messages.RECHECK and among is None:
             ids = list(message.get("user_ids") or ())
             return Plan(set(), action=lambda: self.host.request_recheck(ids))
         return None
 
-    async def _plan_scope(self, message: dict[str, Any]) -> Plan | None:
+    async def _plan_scope(
+        self, message: dict[str, Any], among: Iterable[Socket] | None
+    ) -> Plan | None:
         index = self.index
         scope_id = message.get("scope_id")
-        members = index.by_scope.get(scope_id)
-        if not members:
-            return None
         channels = message.get("channels")
-        if channels is None:
+        if among is not None:
+            targets = {s for s in among if scope_id in s.scopes}
+            if channels is not None:
+                targets = {s for s in targets if not s.channels.isdisjoint(channels)}
+        elif not (members := index.by_scope.get(scope_id)):
+            return None
+        elif channels is None:
             targets = set(members)
         else:
             targets = set()
@@ -176,11 +195,16 @@ class Dispatcher:
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         return Plan(targets, frame, event_type, data, channels)
 
-    def _plan_users(self, message: dict[str, Any]) -> Plan:
-        by_user = self.index.by_user
+    def _plan_users(self, message: dict[str, Any], among: Iterable[Socket] | None) -> Plan:
+        user_ids = message.get("user_ids") or ()
         targets: set[Socket] = set()
-        for user_id in message.get("user_ids") or ():
-            targets |= by_user.get(user_id, set())
+        if among is not None:
+            wanted = set(user_ids)
+            targets = {s for s in among if s.user_id in wanted}
+        else:
+            by_user = self.index.by_user
+            for user_id in user_ids:
+                targets |= by_user.get(user_id, set())
         skip = message.get("skip_scope")
         if skip is not None:
             targets = {s for s in targets if skip not in s.scopes}
@@ -193,17 +217,30 @@ class Dispatcher:
             plan.action()
         if plan.frame is None or not plan.targets:
             return
-        await self.send_all(plan.targets, plan.frame)
+        await self.send_all(plan.targets, plan.frame, plan.position)
         self._delivered(plan)
 
-    async def send_all(self, targets: Iterable[Socket], frame: str) -> None:
+    async def send_all(
+        self, targets: Iterable[Socket], frame: str, position: int | None = None
+    ) -> None:
         """Hand one encoded frame to every target; drop those not reading."""
         message = {"type": "websocket.send", "text": frame}
         timeout = conf.SEND_TIMEOUT
+        #: The frame with the cursor of each account that opted in to resume.
+        cursored: dict[Any, dict[str, Any]] = {}
         for count, socket in enumerate(targets, 1):
+            out = message
+            if socket.resumable:
+                if socket.has_heard(position):
+                    continue  # replayed when it came back
+                out = cursored.get(socket.user_id) or cursored.setdefault(
+                    socket.user_id, with_cursor(frame, socket.user_id, position)
+                )
+            if socket.held is not None:
+                socket.held.append((position, out))
             # No send_frame waits for the network: going through the targets in turn costs
             # no socket any time, so none holds the others back.
-            if not await socket.send_frame(message, timeout):
+            elif not await socket.send_frame(out, timeout):
                 self.host.drop_soon(socket)
             if count % YIELD_EVERY == 0:
                 # Let the event loop write what is buffered so far: the first sockets need
@@ -232,6 +269,25 @@ class Dispatcher:
         )
         self._spawned.add(task)
         task.add_done_callback(self._spawned.discard)
+
+
+def read_message(payload: bytes) -> dict[str, Any] | None:
+    """The internal message in ``payload``; ``None`` (logged) when it is not one."""
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        logger.warning("realtime: dropped an unreadable message")
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def with_cursor(frame: str, user_id: Any, position: int | None) -> dict[str, Any]:
+    """The ``websocket.send`` message of ``frame`` with the cursor of ``position`` for the
+    account ``user_id``."""
+    return {
+        "type": "websocket.send",
+        "text": protocol.with_cursor(frame, cursor_for(user_id, position)),
+    }
 
 
 def _overrides_audience(auth: RealtimeAuth) -> bool:

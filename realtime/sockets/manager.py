@@ -32,6 +32,7 @@ from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.protocol import CloseCode, Refusal
+from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
 
@@ -59,6 +60,7 @@ class SocketManager:
         #: Closes of dropped or refused sockets under way (kept: a task needs a reference).
         self._beside_tasks: set[asyncio.Task[None]] = set()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
+        self.resumer = Resumer(self.dispatcher, self.transport)
         #: One bound method for every socket's ``on_failure`` (not one per socket).
         self._on_failure = self.drop_soon
 
@@ -82,6 +84,10 @@ class SocketManager:
         if self._transport is not None:
             self._transport.remove_listener(self.on_message)
             self._transport = None
+
+    def transport(self) -> Transport:
+        """The transport this manager hears (the configured one, before it listens)."""
+        return self._transport or get_transport()
 
     async def _listen(self) -> None:
         transport = get_transport()
@@ -111,12 +117,39 @@ class SocketManager:
         else:
             self._reserved.pop(key, None)
 
-    async def register(self, socket: Socket) -> None:
-        """Index a socket that just authenticated and follow the scopes it reads."""
+    async def register(self, socket: Socket, channels: Iterable[str] = ()) -> bool:
+        """Index a socket that just authenticated, subscribed to ``channels``, and follow the
+        scopes it reads; ``True`` when every one of them is followed.
+
+        From here on the socket is handed every frame it should hear; until ``go_live`` they
+        are held (its handshake is not over, see ``Socket.held``).
+        """
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
         socket.on_failure = self._on_failure
         self.index.add(socket)
+        self.index.subscribe(socket, channels)
         await self._sync_follows(socket.scopes)
+        return self._listening_done() and all(s in self._followed for s in socket.scopes)
+
+    def _listening_done(self) -> bool:
+        """Whether the base channel is followed (account events reach this process)."""
+        listening = self._listening
+        return listening is not None and listening.done() and listening.exception() is None
+
+    async def go_live(self, socket: Socket) -> None:
+        """Send ``socket`` the frames held for it (but those it has heard, see
+        ``Socket.floor``), in order, then hand it its frames as they come."""
+        held = socket.held
+        timeout = conf.SEND_TIMEOUT
+        while held:
+            position, message = held.popleft()
+            if socket.has_heard(position):
+                continue
+            if not await socket.send_frame(message, timeout):
+                self.drop_soon(socket)
+                break
+        # No await since the queue was last seen empty: no frame falls between.
+        socket.held = None
 
     async def unregister(self, socket: Socket) -> None:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
@@ -154,7 +187,7 @@ class SocketManager:
         lock = self._scope_locks.setdefault(scope_id, asyncio.Lock())
         async with lock:
             wanted = scope_id in self.index.by_scope
-            transport = self._transport or get_transport()
+            transport = self.transport()
             try:
                 if wanted and scope_id not in self._followed:
                     # Bounded: with the database away, the socket is served anyway and the
@@ -171,10 +204,10 @@ class SocketManager:
 
     # Delivery -------------------------------------------------------------------------
 
-    def on_message(self, channel: str, payload: bytes) -> None:
+    def on_message(self, channel: str, payload: bytes, position: int | None = None) -> None:
         """Transport listener: queue a message for delivery (drop it if nobody is here)."""
         if self.index.sockets:
-            self.dispatcher.put(channel, payload)
+            self.dispatcher.put(channel, payload, position)
 
     def drop_soon(self, socket: Socket) -> None:
         """Deliver nothing more to a socket that is not reading; close it 1011 beside
@@ -238,8 +271,13 @@ class SocketManager:
     async def recheck_due(self) -> None:
         """Recheck the sockets whose turn has come, in one batch off the event loop."""
         now = time.monotonic()
-        # A socket whose watch is being resolved is rechecked after it: its scopes are stale.
-        due = [s for s in self.index.sockets if s.next_recheck <= now and not s.watching]
+        # A socket whose watch is being resolved is rechecked after it: its scopes are stale;
+        # one whose handshake is not over, once it is.
+        due = [
+            s
+            for s in self.index.sockets
+            if s.next_recheck <= now and not s.watching and s.held is None
+        ]
         if not due:
             return
         for socket in due:

@@ -143,13 +143,36 @@ def event_frame(
     return encode(frame)
 
 
-def auth_success(user_id: Any, slugs: list[str]) -> str:
-    return encode(
-        {
-            "type": AUTH_SUCCESS,
-            "data": {"user_id": user_id, "scope": slugs[0] if slugs else None, "scopes": slugs},
-        }
-    )
+def with_cursor(frame: str, cursor: str) -> str:
+    """An encoded frame with ``"cursor"`` added as its last key (cursors need no escaping)."""
+    return f'{frame[:-1]},"cursor":"{cursor}"}}'
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeAsk:
+    """What ``authenticate`` asked about resuming: whether the socket opts in (a ``resume``
+    key), and the cursor it gave (``None``: start now; anything else is checked later)."""
+
+    opted: bool
+    cursor: Any
+
+
+def read_resume(data: dict[str, Any]) -> ResumeAsk:
+    return ResumeAsk(opted="resume" in data, cursor=data.get("resume"))
+
+
+def auth_success(
+    user_id: Any, slugs: list[str], cursor: str | None = None, resumed: bool | None = None
+) -> str:
+    """``auth_success``; ``cursor`` (and ``resumed``, when a cursor was given) for a socket
+    that opted in to resume, after the keys every client knows."""
+    data: dict[str, Any] = {"user_id": user_id, "scope": slugs[0] if slugs else None}
+    data["scopes"] = slugs
+    if cursor is not None:
+        data["cursor"] = cursor
+        if resumed is not None:
+            data["resumed"] = resumed
+    return encode({"type": AUTH_SUCCESS, "data": data})
 
 
 def auth_error(reason: Refusal) -> str:

@@ -17,6 +17,15 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
   database connection never stops the listener: it logs and goes on.
 * ``max_message_bytes`` is the budget one message must fit (``None``: no cap); publishers
   shrink what does not fit (see ``realtime.writes.payload``) before calling ``publish``.
+
+A transport may also keep a *log*: every message a row of ``firm_channel_messages`` whose id
+is its *position*, ids growing in the order messages commit (publishers serialize on the
+log). Such a transport hands each message to its listeners with its position, answers
+``log_bounds`` (the first position the log still holds, and the last one settled: every
+message at or below it has committed or never will) and ``read_log(channels, after)`` (the
+messages of those channels after a position, in order). Resumable delivery rests on it. A
+transport without a log (the default here) answers ``None`` and ``[]``: every resume then
+answers ``resumed: false``.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-Listener = Callable[[str, bytes], None]
+#: ``callback(channel, payload, position)``; ``position`` is ``None`` without a log.
+Listener = Callable[[str, bytes, "int | None"], None]
+#: One message read from the log: its channel, its payload and its position.
+LogEntry = tuple[str, bytes, int]
 
 
 class Transport(abc.ABC):
@@ -66,8 +78,29 @@ class Transport(abc.ABC):
         ``stop()``; a transport whose listener still runs is asked to stop without waiting.
         """
 
+    def log_bounds(self) -> tuple[int | None, int] | None:
+        """The first position the log still holds (``None``: it holds nothing) and the last
+        one settled; ``None`` without a log.
+
+        Sync (it queries): call it off the event loop.
+        """
+        return None
+
+    def last_position(self) -> int | None:
+        """The last settled position of the log (see ``log_bounds``); ``None`` without one."""
+        bounds = self.log_bounds()
+        return None if bounds is None else bounds[1]
+
+    def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
+        """At most ``limit`` messages of ``channels`` after position ``after``, in order.
+
+        Sync (it queries): call it off the event loop. Without a log: nothing.
+        """
+        return []
+
     def add_listener(self, callback: Listener) -> None:
-        """Call ``callback(channel, payload)`` on the event loop for every message heard."""
+        """Call ``callback(channel, payload, position)`` on the event loop for every message
+        heard."""
         self._listeners.append(callback)
 
     def remove_listener(self, callback: Listener) -> None:
@@ -75,10 +108,10 @@ class Transport(abc.ABC):
         if callback in self._listeners:
             self._listeners.remove(callback)
 
-    def dispatch(self, channel: str, payload: bytes) -> None:
+    def dispatch(self, channel: str, payload: bytes, position: int | None = None) -> None:
         """Hand one message to every listener; a listener that raises is logged and skipped."""
         for callback in tuple(self._listeners):
             try:
-                callback(channel, payload)
+                callback(channel, payload, position)
             except Exception:
                 logger.exception("realtime listener %r failed on channel %r", callback, channel)

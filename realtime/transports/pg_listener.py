@@ -51,11 +51,17 @@ class PgListener:
         options: ListenerOptions,
         on_notify: Callable[[str, str], None],
         database_answers: Callable[[], Awaitable[bool]],
+        before_listening: Callable[[], Awaitable[None]] | None = None,
+        after_listening: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.options = options
         self.on_notify = on_notify
         self.database_answers = database_answers
+        #: Awaited on each connection before its LISTENs, and after them (before any read):
+        #: where the transport's log starts, and catches up on what a lost connection missed.
+        self.before_listening = before_listening
+        self.after_listening = after_listening
         #: Channels that should be LISTENed (PostgreSQL names).
         self.wanted: set[str] = set()
         #: Channels LISTENed on the current connection.
@@ -95,7 +101,11 @@ class PgListener:
             try:
                 connection = await self._connect()
                 self.listening = set()
+                if self.before_listening is not None:
+                    await self.before_listening()
                 await self._sync(connection)
+                if self.after_listening is not None:
+                    await self.after_listening()
                 self.connected.set()
                 if attempt:
                     logger.warning("realtime: the LISTEN connection is back (attempt %d)", attempt)

@@ -8,10 +8,15 @@ default database or of ``REALTIME_LISTEN_DATABASE`` (LISTEN needs a session of i
 must bypass a transaction-pooling PgBouncer). A supervisor restarts the listener task if it
 ever stops and has the listener check, against the server, what it LISTENs to.
 
-PostgreSQL caps a notification below 8,000 bytes: messages get a 7,000-byte budget and are
-shrunk by the publisher before that. Channel names over 63 bytes are shortened the same way on
-both sides (a hash suffix) and mapped back on receipt. Nothing is replayed: what is sent while
-the connection is down is lost.
+With ``REALTIME_PG_NOTIFY_LOG`` (the default) every message is also a row of
+``firm_channel_messages``, written in the same statement as its NOTIFY (see ``pg_log``): a
+message too large for a notification travels by its row, positions make delivery resumable,
+and a LISTEN connection that comes back reads from the log what it missed; the log is trimmed
+beside publishing as the table transport's is (``trimming``). Without the log,
+PostgreSQL caps a notification below 8,000 bytes (messages get a 7,000-byte budget and are
+shrunk by the publisher before that) and what is sent while the connection is down is lost.
+Channel names over 63 bytes are shortened the same way on both sides (a hash suffix) and
+mapped back on receipt.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,11 +33,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, transaction
 
 from realtime import limits
+from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.exceptions import PublishError
-from realtime.transports.base import Transport
+from realtime.transports.base import LogEntry, Transport
 from realtime.transports.pg_listener import ListenerOptions, PgListener
-from realtime.transports.table_store import encode_channel
+from realtime.transports.pg_log import Sequencer, parse, publish_logged
+from realtime.transports.table_store import MessageStore, Row, encode_channel
+from realtime.transports.trimming import Trimmer
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +48,8 @@ logger = logging.getLogger(__name__)
 MAX_IDENTIFIER_BYTES = 63
 #: Notifications per SELECT when one publish carries many.
 NOTIFY_CHUNK = 100
+#: Rows read from the log at a time when catching up after a lost connection.
+CATCH_UP_BATCH = 1000
 # Connection settings Django keeps in OPTIONS that are not libpq parameters.
 NOT_LIBPQ = {
     "isolation_level",
@@ -100,10 +111,26 @@ class PgNotifyTransport(Transport):
         backoff_start: float | None = None,
         backoff_max: float | None = None,
         supervise_interval: float | None = None,
+        log: bool | None = None,
     ) -> None:
         super().__init__()
         self.using = using
-        self.max_message_bytes = limits.PG_NOTIFY_BUDGET
+        self.log = conf.PG_NOTIFY_LOG if log is None else log
+        self.max_message_bytes = conf.MAX_PAYLOAD if self.log else limits.PG_NOTIFY_BUDGET
+        self.store = MessageStore(using)
+        #: The log is trimmed as the table transport's is (nothing to trim without it).
+        self.trimmer = Trimmer(
+            self.store,
+            conf.MESSAGE_RETENTION,
+            conf.TRIM_BATCH_SIZE,
+            conf.AUTO_TRIM and self.log,
+            "pg_notify transport",
+        )
+        self._sequencer = Sequencer(self.dispatch, self._read_rows)
+        #: Where each channel was followed: catching up never hands over what came before.
+        self._anchors: dict[str, int] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._told_mixed = False
         self.listen_database = (
             listen_database if listen_database is not None else conf.LISTEN_DATABASE
         )
@@ -128,6 +155,16 @@ class PgNotifyTransport(Transport):
     # Publishing ---------------------------------------------------------------------------
 
     def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+        if self.log:
+            named = [(_checked(c), payload, pg_channel(c)) for c, payload in messages]
+            if not named:
+                return
+            try:
+                publish_logged(connections[self.using], named, limits.PG_NOTIFY_BUDGET)
+            except DatabaseError as exc:
+                raise PublishError(f"could not publish {len(named)} message(s)") from exc
+            self.trimmer.published(len(named))
+            return
         pairs = [
             (pg_channel(_checked(channel)), payload.decode("utf-8"))
             for channel, payload in messages
@@ -147,6 +184,10 @@ class PgNotifyTransport(Transport):
         except DatabaseError as exc:
             raise PublishError(f"could not notify {len(pairs)} message(s)") from exc
 
+    def close(self) -> None:
+        """Finish the log trims submitted and release their thread."""
+        self.trimmer.close()
+
     # Listening ----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -157,7 +198,12 @@ class PgNotifyTransport(Transport):
             self._tasks = {}
             wanted = self.listener.wanted if self.listener is not None else set()
             self.listener = PgListener(
-                conninfo_of(self.listen_database), self.options, self._received, _database_answers
+                conninfo_of(self.listen_database),
+                self.options,
+                self._received,
+                _database_answers,
+                self._before_listening if self.log else None,
+                self._after_listening if self.log else None,
             )
             self.listener.wanted |= wanted
         self._ensure_tasks()
@@ -203,17 +249,99 @@ class PgNotifyTransport(Transport):
         await self.start()
         if self.listener is not None:
             await self.listener.listen(name)
+        if self.log and channel not in self._anchors:
+            # Everything committed before the LISTEN has a position at or below the anchor;
+            # read beside the follow, which needs it only after a lost connection.
+            self._anchors[channel] = self._sequencer.last or 0
+            task = asyncio.get_running_loop().create_task(self._anchor(channel))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def unfollow(self, channel: str) -> None:
         name = pg_channel(_checked(channel))
         self._names.pop(name, None)
+        self._anchors.pop(channel, None)
         if self.listener is not None:
             self.listener.unlisten(name)
 
     def _received(self, name: str, payload: str) -> None:
         channel = self._names.get(name)
-        if channel is not None:
+        if channel is None:
+            return
+        logged = parse(payload) if self.log else None
+        if logged is not None:
+            self._sequencer.received(channel, logged[1], logged[0])
+        elif not self.log and _LOGGED_MESSAGE.match(payload):
+            self._foreign_logged(channel, payload.partition(":")[2].encode("utf-8"))
+        else:
             self.dispatch(channel, payload.encode("utf-8"))
+
+    def _foreign_logged(self, channel: str, message: bytes) -> None:
+        """Deliver the message of a publisher that keeps the log, heard by this worker, which
+        does not (``REALTIME_PG_NOTIFY_LOG`` differs between processes, e.g. during a deploy
+        that turns it on or off). Said once, so that the setting is made the same everywhere;
+        a message too large to ride in its notification cannot be read without the log."""
+        if not self._told_mixed:
+            self._told_mixed = True
+            logger.warning(
+                "realtime: a publisher keeps the pg_notify log but this worker does not; "
+                "set REALTIME_PG_NOTIFY_LOG the same on every process"
+            )
+        self.dispatch(channel, message)
+
+    # The log ---------------------------------------------------------------------------------
+
+    def log_bounds(self) -> tuple[int | None, int] | None:
+        return self.store.bounds() if self.log else None
+
+    def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
+        if not self.log:
+            return []
+        rows = self.store.read_after({encode_channel(c) for c in channels}, after, limit)
+        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows]
+
+    async def _anchor(self, channel: str) -> None:
+        try:
+            position = await run_blocking(self.store.max_id)
+        except Exception:
+            logger.warning("realtime: reading where %s was followed failed", channel, exc_info=True)
+            return
+        if channel in self._anchors:
+            self._anchors[channel] = max(self._anchors[channel], position)
+
+    async def _read_rows(self, positions: list[int]) -> list[Row]:
+        return await run_blocking(self.store.read_ids, positions)
+
+    async def _before_listening(self) -> None:
+        """On the first connection, start the log here: what commits later is delivered."""
+        if self._sequencer.last is None:
+            self._sequencer.last = await run_blocking(self.store.max_id)
+
+    async def _after_listening(self) -> None:
+        """On a connection that replaced a lost one, hand over what the log holds after the
+        last position handed over (the channels LISTENed to now, each after its follow)."""
+        after = self._sequencer.last
+        channels = list(self._names.values())
+        if after is None or not channels:
+            return
+        caught: list[LogEntry] = []
+        while True:
+            batch = await run_blocking(self.read_log, channels, after, CATCH_UP_BATCH)
+            caught += [e for e in batch if e[2] > self._anchors.get(e[0], after)]
+            if len(batch) < CATCH_UP_BATCH:
+                break
+            after = batch[-1][2]
+        if caught:
+            logger.warning(
+                "realtime: the LISTEN connection missed %d message(s); read from the log",
+                len(caught),
+            )
+            self._sequencer.caught_up(caught)
+
+
+#: A notification of a publisher that keeps the log: the row's id, then realtime's message (a
+#: JSON object). Bare notifications are the message alone.
+_LOGGED_MESSAGE = re.compile(r"[0-9]+:\{")
 
 
 def _checked(channel: str) -> str:
@@ -223,7 +351,6 @@ def _checked(channel: str) -> str:
 
 async def _database_answers() -> bool:
     """Whether the default database answers a query right now (through Django)."""
-    from realtime.blocking import run_blocking
 
     def ask() -> bool:
         with connections["default"].cursor() as cursor:

@@ -1,18 +1,16 @@
 """The table transport: pub/sub over ``firm_channel_messages``, on any Django database.
 
 Publishing inserts one row per message in one transaction; listening is ``Poller``'s thread
-(see ``table_poller`` for why it keeps a floor rather than a watermark). The table is a buffer,
-not a log: each published message has a ``2 / trim_batch_size`` chance of submitting a trim of
-expired rows to one background thread, so trimming keeps pace with publishing on average.
+(see ``table_poller`` for why it keeps a floor rather than a watermark). The table is also the
+log resumable delivery reads (``log_bounds``, ``read_log``): publishers serialize, so ids
+grow in commit order (see ``MessageStore.insert``). Expired rows are trimmed beside
+publishing (see ``trimming``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import random
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
@@ -20,11 +18,10 @@ from django.db import DatabaseError
 
 from realtime.conf import conf
 from realtime.exceptions import PublishError
-from realtime.transports.base import Transport
-from realtime.transports.table_poller import Poller, close_connection
+from realtime.transports.base import LogEntry, Transport
+from realtime.transports.table_poller import Poller
 from realtime.transports.table_store import MessageStore, encode_channel
-
-logger = logging.getLogger(__name__)
+from realtime.transports.trimming import Trimmer
 
 T = TypeVar("T")
 
@@ -51,24 +48,22 @@ class TableTransport(Transport):
         self.store = MessageStore(using)
         self.polling_interval = _or(polling_interval, conf.POLLING_INTERVAL)
         self.commit_grace = _or(commit_grace, conf.COMMIT_GRACE)
-        self.retention = _or(retention, conf.MESSAGE_RETENTION)
-        self.auto_trim = _or(auto_trim, conf.AUTO_TRIM)
-        self.trim_batch_size = _or(trim_batch_size, conf.TRIM_BATCH_SIZE)
         self.max_message_bytes: int = _or(max_payload, conf.MAX_PAYLOAD)
         self._validate()
+        self.trimmer = Trimmer(
+            self.store,
+            _or(retention, conf.MESSAGE_RETENTION),
+            _or(trim_batch_size, conf.TRIM_BATCH_SIZE),
+            _or(auto_trim, conf.AUTO_TRIM),
+            "table transport",
+        )
         self._poller = Poller(self.store, self.polling_interval, self.commit_grace)
-        self._trimmer: ThreadPoolExecutor | None = None
-        self._last_trim: Future[int] | None = None
 
     def _validate(self) -> None:
         if not self.polling_interval > 0:
             raise ImproperlyConfigured("table transport: the polling interval must be > 0")
         if not self.commit_grace > 0:
             raise ImproperlyConfigured("table transport: the commit grace must be > 0")
-        if not self.retention >= 0:
-            raise ImproperlyConfigured("table transport: the retention must be >= 0")
-        if self.trim_batch_size < 1:
-            raise ImproperlyConfigured("table transport: the trim batch size must be >= 1")
         if self.max_message_bytes < 1:
             raise ImproperlyConfigured("table transport: the payload cap must be >= 1")
 
@@ -80,10 +75,7 @@ class TableTransport(Transport):
             self.store.insert(rows)
         except DatabaseError as exc:
             raise PublishError(f"could not insert {len(rows)} message(s)") from exc
-        if self.auto_trim:
-            expected = len(rows) * 2 / self.trim_batch_size
-            for _ in range(int(expected) + (random.random() < expected % 1)):
-                self._submit_trim()
+        self.trimmer.published(len(rows))
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,40 +98,29 @@ class TableTransport(Transport):
     async def unfollow(self, channel: str) -> None:
         self._poller.unfollow(encode_channel(channel))
 
-    def _deliver(self, rows: list[tuple[str, bytes]]) -> None:
+    def _deliver(self, rows: list[tuple[str, bytes, int]]) -> None:
         # On the event loop, where unfollow runs too: a poll that read a channel just before
         # it was unfollowed delivers nothing of it.
-        for channel, payload in rows:
+        for channel, payload, position in rows:
             if self._poller.follows(channel.encode("utf-8")):
-                self.dispatch(channel, payload)
+                self.dispatch(channel, payload, position)
+
+    def log_bounds(self) -> tuple[int | None, int] | None:
+        return self.store.bounds()
+
+    def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
+        rows = self.store.read_after({encode_channel(c) for c in channels}, after, limit)
+        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows]
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""
-        retention = _or(retention, self.retention)
-        return len(self.store.trim_batch(retention, _or(batch_size, self.trim_batch_size)))
+        return self.trimmer.trim(retention, batch_size)
 
     def wait_for_trims(self, timeout: float | None = None) -> None:
         """Block until the trims submitted so far have run (for tests and benchmarks)."""
-        if self._last_trim is not None:
-            self._last_trim.result(timeout)
+        self.trimmer.wait(timeout)
 
     def close(self) -> None:
         """Finish pending trims, release the trimming thread, ask the poller to stop."""
         self._poller.request_stop()
-        trimmer, self._trimmer = self._trimmer, None
-        if trimmer is not None:
-            trimmer.submit(close_connection, self.store.using)
-            trimmer.shutdown(wait=True)
-
-    def _submit_trim(self) -> None:
-        if self._trimmer is None:
-            self._trimmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="realtime-trim")
-        self._last_trim = self._trimmer.submit(self._trim_in_background)
-
-    def _trim_in_background(self) -> int:
-        try:
-            return self.trim()
-        except Exception:
-            logger.exception("realtime: trimming firm_channel_messages failed")
-            close_connection(self.store.using)
-            return 0
+        self.trimmer.close()

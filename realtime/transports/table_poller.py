@@ -20,16 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import connections
-
-from realtime.transports.table_store import MessageStore, channel_hash
+from realtime.transports.table_store import MessageStore, channel_hash, close_connection
 
 logger = logging.getLogger(__name__)
 
 # Longest pause between polls while the database keeps failing.
 MAX_ERROR_BACKOFF = 5.0
 
-Deliver = Callable[[list[tuple[str, bytes]]], None]
+Deliver = Callable[[list[tuple[str, bytes, int]]], None]
 
 
 class Poller:
@@ -155,13 +153,13 @@ class Poller:
         hashes = {channel_hash(c) for c in anchors}
         read = self.store.poll(hashes, self._floor, self.commit_grace, self._delivered)
         floor = max(self._floor, read.settled or 0)
-        ready: list[tuple[str, bytes]] = []
+        ready: list[tuple[str, bytes, int]] = []
         for row in read.rows:
             self._delivered.add(row.id)
             anchor = anchors.get(row.channel)
             # The hash may collide: only the exact channel, and only what came after its anchor.
             if anchor is not None and row.id > anchor:
-                ready.append((row.channel.decode("utf-8"), row.payload))
+                ready.append((row.channel.decode("utf-8"), row.payload, row.id))
         if floor != self._floor:
             self._floor = floor
             self._delivered = {id_ for id_ in self._delivered if id_ > floor}
@@ -184,11 +182,3 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 def _cancel(future: asyncio.Future[None]) -> None:
     future.cancel()
-
-
-def close_connection(using: str) -> None:
-    """Drop this thread's connection so that the next query opens a fresh one."""
-    try:
-        connections[using].close()
-    except Exception:
-        logger.debug("realtime: closing a broken connection failed", exc_info=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from django.db.backends.utils import CursorWrapper
 
 from realtime.exceptions import ChannelTooLongError
 from realtime.fields import to_naive_utc
+
+logger = logging.getLogger(__name__)
 
 TABLE: Final = "firm_channel_messages"
 MAX_CHANNEL_BYTES: Final = 1024
@@ -102,6 +105,26 @@ def db_seconds_ago(connection: BaseDatabaseWrapper) -> str:
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', %s))"
 
 
+#: The PostgreSQL advisory lock (and the MySQL named lock) publishers take: holding it from
+#: before their INSERT to their COMMIT makes ids grow in commit order (see ``insert``).
+PUBLISH_LOCK_KEY: Final = 0x7265616C74696D65  # "realtime"
+PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
+#: What a PostgreSQL publish starts with: the publish lock, and no wait for the WAL flush at
+#: its commit (for this transaction only). The write it announces is durable already; the log
+#: is a buffer, and serialized publishers must not each wait for a disk flush in turn.
+PG_PUBLISH_START: Final = "pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)"
+#: Seconds a MySQL publisher waits for the lock before it publishes without it.
+PUBLISH_LOCK_WAIT: Final = 10
+
+
+def close_connection(using: str) -> None:
+    """Drop this thread's connection so that the next query opens a fresh one."""
+    try:
+        connections[using].close()
+    except Exception:
+        logger.debug("realtime: closing a broken connection failed", exc_info=True)
+
+
 def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """Yield consecutive slices of ``values`` holding at most ``size`` items."""
     for start in range(0, len(values), size):
@@ -120,24 +143,143 @@ class MessageStore:
         return connections[self.using]
 
     def insert(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
-        """Insert ``(channel, payload)`` rows, in order, in one transaction of their own."""
+        """Insert ``(channel, payload)`` rows, in order, in one transaction of their own.
+
+        Publishers serialize: each holds a lock from before its INSERT until its COMMIT
+        (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself, see
+        ``PG_PUBLISH_START``; MySQL: a named lock around it; SQLite has one writer at a time
+        anyway). So a row becomes
+        visible only after every row with a lower id: the id is a position in the log, and
+        every id below the highest one visible has committed or never will.
+        """
         connection = self.connection
         now = db_now(connection)
+        vendor = connection.vendor
         # One statement is atomic by itself: only several need a transaction around them
         # (and BEGIN/COMMIT would cost two more round trips on every publish).
         several = len(messages) > INSERT_CHUNK
         atomic = transaction.atomic(using=self.using) if several else nullcontext()
-        with atomic, connection.cursor() as cursor:
+        with self._serialized(), atomic, connection.cursor() as cursor:
+            if several and vendor == "postgresql":
+                cursor.execute(f"SELECT {PG_PUBLISH_START}", [PUBLISH_LOCK_KEY])
             for chunk in chunked(messages, INSERT_CHUNK):
-                values = ", ".join([f"(%s, %s, %s, {now})"] * len(chunk))
                 params: list[Any] = []
                 for channel, payload in chunk:
                     params += [channel, payload, channel_hash(channel)]
+                if vendor == "postgresql" and not several:
+                    rows = ", ".join(["(%s::bytea, %s::bytea, %s::bigint)"] * len(chunk))
+                    cursor.execute(
+                        f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
+                        f"SELECT v.c, v.p, v.h, {now} "
+                        f"FROM (SELECT {PG_PUBLISH_START}) AS l, "
+                        f"(VALUES {rows}) AS v(c, p, h)",
+                        [PUBLISH_LOCK_KEY, *params],
+                    )
+                    continue
+                values = ", ".join([f"(%s, %s, %s, {now})"] * len(chunk))
                 cursor.execute(
                     f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
                     f"VALUES {values}",
                     params,
                 )
+
+    @contextmanager
+    def _serialized(self) -> Iterator[None]:
+        """On MySQL, hold the publish lock around the block (others take theirs in SQL)."""
+        connection = self.connection
+        if connection.vendor != "mysql":
+            yield
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [PUBLISH_LOCK_NAME, PUBLISH_LOCK_WAIT])
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT RELEASE_LOCK(%s)", [PUBLISH_LOCK_NAME])
+
+    def read_after(self, channels: Collection[bytes], after: int, limit: int) -> list[Row]:
+        """At most ``limit`` rows of ``channels`` with an id above ``after``, by id; fewer only
+        when there are no more (the exact channel is compared in SQL, after the hash the
+        index serves)."""
+        if not channels:
+            return []
+        wanted = list(channels)
+        hashes = ", ".join(["%s"] * len(wanted))
+        names = ", ".join(["%s"] * len(wanted))
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, channel, payload FROM {TABLE} WHERE channel_hash IN ({hashes}) "
+                f"AND channel IN ({names}) AND id > %s ORDER BY id LIMIT %s",
+                [*(channel_hash(c) for c in wanted), *wanted, after, limit],
+            )
+            return [
+                Row(int(id_), bytes(channel), bytes(payload))
+                for id_, channel, payload in cursor.fetchall()
+            ]
+
+    def read_ids(self, ids: Collection[int]) -> list[Row]:
+        """The rows of these ids that exist, by id."""
+        if not ids:
+            return []
+        placeholders = ", ".join(["%s"] * len(ids))
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, channel, payload FROM {TABLE} WHERE id IN ({placeholders}) "
+                "ORDER BY id",
+                list(ids),
+            )
+            return [
+                Row(int(id_), bytes(channel), bytes(payload))
+                for id_, channel, payload in cursor.fetchall()
+            ]
+
+    def bounds(self) -> tuple[int | None, int]:
+        """The lowest id the table still holds (``None``: it is empty) and the highest id
+        settled: every message at or below it has committed or never will.
+
+        The highest id is the table's while it holds rows. Emptied by trimming, the table
+        still has handed out ids: the last one comes from the id sequence, read while holding
+        the publish lock (so no publish is under way and every id handed out is settled).
+        """
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT MIN(id), MAX(id) FROM {TABLE}")
+            row = cursor.fetchone()
+        if row and row[1] is not None:
+            return int(row[0]), int(row[1])
+        return None, self._last_handed_out()
+
+    def _last_handed_out(self) -> int:
+        """The last id the table handed out (0: none), settled (see ``bounds``)."""
+        connection = self.connection
+        vendor = connection.vendor
+        if vendor == "sqlite":
+            # AUTOINCREMENT's counter; SQLite has one writer at a time, so it is settled.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT seq FROM sqlite_sequence WHERE name = %s", [TABLE])
+                row = cursor.fetchone()
+            return int(row[0]) if row else 0
+        if vendor == "postgresql":
+            with transaction.atomic(using=self.using), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK_KEY])
+                cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [TABLE])
+                row = cursor.fetchone()
+                if not row or row[0] is None:
+                    return 0
+                cursor.execute(f"SELECT last_value, is_called FROM {row[0]}")
+                last = cursor.fetchone()
+            return int(last[0]) if last and last[1] else 0
+        with self._serialized(), connection.cursor() as cursor:
+            if not connection.mysql_is_mariadb:  # type: ignore[attr-defined]
+                # MySQL 8 caches table statistics, AUTO_INCREMENT among them.
+                cursor.execute("SET SESSION information_schema_stats_expiry = 0")
+            cursor.execute(
+                "SELECT AUTO_INCREMENT FROM information_schema.TABLES "
+                "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+                [TABLE],
+            )
+            row = cursor.fetchone()
+        return int(row[0]) - 1 if row and row[0] is not None else 0
 
     def max_id(self) -> int:
         """Return the highest id committed so far, 0 for an empty table."""

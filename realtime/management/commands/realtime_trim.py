@@ -7,7 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from realtime.transports.table import TableTransport
+from realtime.conf import conf
+from realtime.transports.table_store import MessageStore
+from realtime.transports.trimming import Trimmer
 
 
 def _non_negative_float(text: str) -> float:
@@ -48,13 +50,19 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, retention: float | None, batch_size: int | None, **options: Any
     ) -> None:
-        transport = TableTransport(retention=retention, trim_batch_size=batch_size, auto_trim=False)
+        trimmer = Trimmer(
+            MessageStore(),
+            conf.MESSAGE_RETENTION if retention is None else retention,
+            conf.TRIM_BATCH_SIZE if batch_size is None else batch_size,
+            auto=False,
+            owner="realtime_trim",
+        )
         total = 0
         while True:
-            deleted = transport.trim()
+            deleted = trimmer.trim()
             total += deleted
             if deleted:
                 self.stdout.write(f"Deleted {deleted} rows ({total} so far)")
-            if deleted < transport.trim_batch_size:
+            if deleted < trimmer.batch_size:
                 break
         self.stdout.write(self.style.SUCCESS(f"Deleted {total} expired messages."))

@@ -56,6 +56,8 @@ export class RealtimeClient extends EventTarget {
    * @param {() => string | void | Promise<string | void>} [options.refreshToken]  called once
    *   when the server refuses the token; may return the new token
    * @param {typeof WebSocket} [options.WebSocket]  defaults to `globalThis.WebSocket`
+   * @param {boolean} [options.resume]  resume after a reconnection, hearing what was missed
+   *   (default true)
    */
   constructor(options = {}) {
     super();
@@ -72,6 +74,7 @@ export class RealtimeClient extends EventTarget {
       connectTimeout = 10000,
       maxFrameSize = 65536,
       stampTtl = 300000,
+      resume = true,
     } = options;
     if (!url) throw new TypeError('RealtimeClient: `url` is required');
     if (typeof WebSocketImpl !== 'function') {
@@ -87,6 +90,7 @@ export class RealtimeClient extends EventTarget {
     this.connectTimeout = connectTimeout;
     this.maxFrameSize = maxFrameSize;
     this.stampTtl = stampTtl;
+    this.resume = Boolean(resume);
     /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
     this.origin = randomId();
     /** The `data` of the last `auth_success` (`user_id`, `scope`, `scopes`), or null. */
@@ -113,6 +117,9 @@ export class RealtimeClient extends EventTarget {
     this._flushScheduled = false;
     this._counter = 0;
     this._stamps = new Map(); // stamp -> {record, at}
+    this._cursor = null; // the cursor of the last frame handled (resume)
+    this._resumed = false;
+    this._afterAuth = []; // channels that did not fit in authenticate, subscribed after
   }
 
   /** `connecting`, `open`, `reconnecting`, `refused` or `closed`. */
@@ -128,6 +135,20 @@ export class RealtimeClient extends EventTarget {
   /** The channels this client is subscribed to (it says them again after each reconnect). */
   get channels() {
     return Array.from(this._channels);
+  }
+
+  /**
+   * Whether the last handshake resumed: true when the frames missed while away follow (what
+   * the page shows stays right); false on a first connection or when the server could not
+   * resume (read your data again).
+   */
+  get resumed() {
+    return this._resumed;
+  }
+
+  /** The cursor of the last frame handled, sent back to resume; null before any. */
+  get cursor() {
+    return this._cursor;
   }
 
   /** What the client asks to read: `{scope}` or `{scopes}`. */
@@ -180,7 +201,15 @@ export class RealtimeClient extends EventTarget {
     };
     socket.onerror = noop; // a close event always follows
     socket.onopen = mine(() => {
-      this._sendFrame('authenticate', { token, ...this._ask });
+      const data = { token, ...this._ask };
+      this._afterAuth = [];
+      if (this.resume) {
+        // The channels come with the handshake, so nothing is missed before they are said;
+        // those that do not fit in its frame are subscribed after auth_success.
+        data.resume = this._cursor;
+        [data.channels, this._afterAuth] = this._fit({ type: 'authenticate', data }, this.channels);
+      }
+      this._sendFrame('authenticate', data);
     });
     socket.onmessage = mine(this._onMessage);
     socket.onclose = mine((event) => {
@@ -306,7 +335,14 @@ export class RealtimeClient extends EventTarget {
     this._refreshed = false;
     this.session = frame.data && typeof frame.data === 'object' ? frame.data : null;
     this._queue = [];
-    this._sendChannels('subscribe', this.channels);
+    const data = this.session || {};
+    this._resumed = data.resumed === true;
+    if (typeof data.cursor === 'string') this._cursor = data.cursor;
+    // A server that answers with a cursor took the channels from authenticate; any other
+    // (one that does not resume) hears them now.
+    const said = this.resume && typeof data.cursor === 'string';
+    this._sendChannels('subscribe', said ? this._afterAuth : this.channels);
+    this._afterAuth = [];
     clearInterval(this._heartbeatTimer);
     if (this.heartbeatInterval > 0) {
       this._heartbeatTimer = setInterval(
@@ -314,11 +350,12 @@ export class RealtimeClient extends EventTarget {
         this.heartbeatInterval,
       );
     }
-    this._setState('open');
+    this._setState('open', null, { resumed: this._resumed });
     this.dispatchEvent(new CustomEvent('auth_success', { detail: frame }));
   }
 
   _deliver(frame) {
+    if (typeof frame.cursor === 'string') this._cursor = frame.cursor;
     if (typeof frame.origin === 'string' && this._isEcho(frame)) return;
     if (!RESERVED.has(frame.type)) {
       this.dispatchEvent(new CustomEvent(frame.type, { detail: frame }));
@@ -339,21 +376,27 @@ export class RealtimeClient extends EventTarget {
 
   /** Send channels in as many frames as `maxFrameSize` requires. */
   _sendChannels(type, channels) {
-    const overhead = JSON.stringify({ type, data: { channels: [] } }).length;
-    let batch = [];
-    let size = overhead;
+    const empty = { type, data: { channels: [] } };
+    // A channel too long for a frame of its own could never be sent.
+    let rest = channels.filter((channel) => this._fit(empty, [channel])[0].length);
+    while (rest.length) {
+      const [batch, left] = this._fit(empty, rest);
+      this._sendFrame(type, { channels: batch });
+      rest = left;
+    }
+  }
+
+  /** Split `channels` into the first that fit in `frame`'s `data.channels`, and the rest. */
+  _fit(frame, channels) {
+    let size = JSON.stringify({ ...frame, data: { ...frame.data, channels: [] } }).length;
+    let count = 0;
     for (const channel of channels) {
       const cost = JSON.stringify(channel).length + 1;
-      if (overhead + cost > this.maxFrameSize) continue; // could never be sent
-      if (size + cost > this.maxFrameSize) {
-        this._sendFrame(type, { channels: batch });
-        batch = [];
-        size = overhead;
-      }
-      batch.push(channel);
+      if (size + cost > this.maxFrameSize) break;
       size += cost;
+      count += 1;
     }
-    if (batch.length) this._sendFrame(type, { channels: batch });
+    return [channels.slice(0, count), channels.slice(count)];
   }
 
   /** Queue a subscription change; the changes of one task leave together. */

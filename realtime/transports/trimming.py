@@ -1,0 +1,81 @@
+"""Trimming the log as it grows: expired rows of ``firm_channel_messages`` deleted beside
+publishing, by every transport that writes the table (the table transport, and pg_notify
+keeping its log).
+
+Each published message has a ``2 / batch_size`` chance of submitting a trim of one batch of
+expired rows to one background thread, so trimming keeps pace with publishing on average
+without a scheduler, and a publisher never waits for it. ``manage.py realtime_trim`` does the
+same work on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from django.core.exceptions import ImproperlyConfigured
+
+from realtime.transports.table_store import MessageStore, close_connection
+
+logger = logging.getLogger(__name__)
+
+
+class Trimmer:
+    """Deletes expired rows of one store, now (``trim``) or beside publishing (``published``)."""
+
+    def __init__(
+        self, store: MessageStore, retention: float, batch_size: int, auto: bool, owner: str
+    ) -> None:
+        if not retention >= 0:
+            raise ImproperlyConfigured(f"{owner}: the retention must be >= 0")
+        if batch_size < 1:
+            raise ImproperlyConfigured(f"{owner}: the trim batch size must be >= 1")
+        self.store = store
+        self.retention = retention
+        self.batch_size = batch_size
+        self.auto = auto
+        self._thread: ThreadPoolExecutor | None = None
+        self._last: Future[int] | None = None
+
+    def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
+        """Delete one batch of expired rows now, in this thread; return how many went."""
+        return len(
+            self.store.trim_batch(
+                self.retention if retention is None else retention,
+                self.batch_size if batch_size is None else batch_size,
+            )
+        )
+
+    def published(self, count: int) -> None:
+        """``count`` messages were published: maybe submit trims, as many as they earn."""
+        if not self.auto:
+            return
+        expected = count * 2 / self.batch_size
+        for _ in range(int(expected) + (random.random() < expected % 1)):
+            self._submit()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the trims submitted so far have run (for tests and benchmarks)."""
+        if self._last is not None:
+            self._last.result(timeout)
+
+    def close(self) -> None:
+        """Finish the trims submitted and release the thread (and its connection)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.submit(close_connection, self.store.using)
+            thread.shutdown(wait=True)
+
+    def _submit(self) -> None:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="realtime-trim")
+        self._last = self._thread.submit(self._trim_in_background)
+
+    def _trim_in_background(self) -> int:
+        try:
+            return self.trim()
+        except Exception:
+            logger.exception("realtime: trimming firm_channel_messages failed")
+            close_connection(self.store.using)
+            return 0

@@ -1,0 +1,68 @@
+"""Resume cursors: positions signed for one account, readable on any worker, unforgeable."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from realtime.sockets.cursors import cursor_for, position_of
+
+
+def test_a_cursor_reads_back_as_its_position_for_its_account() -> None:
+    cursor = cursor_for(5, 123_456)
+    assert position_of(5, cursor) == 123_456
+    assert cursor.isascii()
+    assert len(cursor) <= 256
+
+
+def test_a_cursor_of_another_account_reads_as_nothing() -> None:
+    assert position_of(6, cursor_for(5, 10)) is None
+    assert position_of("5", cursor_for("6f1c", 10)) is None
+
+
+def test_uuid_and_text_account_ids_sign_their_cursors_too() -> None:
+    cursor = cursor_for("6f1c0a2e-0000-4000-8000-000000000000", 7)
+    assert position_of("6f1c0a2e-0000-4000-8000-000000000000", cursor) == 7
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["", "x", "1.2", "1.2.3.4", "a" * 300, "é.1.x", None, 42, ["1", "2", "3"], "zz.zz.zz"],
+    ids=repr,
+)
+def test_garbage_reads_as_nothing(cursor: Any) -> None:
+    assert position_of(5, cursor) is None
+
+
+def test_a_forged_position_or_time_reads_as_nothing() -> None:
+    position, stamp, signature = cursor_for(5, 100).split(".")
+    assert position_of(5, f"{position}0.{stamp}.{signature}") is None
+    assert position_of(5, f"{position}.{stamp}1.{signature}") is None
+    flipped = ("A" if signature[0] != "A" else "B") + signature[1:]
+    assert position_of(5, f"{position}.{stamp}.{flipped}") is None
+
+
+@override_settings(REALTIME_RESUME_WINDOW=300)
+def test_a_cursor_older_than_the_resume_window_reads_as_nothing() -> None:
+    handed_out = time.time() - 301
+    assert position_of(5, cursor_for(5, 9, now=handed_out)) is None
+    assert position_of(5, cursor_for(5, 9, now=time.time() - 299)) == 9
+
+
+def test_a_cursor_from_far_in_the_future_reads_as_nothing() -> None:
+    assert position_of(5, cursor_for(5, 9, now=time.time() + 3600)) is None
+
+
+def test_a_cursor_without_a_position_reads_as_nothing() -> None:
+    assert position_of(5, cursor_for(5, None)) is None
+
+
+def test_cursors_signed_with_a_rotated_secret_still_read() -> None:
+    with override_settings(SECRET_KEY="the-old-secret-of-this-test-suite"):
+        cursor = cursor_for(5, 77)
+    with override_settings(SECRET_KEY_FALLBACKS=["the-old-secret-of-this-test-suite"]):
+        assert position_of(5, cursor) == 77
+    assert position_of(5, cursor) is None

@@ -1,0 +1,181 @@
+"""The pg_notify transport with its log: whole messages of any size, positions, and nothing
+lost while the LISTEN connection is down (it reads from the log what it missed)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from realtime.transports.pg_notify import PgNotifyTransport
+from tests.helpers import ROOT, Inbox, off_loop, only_on, subprocess_env
+from tests.test_pg_notify_resilience import eventually, listener_backends, terminate
+from tests.transport_contract import MARKER, TransportContract
+
+pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
+
+MakeTransport = Callable[..., PgNotifyTransport]
+
+
+@pytest.fixture
+async def make_pg_transport() -> AsyncIterator[MakeTransport]:
+    built: list[PgNotifyTransport] = []
+
+    def make(**options: Any) -> PgNotifyTransport:
+        options.setdefault("supervise_interval", 0.2)
+        options.setdefault("backoff_start", 0.05)
+        options.setdefault("backoff_max", 0.4)
+        transport = PgNotifyTransport(**options)
+        built.append(transport)
+        return transport
+
+    yield make
+    for transport in built:
+        await transport.stop()
+        transport.close()
+
+
+class TestPgNotifyWithoutTheLogContract(TransportContract):
+    """With ``REALTIME_PG_NOTIFY_LOG = False`` the bare NOTIFY transport keeps the contract."""
+
+    @pytest.fixture
+    def transport(self, make_pg_transport: MakeTransport) -> PgNotifyTransport:
+        return make_pg_transport(log=False)
+
+    @pytest.fixture
+    def idle_transport(self, make_pg_transport: MakeTransport) -> PgNotifyTransport:
+        return make_pg_transport(log=False, heartbeat_interval=60.0)
+
+    def publish_from_another_process(self, channel: str, payload: str) -> None:
+        env = {**subprocess_env(), "REALTIME_TEST_SETTINGS": '{"REALTIME_PG_NOTIFY_LOG": false}'}
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.worker", "publish-pg", channel, payload],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.stdout.strip() == "published", done.stderr
+
+
+def stored() -> list[tuple[int, bytes, bytes]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, channel, payload FROM firm_channel_messages ORDER BY id")
+        return [(int(i), bytes(c), bytes(p)) for i, c, p in cursor.fetchall()]
+
+
+async def test_every_message_is_a_row_of_the_log_and_arrives_with_its_position(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    await transport.follow("logged")
+    await off_loop(transport.publish, [("logged", b"one"), ("logged", b"two")])
+    await inbox.wait_for("logged", b"two")
+    rows = [row for row in await off_loop(stored) if row[1] == b"logged"]
+    assert [payload for _, _, payload in rows] == [b"one", b"two"]
+    assert inbox.positions == [position for position, _, _ in rows]
+
+
+async def test_a_message_too_large_for_a_notification_arrives_whole_and_in_its_place(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    await transport.follow("sizes")
+    big = ("é" * 20_000).encode()
+    await off_loop(transport.publish, [("sizes", b"small"), ("sizes", big)])
+    await off_loop(transport.publish, [("sizes", b"after")])
+    await inbox.wait_for("sizes", b"after")
+    assert inbox.payloads("sizes") == [b"small", big, b"after"]
+
+
+async def test_messages_published_while_the_listen_connection_is_down_arrive_once_in_order(
+    make_pg_transport: MakeTransport, inbox: Inbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = make_pg_transport(backoff_start=1.0, backoff_max=1.0)
+    transport.add_listener(inbox)
+    await transport.follow("outage")
+    await off_loop(transport.publish, [("outage", b"before")])
+    await inbox.wait_for("outage", b"before")
+    listener = transport.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    assert old_pid is not None
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        assert await off_loop(terminate, old_pid)
+        # The listener waits a second before it reconnects: these are published meanwhile.
+        for number in range(5):
+            await off_loop(transport.publish, [("outage", f"during {number}".encode())])
+        await eventually(lambda: listener.backend_pid != old_pid, timeout=10.0)
+        await off_loop(transport.publish, [("outage", MARKER)])
+        await inbox.wait_for("outage", MARKER)
+    during = [f"during {number}".encode() for number in range(5)]
+    assert inbox.payloads("outage") == [b"before", *during, MARKER]
+    positions = [p for p in inbox.positions if p is not None]
+    assert positions == sorted(positions)
+    assert len(set(positions)) == len(positions)
+    assert any("missed 5 message(s)" in r.getMessage() for r in caplog.records)
+    assert listener.backend_pid in await off_loop(listener_backends)
+
+
+async def test_catching_up_skips_what_a_channel_published_before_it_was_followed(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport(backoff_start=1.0, backoff_max=1.0)
+    transport.add_listener(inbox)
+    await transport.follow("early")
+    await off_loop(transport.publish, [("late", b"before its follow")])
+    await transport.follow("late")
+    listener = transport.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    assert old_pid is not None
+    assert await off_loop(terminate, old_pid)
+    await off_loop(transport.publish, [("late", b"during")])
+    await eventually(lambda: listener.backend_pid != old_pid, timeout=10.0)
+    await off_loop(transport.publish, [("late", MARKER)])
+    await inbox.wait_for("late", MARKER)
+    assert inbox.payloads("late") == [b"during", MARKER]
+
+
+async def test_without_the_log_the_last_position_is_unknown_and_nothing_is_stored(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport(log=False)
+    transport.add_listener(inbox)
+    await transport.follow("bare")
+    before = await off_loop(stored)
+    await off_loop(transport.publish, [("bare", b"x")])
+    await inbox.wait_for("bare", b"x")
+    assert await off_loop(stored) == before
+    assert inbox.positions == [None]
+    assert await off_loop(transport.last_position) is None
+    assert await off_loop(transport.read_log, ["bare"], 0, 10) == []
+
+
+async def test_a_worker_without_the_log_delivers_what_a_publisher_keeping_it_sends(
+    make_pg_transport: MakeTransport, inbox: Inbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A deploy turning the log on or off runs both kinds of process for a while.
+    worker = make_pg_transport(log=False)
+    worker.add_listener(inbox)
+    await worker.follow("mixed")
+    publisher = make_pg_transport(log=True)
+    messages = [b'{"n": 1}', b'{"n": 2}']
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        await off_loop(publisher.publish, [("mixed", message) for message in messages])
+        await inbox.wait_for("mixed", messages[-1])
+    assert inbox.payloads("mixed") == messages
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        "realtime: a publisher keeps the pg_notify log but this worker does not; "
+        "set REALTIME_PG_NOTIFY_LOG the same on every process"
+    ]

@@ -1,0 +1,418 @@
+"""Resumable delivery over real sockets on real daphne workers, on both transports.
+
+A socket opts in with ``authenticate.resume``; each event frame it gets carries a cursor; a
+socket that comes back with the cursor of the last frame it handled hears exactly the frames
+it missed, once, in order, then the live ones, under the permissions it has now. Waits are
+bounded; absence is proven with a marker sent to the account afterwards (a marker is an
+account event: it goes through the log and gets a cursor like any frame).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from realtime.sockets.cursors import cursor_for, position_of
+from tests.helpers import off_loop
+from tests.live import Client, Clients, LiveServers, Server
+from tests.testapp.models import Company, Contact, Membership, PrivateNote, Workspace
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
+
+MARKER = "test.marker"
+CHANNELS = ["contact", "company", "private_note"]
+Frame = dict[str, Any]
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
+def make_workspace(slug: str) -> Workspace:
+    return Workspace.objects.create(name=slug.title(), slug=slug)
+
+
+def make_member(username: str, *workspaces: Workspace) -> tuple[Any, str]:
+    user = get_user_model().objects.create_user(username=username)
+    for workspace in workspaces:
+        Membership.objects.create(workspace=workspace, user=user)
+    return user, issue_token(user)
+
+
+async def resuming(
+    ws: Clients, server: Server, token: str, cursor: Any = None, **ask: Any
+) -> tuple[Client, Frame]:
+    """A socket that opts in to resume (from ``cursor``; ``None``: from now), subscribed to
+    ``CHANNELS`` in ``authenticate``; its ``auth_success``."""
+    client = await ws.connect(server)
+    ask.setdefault("channels", CHANNELS)
+    answer = await client.authenticate(token, resume=cursor, **ask)
+    assert answer["type"] == "auth_success", answer
+    return client, answer
+
+
+async def heard(client: Client, user: Any) -> list[Frame]:
+    """What the client received before a marker sent to its account now."""
+    await off_loop(broadcast_to_user, user.pk, MARKER, None)
+    return await client.frames_until(MARKER)
+
+
+async def last_cursor(client: Client, user: Any) -> str:
+    """The cursor of a marker sent now: everything before it was handled."""
+    await off_loop(broadcast_to_user, user.pk, MARKER, None)
+    frame = await client.wait_for(lambda f: f["type"] == MARKER)
+    cursor: str = frame["cursor"]
+    return cursor
+
+
+def kinds(frames: list[Frame]) -> list[tuple[str, Any]]:
+    return [(frame["type"], (frame["data"] or {}).get("id")) for frame in frames]
+
+
+def positions(user: Any, frames: list[Frame]) -> list[int | None]:
+    return [position_of(user.pk, frame["cursor"]) for frame in frames]
+
+
+# The protocol ------------------------------------------------------------------------------
+
+
+async def test_an_opted_in_socket_gets_a_cursor_and_every_event_frame_ends_with_one(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    client, answer = await resuming(ws, live_servers.get(), token, scope="acme")
+
+    assert list(answer["data"]) == ["user_id", "scope", "scopes", "cursor"]
+    assert position_of(ann.pk, answer["data"]["cursor"]) is not None
+    company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
+    raw = json.loads(await client.connection.recv())
+    assert raw["type"] == "company.created"
+    assert list(raw)[-1] == "cursor"
+    assert list(raw)[:-1] == ["type", "data", "scope_id"]
+    assert raw["data"]["id"] == company.pk
+    start = position_of(ann.pk, answer["data"]["cursor"])
+    here = position_of(ann.pk, raw["cursor"])
+    assert start is not None
+    assert here is not None
+    assert here > start
+
+
+async def test_a_socket_that_does_not_opt_in_sees_exactly_the_frames_it_always_saw(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    client = await ws.connect(live_servers.get())
+    await client.send("authenticate", {"token": token, "scope": "acme"})
+    assert await client.connection.recv() == (
+        f'{{"type":"auth_success","data":{{"user_id":{ann.pk},"scope":"acme","scopes":["acme"]}}}}'
+    )
+    await client.send("subscribe", {"channels": ["company"]})
+    company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
+    assert await client.connection.recv() == (
+        f'{{"type":"company.created","data":{{"model":"company","id":{company.pk},'
+        f'"name":"Initech"}},"scope_id":{acme.pk}}}'
+    )
+    await off_loop(broadcast_to_user, ann.pk, MARKER, {"n": 1})
+    assert await client.connection.recv() == '{"type":"test.marker","data":{"n":1}}'
+
+
+async def test_channels_in_authenticate_are_subscribed_before_the_first_frame(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    client = await ws.authenticated(live_servers.get(), token, scope="acme", channels=["company"])
+    await off_loop(Contact.objects.create, workspace=acme, name="not subscribed")
+    company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
+    assert kinds(await heard(client, ann)) == [("company.created", company.pk)]
+
+
+# Exactly the missed frames -------------------------------------------------------------------
+
+
+async def test_a_socket_that_comes_back_hears_exactly_what_it_missed_in_order_then_live(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, token, scope="acme")
+    first = await off_loop(Contact.objects.create, workspace=acme, name="First")
+    await client.wait_for(lambda f: f["type"] == "contact.created")
+    cursor = await last_cursor(client, ann)
+    await client.close()
+
+    def while_away() -> list[int]:
+        second = Contact.objects.create(workspace=acme, name="Second")
+        first.name = "First, renamed"
+        first.save()
+        note = PrivateNote.objects.create(workspace=acme, author=ann, title="mine")
+        with transaction.atomic():
+            company = Company.objects.create(workspace=acme, name="Initech")
+            Contact.objects.filter(pk=second.pk).delete()
+        broadcast_to_user(ann.pk, "user.notice", {"text": "hello"})
+        return [second.pk, note.pk, company.pk]
+
+    second, note, company = await off_loop(while_away)
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is True
+    assert answer["data"]["cursor"] == cursor
+    missed = await heard(back, ann)
+    assert kinds(missed) == [
+        ("contact.created", second),
+        ("contact.updated", first.pk),
+        ("private_note.created", note),
+        ("company.created", company),
+        ("contact.deleted", second),
+        ("user.notice", None),
+    ]
+    assert missed[1]["data"]["name"] == "First, renamed"
+    numbers = [n for n in positions(ann, missed) if n is not None]
+    assert len(numbers) == len(missed)
+    assert numbers == sorted(set(numbers))
+    live = await off_loop(Company.objects.create, workspace=acme, name="Live")
+    assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
+
+
+async def test_a_socket_resumes_on_another_worker(live_servers: LiveServers, ws: Clients) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    client, _ = await resuming(ws, live_servers.get("worker-1"), token, scope="acme")
+    cursor = await last_cursor(client, ann)
+    await client.close()
+    company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
+
+    back, answer = await resuming(ws, live_servers.get("worker-2"), token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is True
+    assert kinds(await heard(back, ann)) == [("company.created", company.pk)]
+
+
+async def test_resuming_with_nothing_missed_replays_nothing(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    client, answer = await resuming(ws, server, token, scope="acme")
+    await client.close()
+
+    back, again = await resuming(ws, server, token, answer["data"]["cursor"], scope="acme")
+
+    assert again["data"]["resumed"] is True
+    assert await heard(back, ann) == []
+
+
+# Permissions as of now -----------------------------------------------------------------------
+
+
+async def test_a_scope_lost_while_away_is_not_replayed_and_the_others_are(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, token = await off_loop(make_member, "ann", acme, beta)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, token, scopes=["acme", "beta"])
+    cursor = await last_cursor(client, ann)
+    await client.close()
+
+    def while_away() -> tuple[int, int]:
+        kept = Company.objects.create(workspace=acme, name="in acme")
+        lost = Company.objects.create(workspace=beta, name="in beta")
+        Membership.objects.filter(user=ann, workspace=beta).delete()
+        return kept.pk, lost.pk
+
+    kept, _lost = await off_loop(while_away)
+    back, answer = await resuming(ws, server, token, cursor, scopes=["acme", "beta"])
+
+    assert answer["data"]["scopes"] == ["acme"]
+    assert answer["data"]["resumed"] is True
+    assert kinds(await heard(back, ann)) == [("company.created", kept)]
+
+
+async def test_a_guarded_row_is_replayed_only_to_those_who_may_read_it_now(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    clients = {}
+    for user, token in ((ann, ann_token), (bob, bob_token)):
+        client, _ = await resuming(ws, server, token, scope="acme")
+        clients[user] = (client, await last_cursor(client, user))
+        await client.close()
+
+    def while_away() -> int:
+        note = PrivateNote.objects.create(workspace=acme, author=ann, title="t", public=True)
+        # Made private again without a signal: bob may not read it any more.
+        PrivateNote.objects.filter(pk=note.pk).update(public=False)
+        return note.pk
+
+    note = await off_loop(while_away)
+    ann_back, _ = await resuming(ws, server, ann_token, clients[ann][1], scope="acme")
+    bob_back, bob_answer = await resuming(ws, server, bob_token, clients[bob][1], scope="acme")
+
+    assert kinds(await heard(ann_back, ann)) == [("private_note.created", note)]
+    assert bob_answer["data"]["resumed"] is True
+    assert await heard(bob_back, bob) == []
+
+
+async def test_account_frames_of_another_account_are_never_replayed(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, _ = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, token, scope="acme")
+    cursor = await last_cursor(client, ann)
+    await client.close()
+    await off_loop(broadcast_to_user, bob.pk, "user.notice", {"for": "bob"})
+    await off_loop(broadcast_to_user, ann.pk, "user.notice", {"for": "ann"})
+
+    back, _ = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert [f["data"] for f in await heard(back, ann)] == [{"for": "ann"}]
+
+
+# Refused plainly ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["", "garbage", "a.b.c", "x" * 300, 42, ["list"], {"a": 1}, "é.é.é"],
+    ids=["empty", "garbage", "three-parts", "too-long", "number", "list", "object", "non-ascii"],
+)
+async def test_a_garbled_cursor_starts_afresh_without_an_error(
+    live_servers: LiveServers, ws: Clients, cursor: Any
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    await off_loop(Company.objects.create, workspace=acme, name="before")
+
+    client, answer = await resuming(ws, live_servers.get(), token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is False
+    assert position_of(ann.pk, answer["data"]["cursor"]) is not None
+    assert await heard(client, ann) == []
+    live = await off_loop(Company.objects.create, workspace=acme, name="live")
+    assert kinds(await heard(client, ann)) == [("company.created", live.pk)]
+
+
+async def test_a_cursor_of_another_account_or_forged_gets_none_of_its_frames(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, bob_token, scope="acme")
+    bobs = await last_cursor(client, bob)
+    await client.close()
+    await off_loop(broadcast_to_user, bob.pk, "user.notice", {"for": "bob"})
+    where, stamp, _signature = bobs.split(".")
+    forged = f"{where}.{stamp}.AAAAAAAAAAAAAAAAAAAAAA"
+
+    for cursor in (bobs, forged):
+        stolen, answer = await resuming(ws, server, ann_token, cursor, scope="acme")
+        assert answer["data"]["resumed"] is False
+        assert await heard(stolen, ann) == []
+
+
+async def test_a_cursor_older_than_the_window_starts_afresh(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    client, answer = await resuming(ws, server, token, scope="acme")
+    await client.close()
+    position = position_of(ann.pk, answer["data"]["cursor"])
+    # Signed properly, handed out 301 seconds ago (the window is 300).
+    old = cursor_for(ann.pk, position, now=time.time() - 301)
+    await off_loop(Company.objects.create, workspace=acme, name="missed")
+
+    back, again = await resuming(ws, server, token, old, scope="acme")
+
+    assert again["data"]["resumed"] is False
+    assert await heard(back, ann) == []
+
+
+async def test_a_cursor_whose_messages_were_trimmed_starts_afresh(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, token, scope="acme")
+    cursor = await last_cursor(client, ann)
+    await client.close()
+    await off_loop(Company.objects.create, workspace=acme, name="missed, then trimmed")
+    await off_loop(Company.objects.create, workspace=acme, name="missed, kept")
+    position = position_of(ann.pk, cursor)
+    assert position is not None
+
+    def trim_the_first_missed() -> None:
+        with connection.cursor() as sql:
+            sql.execute("DELETE FROM firm_channel_messages WHERE id <= %s", [position + 1])
+
+    await off_loop(trim_the_first_missed)
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is False
+    assert await heard(back, ann) == []
+
+
+async def test_more_missed_frames_than_the_limit_start_afresh(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get("few-frames", REALTIME_RESUME_MAX_FRAMES=3)
+    client, _ = await resuming(ws, server, token, scope="acme")
+    cursor = await last_cursor(client, ann)
+    await client.close()
+    for name in "abcd":
+        await off_loop(Company.objects.create, workspace=acme, name=name)
+
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is False
+    assert await heard(back, ann) == []
+    live = await off_loop(Company.objects.create, workspace=acme, name="live")
+    assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
+
+
+async def test_exactly_the_limit_of_missed_frames_is_replayed(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get("few-frames", REALTIME_RESUME_MAX_FRAMES=3)
+    client, _ = await resuming(ws, server, token, scope="acme")
+    cursor = await last_cursor(client, ann)
+    await client.close()
+    # Frames of other accounts and channels the socket does not hear do not count.
+    bob, _ = await off_loop(make_member, "bob", acme)
+    await off_loop(broadcast_to_user, bob.pk, "user.notice", None)
+    made = [await off_loop(Company.objects.create, workspace=acme, name=n) for n in "abc"]
+
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is True
+    assert kinds(await heard(back, ann)) == [("company.created", c.pk) for c in made]
