@@ -335,7 +335,7 @@ async def one_outage(
     cut: bool,
 ) -> Outage:
     from realtime.transports.pg_notify import conninfo_of
-    from tests.test_pg_notify_resilience import Proxy
+    from tests.proxy import Proxy
 
     info = conninfo_of(None)
     proxy = Proxy(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))

@@ -91,9 +91,12 @@ REALTIME_POLLING_INTERVAL = env.float("REALTIME_POLLING_INTERVAL", default=0.1)
 # Browser origins admitted besides ALLOWED_HOSTS, e.g. a front end served from another host.
 REALTIME_ALLOWED_ORIGINS = env.list("REALTIME_ALLOWED_ORIGINS", default=[])
 
+# realtime's lines go to the console once: not propagated, since daphne gives the root logger
+# a handler of its own (which would print each of them a second time).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"realtime": {"handlers": ["console"], "level": "INFO"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)-8s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"realtime": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }

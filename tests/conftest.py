@@ -9,6 +9,7 @@ import pytest
 
 from realtime.transports.table import TableTransport
 from tests.helpers import Inbox
+from tests.proxy import Proxy
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -99,3 +100,15 @@ def each_transport(request: pytest.FixtureRequest, live_servers: Any, settings: 
     live_servers.defaults = {"REALTIME_TRANSPORT": request.param}
     yield request.param
     live_servers.defaults = {}
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[Proxy]:
+    """A relay to the test database's server, open; closed after the test."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    relay = Proxy(str(settings["HOST"] or "127.0.0.1"), int(settings["PORT"] or 5432))
+    await relay.open()
+    yield relay
+    await relay.close()

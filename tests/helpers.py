@@ -47,6 +47,33 @@ class Inbox:
                 await self._arrived.wait()
 
 
+class SmallQueue:
+    """A listener with a queue of ``size`` messages that drains ``per_tick`` at a time, as a
+    delivery queue whose sockets are slower than the database."""
+
+    def __init__(self, size: int, per_tick: int) -> None:
+        self.size = size
+        self.per_tick = per_tick
+        self.queued: list[tuple[str, bytes]] = []
+        self.heard: list[bytes] = []
+        self.overflowed = 0
+
+    def __call__(self, channel: str, payload: bytes, position: int | None = None) -> None:
+        if len(self.queued) >= self.size:
+            self.overflowed += 1
+            return
+        self.queued.append((channel, payload))
+
+    def room(self) -> int:
+        return self.size - len(self.queued)
+
+    async def drain(self) -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            taken, self.queued = self.queued[: self.per_tick], self.queued[self.per_tick :]
+            self.heard += [payload for _, payload in taken]
+
+
 async def off_loop(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run blocking (database) code in a thread, closing that thread's connections after."""
 

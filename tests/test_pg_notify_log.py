@@ -3,7 +3,9 @@ lost while the LISTEN connection is down (it reads from the log what it missed).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -13,7 +15,7 @@ import pytest
 from django.db import connection
 
 from realtime.transports.pg_notify import PgNotifyTransport
-from tests.helpers import ROOT, Inbox, off_loop, only_on, subprocess_env
+from tests.helpers import ROOT, Inbox, SmallQueue, off_loop, only_on, subprocess_env
 from tests.test_pg_notify_resilience import eventually, listener_backends, terminate
 from tests.transport_contract import MARKER, TransportContract
 
@@ -109,7 +111,7 @@ async def test_messages_published_while_the_listen_connection_is_down_arrive_onc
     assert listener is not None
     old_pid = listener.backend_pid
     assert old_pid is not None
-    with caplog.at_level(logging.WARNING, logger="realtime"):
+    with caplog.at_level(logging.INFO, logger="realtime"):
         assert await off_loop(terminate, old_pid)
         # The listener waits a second before it reconnects: these are published meanwhile.
         for number in range(5):
@@ -159,6 +161,33 @@ async def test_without_the_log_the_last_position_is_unknown_and_nothing_is_store
     assert inbox.positions == [None]
     assert await off_loop(transport.last_position) is None
     assert await off_loop(transport.read_log, ["bare"], 0, 10) == []
+
+
+async def test_notifications_beyond_the_listeners_room_are_caught_up_from_the_log_whole(
+    make_pg_transport: MakeTransport, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = make_pg_transport()
+    queue = SmallQueue(size=20, per_tick=7)
+    transport.add_listener(queue, room=queue.room)
+    drain = asyncio.ensure_future(queue.drain())
+    try:
+        await transport.follow("burst")
+        sent = [f"{n}".encode() for n in range(150)]
+        with caplog.at_level(logging.WARNING, logger="realtime"):
+            await off_loop(transport.publish, [("burst", payload) for payload in sent])
+            await off_loop(transport.publish, [("burst", MARKER)])
+            await eventually(lambda: MARKER in queue.heard)
+    finally:
+        drain.cancel()
+    assert queue.overflowed == 0
+    assert queue.heard == [*sent, MARKER]
+    # Counted, and said once for the burst (at most once per interval), with the count.
+    overflows = [
+        r.getMessage() for r in caplog.records if "delivery queue was full" in r.getMessage()
+    ]
+    assert len(overflows) == 1
+    assert re.search(r"full \d+ time\(s\) since the last report \(\d+ in all\)", overflows[0])
+    assert transport.overflows.total >= 1
 
 
 async def test_a_worker_without_the_log_delivers_what_a_publisher_keeping_it_sends(

@@ -15,20 +15,20 @@ it). The PostgreSQL cluster itself is never stopped: other test runs share it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from realtime.transports import pg_notify
 from realtime.transports.pg_listener import APPLICATION_NAME, PgListener
 from realtime.transports.pg_notify import PgNotifyTransport
 from tests.helpers import WAIT, Inbox, off_loop, only_on
+from tests.proxy import Proxy, default_database_through
 
 pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
 
@@ -140,119 +140,14 @@ def lost_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if "LISTEN connection is lost" in r.getMessage()]
 
 
-class Proxy:
-    """A TCP relay to PostgreSQL that a test can cut, reopen, or freeze."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.upstream = (host, port)
-        self.port = 0
-        self.accepted = 0
-        self._server: asyncio.Server | None = None
-        self._links: dict[asyncio.Task[None], asyncio.Event] = {}
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def open(self) -> None:
-        """Accept connections (on the same port as before, once it has one)."""
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-
-    async def close(self) -> None:
-        """Stop accepting (connections are refused) and cut every connection at once."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        for link in self._links:
-            link.cancel()  # a frozen link waits for nothing else
-        async with asyncio.timeout(WAIT):
-            await asyncio.gather(*self._links, return_exceptions=True)
-            # Since Python 3.12.1 this waits for the connections too: cut them first.
-            if server is not None:
-                await server.wait_closed()
-
-    def freeze(self) -> None:
-        """Stop relaying on the open connections, silently; new connections still flow."""
-        for flowing in self._links.values():
-            flowing.clear()
-
-    def dsn(self, dbname: str) -> str:
-        settings = connection.settings_dict
-        return (
-            f"host=127.0.0.1 port={self.port} dbname={dbname} "
-            f"user={settings['USER']} password={settings['PASSWORD']}"
-        )
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        task = asyncio.current_task()
-        assert task is not None
-        flowing = asyncio.Event()
-        flowing.set()
-        self._links[task] = flowing
-        self._writers.add(writer)
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-        except OSError:
-            writer.transport.abort()
-            self._forget(task, writer)
-            return
-        self._writers.add(up_writer)
-        pumps = [
-            asyncio.ensure_future(self._pump(reader, up_writer, flowing)),
-            asyncio.ensure_future(self._pump(up_reader, writer, flowing)),
-        ]
-        try:
-            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for pump in pumps:
-                pump.cancel()
-            await asyncio.gather(*pumps, return_exceptions=True)
-            for end in (writer, up_writer):
-                end.transport.abort()
-            self._writers.discard(up_writer)
-            self._forget(task, writer)
-
-    def _forget(self, task: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:
-        self._links.pop(task, None)
-        self._writers.discard(writer)
-
-    @staticmethod
-    async def _pump(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event
-    ) -> None:
-        while data := await reader.read(65536):
-            await flowing.wait()
-            writer.write(data)
-            await writer.drain()
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[Proxy]:
-    """A relay to the test database's server, open; closed after the test."""
-    settings = connection.settings_dict
-    relay = Proxy(str(settings["HOST"] or "127.0.0.1"), int(settings["PORT"] or 5432))
-    await relay.open()
-    yield relay
-    await relay.close()
-
-
-@contextlib.contextmanager
-def default_database_through(relay: Proxy) -> Iterator[None]:
-    """Have every new connection of this process to ``default`` go through ``relay``.
-
-    Django builds each connection from the one settings dict of the alias, so changing it
-    reroutes the threads' connections (opened and closed around each call here) and the
-    LISTEN connection (whose DSN comes from it): the database is unreachable for the whole
-    process while the relay is closed.
-    """
-    settings = connections.settings["default"]
-    saved = {key: settings[key] for key in ("HOST", "PORT")}
-    settings.update(HOST="127.0.0.1", PORT=str(relay.port))
-    try:
-        yield
-    finally:
-        settings.update(saved)
+def attempt_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The lines of failed attempts to connect: the loss, then each later attempt."""
+    return [
+        r
+        for r in caplog.records
+        if "LISTEN connection is lost" in r.getMessage()
+        or ("LISTEN connection: attempt" in r.getMessage() and "failed too" in r.getMessage())
+    ]
 
 
 # A worker hears what it follows, and nothing else ------------------------------------------
@@ -321,13 +216,13 @@ async def test_a_terminated_listen_backend_is_replaced_by_a_new_one_and_delivery
     assert realtime_records(caplog, logging.ERROR) == []
 
 
-async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
+async def test_a_database_outage_is_ridden_out_with_backoff_and_one_line_per_change(
     make_pg_transport: MakeTransport,
     inbox: Inbox,
     proxy: Proxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with default_database_through(proxy), caplog.at_level(logging.WARNING, logger="realtime"):
+    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
         transport = make_pg_transport(backoff_start=0.1, backoff_max=0.4)
         transport.add_listener(inbox)
         await transport.follow("h8_room")
@@ -339,7 +234,7 @@ async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
         reached_through_proxy = proxy.accepted
 
         await proxy.close()  # the database is gone for this process
-        await eventually(lambda: len(lost_records(caplog)) >= 5, timeout=5.0)
+        await eventually(lambda: len(attempt_records(caplog)) >= 5, timeout=5.0)
         assert not listener.connected.is_set()
         await proxy.open()  # and back
         await eventually(
@@ -352,13 +247,18 @@ async def test_a_database_outage_is_ridden_out_with_backoff_and_warnings_only(
     assert reached_through_proxy >= 2  # the LISTEN connection and the publisher's
     assert listener.backend_pid != old_pid
     assert inbox.messages == [("h8_room", b"before"), ("h8_room", b"after")]
-    lost = lost_records(caplog)
-    delays = [float(re.findall(r"retrying in ([\d.]+) s", r.getMessage())[0]) for r in lost]
+    attempts = attempt_records(caplog)
+    delays = [float(re.findall(r"retrying in ([\d.]+) s", r.getMessage())[0]) for r in attempts]
     assert delays[:5] == [0.1, 0.2, 0.4, 0.4, 0.4]  # doubling from the start, capped
-    for earlier, later, delay in zip(lost, lost[1:], delays, strict=False):
+    for earlier, later, delay in zip(attempts[:5], attempts[1:5], delays, strict=False):
         assert later.created - earlier.created >= delay - 0.02
-    assert realtime_records(caplog, logging.ERROR) == []
-    assert any("is back" in r.getMessage() for r in realtime_records(caplog, logging.WARNING))
+    # One WARNING when lost, one when back; the attempts between are DEBUG, with no traceback.
+    warnings = realtime_records(caplog, logging.WARNING)
+    assert [r.levelno for r in warnings] == [logging.WARNING, logging.WARNING]
+    assert "LISTEN connection is lost (attempt 1" in warnings[0].getMessage()
+    assert re.search(r"LISTEN connection is back after [\d.]+ s", warnings[1].getMessage())
+    assert all(r.levelno == logging.DEBUG for r in attempts[1:])
+    assert not [r for r in caplog.records if r.name.startswith("realtime") and r.exc_info]
 
 
 async def test_a_listen_database_that_fails_while_the_database_answers_is_an_error_from_the_second_attempt(  # noqa: E501
@@ -513,3 +413,61 @@ async def test_probes_keep_an_idle_connection_alive_on_the_same_backend(
     await publish(transport, ("h8_idle", b"still heard"))
     await inbox.wait_for("h8_idle", b"still heard")
     assert listener.backend_pid == pid
+
+
+# Coming back promptly, and cleanly -----------------------------------------------------
+
+
+async def test_a_listen_connection_given_up_on_leaves_no_backend_behind(
+    make_pg_transport: MakeTransport, inbox: Inbox, proxy: Proxy
+) -> None:
+    transport = make_pg_transport(
+        listen_database=proxy.dsn(str(connection.settings_dict["NAME"])),
+        heartbeat_interval=0.2,
+        heartbeat_timeout=0.3,
+        backoff_start=0.1,
+        backoff_max=0.1,
+    )
+    transport.add_listener(inbox)
+    await transport.follow("h8_room")
+    listener = transport.listener
+    assert listener is not None
+    old_pid = listener.backend_pid
+    # Half-open: the old connection goes silent (its backend lives on behind the relay),
+    # new connections flow.
+    proxy.freeze()
+    await eventually(lambda: listener.backend_pid != old_pid and listener.connected.is_set())
+    await until_gone(old_pid)
+    backends = await off_loop(listener_backends)
+    assert [pid for pid in backends if pid in (old_pid, listener.backend_pid)] == [
+        listener.backend_pid
+    ]
+    await publish(transport, ("h8_room", b"on the new connection"))
+    await inbox.wait_for("h8_room", b"on the new connection")
+
+
+async def test_the_listener_comes_back_at_once_when_the_database_does_within_a_long_backoff(
+    make_pg_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
+        transport = make_pg_transport(backoff_start=0.05, backoff_max=30.0)
+        transport.add_listener(inbox)
+        await transport.follow("h8_room")
+        listener = transport.listener
+        assert listener is not None
+        await proxy.close()
+        # The seventh attempt failed: the next one is scheduled 3.2 s later.
+        await eventually(lambda: listener.outage.attempts >= 7)
+        pending = float(
+            re.findall(r"retrying in ([\d.]+) s", attempt_records(caplog)[-1].getMessage())[0]
+        )
+        assert pending >= 3.2
+        await proxy.open()
+        # Far sooner than the backoff: the listener saw the server accept connections again.
+        await eventually(listener.connected.is_set, timeout=pending / 2)
+        await publish(transport, ("h8_room", b"back"))
+        await inbox.wait_for("h8_room", b"back")
+    assert listener.prompt_retries == 1

@@ -1,7 +1,11 @@
 """Delivering internal messages to local sockets, in the order they were published.
 
-Messages wait in one bounded queue (``REALTIME_NOTIFY_QUEUE_SIZE``; full: dropped with a
-warning). Each is *planned* — parsed, its targets looked up in the manager's indexes, narrowed
+Messages wait in one bounded queue (``REALTIME_NOTIFY_QUEUE_SIZE``). Transports ask its
+``room`` and hand over no more (the table poller stops reading; pg_notify catches up from its
+log or reports a loss); a message that comes anyway to a full queue is dropped, counted (one
+line per interval) and reported to the manager as missed, whose sockets then read again.
+
+Each message is *planned* — parsed, its targets looked up in the manager's indexes, narrowed
 by ``exclude``/``only``/``skip_scope`` and, where an audience is to be asked, by
 ``auth.audience`` off the event loop — by up to ``REALTIME_CONSUMER_POOL_SIZE`` planners at
 once, while one sender hands the frames out strictly in arrival order: an update waiting for
@@ -36,6 +40,7 @@ from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
+from realtime.transports.tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +69,8 @@ class Host(Protocol):
 
     def request_recheck(self, user_ids: Iterable[Any]) -> None: ...
 
+    def on_missed(self, channels: frozenset[str]) -> None: ...
+
 
 class Dispatcher:
     """The ordered delivery pipeline of one ``SocketManager``.
@@ -78,6 +85,18 @@ class Dispatcher:
         self._queue: asyncio.Queue[tuple[bytes, int | None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
+        #: Messages dropped on a full queue (by a transport that ignored ``room``).
+        self.overflows = Tally(
+            "realtime: the delivery queue was full: %d message(s) dropped since the last "
+            "report (%d in all); their sockets are made to read again"
+        )
+
+    def room(self) -> int:
+        """How many more messages the queue takes now (plenty before it exists)."""
+        queue = self._queue
+        if queue is None:
+            return conf.NOTIFY_QUEUE_SIZE
+        return max(0, queue.maxsize - queue.qsize())
 
     def put(self, channel: str, payload: bytes, position: int | None = None) -> None:
         if self._queue is None:
@@ -85,9 +104,8 @@ class Dispatcher:
         try:
             self._queue.put_nowait((payload, position))
         except asyncio.QueueFull:
-            logger.warning(
-                "realtime: the delivery queue is full; a message on %s is dropped", channel
-            )
+            self.overflows.add()
+            self.host.on_missed(frozenset([channel]))
 
     def ensure_running(self) -> None:
         """Start the planner and sender tasks, or restart one that died."""

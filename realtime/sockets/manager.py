@@ -6,7 +6,14 @@ events and recheck requests. A message for a worker holding no socket is dropped
 parsed; the others go to the ``Dispatcher``, which hands one encoded frame straight to each
 target's ASGI ``send`` — never through a channel layer or a consumer's dispatch. Housekeeping
 runs every ``TICK``: due rechecks (in one batch, off the event loop) and scopes whose follow
-failed earlier; a watch of its own, on the same tick, drops sockets that stopped reading.
+failed earlier; a watch of its own, on the same tick and never waiting for the database,
+drops sockets that stopped reading and lets the transport check its connections
+(``Transport.watch``: the table poller's watchdog).
+
+When the transport reports that messages may have been lost on some channels (an outage or
+an overflow its log could not make good), the sockets that could have heard them are closed
+1012 (service restart): their clients reconnect and read again rather than stay silently
+stale.
 
 A dropped socket leaves the indexes at once, so no later frame goes to it; closing it (bounded
 by ``REALTIME_SEND_TIMEOUT``: it may not be reading) and unfollowing its scopes happen in a
@@ -92,7 +99,9 @@ class SocketManager:
     async def _listen(self) -> None:
         transport = get_transport()
         if transport is not self._transport:
-            transport.add_listener(self.on_message)
+            transport.add_listener(
+                self.on_message, room=self.dispatcher.room, missed=self.on_missed
+            )
             self._transport = transport
         await transport.start()
         await transport.follow(base_channel())
@@ -209,6 +218,27 @@ class SocketManager:
         if self.index.sockets:
             self.dispatcher.put(channel, payload, position)
 
+    def on_missed(self, channels: frozenset[str]) -> None:
+        """Close 1012 every socket that may have missed a message on ``channels``: all of
+        them for the base channel (account events, recheck requests), else the sockets of
+        the scopes named."""
+        if base_channel() in channels:
+            targets = list(self.index.sockets)
+        else:
+            scopes = [s for s in self.index.by_scope if scope_channel(s) in channels]
+            targets = list({socket for s in scopes for socket in self.index.by_scope[s]})
+        if not targets:
+            return
+        logger.warning(
+            "realtime: %d socket(s) may have missed messages; closed 1012 to make them "
+            "reconnect and read again",
+            len(targets),
+        )
+        for socket in targets:
+            if self.index.remove(socket):
+                shut = socket.stop()  # False: the consumer is closing it already
+                self._beside(self._close_dropped(socket, shut, CloseCode.SERVICE_RESTART))
+
     def drop_soon(self, socket: Socket) -> None:
         """Deliver nothing more to a socket that is not reading; close it 1011 beside
         delivery (a tracked task), giving it ``REALTIME_SEND_TIMEOUT`` to answer."""
@@ -223,9 +253,11 @@ class SocketManager:
             logger.debug("realtime: a socket of account %s left mid-delivery", socket.user_id)
         self._beside(self._close_dropped(socket, shut))
 
-    async def _close_dropped(self, socket: Socket, shut: bool) -> None:
+    async def _close_dropped(
+        self, socket: Socket, shut: bool, code: CloseCode = CloseCode.INTERNAL_ERROR
+    ) -> None:
         if shut:
-            await socket.shut(CloseCode.INTERNAL_ERROR, conf.SEND_TIMEOUT)
+            await socket.shut(code, conf.SEND_TIMEOUT)
         await self._sync_follows(socket.scopes)
 
     async def _refuse(self, socket: Socket) -> None:
@@ -302,8 +334,10 @@ class SocketManager:
             await asyncio.sleep(TICK)
             try:
                 self.drop_stalled()
+                if self._transport is not None:
+                    self._transport.watch()
             except Exception:
-                logger.exception("realtime: watching for stalled sockets failed; retrying")
+                logger.exception("realtime: watching sockets and the transport failed")
 
     def drop_stalled(self) -> None:
         """Drop the sockets whose send under way or too large backlog has lasted too long."""

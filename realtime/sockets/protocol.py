@@ -19,6 +19,8 @@ class CloseCode(enum.IntEnum):
     POLICY_VIOLATION = 1008
     MESSAGE_TOO_BIG = 1009
     INTERNAL_ERROR = 1011
+    #: The worker may have missed events for this socket: reconnect and read again.
+    SERVICE_RESTART = 1012
 
 
 class Refusal(enum.StrEnum):

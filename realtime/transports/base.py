@@ -15,6 +15,13 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
 * Listeners added with ``add_listener`` are called on the event loop that started the
   listener, in delivery order, each failure isolated and logged. A listener error or a lost
   database connection never stops the listener: it logs and goes on.
+* A listener added with a ``room`` (how many more messages it can take now) is never handed
+  more than that: a transport stops reading (the table transport leaves rows in the table)
+  or, when it cannot stop what arrives, treats the surplus as missed. A listener added with
+  ``missed`` is told the channels on which messages may have been lost (an outage or an
+  overflow that no log could make good), so that it can make its clients read again.
+  ``watch`` is called on the event loop every housekeeping tick: a transport checks there
+  that its connections still make progress. A transport that ignores all three still works.
 * ``max_message_bytes`` is the budget one message must fit (``None``: no cap); publishers
   shrink what does not fit (see ``realtime.writes.payload``) before calling ``publish``.
 
@@ -38,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 #: ``callback(channel, payload, position)``; ``position`` is ``None`` without a log.
 Listener = Callable[[str, bytes, "int | None"], None]
+#: How many more messages a listener can take now.
+Room = Callable[[], int]
+#: ``missed(channels)``: messages on these channels may have been lost.
+Missed = Callable[[frozenset[str]], None]
 #: One message read from the log: its channel, its payload and its position.
 LogEntry = tuple[str, bytes, int]
 
@@ -50,6 +61,8 @@ class Transport(abc.ABC):
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        self._rooms: dict[Listener, Room] = {}
+        self._missed: dict[Listener, Missed] = {}
 
     @abc.abstractmethod
     def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
@@ -98,15 +111,39 @@ class Transport(abc.ABC):
         """
         return []
 
-    def add_listener(self, callback: Listener) -> None:
+    def add_listener(
+        self, callback: Listener, *, room: Room | None = None, missed: Missed | None = None
+    ) -> None:
         """Call ``callback(channel, payload, position)`` on the event loop for every message
-        heard."""
+        heard; never hand it more than ``room()`` messages; tell ``missed`` of losses."""
         self._listeners.append(callback)
+        if room is not None:
+            self._rooms[callback] = room
+        if missed is not None:
+            self._missed[callback] = missed
 
     def remove_listener(self, callback: Listener) -> None:
         """Stop calling ``callback``; unknown callbacks are ignored."""
         if callback in self._listeners:
             self._listeners.remove(callback)
+        self._rooms.pop(callback, None)
+        self._missed.pop(callback, None)
+
+    def room(self) -> int | None:
+        """How many more messages every listener can take now (``None``: no limit)."""
+        rooms = [room() for room in tuple(self._rooms.values())]
+        return min(rooms) if rooms else None
+
+    def report_missed(self, channels: frozenset[str]) -> None:
+        """Tell the listeners that messages on ``channels`` may have been lost."""
+        for missed in tuple(self._missed.values()):
+            try:
+                missed(channels)
+            except Exception:
+                logger.exception("realtime: a listener failed on a report of missed messages")
+
+    def watch(self) -> None:  # noqa: B027 - optional: transports without connections skip it
+        """Check, on the event loop, that the listener still makes progress (every tick)."""
 
     def dispatch(self, channel: str, payload: bytes, position: int | None = None) -> None:
         """Hand one message to every listener; a listener that raises is logged and skipped."""

@@ -8,9 +8,16 @@ connection happens here, between two reads.
 
 Idle flows die quietly behind NAT and overlay networks: a ``SELECT 1`` probe every heartbeat
 interval keeps the flow warm and surfaces a dead connection. A lost connection is opened again
-with exponential backoff and every channel LISTENed again. Logs follow the divergence: a blip
-that heals at the first retry is a warning; a connection that still cannot come back while the
-database answers other queries is an error (that is what the supervisor is for).
+with exponential backoff and every channel LISTENed again. While it waits, the listener looks
+every ``backoff_start`` seconds whether the server accepts TCP connections again: once it does
+after it did not, the next attempt goes at once (the backoff spares a server that is down,
+not one that is back). The backend of a connection that was given up (it timed out, so it may
+still be alive behind a dead flow) is terminated from the new connection, so that a worker
+never leaves LISTEN backends behind.
+
+Logs follow the divergence, one line per change (see ``outage``): a loss is a warning, a
+connection that still cannot come back while the database answers other queries is an error
+(once), and its return a warning saying how long it was gone; the attempts between are DEBUG.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +33,8 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from realtime.transports.outage import Outage
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +77,13 @@ class PgListener:
         #: Channels LISTENed on the current connection.
         self.listening: set[str] = set()
         self.backend_pid: int | None = None
+        #: A backend given up on that may still be alive: (pid, its start time).
+        self.abandoned: tuple[int, Any] | None = None
+        self.outage = Outage("the LISTEN connection")
+        #: Attempts made at once because the server came back within a backoff.
+        self.prompt_retries = 0
+        #: The last look found the server refusing connections.
+        self._unreachable = False
         self.probes = 0
         self.connected = asyncio.Event()
         self._wake = asyncio.Event()
@@ -95,27 +112,32 @@ class PgListener:
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with backoff, until cancelled."""
-        attempt = 0
         while True:
             connection: psycopg.AsyncConnection[Any] | None = None
+            started: Any = None
             try:
                 connection = await self._connect()
+                started = await self._forget_abandoned(connection)
                 self.listening = set()
                 if self.before_listening is not None:
-                    await self.before_listening()
+                    await self._bounded(self.before_listening())
                 await self._sync(connection)
                 if self.after_listening is not None:
-                    await self.after_listening()
+                    await self._bounded(self.after_listening())
                 self.connected.set()
-                if attempt:
-                    logger.warning("realtime: the LISTEN connection is back (attempt %d)", attempt)
-                attempt = 0
+                self._unreachable = False
+                self.outage.recovered()
                 await self._serve(connection)
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 self.connected.clear()
-                attempt += 1
-                await self._report(attempt, exc)
-                await asyncio.sleep(self._backoff(attempt))
+                if isinstance(exc, TimeoutError) and started is not None:
+                    # Given up without an answer: the backend may live on behind the flow.
+                    assert self.backend_pid is not None
+                    self.abandoned = (self.backend_pid, started)
+                delay = self._backoff(self.outage.attempts + 1)
+                self.outage.failed(exc, delay)
+                await self._escalate(exc)
+                await self._pause(delay)
             finally:
                 self.connected.clear()
                 self.listening = set()
@@ -127,21 +149,74 @@ class PgListener:
         delay = self.options.backoff_start * 2 ** (attempt - 1)
         return float(min(delay, self.options.backoff_max))
 
-    async def _report(self, attempt: int, exc: BaseException) -> None:
-        if attempt >= 2 and await self.database_answers():
-            logger.error(
-                "realtime: the LISTEN connection cannot come back although the database "
-                "answers (attempt %d): %s",
-                attempt,
-                exc,
+    async def _escalate(self, exc: BaseException) -> None:
+        if (
+            self.outage.attempts >= 2
+            and not self.outage.escalated
+            and await self.database_answers()
+        ):
+            self.outage.escalate("cannot come back although the database answers", exc)
+
+    async def _bounded(self, work: Awaitable[None]) -> None:
+        """Await a hook of the transport, bounded like a statement (they read the log)."""
+        # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 the latter swallows a
+        # cancellation that comes as the work ends.
+        async with asyncio.timeout(max(self.options.heartbeat_timeout, 5.0)):
+            await work
+
+    async def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds, or less once the server accepts connections again after
+        a look (in this pause or an earlier one) found it refusing them."""
+        step = min(self.options.backoff_start, delay)
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(step, left))
+            if time.monotonic() >= deadline:
+                return
+            if not await self._reachable():
+                self._unreachable = True
+            elif self._unreachable:
+                self._unreachable = False
+                self.prompt_retries += 1
+                return
+
+    async def _reachable(self) -> bool:
+        """Whether the server accepts a TCP (or Unix socket) connection now."""
+        host = str(self.conninfo.get("host") or "localhost").split(",")[0]
+        port = int(str(self.conninfo.get("port") or 5432).split(",")[0])
+        timeout = self.options.backoff_start
+        try:
+            if host.startswith("/"):
+                opening = asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+            else:
+                opening = asyncio.open_connection(host, port, family=socket.AF_UNSPEC)
+            _, writer = await asyncio.wait_for(opening, timeout)
+        except (OSError, TimeoutError):
+            return False
+        writer.transport.abort()
+        return True
+
+    async def _forget_abandoned(self, connection: psycopg.AsyncConnection[Any]) -> Any:
+        """Terminate the backend given up on last time, if it is still there; return this
+        connection's backend start time (with its pid, it names the backend uniquely)."""
+        abandoned, self.abandoned = self.abandoned, None
+        if abandoned is not None:
+            await self._execute(
+                connection,
+                sql.SQL(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid = {} AND backend_start = {} AND application_name = {}"
+                ).format(
+                    sql.Literal(abandoned[0]),
+                    sql.Literal(abandoned[1]),
+                    sql.Literal(APPLICATION_NAME),
+                ),
             )
-        else:
-            logger.warning(
-                "realtime: the LISTEN connection is lost (attempt %d, retrying in %.1f s): %s",
-                attempt,
-                self._backoff(attempt),
-                exc,
-            )
+        rows = await self._execute(
+            connection,
+            "SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+        )
+        return rows[0][0] if rows else None
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         options = self.options
@@ -216,10 +291,12 @@ class PgListener:
                 await asyncio.wait({reading, woken}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 woken.cancel()
-                if not reading.done():
-                    reading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reading
+                reading.cancel()
+                # Not ``await reading``: a cancellation of this task arriving just as the
+                # read ended would be taken for the read's own and swallowed.
+                await asyncio.wait({reading})
+            if not reading.cancelled() and (error := reading.exception()) is not None:
+                raise error
 
     async def _read(self, connection: psycopg.AsyncConnection[Any], timeout: float) -> None:
         async for notify in connection.notifies(timeout=max(timeout, 0.0)):

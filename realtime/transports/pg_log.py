@@ -8,9 +8,15 @@ when the message does not fit a notification. Row and notification become visibl
 same commit.
 
 A worker hands messages over in position order through a ``Sequencer``: a notification that
-carried only its id waits for its row to be read, and those after it wait behind it; after a
-lost LISTEN connection comes back, the rows published meanwhile are read from the log and
-handed over first; a position already handed over is skipped, so nothing arrives twice.
+carried only its id waits for its row to be read, and those after it wait behind it; a
+position already handed over is skipped, so nothing arrives twice.
+
+The sequencer *falls behind* when the listeners have no room for the next message (their
+delivery queue is full) and when a lost LISTEN connection comes back. Behind, it keeps no
+notification, only the highest position heard, and catches up from the log: it reads, after
+the last position handed over, as many rows as there is room for, hands them over, and goes
+on until a read comes back short after every position heard — then it follows the
+notifications again. Nothing is dropped, and the queue is never overrun.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from realtime.transports.outage import Outage
 from realtime.transports.table_store import (
     PG_PUBLISH_START,
     PUBLISH_LOCK_KEY,
@@ -35,8 +42,16 @@ logger = logging.getLogger(__name__)
 #: Characters a position prefix may take (``<id>:``), kept free in the notification budget.
 POSITION_ROOM = 21
 
+#: Seconds between two looks at the listeners' room while it is full, and between two
+#: attempts of a catch-up read that failed.
+ROOM_WAIT = 0.02
+RETRY_WAIT = 0.5
+
 Dispatch = Callable[[str, bytes, int], None]
 ReadRows = Callable[[list[int]], Awaitable[list[Row]]]
+#: ``read_after(after, limit)``: the log's entries after ``after`` (at most ``limit``), the
+#: last position the read covered, and whether it reached the end of the log.
+ReadAfter = Callable[[int, int], Awaitable[tuple[list[tuple[str, bytes, int]], int, bool]]]
 
 
 def publish_logged(
@@ -96,31 +111,114 @@ def parse(text: str) -> tuple[int, bytes | None] | None:
 class Sequencer:
     """Hand messages over in position order, once each; see the module docstring."""
 
-    def __init__(self, dispatch: Dispatch, read_rows: ReadRows) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        read_rows: ReadRows,
+        read_after: ReadAfter | None = None,
+        room: Callable[[], int | None] | None = None,
+    ) -> None:
         self.dispatch = dispatch
         self.read_rows = read_rows
+        self.read_after = read_after
+        self.room = room or (lambda: None)
+        #: Called each time the sequencer falls behind for lack of room.
+        self.on_overflow: Callable[[], None] = lambda: None
         #: The highest position handed over; ``None`` until the start is known.
         self.last: int | None = None
+        #: Catching up from the log; the highest position heard meanwhile.
+        self.behind = False
+        self.heard = 0
+        #: Times the listeners had no room and the sequencer fell behind.
+        self.overflows = 0
+        #: Messages handed over from the log by catch-ups (after an overflow or an outage).
+        self.caught = 0
         self._queue: deque[tuple[str, bytes | None, int]] = deque()
         self._reading: asyncio.Task[None] | None = None
+        self._catching: asyncio.Task[None] | None = None
+        self._why: str | None = None
+        self.reads = Outage("reading the log", "failed", "works again")
+        #: The first position heard while behind: what comes before it was missed.
+        self._first_heard: int | None = None
+        self._missed = 0
 
     def received(self, channel: str, message: bytes | None, position: int) -> None:
         """A notification arrived (in commit order)."""
+        if self.behind:
+            self.heard = max(self.heard, position)
+            if self._first_heard is None:
+                self._first_heard = position
+            return
         self._queue.append((channel, message, position))
         self._drain()
 
-    def caught_up(self, entries: Sequence[tuple[str, bytes, int]]) -> None:
-        """Messages read from the log after a gap: they go before anything queued."""
-        for entry in reversed(entries):
-            self._queue.appendleft(entry)
-        self._drain()
+    def fall_behind(self, why: str | None = None) -> None:
+        """Stop following notifications and catch up from the log (see the module
+        docstring); without a start position or a log reader there is nothing to do.
+
+        With ``why`` (what missed messages), the count read is logged once caught up.
+        """
+        if self.last is None or self.read_after is None:
+            return
+        if why is not None:
+            self._why = why
+        if not self.behind:
+            self._first_heard, self._missed = None, 0
+        self.behind = True
+        self.heard = max([self.heard, *(position for _, _, position in self._queue)])
+        self._queue.clear()
+        if self._catching is None or self._catching.done():
+            self._catching = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        assert self.read_after is not None
+        while self.behind:
+            room = self.room()
+            if room is not None and room <= 0:
+                await asyncio.sleep(ROOM_WAIT)
+                continue
+            after = self.last or 0
+            heard = self.heard  # every position up to it committed before this read
+            try:
+                entries, covered, complete = await self.read_after(after, room or 1000)
+            except Exception as exc:
+                self.reads.failed(exc, RETRY_WAIT)
+                await asyncio.sleep(RETRY_WAIT)
+                continue
+            self.reads.recovered()
+            for channel, message, position in entries:
+                if position > (self.last or 0):
+                    self.last = position
+                    self.caught += 1
+                    first = self._first_heard
+                    self._missed += first is None or position < first
+                    self.dispatch(channel, message, position)
+            self.last = max(self.last or 0, covered, heard if complete else 0)
+            if complete and self.heard <= self.last:
+                self.behind = False
+                why, self._why = self._why, None
+                if why is not None:
+                    logger.info(
+                        "realtime: %s missed %d message(s); read from the log",
+                        why,
+                        self._missed,
+                    )
 
     def _drain(self) -> None:
+        if self.behind:
+            self._queue.clear()  # the catch-up reads them from the log
+            return
         while self._queue and self._reading is None:
             channel, message, position = self._queue[0]
             if self.last is not None and position <= self.last:
                 self._queue.popleft()
                 continue
+            room = self.room()
+            if room is not None and room <= 0 and self.read_after is not None:
+                self.overflows += 1
+                self.on_overflow()
+                self.fall_behind()
+                return
             if message is None:
                 self._reading = asyncio.get_running_loop().create_task(self._read_missing())
                 return
@@ -133,6 +231,9 @@ class Sequencer:
         try:
             missing = [position for _, message, position in self._queue if message is None]
             rows = {row.id: row.payload for row in await self.read_rows(missing)}
+            self.reads.recovered()
+            if self.behind:
+                return  # fell behind meanwhile: the catch-up reads them
             filled: deque[tuple[str, bytes | None, int]] = deque()
             for channel, message, position in self._queue:
                 if message is None:
@@ -142,9 +243,9 @@ class Sequencer:
                         continue
                 filled.append((channel, message, position))
             self._queue = filled
-        except Exception:
-            logger.exception("realtime: reading logged messages failed; retrying")
-            await asyncio.sleep(0.5)
+        except Exception as exc:
+            self.reads.failed(exc, RETRY_WAIT)
+            await asyncio.sleep(RETRY_WAIT)
         finally:
             self._reading = None
         self._drain()

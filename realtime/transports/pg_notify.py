@@ -40,6 +40,7 @@ from realtime.transports.base import LogEntry, Transport
 from realtime.transports.pg_listener import ListenerOptions, PgListener
 from realtime.transports.pg_log import Sequencer, parse, publish_logged
 from realtime.transports.table_store import MessageStore, Row, encode_channel
+from realtime.transports.tally import Tally
 from realtime.transports.trimming import Trimmer
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ logger = logging.getLogger(__name__)
 MAX_IDENTIFIER_BYTES = 63
 #: Notifications per SELECT when one publish carries many.
 NOTIFY_CHUNK = 100
-#: Rows read from the log at a time when catching up after a lost connection.
-CATCH_UP_BATCH = 1000
 # Connection settings Django keeps in OPTIONS that are not libpq parameters.
 NOT_LIBPQ = {
     "isolation_level",
@@ -126,7 +125,17 @@ class PgNotifyTransport(Transport):
             conf.AUTO_TRIM and self.log,
             "pg_notify transport",
         )
-        self._sequencer = Sequencer(self.dispatch, self._read_rows)
+        self._sequencer = Sequencer(self.dispatch, self._read_rows, self._read_after, self.room)
+        #: Overflows of the listeners' queue: with the log, caught up from it; without,
+        #: dropped and reported missed.
+        self.overflows = Tally(
+            "realtime: pg_notify: the delivery queue was full %d time(s) since the last "
+            "report (%d in all); "
+            + ("caught up from the log" if self.log else "messages dropped, sockets closed 1012")
+        )
+        self._sequencer.on_overflow = self.overflows.add
+        #: Whether a LISTEN connection was up before (the next one replaces a lost one).
+        self._listened = False
         #: Where each channel was followed: catching up never hands over what came before.
         self._anchors: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -184,6 +193,10 @@ class PgNotifyTransport(Transport):
         except DatabaseError as exc:
             raise PublishError(f"could not notify {len(pairs)} message(s)") from exc
 
+    def watch(self) -> None:
+        """The LISTEN connection bounds itself (probes); the trimming thread is watched."""
+        self.trimmer.watch()
+
     def close(self) -> None:
         """Finish the log trims submitted and release their thread."""
         self.trimmer.close()
@@ -203,7 +216,7 @@ class PgNotifyTransport(Transport):
                 self._received,
                 _database_answers,
                 self._before_listening if self.log else None,
-                self._after_listening if self.log else None,
+                self._after_listening,
             )
             self.listener.wanted |= wanted
         self._ensure_tasks()
@@ -271,6 +284,12 @@ class PgNotifyTransport(Transport):
         logged = parse(payload) if self.log else None
         if logged is not None:
             self._sequencer.received(channel, logged[1], logged[0])
+            return
+        room = self.room()
+        if room is not None and room <= 0:
+            # No log to catch up from: the sockets of the channel must read again.
+            self.overflows.add()
+            self.report_missed(frozenset([channel]))
         elif not self.log and _LOGGED_MESSAGE.match(payload):
             self._foreign_logged(channel, payload.partition(":")[2].encode("utf-8"))
         else:
@@ -303,8 +322,8 @@ class PgNotifyTransport(Transport):
     async def _anchor(self, channel: str) -> None:
         try:
             position = await run_blocking(self.store.max_id)
-        except Exception:
-            logger.warning("realtime: reading where %s was followed failed", channel, exc_info=True)
+        except Exception as exc:
+            logger.debug("realtime: reading where %s was followed failed: %s", channel, exc)
             return
         if channel in self._anchors:
             self._anchors[channel] = max(self._anchors[channel], position)
@@ -317,26 +336,26 @@ class PgNotifyTransport(Transport):
         if self._sequencer.last is None:
             self._sequencer.last = await run_blocking(self.store.max_id)
 
-    async def _after_listening(self) -> None:
-        """On a connection that replaced a lost one, hand over what the log holds after the
-        last position handed over (the channels LISTENed to now, each after its follow)."""
-        after = self._sequencer.last
+    async def _read_after(self, after: int, limit: int) -> tuple[list[LogEntry], int, bool]:
+        """The log's messages of the channels followed after ``after`` (each only after its
+        follow), the last position read, and whether the read reached the end."""
         channels = list(self._names.values())
-        if after is None or not channels:
+        if not channels:
+            return [], after, True
+        batch = await run_blocking(self.read_log, channels, after, limit)
+        entries = [e for e in batch if e[2] > self._anchors.get(e[0], after)]
+        return entries, batch[-1][2] if batch else after, len(batch) < limit
+
+    async def _after_listening(self) -> None:
+        """On a connection that replaced a lost one: with the log, catch up from it (after
+        the last position handed over); without, report every channel followed as missed."""
+        replaced, self._listened = self._listened, True
+        if not replaced:
             return
-        caught: list[LogEntry] = []
-        while True:
-            batch = await run_blocking(self.read_log, channels, after, CATCH_UP_BATCH)
-            caught += [e for e in batch if e[2] > self._anchors.get(e[0], after)]
-            if len(batch) < CATCH_UP_BATCH:
-                break
-            after = batch[-1][2]
-        if caught:
-            logger.warning(
-                "realtime: the LISTEN connection missed %d message(s); read from the log",
-                len(caught),
-            )
-            self._sequencer.caught_up(caught)
+        if self.log:
+            self._sequencer.fall_behind("the LISTEN connection")
+        elif self._names:
+            self.report_missed(frozenset(self._names.values()))
 
 
 #: A notification of a publisher that keeps the log: the row's id, then realtime's message (a

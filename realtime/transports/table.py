@@ -58,6 +58,7 @@ class TableTransport(Transport):
             "table transport",
         )
         self._poller = Poller(self.store, self.polling_interval, self.commit_grace)
+        self._poller.room = self._room
 
     def _validate(self) -> None:
         if not self.polling_interval > 0:
@@ -97,6 +98,15 @@ class TableTransport(Transport):
 
     async def unfollow(self, channel: str) -> None:
         self._poller.unfollow(encode_channel(channel))
+
+    def watch(self) -> None:
+        self._poller.watch()
+        self.trimmer.watch()
+
+    def _room(self) -> int | None:
+        # Read on the poller's thread: the listeners' queue only drains meanwhile (the
+        # poller is its only producer, and waits for its last batch), so this is a floor.
+        return self.room()
 
     def _deliver(self, rows: list[tuple[str, bytes, int]]) -> None:
         # On the event loop, where unfollow runs too: a poll that read a channel just before

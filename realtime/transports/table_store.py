@@ -294,6 +294,7 @@ class MessageStore:
         floor: int,
         grace: float,
         known: Collection[int],
+        limit: int | None = None,
     ) -> Poll:
         """Read what one poll needs: the ids above ``floor`` whose hash is one of ``hashes``,
         and the rows of those not in ``known``; plus the highest id older than ``grace``
@@ -301,7 +302,8 @@ class MessageStore:
 
         The window above the floor is re-read every poll (that is how a late commit is
         caught), so it is read as bare ids, compared with the cutoff by the database; only
-        new rows come with their channel and payload, in a second query.
+        new rows come with their channel and payload, in a second query. With ``limit``, at
+        most that many new rows are read, and ``settled`` stays below the first one left.
         """
         if not hashes:
             return Poll([], None)
@@ -316,6 +318,10 @@ class MessageStore:
             window = cursor.fetchall()
             settled = max((int(id_) for id_, old in window if old), default=None)
             fresh = [int(id_) for id_, _ in window if int(id_) not in known]
+            if limit is not None and len(fresh) > limit:
+                left = fresh[limit]
+                fresh = fresh[:limit]
+                settled = max((int(i) for i, old in window if old and int(i) < left), default=None)
             if not fresh:
                 return Poll([], settled)
             rows: list[Row] = []

@@ -6,16 +6,23 @@ Each published message has a ``2 / batch_size`` chance of submitting a trim of o
 expired rows to one background thread, so trimming keeps pace with publishing on average
 without a scheduler, and a publisher never waits for it. ``manage.py realtime_trim`` does the
 same work on demand.
+
+The trimming thread's connection is held open, so it is bounded like the poller's (see
+``bounds``): ``watch``, called by the worker's housekeeping, cuts a trim that outlived its
+bound. A failing trim logs one line when trims start failing and one when they work again.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.core.exceptions import ImproperlyConfigured
 
+from realtime.transports.bounds import Bounds, StatementClock, bounded_connection
+from realtime.transports.outage import Outage
 from realtime.transports.table_store import MessageStore, close_connection
 
 logger = logging.getLogger(__name__)
@@ -37,6 +44,11 @@ class Trimmer:
         self.auto = auto
         self._thread: ThreadPoolExecutor | None = None
         self._last: Future[int] | None = None
+        self.bounds = Bounds.from_settings()
+        self.clock = StatementClock()
+        self.outage = Outage("trimming firm_channel_messages", "failed", "works again")
+        #: Trims the watchdog cut.
+        self.cuts = 0
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""
@@ -72,10 +84,23 @@ class Trimmer:
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="realtime-trim")
         self._last = self._thread.submit(self._trim_in_background)
 
+    def watch(self) -> None:
+        """Cut a background trim whose statement outlived its bound (on the event loop)."""
+        running = self.clock.running_for(time.monotonic())
+        overdue = running is not None and running > self.bounds.statement_timeout + 1.0
+        if overdue and self.clock.cut():
+            self.cuts += 1
+            logger.warning("realtime: a trim had no answer for %.1f s; cut its connection", running)
+
     def _trim_in_background(self) -> int:
         try:
-            return self.trim()
-        except Exception:
-            logger.exception("realtime: trimming firm_channel_messages failed")
+            connection = bounded_connection(self.store.using, self.bounds)
+            with self.clock.running(connection):
+                trimmed = self.trim()
+        except Exception as exc:
+            # The next trim is submitted by a later publish: no retry of its own.
+            self.outage.failed(exc, 0.0)
             close_connection(self.store.using)
             return 0
+        self.outage.recovered()
+        return trimmed

@@ -1,0 +1,161 @@
+"""Bounds on the database connections realtime holds open on threads of its own.
+
+The table poller and the trimming thread keep one connection each for the life of the
+process. A connection whose peer silently went away (a NAT that forgot the flow, a failover,
+a frozen proxy) would otherwise block a read for hours: the poller would deliver nothing and
+say nothing. So each such connection is opened with:
+
+* TCP keepalives (``REALTIME_TCP_KEEPIDLE/KEEPINTVL/KEEPCNT``), and on PostgreSQL
+  ``tcp_user_timeout``, so the kernel notices a peer that stopped answering;
+* a client read/write timeout on MySQL/MariaDB (``read_timeout``, ``write_timeout``);
+* a server-side statement timeout (PostgreSQL ``statement_timeout``, MariaDB
+  ``max_statement_time``, MySQL ``max_execution_time``), so a statement stuck on the server
+  is cancelled there;
+
+all set to ``REALTIME_HEARTBEAT_TIMEOUT`` seconds. SQLite has no network (its waits are
+bounded by the database's own ``timeout``). Whatever those leave — a peer whose kernel still
+acknowledges but whose process stopped answering — a ``StatementClock`` catches: it knows when
+the statement under way began and which socket it waits on, so a watchdog on another thread
+can cut that socket, and the blocked read fails at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from realtime.conf import conf
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How long one statement may take, and the TCP keepalive of a held connection."""
+
+    statement_timeout: float
+    keepidle: int
+    keepintvl: int
+    keepcnt: int
+
+    @classmethod
+    def from_settings(cls) -> Bounds:
+        return cls(
+            statement_timeout=conf.HEARTBEAT_TIMEOUT,
+            keepidle=conf.TCP_KEEPIDLE,
+            keepintvl=conf.TCP_KEEPINTVL,
+            keepcnt=conf.TCP_KEEPCNT,
+        )
+
+    def options(self, vendor: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The driver options of a bounded connection: ``options`` plus the bounds (the
+        project's own values of the same options win)."""
+        if vendor == "postgresql":
+            bounded: dict[str, Any] = {
+                "keepalives": 1,
+                "keepalives_idle": self.keepidle,
+                "keepalives_interval": self.keepintvl,
+                "keepalives_count": self.keepcnt,
+                "tcp_user_timeout": int(self.statement_timeout * 1000),
+            }
+        elif vendor == "mysql":
+            seconds = max(1, math.ceil(self.statement_timeout))
+            bounded = {"read_timeout": seconds, "write_timeout": seconds}
+        else:
+            bounded = {}
+        return {**bounded, **options}
+
+
+def bounded_connection(using: str, bounds: Bounds) -> BaseDatabaseWrapper:
+    """This thread's connection of ``using``, opened with ``bounds`` if it is not open yet.
+
+    Only this thread's wrapper gets the bounded options (a copy of the alias's settings taken
+    at each connect, so a changed host or port is followed); other threads are untouched.
+    """
+    wrapper = connections[using]
+    if wrapper.connection is not None:
+        return wrapper
+    settings = connections.settings[using]
+    wrapper.settings_dict = {
+        **settings,
+        "OPTIONS": bounds.options(wrapper.vendor, dict(settings.get("OPTIONS") or {})),
+    }
+    wrapper.ensure_connection()
+    _limit_statements(wrapper, bounds.statement_timeout)
+    return wrapper
+
+
+def _limit_statements(wrapper: BaseDatabaseWrapper, seconds: float) -> None:
+    with wrapper.cursor() as cursor:
+        if wrapper.vendor == "postgresql":
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, false)", [str(int(seconds * 1000))]
+            )
+        elif wrapper.vendor == "mysql" and wrapper.mysql_is_mariadb:  # type: ignore[attr-defined]
+            cursor.execute("SET SESSION max_statement_time = %s", [seconds])
+        elif wrapper.vendor == "mysql":
+            cursor.execute("SET SESSION max_execution_time = %s", [int(seconds * 1000)])
+
+
+class StatementClock:
+    """When one thread's statement under way began, and the socket it waits on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._fd: int | None = None
+
+    @contextmanager
+    def running(self, wrapper: BaseDatabaseWrapper) -> Iterator[None]:
+        """Time the statements of the block, run on ``wrapper`` (an open connection)."""
+        fd = _fileno(wrapper)
+        with self._lock:
+            self._since, self._fd = time.monotonic(), fd
+        try:
+            yield
+        finally:
+            # Under the lock: once it is released the connection may be closed and its
+            # descriptor reused, so ``cut`` must never act after this point.
+            with self._lock:
+                self._since, self._fd = None, None
+
+    def running_for(self, now: float) -> float | None:
+        """Seconds the statement under way has run (``None``: none is)."""
+        since = self._since
+        return None if since is None else now - since
+
+    def cut(self) -> bool:
+        """Shut the socket of the statement under way down, so its read fails now."""
+        with self._lock:
+            if self._fd is None:
+                return False
+            try:
+                # A duplicate of the descriptor: shutting it down ends the connection for
+                # its owner too, closing it leaves the owner's descriptor alone.
+                with socket.socket(fileno=os.dup(self._fd)) as duplicate:
+                    duplicate.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                logger.debug("realtime: cutting a stuck connection failed", exc_info=True)
+                return False
+            return True
+
+
+def _fileno(wrapper: BaseDatabaseWrapper) -> int | None:
+    """The socket of a networked connection; ``None`` for SQLite."""
+    if wrapper.vendor == "sqlite" or wrapper.connection is None:
+        return None
+    try:
+        return int(wrapper.connection.fileno())
+    except Exception:
+        return None

@@ -1,0 +1,110 @@
+"""How a connection realtime holds open reports its outages: one line per change of state.
+
+An operator reading the logs of a long database outage wants to know when a connection was
+lost, whether it got worse, and when it came back — not one traceback per retry. So the
+first failure is one WARNING (with the error's one-line description), every later attempt is
+a DEBUG line, an escalation is one ERROR, and the recovery is one WARNING saying how long it
+lasted. An error that is not about the database or the network is a bug: its traceback is
+logged once, at its first occurrence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.db import DatabaseError
+
+logger = logging.getLogger(__name__)
+
+
+def describe(exc: BaseException) -> str:
+    """The one-line description of an error: its class and its first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a lost database or network gives (no traceback needed)."""
+    if isinstance(exc, DatabaseError | OSError | TimeoutError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is optional
+        return False
+    return isinstance(exc, psycopg.Error)
+
+
+class Outage:
+    """The state of one held connection: ``what`` names it in the logs, ``failing`` and
+    ``back`` say what happened to it ("is lost", "is back")."""
+
+    def __init__(self, what: str, failing: str = "is lost", back: str = "is back") -> None:
+        self.what = what
+        self.failing = failing
+        self.back = back
+        #: ``time.monotonic()`` of the first failure of the current outage; ``None``: up.
+        self.since: float | None = None
+        #: Failed attempts in the current outage.
+        self.attempts = 0
+        self.escalated = False
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+    def failed(self, exc: BaseException, retry_in: float) -> None:
+        """An attempt failed: one WARNING for the first, DEBUG for the others."""
+        self.attempts += 1
+        bug = None if expected(exc) else exc
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.warning(
+                "realtime: %s %s (attempt %d, retrying in %.2f s): %s",
+                self.what,
+                self.failing,
+                self.attempts,
+                retry_in,
+                describe(exc),
+                exc_info=bug,
+            )
+            return
+        logger.debug(
+            "realtime: %s: attempt %d failed too (retrying in %.2f s): %s",
+            self.what,
+            self.attempts,
+            retry_in,
+            describe(exc),
+        )
+
+    def escalate(self, why: str, exc: BaseException | None = None) -> None:
+        """The outage is worse than a blip: one ERROR per outage."""
+        if self.escalated or self.since is None:
+            return
+        self.escalated = True
+        detail = f": {describe(exc)}" if exc is not None else ""
+        logger.error(
+            "realtime: %s %s (attempt %d, down %.1f s)%s",
+            self.what,
+            why,
+            self.attempts,
+            self.duration(),
+            detail,
+        )
+
+    def duration(self) -> float:
+        """Seconds since the outage began (0 when up)."""
+        return 0.0 if self.since is None else time.monotonic() - self.since
+
+    def recovered(self) -> None:
+        """The connection works again: one WARNING if it had been lost."""
+        if self.since is None:
+            return
+        logger.warning(
+            "realtime: %s %s after %.1f s (attempt %d)",
+            self.what,
+            self.back,
+            self.duration(),
+            self.attempts + 1,
+        )
+        self.since, self.attempts, self.escalated = None, 0, False

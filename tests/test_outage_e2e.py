@@ -1,0 +1,186 @@
+"""Overload and outages end to end: real daphne workers, real clients, this process writing.
+
+A worker whose delivery queue is too small for one transaction, and a pg_notify worker whose
+LISTEN connection is terminated or cut (through ``Proxy``), must leave no socket silently
+stale: every socket hears every event once and in order, or — where nothing can make good
+what was lost (pg_notify without its log) — is closed 1012 so that its client reconnects and
+reads again. Waits are bounded; absence is proven with a marker sent afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_scope
+from tests.helpers import off_loop, only_on, vendor
+from tests.live import Client, Clients, LiveServers
+from tests.proxy import Proxy, databases_through
+from tests.testapp.models import Membership, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MARKER = "test.marker"
+BURST = "test.burst"
+#: A delivery queue far smaller than one transaction's announcements.
+SMALL_QUEUE = 20
+BURST_SIZE = 3 * SMALL_QUEUE
+PG_NOTIFY = {"REALTIME_TRANSPORT": "pg_notify"}
+WITHOUT_LOG = {"REALTIME_TRANSPORT": "pg_notify", "REALTIME_PG_NOTIFY_LOG": False}
+#: A LISTEN connection that comes back fast.
+FAST_BACK = {"REALTIME_RECONNECT_BACKOFF_START": 0.05, "REALTIME_RECONNECT_BACKOFF_MAX": 0.2}
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
+def use(settings: Any, overrides: dict[str, Any]) -> None:
+    """Have this process publish as the workers listen."""
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+
+
+def members(count: int) -> tuple[Workspace, list[str]]:
+    """A workspace and the tokens of ``count`` members."""
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    tokens = []
+    for number in range(count):
+        user = get_user_model().objects.create_user(username=f"member{number}")
+        Membership.objects.create(workspace=workspace, user=user)
+        tokens.append(issue_token(user))
+    return workspace, tokens
+
+
+def burst(workspace_id: int, first: int, count: int) -> None:
+    """Announce ``count`` numbered events in one transaction."""
+    with transaction.atomic():
+        for number in range(first, first + count):
+            broadcast_to_scope(workspace_id, BURST, {"n": number})
+
+
+def marker(workspace_id: int) -> None:
+    broadcast_to_scope(workspace_id, MARKER, {})
+
+
+async def numbers_until_marker(client: Client) -> list[int]:
+    frames = await client.frames_until(MARKER)
+    return [frame["data"]["n"] for frame in frames if frame["type"] == BURST]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [pytest.param({}, id="table"), pytest.param(PG_NOTIFY, id="pg_notify")],
+)
+async def test_one_transaction_announcing_more_than_the_queue_holds_reaches_every_socket_whole(
+    live_servers: LiveServers, ws: Clients, settings: Any, overrides: dict[str, Any]
+) -> None:
+    if overrides and vendor() != "postgresql":
+        pytest.skip("pg_notify needs PostgreSQL")
+    use(settings, overrides)
+    server = live_servers.get("small-queue", REALTIME_NOTIFY_QUEUE_SIZE=SMALL_QUEUE, **overrides)
+    workspace, tokens = await off_loop(members, 3)
+    clients = [await ws.authenticated(server, token, scope="acme") for token in tokens]
+    await off_loop(burst, workspace.pk, 0, BURST_SIZE)
+    await off_loop(marker, workspace.pk)
+    for client in clients:
+        assert await numbers_until_marker(client) == list(range(BURST_SIZE))
+
+
+@only_on("postgresql")
+async def test_without_the_log_an_overflow_closes_the_sockets_that_missed_events_1012(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    use(settings, WITHOUT_LOG)
+    server = live_servers.get("small-queue", REALTIME_NOTIFY_QUEUE_SIZE=SMALL_QUEUE, **WITHOUT_LOG)
+    workspace, tokens = await off_loop(members, 2)
+    clients = [await ws.authenticated(server, token, scope="acme") for token in tokens]
+    await off_loop(burst, workspace.pk, 0, BURST_SIZE)
+    for client in clients:
+        assert await client.closed_with() == 1012
+    # The clients reconnect and hear what comes next.
+    again = await ws.authenticated(server, tokens[0], scope="acme")
+    await off_loop(burst, workspace.pk, 0, 3)
+    await off_loop(marker, workspace.pk)
+    assert await numbers_until_marker(again) == [0, 1, 2]
+
+
+def listener_pid_of(state: dict[str, Any]) -> int:
+    pid = state.get("listener_pid")
+    assert isinstance(pid, int)
+    return pid
+
+
+def terminate(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = %s AND datname = current_database()",
+            [pid],
+        )
+
+
+@only_on("postgresql")
+async def test_without_the_log_a_listen_outage_closes_every_socket_1012(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    use(settings, WITHOUT_LOG)
+    server = live_servers.get("no-log", **WITHOUT_LOG, **FAST_BACK)
+    workspace, tokens = await off_loop(members, 2)
+    clients = [await ws.authenticated(server, token, scope="acme") for token in tokens]
+    old = listener_pid_of(await asyncio.to_thread(server.state))
+    await off_loop(terminate, old)
+    for client in clients:
+        assert await client.closed_with() == 1012
+    await server.wait_for_state(lambda state: state.get("listener_pid") not in (None, old))
+    again = await ws.authenticated(server, tokens[1], scope="acme")
+    await off_loop(marker, workspace.pk)
+    assert await numbers_until_marker(again) == []
+
+
+@only_on("postgresql")
+async def test_with_the_log_a_terminated_backend_and_a_cut_while_writes_flow_lose_and_repeat_nothing(  # noqa: E501
+    live_servers: LiveServers, ws: Clients, settings: Any, proxy: Proxy
+) -> None:
+    use(settings, PG_NOTIFY)
+    server = live_servers.get(
+        "through-proxy",
+        DATABASES=databases_through(proxy),
+        REALTIME_HEARTBEAT_INTERVAL=0.5,
+        REALTIME_HEARTBEAT_TIMEOUT=0.5,
+        **PG_NOTIFY,
+        **FAST_BACK,
+    )
+    workspace, tokens = await off_loop(members, 3)
+    clients = [await ws.authenticated(server, token, scope="acme") for token in tokens]
+    written = 0
+
+    async def write(count: int) -> None:
+        nonlocal written
+        for _ in range(count):
+            await off_loop(burst, workspace.pk, written, 1)
+            written += 1
+
+    await write(10)
+    old = listener_pid_of(await asyncio.to_thread(server.state))
+    await off_loop(terminate, old)  # the LISTEN backend goes
+    await write(10)
+    await server.wait_for_state(lambda state: state.get("listener_pid") not in (None, old))
+    await write(10)
+    await proxy.close()  # every connection of the worker is cut, and refused
+    await write(10)
+    await proxy.open()
+    await write(10)
+    await off_loop(marker, workspace.pk)
+    for client in clients:
+        assert await numbers_until_marker(client) == list(range(written))
+    assert written == 50
