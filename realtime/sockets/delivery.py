@@ -78,6 +78,9 @@ class Dispatcher:
         self._queue: asyncio.Queue[tuple[bytes, int | None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[Any]] = set()
+        #: Messages queued, being planned or being sent; ``_quiet`` is set when none is.
+        self._pending = 0
+        self._quiet: asyncio.Event | None = None
 
     def put(self, channel: str, payload: bytes, position: int | None = None) -> None:
         if self._queue is None:
@@ -88,6 +91,22 @@ class Dispatcher:
             logger.warning(
                 "realtime: the delivery queue is full; a message on %s is dropped", channel
             )
+            return
+        self._pending += 1
+
+    async def quiet(self) -> None:
+        """Return once no message is queued, being planned or being sent (background work,
+        such as a recheck round, goes in the gaps between deliveries)."""
+        while self._pending:
+            if self._quiet is None:
+                self._quiet = asyncio.Event()
+            self._quiet.clear()
+            await self._quiet.wait()
+
+    def _settled(self, count: int = 1) -> None:
+        self._pending = max(0, self._pending - count)
+        if not self._pending and self._quiet is not None:
+            self._quiet.set()
 
     def ensure_running(self) -> None:
         """Start the planner and sender tasks, or restart one that died."""
@@ -101,6 +120,7 @@ class Dispatcher:
                 )
         for task in self._tasks:
             task.cancel()
+        self._settled(self._pending)  # what the old queue held is gone with it
         queue: asyncio.Queue[tuple[bytes, int | None]] = asyncio.Queue(
             maxsize=conf.NOTIFY_QUEUE_SIZE
         )
@@ -133,6 +153,8 @@ class Dispatcher:
                     await self.carry_out(plan)
             except Exception:
                 logger.exception("realtime: delivering a message failed")
+            finally:
+                self._settled()
 
     async def _plan(self, payload: bytes, position: int | None) -> Plan | None:
         message = read_message(payload)
