@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 THREADS = 4
 #: Seconds a kept connection may sit unused before it is checked again before use.
-IDLE_CHECK = 5.0
+IDLE_CHECK = 1.0
 
 _executor: ThreadPoolExecutor | None = None
 _background: ThreadPoolExecutor | None = None
