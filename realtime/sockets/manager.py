@@ -298,6 +298,7 @@ class SocketManager:
             for s in self.index.sockets
             if s.next_recheck <= now and not s.watching and s.held is None
         ]
+        due.sort(key=_due_at)  # those asked for (due at 0) first
         for socket in due:
             socket.next_recheck = now + conf.RECHECK_INTERVAL * random.uniform(0.9, 1.0)
         for start in range(0, len(due), RECHECK_BATCH):
@@ -342,6 +343,10 @@ class SocketManager:
         """Follow what is held but not followed (a follow that failed earlier)."""
         for scope_id in [s for s in self.index.by_scope if s not in self._followed]:
             await self._sync_follow(scope_id)
+
+
+def _due_at(socket: Socket) -> float:
+    return socket.next_recheck
 
 
 async def _authenticate_all(asks: list[tuple[str, ScopeAsk]]) -> list[Any]:
