@@ -5,7 +5,7 @@ of a scope follows it, the last one leaving unfollows it), plus the base channel
 events and recheck requests. A message for a worker holding no socket is dropped before it is
 parsed; the others go to the ``Dispatcher``, which hands one encoded frame straight to each
 target's ASGI ``send`` — never through a channel layer or a consumer's dispatch. Housekeeping
-runs every ``TICK``: due rechecks (in one batch, off the event loop) and scopes whose follow
+runs every ``TICK``: due rechecks (in batches, off the event loop) and scopes whose follow
 failed earlier; a watch of its own, on the same tick, drops sockets that stopped reading.
 
 Rechecks are spread and kept behind delivery: each socket's first recheck falls at a random
