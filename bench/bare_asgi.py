@@ -1,7 +1,9 @@
 """A bare ASGI application: the floor of ``fanout.py``, served by daphne like the real one.
 
 It accepts every WebSocket (at any path but ``/control``), keeps each one's raw ASGI ``send``
-callable and ignores whatever the socket sends. A control socket (path ``/control``) sends
+callable, answers the first text frame a socket sends with a fixed ``auth_success`` frame (the
+floor of a handshake, for ``connect.py`` and ``storm.py``) and ignores whatever else it sends.
+A control socket (path ``/control``) sends
 ``fire <text>``: the application sends ``<text>``, encoded once, to every other socket with
 one ``asyncio.gather`` of their ``send`` calls, then answers ``done <sockets> <seconds>`` (the
 time the gather took). ``GET /stats`` answers ``{"sockets": N}``. No Django, no
@@ -25,6 +27,7 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+AUTH_SUCCESS = json.dumps({"type": "auth_success", "data": {"user_id": 0, "scopes": []}})
 #: The raw ``send`` of every open socket but the control ones.
 sockets: dict[int, Send] = {}
 _keys = itertools.count()
@@ -46,9 +49,12 @@ async def _member(receive: Receive, send: Send) -> None:
     await send({"type": "websocket.accept"})
     key = next(_keys)
     sockets[key] = send
+    answered = False
     try:
-        while (await receive())["type"] != "websocket.disconnect":
-            pass
+        while (message := await receive())["type"] != "websocket.disconnect":
+            if not answered and message.get("text") is not None:
+                answered = True
+                await send({"type": "websocket.send", "text": AUTH_SUCCESS})
     finally:
         sockets.pop(key, None)
 

@@ -195,8 +195,10 @@ class Uvicorn(Daphne):
     lifespan, no access log, the same listen backlog."""
 
     @classmethod
-    def start(cls, application: str, env: dict[str, str], name: str) -> Daphne:
-        port = harness.free_port()
+    def start(
+        cls, application: str, env: dict[str, str], name: str, port: int | None = None
+    ) -> Daphne:
+        port = port or harness.free_port()
         log = Path(tempfile.gettempdir()) / f"realtime-bench-{name}-{port}.log"
         command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
         command += ["--lifespan", "off", "--no-access-log", "--backlog", "2048", application]

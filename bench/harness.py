@@ -299,8 +299,10 @@ class Daphne:
     log: Path
 
     @classmethod
-    def start(cls, application: str, env: dict[str, str], name: str) -> Daphne:
-        port = free_port()
+    def start(
+        cls, application: str, env: dict[str, str], name: str, port: int | None = None
+    ) -> Daphne:
+        port = port or free_port()
         log = Path(tempfile.gettempdir()) / f"realtime-bench-{name}-{port}.log"
         with log.open("wb") as output:
             process = subprocess.Popen(
@@ -484,6 +486,21 @@ async def open_realtime(
         raise RuntimeError(f"authentication refused: {answer}")
     if channels:
         await connection.send(json.dumps({"type": "subscribe", "data": {"channels": channels}}))
+    return connection
+
+
+async def open_subscribed(
+    url: str, token: str, slug: str, channels: Sequence[str]
+) -> ClientConnection:
+    """Connect and authenticate for ``slug``, subscribed to ``channels`` in the same frame (as
+    the JavaScript client does): once ``auth_success`` is read, the socket hears them."""
+    connection = await connect(url)
+    data = {"token": token, "scope": slug, "channels": list(channels)}
+    await connection.send(json.dumps({"type": "authenticate", "data": data}))
+    answer = json.loads(await asyncio.wait_for(connection.recv(), WAIT))
+    if answer.get("type") != "auth_success":
+        await connection.close()
+        raise RuntimeError(f"authentication refused: {answer}")
     return connection
 
 

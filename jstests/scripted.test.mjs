@@ -105,6 +105,7 @@ test('backoff doubles from backoffStart up to backoffMax while nothing answers',
     WebSocket: Timed,
     backoffStart: 20,
     backoffMax: 160,
+    jitter: 0,
   });
   const recorder = new Recorder(realtime);
   realtime.connect();
@@ -125,6 +126,52 @@ test('backoff doubles from backoffStart up to backoffMax while nothing answers',
   for (const [i, expected] of [20, 40, 80, 160, 160].entries()) {
     assert.ok(gaps[i] >= expected - 2, `attempt ${i + 2} came ${gaps[i]} ms after the last`);
   }
+});
+
+test('jitter takes a random share of each backoff step off its delay', async () => {
+  const port = await freePort(); // nothing listens there
+  const draws = [0.5, 1, 0, 0.25, 0.75];
+  const random = Math.random;
+  const runs = [];
+  for (const jitter of [undefined, 0.5]) {
+    const realtime = client({
+      url: `ws://127.0.0.1:${port}/api/ws`,
+      backoffStart: 20,
+      backoffMax: 160,
+      ...(jitter === undefined ? {} : { jitter }),
+    });
+    const recorder = new Recorder(realtime);
+    let drawn = 0;
+    Math.random = () => draws[drawn++ % draws.length];
+    try {
+      realtime.connect();
+      await recorder.until((r) => r.states.length >= 6, 5000, 'five retries');
+    } finally {
+      Math.random = random;
+    }
+    realtime.close();
+    runs.push(recorder.states.slice(1, 6).map((d) => d.delay));
+  }
+  // Steps 20, 40, 80, 160, 160; by default (jitter 1) anywhere from 0 to the step.
+  assert.deepEqual(runs, [
+    [10, 0, 80, 120, 40],
+    [15, 20, 80, 140, 100],
+  ]);
+});
+
+test('clients that lose the same server come back spread over the first backoff step', async () => {
+  const port = await freePort(); // nothing listens there
+  const delays = [];
+  for (let i = 0; i < 50; i += 1) {
+    const realtime = client({ url: `ws://127.0.0.1:${port}/api/ws`, backoffStart: 1000 });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.until((r) => r.states.length >= 2, 5000, 'a retry');
+    delays.push(recorder.states[1].delay);
+    realtime.close();
+  }
+  assert.ok(delays.every((delay) => delay >= 0 && delay <= 1000), String(delays));
+  assert.ok(new Set(delays).size > 25, `delays drawn: ${delays}`);
 });
 
 test('closed 1011 after authenticating: reconnects and says its channels again', async () => {

@@ -6,6 +6,12 @@ loop. Scopes are instances of ``REALTIME_SCOPE_MODEL``, named by ``REALTIME_SCOP
 and joined through ``REALTIME_SCOPE_MEMBERS``; hooks answer with ``Scope`` values (id and slug)
 so that a renamed slug never loses a socket its scope.
 
+Handshakes that arrive together and recheck rounds ask the bulk forms (``users_of_tokens``,
+``scopes_of_many``): their defaults answer many sockets in a few statements of at most 200 ids
+each. A subclass that overrides only a single form (``user_of_token``, ``scope_of``,
+``scopes_of``, ``held_scopes``) keeps its answers: the bulk defaults then ask that form once
+per question.
+
 ``issue_token(user)`` signs a bearer the default ``user_of_token`` accepts: it expires after
 ``REALTIME_TOKEN_MAX_AGE`` and stops standing for the account once its username or email
 change (or its password, with ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``), or it is deactivated.
@@ -15,8 +21,8 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
@@ -27,8 +33,12 @@ from django.utils.module_loading import import_string
 
 from realtime.audience import readers
 from realtime.conf import conf
+from realtime.encoding import normal_id
+from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.paths import to_lookup
 from realtime.registry import options_named
+
+T = TypeVar("T")
 
 TOKEN_SALT = "realtime.token"  # noqa: S105 - a namespace for signing, not a secret
 
@@ -58,6 +68,15 @@ def member_ids(scope_id: Any) -> models.QuerySet[Any, Any]:
     return model._default_manager.filter(pk=scope_id).values_list(members_lookup(), flat=True)
 
 
+class ScopeQuestion(NamedTuple):
+    """One socket's scope question in a bulk ask: of the scopes named by ``slugs`` and of
+    those with ids ``held_ids``, which ``user`` is a member of."""
+
+    user: Any
+    slugs: Sequence[Any]
+    held_ids: Sequence[Any]
+
+
 class RealtimeAuth:
     """The default answers; every method is a hook an application may override."""
 
@@ -65,20 +84,27 @@ class RealtimeAuth:
 
     def user_of_token(self, token: str) -> Any | None:
         """Return the active account ``token`` stands for, or ``None``."""
-        try:
-            claims = signing.loads(
-                token, salt=TOKEN_SALT, max_age=datetime.timedelta(seconds=conf.TOKEN_MAX_AGE)
-            )
-        except (signing.BadSignature, ValueError):
+        claims = _claims(token)
+        if claims is None:
             return None
-        if not isinstance(claims, dict) or "u" not in claims or "f" not in claims:
-            return None
-        user = get_user_model()._default_manager.filter(pk=claims["u"]).first()
-        if user is None or not getattr(user, "is_active", True):
-            return None
-        if not constant_time_compare(str(claims["f"]), token_fingerprint(user)):
-            return None
-        return user
+        user = get_user_model()._default_manager.filter(pk=claims[0]).first()
+        return _standing(user, claims)
+
+    def users_of_tokens(self, tokens: Sequence[str]) -> list[Any | None]:
+        """Return, for each token in order, the active account it stands for, or ``None``.
+
+        The default reads the accounts of up to 200 tokens per statement; a subclass that
+        overrides ``user_of_token`` only is asked that once per token.
+        """
+        if overridden(self, "user_of_token"):
+            return [self.user_of_token(token) for token in tokens]
+        claims = [_claims(token) for token in tokens]
+        pks = list(dict.fromkeys(str(c[0]) for c in claims if c is not None))
+        users: dict[str, Any] = {}
+        manager = get_user_model()._default_manager
+        for chunk in _chunks(pks):
+            users.update((str(user.pk), user) for user in manager.filter(pk__in=chunk))
+        return [None if c is None else _standing(users.get(str(c[0])), c) for c in claims]
 
     # Which scopes ------------------------------------------------------------------------
 
@@ -114,6 +140,67 @@ class RealtimeAuth:
         ).values_list("pk", conf.SCOPE_SLUG_FIELD)
         found = {pk: Scope(pk, slug) for pk, slug in rows}
         return [found[pk] for pk in ids if pk in found]
+
+    def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+        """Answer each question: the scopes its slugs name (in asked order), then those of its
+        ``held_ids`` not named so (in that order), of which its user is a member.
+
+        The default answers every question at once, in one statement per 200 accounts and 200
+        slugs and ids; a subclass that overrides ``scopes_of``, ``scope_of`` or
+        ``held_scopes`` is asked those for each question instead.
+        """
+        if overridden(self, "scopes_of", "scope_of", "held_scopes"):
+            return [self._scopes_one_by_one(question) for question in questions]
+        model = scope_model()
+        if model is None:
+            return [[] for _ in questions]
+        slug_field, lookup = conf.SCOPE_SLUG_FIELD, members_lookup()
+        slugs = list(dict.fromkeys(s for q in questions for s in q.slugs if _nameable(s)))
+        ids = list(dict.fromkeys(normal_id(i) for q in questions for i in q.held_ids))
+        keys: list[tuple[str, Any]] = [("slug", s) for s in slugs] + [("id", i) for i in ids]
+        users = list(dict.fromkeys(normal_id(q.user.pk) for q in questions))
+        by_slug: dict[str, Scope] = {}
+        by_id: dict[Any, Scope] = {}
+        members: set[tuple[Any, Any]] = set()
+        for key_chunk in _chunks(keys):
+            named = models.Q(**{f"{slug_field}__in": [v for k, v in key_chunk if k == "slug"]})
+            held = models.Q(pk__in=[v for k, v in key_chunk if k == "id"])
+            for user_chunk in _chunks(users):
+                rows = model._default_manager.filter(
+                    named | held, **{f"{lookup}__in": user_chunk}
+                ).values_list("pk", slug_field, lookup)
+                for pk, slug, member in rows:
+                    scope = Scope(pk, slug)
+                    by_slug[slug] = by_id[normal_id(pk)] = scope
+                    members.add((normal_id(member), normal_id(pk)))
+        answers = []
+        for question in questions:
+            user = normal_id(question.user.pk)
+            found = [
+                by_slug[slug]
+                for slug in dict.fromkeys(question.slugs)
+                if slug in by_slug and (user, normal_id(by_slug[slug].id)) in members
+            ]
+            known = {normal_id(scope.id) for scope in found}
+            found += [
+                by_id[key]
+                for key in dict.fromkeys(normal_id(i) for i in question.held_ids)
+                if key not in known and key in by_id and (user, key) in members
+            ]
+            answers.append(found)
+        return answers
+
+    def _scopes_one_by_one(self, question: ScopeQuestion) -> list[Scope]:
+        user, slugs = question.user, list(question.slugs)
+        found = list(self.scopes_of(user, slugs)) if len(slugs) > 1 else []
+        if len(slugs) == 1:
+            scope = self.scope_of(user, slugs[0])
+            found = [scope] if scope is not None else []
+        known = {normal_id(scope.id) for scope in found}
+        missing = [i for i in question.held_ids if normal_id(i) not in known]
+        if missing:
+            found += list(self.held_scopes(user, missing))
+        return found
 
     def reached_scopes(self, token: str, ids: Iterable[Any]) -> list[Any]:
         """Narrow the scope ids a bearer may reach (an API key limited to one scope, say)."""
@@ -156,6 +243,51 @@ class RealtimeAuth:
     def outside_recipients(self, scope_id: Any, event_type: str, data: Any) -> Iterable[Any]:
         """More accounts, outside the scope, that hear a scope event (default: nobody)."""
         return []
+
+
+def overridden(auth: RealtimeAuth, *names: str) -> bool:
+    """Whether ``auth``'s class replaces any of these default hooks."""
+    return any(getattr(type(auth), name) is not getattr(RealtimeAuth, name) for name in names)
+
+
+def _chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``values`` in slices of at most ``MAX_IDS_PER_MESSAGE`` (ids in one statement)."""
+    for start in range(0, len(values), MAX_IDS_PER_MESSAGE):
+        yield values[start : start + MAX_IDS_PER_MESSAGE]
+
+
+def _nameable(slug: Any) -> bool:
+    """Whether a scope could be named ``slug``: text a database can store (no NUL, no lone
+    surrogate)."""
+    if not isinstance(slug, str) or "\x00" in slug:
+        return False
+    try:
+        slug.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _claims(token: str) -> tuple[Any, str] | None:
+    """The account id and fingerprint a well-signed, unexpired token holds, else ``None``."""
+    try:
+        claims = signing.loads(
+            token, salt=TOKEN_SALT, max_age=datetime.timedelta(seconds=conf.TOKEN_MAX_AGE)
+        )
+    except (signing.BadSignature, ValueError):
+        return None
+    if not isinstance(claims, dict) or "u" not in claims or "f" not in claims:
+        return None
+    return claims["u"], str(claims["f"])
+
+
+def _standing(user: Any | None, claims: tuple[Any, str]) -> Any | None:
+    """``user`` if it is active and still what the token remembers of it, else ``None``."""
+    if user is None or not getattr(user, "is_active", True):
+        return None
+    if not constant_time_compare(claims[1], token_fingerprint(user)):
+        return None
+    return user
 
 
 def token_fingerprint(user: Any) -> str:

@@ -31,6 +31,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 
 from realtime.auth import issue_token
+from realtime.blocking import close_connections
 from realtime.broadcast import broadcast_to_user
 from realtime.consumers import RealtimeConsumer
 from realtime.signals import frame_received
@@ -173,3 +174,6 @@ async def realtime_client(user: Any, **options: Any) -> AsyncIterator[RealtimeCl
         yield client
     finally:
         await client.close()
+        # The threads the consumer ran the ORM on keep their connections; a test database
+        # cannot be dropped while they do.
+        await asyncio.to_thread(close_connections)

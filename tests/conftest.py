@@ -81,9 +81,11 @@ def _release_transports(django_db_setup: None) -> Any:
     """Close this process's transport before the test database goes (its threads hold
     connections that would keep PostgreSQL from dropping it)."""
     yield
+    from realtime.blocking import close_connections
     from realtime.transports import reset_transport
 
     reset_transport()
+    close_connections()
 
 
 @pytest.fixture(params=["table", "pg_notify"])

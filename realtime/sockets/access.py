@@ -2,6 +2,11 @@
 
 The handshake, a client's ``watch`` and the rechecks all resolve scopes the same way, here, so
 the three always agree. These functions run off the event loop (the hooks use the ORM).
+
+Handshakes that arrive together (``authenticate_many``) and recheck rounds (``recheck``) ask
+the bulk hooks (``users_of_tokens``, ``scopes_of_many``) once for all their sockets, unless the
+auth class overrides a single form without its bulk form: then each socket is asked alone,
+exactly as a lone handshake would be.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from realtime.auth import RealtimeAuth, Scope
+from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
 from realtime.encoding import normal_id
 from realtime.sockets.protocol import ScopeAsk
 
@@ -53,15 +58,82 @@ def resolve_scopes(
 def recheck(auth: RealtimeAuth, questions: list[tuple[Any, str, ScopeAsk, list[Any]]]) -> list[Any]:
     """Resolve each socket's bearer and scopes again: its scopes, ``None`` when the bearer is
     lost, ``FAILED`` when the hooks failed (logged)."""
-    answers: list[Any] = []
-    for user_id, token, ask, held in questions:
-        try:
-            user = auth.user_of_token(token)
-            if user is None or normal_id(user.pk) != user_id:
-                answers.append(None)
-            else:
-                answers.append(resolve_scopes(auth, user, token, ask, held))
-        except Exception:
-            logger.exception("realtime: rechecking a socket of account %s failed", user_id)
-            answers.append(FAILED)
+    if not _in_bulk(auth):
+        return [_recheck_one(auth, *question) for question in questions]
+    try:
+        users = _users(auth, [token for _, token, _, _ in questions])
+        kept = [
+            (user, token, ask, held)
+            for user, (user_id, token, ask, held) in zip(users, questions, strict=True)
+            if user is not None and normal_id(user.pk) == user_id
+        ]
+        resolved = iter(_scopes(auth, kept))
+    except Exception:
+        logger.exception("realtime: rechecking %d sockets failed", len(questions))
+        return [FAILED for _ in questions]
+    return [
+        next(resolved) if user is not None and normal_id(user.pk) == user_id else None
+        for user, (user_id, _, _, _) in zip(users, questions, strict=True)
+    ]
+
+
+def authenticate_many(auth: RealtimeAuth, asks: list[tuple[str, ScopeAsk]]) -> list[Any]:
+    """``authenticate`` for handshakes that arrived together; an answer that failed is the
+    exception it raised."""
+    if not _in_bulk(auth):
+        return [_authenticate_one(auth, token, ask) for token, ask in asks]
+    users = _users(auth, [token for token, _ in asks])
+    kept: list[tuple[Any, str, ScopeAsk, list[Any]]] = [
+        (user, token, ask, []) for user, (token, ask) in zip(users, asks, strict=True) if user
+    ]
+    resolved = iter(_scopes(auth, kept))
+    return [(user, next(resolved)) if user is not None else (None, []) for user in users]
+
+
+def _in_bulk(auth: RealtimeAuth) -> bool:
+    """Whether the bulk hooks answer as the single ones would (see the module docstring)."""
+    if overridden(auth, "user_of_token") and not overridden(auth, "users_of_tokens"):
+        return False
+    singles = ("scope_of", "scopes_of", "held_scopes")
+    return not overridden(auth, *singles) or overridden(auth, "scopes_of_many")
+
+
+def _users(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
+    """The account of each token, asking once per distinct token."""
+    distinct = list(dict.fromkeys(tokens))
+    found = dict(zip(distinct, auth.users_of_tokens(distinct), strict=True))
+    return [found[token] for token in tokens]
+
+
+def _scopes(auth: RealtimeAuth, sockets: list[tuple[Any, str, ScopeAsk, list[Any]]]) -> list[Any]:
+    """Each socket's scopes, as ``resolve_scopes`` would answer, from one bulk ask."""
+    if not sockets:
+        return []
+    found = auth.scopes_of_many(
+        [ScopeQuestion(user, ask.slugs, held) for user, _, ask, held in sockets]
+    )
+    answers = []
+    for (_, token, _, _), scopes in zip(sockets, found, strict=True):
+        reached = set(auth.reached_scopes(token, [scope.id for scope in scopes])) if scopes else ()
+        answers.append([scope for scope in scopes if scope.id in reached])
     return answers
+
+
+def _recheck_one(
+    auth: RealtimeAuth, user_id: Any, token: str, ask: ScopeAsk, held: list[Any]
+) -> Any:
+    try:
+        user = auth.user_of_token(token)
+        if user is None or normal_id(user.pk) != user_id:
+            return None
+        return resolve_scopes(auth, user, token, ask, held)
+    except Exception:
+        logger.exception("realtime: rechecking a socket of account %s failed", user_id)
+        return FAILED
+
+
+def _authenticate_one(auth: RealtimeAuth, token: str, ask: ScopeAsk) -> Any:
+    try:
+        return authenticate(auth, token, ask)
+    except Exception as exc:
+        return exc

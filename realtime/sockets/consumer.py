@@ -31,7 +31,7 @@ from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.sockets import protocol
-from realtime.sockets.access import authenticate, resolve_scopes
+from realtime.sockets.access import resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
 from realtime.sockets.limits import log_bad_input
@@ -102,9 +102,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         if frame.type != protocol.AUTHENTICATE or not isinstance(token, str) or not token:
             return await self._refuse(Refusal.MESSAGE)
         ask = protocol.read_scopes(frame.data)
-        auth = get_auth()
         try:
-            user, scopes = await self.inbox.watching(run_blocking(authenticate, auth, token, ask))
+            user, scopes = await self.inbox.watching(get_manager().handshakes.ask((token, ask)))
         except (ClientGoneError, OverLimitError):
             raise
         except Exception:

@@ -90,6 +90,9 @@ class Dispatcher:
             "realtime: the delivery queue was full: %d message(s) dropped since the last "
             "report (%d in all); their sockets are made to read again"
         )
+        #: Messages queued, being planned or being sent; ``_quiet`` is set when none is.
+        self._pending = 0
+        self._quiet: asyncio.Event | None = None
 
     def room(self) -> int:
         """How many more messages the queue takes now (plenty before it exists)."""
@@ -106,6 +109,22 @@ class Dispatcher:
         except asyncio.QueueFull:
             self.overflows.add()
             self.host.on_missed(frozenset([channel]))
+            return
+        self._pending += 1
+
+    async def quiet(self) -> None:
+        """Return once no message is queued, being planned or being sent (background work,
+        such as a recheck round, goes in the gaps between deliveries)."""
+        while self._pending:
+            if self._quiet is None:
+                self._quiet = asyncio.Event()
+            self._quiet.clear()
+            await self._quiet.wait()
+
+    def _settled(self, count: int = 1) -> None:
+        self._pending = max(0, self._pending - count)
+        if not self._pending and self._quiet is not None:
+            self._quiet.set()
 
     def ensure_running(self) -> None:
         """Start the planner and sender tasks, or restart one that died."""
@@ -119,6 +138,7 @@ class Dispatcher:
                 )
         for task in self._tasks:
             task.cancel()
+        self._settled(self._pending)  # what the old queue held is gone with it
         queue: asyncio.Queue[tuple[bytes, int | None]] = asyncio.Queue(
             maxsize=conf.NOTIFY_QUEUE_SIZE
         )
@@ -151,6 +171,8 @@ class Dispatcher:
                     await self.carry_out(plan)
             except Exception:
                 logger.exception("realtime: delivering a message failed")
+            finally:
+                self._settled()
 
     async def _plan(self, payload: bytes, position: int | None) -> Plan | None:
         message = read_message(payload)

@@ -5,7 +5,7 @@ of a scope follows it, the last one leaving unfollows it), plus the base channel
 events and recheck requests. A message for a worker holding no socket is dropped before it is
 parsed; the others go to the ``Dispatcher``, which hands one encoded frame straight to each
 target's ASGI ``send`` — never through a channel layer or a consumer's dispatch. Housekeeping
-runs every ``TICK``: due rechecks (in one batch, off the event loop) and scopes whose follow
+runs every ``TICK``: due rechecks (in batches, off the event loop) and scopes whose follow
 failed earlier; a watch of its own, on the same tick and never waiting for the database,
 drops sockets that stopped reading and lets the transport check its connections
 (``Transport.watch``: the table poller's watchdog).
@@ -14,6 +14,13 @@ When the transport reports that messages may have been lost on some channels (an
 an overflow its log could not make good), the sockets that could have heard them are closed
 1012 (service restart): their clients reconnect and read again rather than stay silently
 stale.
+
+Rechecks are spread and kept behind delivery: each socket's first recheck falls at a random
+point of the interval's second half, later ones a little before each interval ends, so the
+sockets of a burst do not come due together; a round goes in batches of ``RECHECK_BATCH``
+sockets on a thread of its own, each batch started only once no message is waiting to be
+delivered (or after ``BEHIND_DELIVERY`` seconds of steady traffic). Handshakes that arrive
+together share their statements through a ``Batcher``.
 
 A dropped socket leaves the indexes at once, so no later frame goes to it; closing it (bounded
 by ``REALTIME_SEND_TIMEOUT``: it may not be reading) and unfollowing its scopes happen in a
@@ -25,20 +32,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from realtime.auth import Scope, get_auth
-from realtime.blocking import run_blocking
+from realtime.blocking import run_blocking, run_in_background
 from realtime.conf import conf
 from realtime.encoding import normal_id
+from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.messages import base_channel, scope_channel
 from realtime.sockets import access
+from realtime.sockets.batcher import Batcher
 from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
-from realtime.sockets.protocol import CloseCode, Refusal
+from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
@@ -49,6 +59,13 @@ logger = logging.getLogger(__name__)
 TICK = 1.0
 #: Seconds a handshake waits for the listener before it goes on without it.
 LISTEN_WAIT = 5.0
+#: Sockets rechecked in one batch (one bulk ask of the auth hooks).
+RECHECK_BATCH = MAX_IDS_PER_MESSAGE
+#: Seconds a recheck batch waits for a gap in delivery before it goes anyway.
+BEHIND_DELIVERY = 2.0
+#: Handshake batches resolved at once (the others of realtime's threads stay free for
+#: delivery's audience checks).
+HANDSHAKE_LANES = 2
 
 
 class SocketManager:
@@ -70,6 +87,9 @@ class SocketManager:
         self.resumer = Resumer(self.dispatcher, self.transport)
         #: One bound method for every socket's ``on_failure`` (not one per socket).
         self._on_failure = self.drop_soon
+        self.handshakes: Batcher[tuple[str, ScopeAsk]] = Batcher(
+            _authenticate_all, size=MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
+        )
 
     # Listening ------------------------------------------------------------------------
 
@@ -133,7 +153,7 @@ class SocketManager:
         From here on the socket is handed every frame it should hear; until ``go_live`` they
         are held (its handshake is not over, see ``Socket.held``).
         """
-        socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
+        socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL * random.uniform(0.5, 1.0)
         socket.on_failure = self._on_failure
         self.index.add(socket)
         self.index.subscribe(socket, channels)
@@ -301,7 +321,7 @@ class SocketManager:
                 await asyncio.wait_for(self._wake.wait(), TICK)
 
     async def recheck_due(self) -> None:
-        """Recheck the sockets whose turn has come, in one batch off the event loop."""
+        """Recheck the sockets whose turn has come, in batches behind delivery."""
         now = time.monotonic()
         # A socket whose watch is being resolved is rechecked after it: its scopes are stale;
         # one whose handshake is not over, once it is.
@@ -310,13 +330,21 @@ class SocketManager:
             for s in self.index.sockets
             if s.next_recheck <= now and not s.watching and s.held is None
         ]
-        if not due:
-            return
+        due.sort(key=_due_at)  # those asked for (due at 0) first
         for socket in due:
-            socket.next_recheck = now + conf.RECHECK_INTERVAL
+            socket.next_recheck = now + conf.RECHECK_INTERVAL * random.uniform(0.9, 1.0)
+        for start in range(0, len(due), RECHECK_BATCH):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.dispatcher.quiet(), BEHIND_DELIVERY)
+            batch = [s for s in due[start : start + RECHECK_BATCH] if s in self.index.sockets]
+            if batch:
+                await self._recheck(batch)
+
+    async def _recheck(self, due: list[Socket]) -> None:
+        """Recheck one batch of sockets in one bulk ask, and act on the answers."""
         versions = [socket.scope_version for socket in due]
         questions = [(s.user_id, s.token, s.ask, list(s.scopes)) for s in due]
-        answers = await run_blocking(access.recheck, get_auth(), questions)
+        answers = await run_in_background(access.recheck, get_auth(), questions)
         for socket, version, answer in zip(due, versions, answers, strict=True):
             if socket.closed or socket not in self.index.sockets or answer is access.FAILED:
                 continue
@@ -349,6 +377,14 @@ class SocketManager:
         """Follow what is held but not followed (a follow that failed earlier)."""
         for scope_id in [s for s in self.index.by_scope if s not in self._followed]:
             await self._sync_follow(scope_id)
+
+
+def _due_at(socket: Socket) -> float:
+    return socket.next_recheck
+
+
+async def _authenticate_all(asks: list[tuple[str, ScopeAsk]]) -> list[Any]:
+    return await run_blocking(access.authenticate_many, get_auth(), asks)
 
 
 _managers: dict[asyncio.AbstractEventLoop, SocketManager] = {}

@@ -58,6 +58,9 @@ export class RealtimeClient extends EventTarget {
    * @param {typeof WebSocket} [options.WebSocket]  defaults to `globalThis.WebSocket`
    * @param {boolean} [options.resume]  resume after a reconnection, hearing what was missed
    *   (default true)
+   * @param {number} [options.jitter]  the share (0 to 1) of each backoff delay drawn at random
+   *   (default 1: anywhere between 0 and the delay), so that the clients of a restarted server
+   *   do not all come back at the same instant
    */
   constructor(options = {}) {
     super();
@@ -71,6 +74,7 @@ export class RealtimeClient extends EventTarget {
       heartbeatInterval = 30000,
       backoffStart = 1000,
       backoffMax = 30000,
+      jitter = 1,
       connectTimeout = 10000,
       maxFrameSize = 65536,
       stampTtl = 300000,
@@ -87,6 +91,7 @@ export class RealtimeClient extends EventTarget {
     this.heartbeatInterval = heartbeatInterval;
     this.backoffStart = backoffStart;
     this.backoffMax = backoffMax;
+    this.jitter = Math.min(Math.max(Number(jitter) || 0, 0), 1);
     this.connectTimeout = connectTimeout;
     this.maxFrameSize = maxFrameSize;
     this.stampTtl = stampTtl;
@@ -256,9 +261,13 @@ export class RealtimeClient extends EventTarget {
     }
   }
 
-  /** Try again after the next backoff delay: 1 s, 2 s, 4 s, ... up to `backoffMax`. */
+  /**
+   * Try again after the next backoff step (1 s, 2 s, 4 s, ... up to `backoffMax`), less a
+   * random share of it of at most `jitter`: clients that lost the same server spread out.
+   */
   _retry({ code = null, error = null } = {}) {
-    const wait = Math.min(this.backoffStart * 2 ** Math.min(this._attempt, 52), this.backoffMax);
+    const step = Math.min(this.backoffStart * 2 ** Math.min(this._attempt, 52), this.backoffMax);
+    const wait = Math.round(step * (1 - this.jitter * Math.random()));
     this._attempt += 1;
     const generation = this._generation;
     this._retryTimer = setTimeout(() => {

@@ -1,0 +1,285 @@
+"""The bulk auth hooks: many sockets answered in a few statements, exactly as one by one.
+
+Recheck rounds and handshakes that arrive together ask ``users_of_tokens`` and
+``scopes_of_many``; a custom auth class that implements only the single forms is asked those,
+socket by socket. Every answer is read from the real test database, and statements are counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, issue_token
+from realtime.encoding import normal_id
+from realtime.limits import MAX_IDS_PER_MESSAGE
+from realtime.sockets import access
+from realtime.sockets.protocol import read_scopes
+from tests.testapp.models import Membership, Workspace
+
+pytestmark = pytest.mark.django_db
+
+User = get_user_model()
+
+
+def workspaces(*slugs: str) -> list[Workspace]:
+    return [Workspace.objects.create(name=slug, slug=slug) for slug in slugs]
+
+
+def members(count: int, *of: Workspace, prefix: str = "m") -> list[Any]:
+    """``count`` accounts, each a member of every workspace in ``of`` (in bulk)."""
+    users = User.objects.bulk_create(
+        [
+            User(username=f"{prefix}{index:05d}", email=f"{prefix}{index}@x.test")
+            for index in range(count)
+        ]
+    )
+    users = list(User.objects.filter(username__startswith=prefix).order_by("username"))
+    Membership.objects.bulk_create([Membership(workspace=w, user=u) for u in users for w in of])
+    return users
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    return [query["sql"] for query in captured.captured_queries]
+
+
+def params_in(sql: str) -> int:
+    """How many values an ``IN (...)`` list of a logged statement holds, at most."""
+    widest = 0
+    for part in sql.split(" IN (")[1:]:
+        widest = max(widest, part.split(")")[0].count(",") + 1)
+    return widest
+
+
+# Accounts of many tokens -----------------------------------------------------------------------
+
+
+def test_users_of_tokens_answers_each_token_as_user_of_token_does() -> None:
+    auth = RealtimeAuth()
+    ann, bob, cid, dan = members(4, prefix="who")
+    tokens = [issue_token(user) for user in (ann, bob, cid, dan)]
+    bob.is_active = False
+    bob.save()
+    cid.email = "changed@x.test"
+    cid.save()
+    dan.delete()
+    asked = [tokens[0], "garbage", tokens[1], tokens[2], tokens[3], tokens[0], ""]
+    bulk = auth.users_of_tokens(asked)
+    single = [auth.user_of_token(token) for token in asked]
+    assert [getattr(user, "pk", None) for user in bulk] == [
+        getattr(user, "pk", None) for user in single
+    ]
+    assert [getattr(user, "pk", None) for user in bulk] == [
+        ann.pk,
+        None,
+        None,
+        None,
+        None,
+        ann.pk,
+        None,
+    ]
+
+
+def test_users_of_tokens_reads_at_most_200_accounts_per_statement() -> None:
+    users = members(450, prefix="many")
+    tokens = [issue_token(user) for user in users]
+    with CaptureQueriesContext(connection) as captured:
+        found = RealtimeAuth().users_of_tokens(tokens)
+    assert [getattr(user, "pk", None) for user in found] == [user.pk for user in users]
+    assert len(captured) == math.ceil(450 / MAX_IDS_PER_MESSAGE)
+    assert max(params_in(sql) for sql in statements(captured)) <= MAX_IDS_PER_MESSAGE
+
+
+# Scopes of many accounts ------------------------------------------------------------------------
+
+
+def test_scopes_of_many_answers_each_question_as_the_single_forms_do() -> None:
+    auth = RealtimeAuth()
+    acme, beta, gamma = workspaces("acme", "beta", "gamma")
+    ann, bob = members(2, acme, beta, prefix="sc")
+    Membership.objects.create(workspace=gamma, user=bob)
+    questions = [
+        ScopeQuestion(ann, ["beta", "acme", "gamma", "nowhere"], []),
+        ScopeQuestion(bob, ["gamma"], [acme.pk]),
+        ScopeQuestion(ann, [], [gamma.pk, beta.pk]),
+        ScopeQuestion(bob, ["a\x00b", "acme"], [acme.pk]),
+        ScopeQuestion(ann, [], []),
+    ]
+
+    def one_by_one(question: ScopeQuestion) -> list[Scope]:
+        found = auth.scopes_of(question.user, list(question.slugs))
+        known = {scope.id for scope in found}
+        missing = [i for i in question.held_ids if i not in known]
+        return found + (auth.held_scopes(question.user, missing) if missing else [])
+
+    assert auth.scopes_of_many(questions) == [one_by_one(q) for q in questions]
+    assert auth.scopes_of_many(questions) == [
+        [Scope(beta.pk, "beta"), Scope(acme.pk, "acme")],
+        [Scope(gamma.pk, "gamma"), Scope(acme.pk, "acme")],
+        [Scope(beta.pk, "beta")],
+        [Scope(acme.pk, "acme")],
+        [],
+    ]
+
+
+def test_scopes_of_many_finds_no_scope_for_slugs_no_database_could_store() -> None:
+    (acme,) = workspaces("acme")
+    (ann,) = members(1, acme, prefix="bad")
+    questions = [ScopeQuestion(ann, ["\ud800", "a\x00b", 7, "acme"], [])]
+    assert RealtimeAuth().scopes_of_many(questions) == [[Scope(acme.pk, "acme")]]
+
+
+def test_scopes_of_many_keeps_a_renamed_scope_by_its_id() -> None:
+    (acme,) = workspaces("acme")
+    (ann,) = members(1, acme, prefix="rn")
+    Workspace.objects.filter(pk=acme.pk).update(slug="acme-2")
+    answer = RealtimeAuth().scopes_of_many([ScopeQuestion(ann, ["acme"], [acme.pk])])
+    assert answer == [[Scope(acme.pk, "acme-2")]]
+
+
+# Rounds and handshakes ----------------------------------------------------------------------
+
+
+def recheck_questions(users: Sequence[Any], slug: str, held: list[Any]) -> list[Any]:
+    ask = read_scopes({"scope": slug})
+    return [(normal_id(u.pk), issue_token(u), ask, list(held)) for u in users]
+
+
+def test_a_recheck_round_over_1000_sockets_of_the_default_auth_costs_constant_queries() -> None:
+    acme, beta = workspaces("acme", "beta")
+    users = members(1000, acme, beta, prefix="round")
+    questions = recheck_questions(users, "acme", [acme.pk, beta.pk])
+    with CaptureQueriesContext(connection) as captured:
+        answers = access.recheck(RealtimeAuth(), questions)
+    assert answers == [[Scope(acme.pk, "acme"), Scope(beta.pk, "beta")]] * 1000
+    # One statement per 200 accounts for the bearers, one per 200 accounts for the scopes.
+    assert len(captured) == 2 * math.ceil(1000 / MAX_IDS_PER_MESSAGE) == 10
+    assert max(params_in(sql) for sql in statements(captured)) <= MAX_IDS_PER_MESSAGE
+
+
+def test_a_recheck_round_answers_lost_bearers_and_lost_scopes_socket_by_socket() -> None:
+    acme, beta = workspaces("acme", "beta")
+    ann, bob, cid = members(3, acme, beta, prefix="lost")
+    questions = recheck_questions([ann, bob, cid], "acme", [acme.pk, beta.pk])
+    questions[2] = (normal_id(ann.pk), *questions[2][1:])  # cid's token, ann's socket
+    Membership.objects.filter(user=bob, workspace=acme).delete()
+    ann.email = "new@x.test"
+    ann.save()
+    assert access.recheck(RealtimeAuth(), questions) == [None, [Scope(beta.pk, "beta")], None]
+
+
+def test_handshakes_resolved_together_cost_the_statements_of_a_few() -> None:
+    (acme,) = workspaces("acme")
+    users = members(1000, acme, prefix="hs")
+    asks = [(issue_token(u), read_scopes({"scope": "acme"})) for u in users]
+    asks.append(("garbage", read_scopes({"scope": "acme"})))
+    with CaptureQueriesContext(connection) as captured:
+        answers = access.authenticate_many(RealtimeAuth(), asks)
+    assert [(getattr(u, "pk", None), scopes) for u, scopes in answers] == [
+        (u.pk, [Scope(acme.pk, "acme")]) for u in users
+    ] + [(None, [])]
+    assert len(captured) == 2 * math.ceil(1000 / MAX_IDS_PER_MESSAGE)
+
+
+def test_a_bulk_hook_that_raises_leaves_every_socket_of_the_round_as_it_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken(RealtimeAuth):
+        def users_of_tokens(self, tokens: Sequence[str]) -> list[Any]:
+            raise RuntimeError("the directory is down")
+
+    (acme,) = workspaces("acme")
+    users = members(3, acme, prefix="br")
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        answers = access.recheck(Broken(), recheck_questions(users, "acme", [acme.pk]))
+    assert answers == [access.FAILED] * 3
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+
+
+# Custom auth classes ------------------------------------------------------------------------
+
+
+class KeyAuth(RealtimeAuth):
+    """API keys ``key-<username>``, reading only the scopes named ``team-*``: the single
+    forms only, as an application written before the bulk forms existed."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def user_of_token(self, token: str) -> Any | None:
+        self.calls.append("user_of_token")
+        if not token.startswith("key-"):
+            return None
+        return User.objects.filter(username=token[4:]).first()
+
+    def scopes_of(self, user: Any, slugs: Sequence[Any]) -> list[Scope]:
+        self.calls.append("scopes_of")
+        return [s for s in super().scopes_of(user, slugs) if s.slug.startswith("team-")]
+
+    def held_scopes(self, user: Any, ids: Any) -> list[Scope]:
+        self.calls.append("held_scopes")
+        return [s for s in super().held_scopes(user, ids) if s.slug.startswith("team-")]
+
+
+def test_a_custom_auth_with_only_the_single_forms_is_asked_them_for_every_socket() -> None:
+    team, acme = workspaces("team-a", "acme")
+    ann, bob = members(2, team, acme, prefix="key")
+    auth = KeyAuth()
+    ask = read_scopes({"scopes": ["team-a", "acme"]})
+    questions = [
+        (normal_id(ann.pk), f"key-{ann.username}", ask, [team.pk, acme.pk]),
+        (normal_id(bob.pk), "issued-elsewhere", ask, [team.pk]),
+    ]
+    assert access.recheck(auth, questions) == [[Scope(team.pk, "team-a")], None]
+    assert auth.calls == ["user_of_token", "scopes_of", "held_scopes", "user_of_token"]
+    auth.calls.clear()
+    answers = access.authenticate_many(auth, [(f"key-{bob.username}", ask), ("nope", ask)])
+    assert [(getattr(u, "pk", None), s) for u, s in answers] == [
+        (bob.pk, [Scope(team.pk, "team-a")]),
+        (None, []),
+    ]
+    assert auth.calls == ["user_of_token", "scopes_of", "user_of_token"]
+
+
+def test_a_custom_auth_overriding_a_single_form_gets_it_asked_by_the_default_bulk_forms() -> None:
+    team, acme = workspaces("team-a", "acme")
+    (ann,) = members(1, team, acme, prefix="dflt")
+    auth = KeyAuth()
+    assert [getattr(u, "pk", None) for u in auth.users_of_tokens([f"key-{ann.username}"])] == [
+        ann.pk
+    ]
+    found = auth.scopes_of_many([ScopeQuestion(ann, ["team-a", "acme"], [acme.pk])])
+    assert found == [[Scope(team.pk, "team-a")]]
+    assert auth.calls == ["user_of_token", "scopes_of", "held_scopes"]
+
+
+def test_a_custom_auth_with_bulk_forms_is_asked_once_per_round() -> None:
+    class Counting(RealtimeAuth):
+        def __init__(self) -> None:
+            self.asked: list[tuple[str, int]] = []
+
+        def users_of_tokens(self, tokens: Sequence[str]) -> list[Any | None]:
+            self.asked.append(("users", len(tokens)))
+            return super().users_of_tokens(tokens)
+
+        def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+            self.asked.append(("scopes", len(questions)))
+            return super().scopes_of_many(questions)
+
+        def __getattribute__(self, name: str) -> Any:
+            assert name not in {"user_of_token", "scope_of", "scopes_of", "held_scopes"}
+            return super().__getattribute__(name)
+
+    (acme,) = workspaces("acme")
+    users = members(30, acme, prefix="cnt")
+    auth = Counting()
+    answers = access.recheck(auth, recheck_questions(users, "acme", [acme.pk]))
+    assert answers == [[Scope(acme.pk, "acme")]] * 30
+    assert auth.asked == [("users", 30), ("scopes", 30)]

@@ -1,0 +1,230 @@
+"""Recheck rounds: spread over the interval, in small batches, behind delivery.
+
+The manager and its sockets are those of ``test_manager`` (real ``Socket`` objects whose ASGI
+``send`` is a fake, a real table transport to follow scopes on); the auth service is a
+``RealtimeAuth`` of the test's own that answers from memory, records what it is asked, and can
+be held mid-answer (on a real thread of realtime's pools) to show what waits for what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from realtime import auth as auth_module
+from realtime.auth import RealtimeAuth, Scope, ScopeQuestion
+from realtime.sockets import manager as manager_module
+from realtime.sockets import protocol
+from realtime.sockets.connection import Socket
+from realtime.sockets.manager import SocketManager
+from tests.helpers import WAIT
+from tests.test_manager import Account, FakeSend, MakeTransport, Message, scope_event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SCOPE = 1
+
+
+class MemoryAuth(RealtimeAuth):
+    """Bearers ``t<pk>`` stand for account ``pk``, which still reads every scope it held.
+
+    ``calls`` lists what was asked, in order; while ``hold_rounds`` or ``hold_audience`` is
+    set, the bulk bearer check or the audience check waits for it to clear (``entered`` tells
+    that one is waiting).
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.batches: list[int] = []
+        self.hold_rounds = threading.Event()
+        self.hold_audience = threading.Event()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def _wait_if(self, hold: threading.Event) -> None:
+        if hold.is_set():
+            self.entered.set()
+            assert self.release.wait(WAIT)
+
+    def user_of_token(self, token: str) -> Any | None:
+        self.calls.append("bearers")
+        self._wait_if(self.hold_rounds)
+        return Account(int(token[1:]))
+
+    def users_of_tokens(self, tokens: Sequence[str]) -> list[Any | None]:
+        self.calls.append("bearers")
+        self.batches.append(len(tokens))
+        self._wait_if(self.hold_rounds)
+        return [Account(int(token[1:])) for token in tokens]
+
+    def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+        return [[Scope(i, f"scope-{i}") for i in q.held_ids] for q in questions]
+
+    def held_scopes(self, user: Any, ids: Any) -> list[Scope]:
+        return [Scope(i, f"scope-{i}") for i in ids]
+
+    def audience(self, scope_id: Any, event_type: str, data: Any, user_ids: Any, about: Any) -> Any:
+        self._wait_if(self.hold_audience)
+        self.calls.append("audience")
+        return user_ids
+
+
+@pytest.fixture
+def auth(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryAuth]:
+    service = MemoryAuth()
+    monkeypatch.setattr(auth_module, "_auth", service)
+    yield service
+    service.release.set()
+
+
+@pytest.fixture
+async def manager(make_table_transport: MakeTransport) -> AsyncIterator[SocketManager]:
+    """A manager following scopes on a real table transport; its tasks cancelled after."""
+    built = SocketManager()
+    built._transport = make_table_transport()
+    yield built
+    tasks = [*built.dispatcher._tasks, *built.dispatcher._spawned, *built._beside_tasks]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class TellingSend(FakeSend):
+    """A fake ``send`` that records what it is handed and tells those waiting for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, message: Message) -> None:
+        await super().__call__(message)
+        self.arrived.set()
+
+
+async def open_sockets(manager: SocketManager, count: int) -> list[Socket]:
+    """Register ``count`` sockets of accounts 1..count reading ``SCOPE``, subscribed to it."""
+    sockets = []
+    for pk in range(1, count + 1):
+        socket = Socket(
+            consumer=None,
+            send=TellingSend(),
+            user=Account(pk),
+            token=f"t{pk}",
+            ask=protocol.read_scopes({}),
+            scopes={SCOPE: f"scope-{SCOPE}"},
+        )
+        await manager.register(socket, ["contact"])
+        await manager.go_live(socket)
+        sockets.append(socket)
+    return sockets
+
+
+def publish(manager: SocketManager, number: int) -> None:
+    """Hand the manager a scope event as its transport would."""
+    message = scope_event(SCOPE, data={"model": "contact", "id": number}, channels=["contact"])
+    manager.on_message(f"scope-{SCOPE}", json.dumps(message).encode())
+
+
+async def heard(socket: Socket, number: int) -> None:
+    """Wait (bounded) until ``socket`` has the frame of event ``number``."""
+    send = socket._send
+    assert isinstance(send, TellingSend)
+    async with asyncio.timeout(WAIT):
+        while not any(json.loads(f)["data"]["id"] == number for f in send.frames):
+            send.arrived.clear()
+            await send.arrived.wait()
+
+
+@override_settings(REALTIME_RECHECK_INTERVAL=60.0)
+async def test_sockets_registered_together_come_due_spread_over_the_interval_s_second_half(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    start = time.monotonic()
+    sockets = await open_sockets(manager, 200)
+    end = time.monotonic()
+    due = [socket.next_recheck for socket in sockets]
+    assert all(start + 30.0 <= at <= end + 60.0 for at in due)
+    assert len(set(due)) == 200
+    assert max(due) - min(due) > 15.0  # 200 draws over 30 s all within 15 s: never seen
+
+
+@override_settings(REALTIME_RECHECK_INTERVAL=60.0)
+async def test_a_rechecked_socket_comes_due_again_within_one_interval(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    sockets = await open_sockets(manager, 50)
+    manager.request_recheck([socket.user_id for socket in sockets])
+    before = time.monotonic()
+    await manager.recheck_due()
+    after = time.monotonic()
+    assert all(before + 54.0 <= s.next_recheck <= after + 60.0 for s in sockets)
+
+
+async def test_a_round_over_1000_sockets_asks_the_bulk_hooks_in_batches_of_200(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    sockets = await open_sockets(manager, 1000)
+    manager.request_recheck([socket.user_id for socket in sockets])
+    await manager.recheck_due()
+    assert auth.batches == [200] * 5
+    assert all(socket.scopes == {SCOPE: f"scope-{SCOPE}"} for socket in sockets)
+    assert len(manager.index.by_scope_channel[(SCOPE, "contact")]) == 1000
+
+
+async def test_a_recheck_round_waits_for_the_message_being_delivered(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    (socket,) = await open_sockets(manager, 1)
+    manager.dispatcher.ensure_running()
+    auth.hold_audience.set()
+    publish(manager, 1)
+    assert await asyncio.to_thread(auth.entered.wait, WAIT)
+    manager.request_recheck([socket.user_id])
+    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
+    # Time for a round that does not wait to run to its end; one that waits is still waiting.
+    await asyncio.wait({round_}, timeout=0.5)
+    auth.release.set()
+    await heard(socket, 1)
+    await asyncio.wait_for(round_, WAIT)
+    assert auth.calls == ["audience", "bearers"]
+
+
+async def test_an_event_published_during_a_recheck_round_is_delivered_before_the_round_ends(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    sockets = await open_sockets(manager, 3)
+    manager.dispatcher.ensure_running()
+    auth.hold_rounds.set()
+    manager.request_recheck([socket.user_id for socket in sockets])
+    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
+    assert await asyncio.to_thread(auth.entered.wait, WAIT)
+    publish(manager, 2)
+    for socket in sockets:
+        await heard(socket, 2)
+    assert not round_.done()
+    auth.release.set()
+    await asyncio.wait_for(round_, WAIT)
+    assert auth.calls == ["bearers", "audience"]
+
+
+async def test_a_round_goes_anyway_after_a_bounded_wait_for_a_gap_in_delivery(
+    manager: SocketManager, auth: MemoryAuth, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager_module, "BEHIND_DELIVERY", 0.05)
+    (socket,) = await open_sockets(manager, 1)
+    manager.dispatcher.ensure_running()
+    auth.hold_audience.set()
+    publish(manager, 3)
+    assert await asyncio.to_thread(auth.entered.wait, WAIT)
+    manager.request_recheck([socket.user_id])
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+    assert auth.calls == ["bearers"]
+    auth.release.set()
+    await heard(socket, 3)
