@@ -27,6 +27,7 @@ from django.utils.module_loading import import_string
 
 from realtime.audience import readers
 from realtime.conf import conf
+from realtime.encoding import storable
 from realtime.paths import to_lookup
 from realtime.registry import options_named
 
@@ -91,8 +92,9 @@ class RealtimeAuth:
 
     def scopes_of(self, user: Any, slugs: Sequence[Any]) -> list[Scope]:
         """Resolve slugs to the scopes ``user`` is a member of, in one query, in asked order."""
-        # A NUL character cannot be stored in PostgreSQL text, so no scope is named so.
-        wanted = [slug for slug in slugs if isinstance(slug, str) and "\x00" not in slug]
+        # A NUL character cannot be stored in PostgreSQL text, nor a lone surrogate encoded
+        # by any driver, so no scope is named so.
+        wanted = [slug for slug in slugs if storable(slug)]
         model = scope_model()
         if model is None or not wanted:
             return []

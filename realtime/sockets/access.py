@@ -12,6 +12,7 @@ from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope
 from realtime.encoding import normal_id
+from realtime.sockets.limits import log_failure
 from realtime.sockets.protocol import ScopeAsk
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,8 @@ def resolve_scopes(
     narrowed by what the bearer may reach."""
     if ask.many:
         found = list(auth.scopes_of(user, list(ask.slugs))) if ask.slugs else []
-    elif ask.single is not None and not isinstance(ask.single, str):
+    elif ask.single is not None and not ask.slugs:
+        # Asked, but not with a storable string: it names no scope.
         found = []
     else:
         scope = auth.scope_of(user, ask.single)
@@ -61,7 +63,8 @@ def recheck(auth: RealtimeAuth, questions: list[tuple[Any, str, ScopeAsk, list[A
                 answers.append(None)
             else:
                 answers.append(resolve_scopes(auth, user, token, ask, held))
-        except Exception:
-            logger.exception("realtime: rechecking a socket of account %s failed", user_id)
+        except Exception as exc:
+            # One line per failure, limited: with the database away, every socket fails.
+            log_failure("realtime: rechecking a socket of account %s failed", exc, user_id)
             answers.append(FAILED)
     return answers

@@ -29,12 +29,12 @@ from realtime import signals
 from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.encoding import normal_id
+from realtime.encoding import normal_id, storable
 from realtime.sockets import protocol
 from realtime.sockets.access import authenticate, resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
-from realtime.sockets.limits import log_bad_input
+from realtime.sockets.limits import log_bad_input, log_failure
 from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
@@ -101,14 +101,17 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         token = frame.data.get("token")
         if frame.type != protocol.AUTHENTICATE or not isinstance(token, str) or not token:
             return await self._refuse(Refusal.MESSAGE)
+        if not storable(token):
+            # No bearer holds a NUL or a lone surrogate; no hook is asked about one.
+            return await self._refuse(Refusal.TOKEN)
         ask = protocol.read_scopes(frame.data)
         auth = get_auth()
         try:
             user, scopes = await self.inbox.watching(run_blocking(authenticate, auth, token, ask))
         except (ClientGoneError, OverLimitError):
             raise
-        except Exception:
-            logger.exception("realtime: authenticating a socket failed")
+        except Exception as exc:
+            log_failure("realtime: authenticating a socket failed", exc)
             return await self._refuse(Refusal.TOKEN)
         if user is None:
             return await self._refuse(Refusal.TOKEN)
@@ -172,9 +175,9 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             )
         except (ClientGoneError, OverLimitError):
             raise
-        except Exception:
+        except Exception as exc:
             # The socket is served anyway; the manager's housekeeping retries the listener.
-            logger.exception("realtime: the listener did not start in time")
+            log_failure("realtime: the listener did not start in time", exc)
 
     async def _refuse(self, reason: Refusal) -> bool:
         log_bad_input("realtime: refused a socket: %s", reason.value)
@@ -248,8 +251,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         version = socket.scope_version
         try:
             scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
-        except Exception:
-            logger.exception("realtime: resolving a watch failed; the socket reads no scope")
+        except Exception as exc:
+            log_failure("realtime: resolving a watch failed; the socket reads no scope", exc)
             scopes = []
         finally:
             socket.watching = False
@@ -283,8 +286,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             self.socket.stop()
             try:
                 await get_manager().unregister(self.socket)
-            except Exception:
-                logger.exception("realtime: unregistering a socket failed")
+            except Exception as exc:
+                log_failure("realtime: unregistering a socket failed", exc)
         await signals.send_robustly(
             signals.socket_disconnected,
             RealtimeConsumer,

@@ -31,6 +31,7 @@ from realtime.sockets import access
 from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
+from realtime.sockets.limits import limiter
 from realtime.sockets.protocol import CloseCode, Refusal
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
@@ -216,8 +217,10 @@ class SocketManager:
             return
         shut = socket.stop()  # False: the consumer is closing it already
         if shut and socket.link.open():
-            logger.warning(
-                "realtime: a socket of account %s is not reading; closed", socket.user_id
+            limiter.log(
+                logging.WARNING,
+                "realtime: a socket of account %s is not reading; closed",
+                socket.user_id,
             )
         elif shut:
             logger.debug("realtime: a socket of account %s left mid-delivery", socket.user_id)
