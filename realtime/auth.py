@@ -137,9 +137,9 @@ class RealtimeAuth:
     ) -> Iterable[Any]:
         """Of ``user_ids``, those who may hear a scope event.
 
-        An event ``about`` a record of a guarded model reaches that record's readers (one
-        statement for up to 200 accounts); about a model nobody declared, nobody; any other
-        event, every account asked.
+        An event ``about`` a record of a guarded model reaches that record's readers among
+        the accounts still active (one statement for up to 200 accounts); about a model
+        nobody declared, nobody; any other event, every account asked.
         """
         if about is None:
             return user_ids
@@ -148,7 +148,7 @@ class RealtimeAuth:
             return []
         if options.guard is None:
             return user_ids
-        return readers(options, about.get("id"), user_ids)
+        return readers(options, about.get("id"), user_ids, active_only=True)
 
     def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
         """Accounts outside ``scope_id`` reading ``root``; default ``root.realtime_readers()``."""

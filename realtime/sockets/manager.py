@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
@@ -139,12 +140,14 @@ class SocketManager:
 
     async def go_live(self, socket: Socket) -> None:
         """Send ``socket`` the frames held for it (but those it has heard, see
-        ``Socket.floor``), in order, then hand it its frames as they come."""
+        ``Socket.floor``, and, after a recheck, those of scopes it lost), in order, then hand
+        it its frames as they come."""
         held = socket.held
         timeout = conf.SEND_TIMEOUT
+        rechecked, socket.rechecking = socket.rechecking, False
         while held:
             position, message = held.popleft()
-            if socket.has_heard(position):
+            if socket.has_heard(position) or (rechecked and not socket.reads(message)):
                 continue
             if not await socket.send_frame(message, timeout):
                 self.drop_soon(socket)
@@ -251,10 +254,19 @@ class SocketManager:
     # Rechecks and housekeeping ------------------------------------------------------------
 
     def request_recheck(self, user_ids: Iterable[Any]) -> None:
-        """Recheck the sockets of these accounts at the next round (now)."""
+        """Recheck the sockets of these accounts at the next round (now), holding their
+        frames until it answers.
+
+        Called in delivery order: every message published after the write that asked for
+        the recheck (an account deactivated, a membership removed) is sent after this, so
+        holding here means none of them reaches a socket the recheck is about to refuse.
+        """
         for user_id in user_ids:
             for socket in self.index.by_user.get(user_id, ()):
                 socket.next_recheck = 0.0
+                if socket.held is None:
+                    socket.held = deque()
+                    socket.rechecking = True
         if self._wake is not None:
             self._wake.set()
 
@@ -279,7 +291,7 @@ class SocketManager:
         due = [
             s
             for s in self.index.sockets
-            if s.next_recheck <= now and not s.watching and s.held is None
+            if s.next_recheck <= now and not s.watching and (s.held is None or s.rechecking)
         ]
         if not due:
             return
@@ -289,14 +301,18 @@ class SocketManager:
         questions = [(s.user_id, s.token, s.ask, list(s.scopes)) for s in due]
         answers = await run_blocking(access.recheck, get_auth(), questions)
         for socket, version, answer in zip(due, versions, answers, strict=True):
-            if socket.closed or socket not in self.index.sockets or answer is access.FAILED:
+            if socket.closed or socket not in self.index.sockets:
                 continue
             if answer is None:
                 # Beside the round: the client may not be reading its auth_error.
                 self.index.remove(socket)
                 self._beside(self._refuse(socket))
-            elif socket.scope_version == version:
+                continue
+            if answer is not access.FAILED and socket.scope_version == version:
                 await self.set_scopes(socket, answer, keep_channels=True)
+            if socket.rechecking:
+                # Could not tell (FAILED): the socket goes on as it was, like any recheck.
+                await self.go_live(socket)
 
     async def _watch_stalls(self) -> None:
         """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits
