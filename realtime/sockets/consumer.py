@@ -34,7 +34,7 @@ from realtime.sockets import protocol
 from realtime.sockets.access import authenticate, resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
-from realtime.sockets.limits import log_bad_input, log_failure
+from realtime.sockets.limits import log_bad_input, log_failure, unauthenticated
 from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
@@ -66,6 +66,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         self.user: Any = None
         self.socket: Socket | None = None
         self.code: int | None = None
+        #: The client address holding a place in ``unauthenticated`` (``None``: none held).
+        self.unproven: str | None = None
         try:
             if await self._handshake():
                 await self._read_frames()
@@ -83,6 +85,14 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         message = await self.inbox.next()
         if message.get("type") != "websocket.connect":
             return False
+        address = _client_address(self.scope)
+        if not unauthenticated.take(address):
+            # Before accepting: the server answers the handshake with HTTP 403.
+            log_bad_input("realtime: refused a socket: too many unauthenticated from one address")
+            await self.base_send({"type": "websocket.close", "code": CloseCode.POLICY_VIOLATION})
+            self.state = State.CLOSED
+            return False
+        self.unproven = address
         await self.base_send({"type": "websocket.accept"})
         self.state = State.AUTHENTICATING
         try:
@@ -150,6 +160,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             resumable=resume.opted,
         )
         self.user, self.socket = user, socket
+        self._proven()
         followed = await manager.register(socket, protocol.read_channels(data))
         slugs = list(socket.scopes.values())
         if not resume.opted:
@@ -279,8 +290,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             self.socket.stop()
         await self.link.shut(self.base_send, code, CLOSE_ANSWER)
 
+    def _proven(self) -> None:
+        """Give back the place this socket held among the unauthenticated (once)."""
+        if self.unproven is not None:
+            unauthenticated.give_back(self.unproven)
+            self.unproven = None
+
     async def _finish(self) -> None:
         self.state = State.CLOSED
+        self._proven()
         self.inbox.close()
         if self.socket is not None:
             self.socket.stop()
@@ -298,6 +316,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
 
 async def _ignore(frame: Frame) -> None:
+    return None
+
+
+def _client_address(scope: dict[str, Any]) -> str | None:
+    """The client's host as the server saw it (a forwarded one when the server reads proxy
+    headers); ``None`` over a Unix socket or when the server does not say."""
+    client = scope.get("client")
+    if isinstance(client, list | tuple) and client and isinstance(client[0], str):
+        return client[0]
     return None
 
 
