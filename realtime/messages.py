@@ -16,11 +16,17 @@ module is the contract between them. A message is a JSON object with a ``target`
     on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now.
 
 Every message carries a unique ``mid`` (PostgreSQL merges identical notifications of one
-transaction). ``meta`` holds ``origin``, ``changed`` and ``truncated`` when they apply.
+transaction): 32 characters, the publish time in microseconds since the epoch in 13 hex
+digits, a ``.``, then 18 random hex digits (``new_mid``). The time gives the socket side its
+commit→frame lag (``published_at``); a ``mid`` of another form (a UUID's hex, from a publisher
+of an earlier version) just has none. ``meta`` holds ``origin``, ``changed`` and ``truncated``
+when they apply.
 """
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any, Final
 
 from realtime.conf import conf
@@ -38,3 +44,18 @@ def scope_channel(scope_id: Any) -> str:
 def base_channel() -> str:
     """The transport channel of account events and recheck requests."""
     return conf.CHANNEL
+
+
+def new_mid() -> str:
+    """A unique message id that says when it was made (see the module docstring)."""
+    return f"{time.time_ns() // 1000:013x}.{secrets.token_hex(9)}"
+
+
+def published_at(mid: Any) -> float | None:
+    """The Unix time a ``new_mid`` was made; ``None`` for an id of any other form."""
+    if not isinstance(mid, str) or len(mid) != 32 or mid[13] != ".":
+        return None
+    try:
+        return int(mid[:13], 16) / 1_000_000
+    except ValueError:
+        return None

@@ -25,7 +25,7 @@ from typing import Any
 
 from channels.consumer import AsyncConsumer
 
-from realtime import signals
+from realtime import metrics, signals
 from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
@@ -89,6 +89,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         if not unauthenticated.take(address):
             # Before accepting: the server answers the handshake with HTTP 403.
             log_bad_input("realtime: refused a socket: too many unauthenticated from one address")
+            metrics.handshake("address_cap")
             await self.base_send({"type": "websocket.close", "code": CloseCode.POLICY_VIOLATION})
             self.state = State.CLOSED
             return False
@@ -135,6 +136,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             await self._open(user, token, ask, scopes, frame.data)
         finally:
             manager.release(user.pk)
+        metrics.handshake("accepted")
         return True
 
     async def _open(
@@ -192,6 +194,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _refuse(self, reason: Refusal) -> bool:
         log_bad_input("realtime: refused a socket: %s", reason.value)
+        metrics.handshake(metrics.outcome_of(reason.value))
         await self._say_auth_error(reason)
         await self._close(CloseCode.POLICY_VIOLATION)
         return False
@@ -299,6 +302,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
     async def _finish(self) -> None:
         self.state = State.CLOSED
         self._proven()
+        metrics.closed(self.code)
         self.inbox.close()
         if self.socket is not None:
             self.socket.stop()

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from realtime import metrics
 from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
@@ -129,6 +130,7 @@ class SocketManager:
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL
         socket.on_failure = self._on_failure
         self.index.add(socket)
+        metrics.sockets_open(len(self.index.sockets))
         self.index.subscribe(socket, channels)
         await self._sync_follows(socket.scopes)
         return self._listening_done() and all(s in self._followed for s in socket.scopes)
@@ -157,7 +159,9 @@ class SocketManager:
 
     async def unregister(self, socket: Socket) -> None:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
-        if self.index.remove(socket):
+        removed = self.index.remove(socket)
+        metrics.sockets_open(len(self.index.sockets))
+        if removed:
             await self._sync_follows(socket.scopes)
 
     async def set_scopes(self, socket: Socket, scopes: list[Scope], *, keep_channels: bool) -> None:
@@ -275,6 +279,7 @@ class SocketManager:
         while True:
             try:
                 self.dispatcher.ensure_running()
+                metrics.queue_depth(self.dispatcher.depth())
                 await self.recheck_due()
                 await self._reconcile()
             except Exception:

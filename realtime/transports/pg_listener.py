@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from realtime import metrics
+
 logger = logging.getLogger(__name__)
 
 APPLICATION_NAME = "realtime-listener"
@@ -109,6 +111,7 @@ class PgListener:
                 self.connected.set()
                 if attempt:
                     logger.warning("realtime: the LISTEN connection is back (attempt %d)", attempt)
+                    metrics.listen_reconnected()
                 attempt = 0
                 await self._serve(connection)
             except (psycopg.Error, OSError, TimeoutError) as exc:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from realtime import metrics
 from realtime.transports.table_store import MessageStore, channel_hash, close_connection
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Poller:
                 try:
                     self._take_anchors()
                     self._poll()
+                    metrics.polled(time.monotonic() - started)
                     failures = 0
                 except Exception:
                     failures += 1
