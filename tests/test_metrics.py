@@ -187,3 +187,38 @@ def test_without_prometheus_client_nothing_breaks() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "metrics:       prometheus_client is not installed" in result.stdout
+
+
+def test_each_call_counts_in_its_own_metric() -> None:
+    from prometheus_client import REGISTRY
+
+    from realtime import metrics
+
+    def read(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = {
+        "reconnects": read("realtime_listen_reconnects_total"),
+        "trimmed": read("realtime_trimmed_rows_total"),
+        "dropped": read("realtime_frames_dropped_total", reason="queue_full"),
+        "polls": read("realtime_poll_seconds_count"),
+        "lag": read("realtime_commit_to_frame_seconds_count"),
+        "sent": read("realtime_frames_sent_total"),
+    }
+    metrics.listen_reconnected()
+    metrics.trimmed(7)
+    metrics.trimmed(0)
+    metrics.dropped("queue_full", 2)
+    metrics.polled(0.003)
+    metrics.delivered(new_mid(), 5)
+    metrics.delivered("not-a-timed-id", 1)  # counted, but no lag to observe
+    metrics.queue_depth(4)
+    metrics.sockets_open(9)
+    assert read("realtime_listen_reconnects_total") == before["reconnects"] + 1
+    assert read("realtime_trimmed_rows_total") == before["trimmed"] + 7
+    assert read("realtime_frames_dropped_total", reason="queue_full") == before["dropped"] + 2
+    assert read("realtime_poll_seconds_count") == before["polls"] + 1
+    assert read("realtime_commit_to_frame_seconds_count") == before["lag"] + 1
+    assert read("realtime_frames_sent_total") == before["sent"] + 6
+    assert read("realtime_delivery_queue_depth") == 4
+    assert read("realtime_sockets_open") == 9

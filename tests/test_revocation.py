@@ -5,7 +5,9 @@ worker holds their frames from that request (which arrives in publication order)
 recheck answers: the socket gets ``auth_error`` and 1008, and none of the events committed
 after the deactivation. ``QuerySet.update(is_active=False)`` sends no signal: the delivery-time
 audience check still refuses the account every guarded row, and ``recheck_users`` closes it.
-Real daphne workers, real clients.
+A removed membership is held the same way: nothing of that scope committed after it arrives;
+a recheck the account passes lets every held frame through, in order. Real daphne workers,
+real clients.
 """
 
 from __future__ import annotations
@@ -115,3 +117,48 @@ async def test_recheck_users_after_a_bulk_deactivation_closes_the_socket(
     await in_thread(recheck_users, [ann.pk])
     assert await client.closed_with() == 1008
     assert client.received[-1] == TOKEN_REFUSED
+
+
+def add_membership_then_write(ann: Any, acme: Workspace) -> list[int]:
+    """A write that asks for a recheck the account passes, then writes at once."""
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    Membership.objects.create(workspace=beta, user=ann)
+    return [Contact.objects.create(workspace=acme, name=f"after {n}").pk for n in range(5)]
+
+
+async def test_frames_held_during_a_recheck_the_account_passes_all_arrive_in_order(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, ann, _ = await in_thread(make_members)
+    client = await ws.authenticated(
+        live_servers.get(), await in_thread(issue_token, ann), scope="acme"
+    )
+    await client.send("subscribe", {"channels": ["contact"]})
+    await in_thread(Contact.objects.create, workspace=acme, name="before")
+    await client.wait_for(lambda f: f["type"] == "contact.created")
+    written = await in_thread(add_membership_then_write, ann, acme)
+    await in_thread(broadcast_to_users, [ann.pk], "test.marker", None)
+    heard = await client.frames_until("test.marker")
+    assert [f["data"]["id"] for f in heard if f["type"] == "contact.created"] == written
+
+
+def remove_membership_then_write(ann: Any, acme: Workspace) -> None:
+    Membership.objects.filter(workspace=acme, user=ann).delete()
+    for n in range(5):
+        Contact.objects.create(workspace=acme, name=f"after {n}")
+
+
+async def test_events_committed_after_a_membership_is_removed_never_reach_the_socket(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, ann, _ = await in_thread(make_members)
+    client = await ws.authenticated(
+        live_servers.get(), await in_thread(issue_token, ann), scope="acme"
+    )
+    await client.send("subscribe", {"channels": ["contact"]})
+    await in_thread(Contact.objects.create, workspace=acme, name="before")
+    await client.wait_for(lambda f: f["type"] == "contact.created")
+    await in_thread(remove_membership_then_write, ann, acme)
+    await in_thread(broadcast_to_users, [ann.pk], "test.marker", None)
+    # The socket stays open for what is addressed to the account, and heard none of them.
+    assert await client.frames_until("test.marker") == []
