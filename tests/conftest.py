@@ -91,3 +91,12 @@ def each_transport(request: pytest.FixtureRequest, live_servers: Any, settings: 
     live_servers.defaults = {"REALTIME_TRANSPORT": request.param}
     yield request.param
     live_servers.defaults = {}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give each test the whole budget of limited log lines (``realtime.logs``): lines other
+    tests logged in this process must not hold back the ones a test looks for."""
+    from realtime import logs
+
+    monkeypatch.setattr(logs, "limiter", logs.LogLimiter())

@@ -33,7 +33,7 @@ from realtime.sockets import access
 from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
-from realtime.sockets.limits import limiter
+from realtime.sockets.limits import log_warning
 from realtime.sockets.protocol import CloseCode, Refusal
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
@@ -224,11 +224,7 @@ class SocketManager:
             return
         shut = socket.stop()  # False: the consumer is closing it already
         if shut and socket.link.open():
-            limiter.log(
-                logging.WARNING,
-                "realtime: a socket of account %s is not reading; closed",
-                socket.user_id,
-            )
+            log_warning("realtime: a socket of account %s is not reading; closed", socket.user_id)
         elif shut:
             logger.debug("realtime: a socket of account %s left mid-delivery", socket.user_id)
         self._beside(self._close_dropped(socket, shut))
