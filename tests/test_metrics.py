@@ -144,7 +144,8 @@ def test_a_message_id_says_when_it_was_published() -> None:
     published = published_at(mid)
     assert published is not None
     assert before - 0.001 <= published <= time.time() + 0.001
-    assert published_at("0123456789abcdef0123456789abcdef") is None  # a UUID's hex
+    assert published_at("0123456789abcdef0123456789abcdef") is None  # years away: a UUID's
+    assert published_at("f" * 32) is None
     assert published_at(None) is None
 
 
