@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -365,7 +366,8 @@ def main() -> None:
     args = parse_args()
     database = Database("postgresql", "realtime")
     if args.worker is not None:
-        harness.setup_django(database, SETTINGS)
+        # The settings of the run (with or without the log) come from the parent.
+        harness.setup_django(database, json.loads(os.environ["REALTIME_TEST_SETTINGS"]))
         run_worker(args.worker, args.writes, args.workspace, args.tag)
         return
     harness.migrate(database, SETTINGS)

@@ -11,6 +11,14 @@ from realtime.transports.table import TableTransport
 from tests.helpers import Inbox
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``server`` each test served by real daphne or uvicorn workers (it needs the
+    ``live_servers`` fixture), so that a run can leave them out with ``-m "not server"``."""
+    for item in items:
+        if "live_servers" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.fixture
 async def make_table_transport() -> AsyncIterator[Callable[..., TableTransport]]:
     """Build table transports with fast test timings; stop and close them afterwards."""

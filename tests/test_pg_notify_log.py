@@ -159,3 +159,23 @@ async def test_without_the_log_the_last_position_is_unknown_and_nothing_is_store
     assert inbox.positions == [None]
     assert await off_loop(transport.last_position) is None
     assert await off_loop(transport.read_log, ["bare"], 0, 10) == []
+
+
+async def test_a_worker_without_the_log_delivers_what_a_publisher_keeping_it_sends(
+    make_pg_transport: MakeTransport, inbox: Inbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A deploy turning the log on or off runs both kinds of process for a while.
+    worker = make_pg_transport(log=False)
+    worker.add_listener(inbox)
+    await worker.follow("mixed")
+    publisher = make_pg_transport(log=True)
+    messages = [b'{"n": 1}', b'{"n": 2}']
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        await off_loop(publisher.publish, [("mixed", message) for message in messages])
+        await inbox.wait_for("mixed", messages[-1])
+    assert inbox.payloads("mixed") == messages
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        "realtime: a publisher keeps the pg_notify log but this worker does not; "
+        "set REALTIME_PG_NOTIFY_LOG the same on every process"
+    ]

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -129,6 +130,7 @@ class PgNotifyTransport(Transport):
         #: Where each channel was followed: catching up never hands over what came before.
         self._anchors: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._told_mixed = False
         self.listen_database = (
             listen_database if listen_database is not None else conf.LISTEN_DATABASE
         )
@@ -267,10 +269,25 @@ class PgNotifyTransport(Transport):
         if channel is None:
             return
         logged = parse(payload) if self.log else None
-        if logged is None:
-            self.dispatch(channel, payload.encode("utf-8"))
-        else:
+        if logged is not None:
             self._sequencer.received(channel, logged[1], logged[0])
+        elif not self.log and _LOGGED_MESSAGE.match(payload):
+            self._foreign_logged(channel, payload.partition(":")[2].encode("utf-8"))
+        else:
+            self.dispatch(channel, payload.encode("utf-8"))
+
+    def _foreign_logged(self, channel: str, message: bytes) -> None:
+        """Deliver the message of a publisher that keeps the log, heard by this worker, which
+        does not (``REALTIME_PG_NOTIFY_LOG`` differs between processes, e.g. during a deploy
+        that turns it on or off). Said once, so that the setting is made the same everywhere;
+        a message too large to ride in its notification cannot be read without the log."""
+        if not self._told_mixed:
+            self._told_mixed = True
+            logger.warning(
+                "realtime: a publisher keeps the pg_notify log but this worker does not; "
+                "set REALTIME_PG_NOTIFY_LOG the same on every process"
+            )
+        self.dispatch(channel, message)
 
     # The log ---------------------------------------------------------------------------------
 
@@ -320,6 +337,11 @@ class PgNotifyTransport(Transport):
                 len(caught),
             )
             self._sequencer.caught_up(caught)
+
+
+#: A notification of a publisher that keeps the log: the row's id, then realtime's message (a
+#: JSON object). Bare notifications are the message alone.
+_LOGGED_MESSAGE = re.compile(r"[0-9]+:\{")
 
 
 def _checked(channel: str) -> str:

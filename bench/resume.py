@@ -1,0 +1,447 @@
+"""Benchmark resuming: sockets coming back to what they missed, and a LISTEN outage caught up.
+
+Run from the project root::
+
+    .venv/bin/python bench/resume.py storm --database postgresql --transport pg_notify
+    .venv/bin/python bench/resume.py storm --database sqlite --transport table
+    .venv/bin/python bench/resume.py storm --sockets 200 --missed 20 --repeat 1   # short
+    .venv/bin/python bench/resume.py outage                                       # PostgreSQL
+
+``storm``: one daphne worker serves the test application (``tests.asgi:application``); N
+sockets, each its own account, a member of one workspace, opt in to resume with the
+``company`` channel in ``authenticate``. In each repeat, on a fresh worker:
+
+1. *connect*: the N sockets connect and authenticate from scratch (``resume: null``), 64
+   handshakes at a time; the time until the last ``auth_success``;
+2. *live*: M events are published to the workspace (``broadcast_to_scope``, one transaction
+   each) while every socket listens; the time until every socket has all M frames;
+3. *resume*: every socket is cut (TCP abort, no close frame), M more events are published,
+   then the N sockets come back with the cursor of the last frame each handled; the time until
+   every socket has ``resumed: true`` and all M missed frames, the worker's CPU time and, on
+   PostgreSQL, the statements it ran (transactions counted by ``pg_stat_database``: the worker
+   reads in autocommit, one statement per transaction).
+
+Connect + live is the baseline: what the same sockets cost to come back without resume and
+hear the same events live. Resume has to read the log and plan each missed frame for each
+socket (the audience checks of a live delivery), so it should cost about the same.
+
+``outage`` (pg_notify, PostgreSQL only): the worker's LISTEN connection goes through a TCP
+relay in this process (``REALTIME_LISTEN_DATABASE``). S sockets listen while a thread
+publishes W events per second for D seconds; after a third of it the relay cuts every
+connection and refuses new ones for ``--cut`` seconds, then lets them through again. Each event
+carries its number: the figures are events delivered, lost and duplicated per socket, the
+time from the relay's reopening until every socket had every event published before it, and
+commit → frame p50/p99 over the run, beside the same run without a cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import Daphne, Database, Members, Spread
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PREFIX = "bench-resume"
+EVENT = "bench.resume"
+CHANNELS = [harness.CHANNEL]
+
+
+# --- Sockets ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Socket:
+    """One account's socket: the cursor of the last frame it handled, and what it heard."""
+
+    token: str
+    cursor: str | None = None
+    heard: list[int] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    resumed: bool | None = None
+    connection: Any = None
+
+
+async def open_socket(daphne: Daphne, slug: str, socket: Socket, gate: asyncio.Semaphore) -> None:
+    """Connect and authenticate (resuming from ``socket.cursor``), ``gate`` bounding the
+    handshakes in flight; then read frames into ``socket`` until cut or closed."""
+    async with gate:
+        connection = await harness.connect(daphne.url("/api/ws"))
+        data = {"token": socket.token, "scope": slug, "resume": socket.cursor, "channels": CHANNELS}
+        await connection.send(json.dumps({"type": "authenticate", "data": data}))
+        answer = json.loads(await asyncio.wait_for(connection.recv(), harness.WAIT))
+    if answer.get("type") != "auth_success":
+        raise RuntimeError(f"authentication refused: {answer}")
+    socket.connection = connection
+    socket.resumed = answer["data"].get("resumed")
+    socket.cursor = answer["data"]["cursor"]
+
+
+async def read(socket: Socket, done: asyncio.Event, wanted: int, progress: asyncio.Event) -> None:
+    """Read event frames into ``socket`` until the connection ends; set ``progress`` at each,
+    and ``done`` once it has ``wanted`` of them."""
+    try:
+        async for raw in socket.connection:
+            frame = json.loads(raw)
+            if frame.get("type") != EVENT:
+                continue
+            socket.heard.append(frame["data"]["seq"])
+            socket.arrivals.append(time.time())
+            socket.cursor = frame["cursor"]
+            progress.set()
+            if len(socket.heard) >= wanted:
+                done.set()
+    except Exception:  # a cut connection ends the reading, nothing more
+        return
+
+
+class Crowd:
+    """N sockets of one worker, reading in tasks of their own."""
+
+    def __init__(self, daphne: Daphne, members: Members) -> None:
+        self.daphne = daphne
+        self.members = members
+        self.sockets = [Socket(token) for token in members.tokens]
+        self.readers: list[asyncio.Task[None]] = []
+        self.done: list[asyncio.Event] = []
+        self.progress = asyncio.Event()
+
+    async def connect(self, then_hear: int) -> float:
+        """(Re)connect every socket; return the seconds until the last ``auth_success``. Each
+        socket then counts as done once it has heard ``then_hear`` more event frames."""
+        gate = asyncio.Semaphore(harness.CONNECT_CONCURRENCY)
+        start = time.monotonic()
+        await asyncio.gather(
+            *(open_socket(self.daphne, self.members.slug, s, gate) for s in self.sockets)
+        )
+        took = time.monotonic() - start
+        self.done = [asyncio.Event() for _ in self.sockets]
+        self.readers = [
+            asyncio.ensure_future(read(s, done, len(s.heard) + then_hear, self.progress))
+            for s, done in zip(self.sockets, self.done, strict=True)
+        ]
+        return took
+
+    async def heard_all(self) -> None:
+        await asyncio.wait_for(asyncio.gather(*(d.wait() for d in self.done)), harness.WAIT * 5)
+
+    async def until_each_heard(self, count: int, timeout: float) -> None:
+        """Return once every socket heard ``count`` frames, or after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while any(len(s.heard) < count for s in self.sockets):
+            self.progress.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.progress.wait(), left)
+
+    async def cut(self) -> None:
+        for socket in self.sockets:
+            socket.connection.transport.abort()
+        await asyncio.gather(*self.readers, return_exceptions=True)
+
+
+def publish(workspace_id: int, first: int, count: int) -> None:
+    from realtime.broadcast import broadcast_to_scope
+
+    for seq in range(first, first + count):
+        broadcast_to_scope(workspace_id, EVENT, {"seq": seq}, channels=CHANNELS)
+
+
+def transactions() -> int:
+    """Transactions committed and rolled back in this database so far (PostgreSQL)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = "
+            "current_database()"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+# --- Storm ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Storm:
+    connect: float
+    live: float
+    resume_handshakes: float
+    resume: float
+    cpu_baseline: float
+    cpu_resume: float
+    statements: float
+    resumed: int
+
+
+async def one_storm(
+    database: Database, settings: dict[str, Any], members: Members, missed: int
+) -> Storm:
+    daphne = Daphne.start("tests.asgi:application", database.env(settings), "resume")
+    crowd = Crowd(daphne, members)
+    try:
+        cpu = daphne.cpu()
+        connect = await crowd.connect(then_hear=missed)
+        start = time.monotonic()
+        await asyncio.to_thread(publish, members.workspace_id, 0, missed)
+        await crowd.heard_all()
+        live = connect + time.monotonic() - start
+        cpu_baseline = daphne.cpu() - cpu
+        await crowd.cut()
+        await daphne.settle()
+        await asyncio.to_thread(publish, members.workspace_id, missed, missed)
+        await daphne.settle()
+        before = await asyncio.to_thread(transactions)
+        cpu = daphne.cpu()
+        start = time.monotonic()
+        handshakes = await crowd.connect(then_hear=missed)
+        await crowd.heard_all()
+        resume = time.monotonic() - start
+        cpu_resume = daphne.cpu() - cpu
+        await asyncio.sleep(1.5)  # PostgreSQL publishes its counters about once a second
+        statements = await asyncio.to_thread(transactions) - before - 1
+        for socket in crowd.sockets:
+            if socket.heard != list(range(2 * missed)):
+                raise RuntimeError(f"a socket heard {socket.heard[:5]}... not 0..{2 * missed - 1}")
+        await crowd.cut()
+        return Storm(
+            connect=connect,
+            live=live,
+            resume_handshakes=handshakes,
+            resume=resume,
+            cpu_baseline=cpu_baseline,
+            cpu_resume=cpu_resume,
+            statements=statements / len(crowd.sockets),
+            resumed=sum(1 for s in crowd.sockets if s.resumed),
+        )
+    finally:
+        warnings = daphne.stop()
+        if warnings:
+            print(f"  (daphne logged {warnings} warning/error lines: {daphne.log})")
+
+
+async def storm(args: argparse.Namespace) -> None:
+    database = Database.pick(args.database, "resume")
+    settings = {
+        "REALTIME_TRANSPORT": args.transport,
+        "REALTIME_RECHECK_INTERVAL": 3600,
+        "REALTIME_RESUME_MAX_FRAMES": max(1000, args.missed),
+        "REALTIME_POLLING_INTERVAL": 0.01,
+        **harness.parse_settings(args.set),
+    }
+    harness.migrate(database, settings)
+    harness.setup_django(database, settings)
+    harness.raise_open_files(args.sockets * 2 + 256)
+    harness.header(
+        f"resume storm: {args.sockets:,} sockets x {args.missed} missed events, {args.transport}",
+        await asyncio.to_thread(harness.server_version),
+    )
+    members = await asyncio.to_thread(harness.make_members, PREFIX, args.sockets)
+    runs: list[Storm] = []
+    try:
+        for index in range(args.repeat):
+            run = await one_storm(database, settings, members, args.missed)
+            runs.append(run)
+            print(
+                f"  repeat {index + 1}: connect {run.connect:.2f} s + live "
+                f"{run.live - run.connect:.2f} s = {run.live:.2f} s (CPU {run.cpu_baseline:.2f} s);"
+                f" resume {run.resume:.2f} s"
+                f" (handshakes {run.resume_handshakes:.2f} s, CPU {run.cpu_resume:.2f} s, "
+                + (
+                    f"{run.statements:.2f} statements/socket, "
+                    if database.vendor != "sqlite"
+                    else ""
+                )
+                + f"{run.resumed:,} resumed)",
+                flush=True,
+            )
+    finally:
+        if args.database == "postgresql":
+            await asyncio.to_thread(harness.drop_members, PREFIX)
+    seconds = lambda v: f"{v:.2f} s"  # noqa: E731
+    print("summary (median [min - max]):")
+    print(f"  connect + hear live   {Spread.of([r.live for r in runs]).show(seconds)}")
+    print(f"  resume until all live {Spread.of([r.resume for r in runs]).show(seconds)}")
+    ratio = harness.ratios([r.resume for r in runs], [r.live for r in runs])
+    print(f"  ratio resume / (connect + live) {Spread.of(ratio).show(harness.times)}")
+    cpu = harness.ratios([r.cpu_resume for r in runs], [r.cpu_baseline for r in runs])
+    print(
+        f"  worker CPU: resume {Spread.of([r.cpu_resume for r in runs]).show(seconds)}, "
+        f"ratio to connect + live {Spread.of(cpu).show(harness.times)}"
+    )
+    if args.database == "postgresql":
+        per = Spread.of([r.statements for r in runs]).show(lambda v: f"{v:.2f}")
+        print(f"  statements per resumed socket {per}")
+    print(f"load average after: {harness.load_average()}")
+
+
+# --- Outage ---------------------------------------------------------------------------------------
+
+
+class Publisher(threading.Thread):
+    """Publish numbered events at ``rate`` per second for ``seconds``; keep each commit time."""
+
+    def __init__(self, workspace_id: int, rate: float, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.workspace_id = workspace_id
+        self.rate = rate
+        self.seconds = seconds
+        self.sent: list[float] = []
+
+    def run(self) -> None:
+        from django.db import connection
+
+        start = time.monotonic()
+        try:
+            while (elapsed := time.monotonic() - start) < self.seconds:
+                publish(self.workspace_id, len(self.sent), 1)
+                self.sent.append(time.time())
+                time.sleep(max(0.0, len(self.sent) / self.rate - elapsed))
+        finally:
+            connection.close()
+
+
+@dataclass
+class Outage:
+    delivered: int
+    lost: int
+    duplicated: int
+    catch_up: float
+    p50: float
+    p99: float
+
+
+async def one_outage(
+    database: Database,
+    settings: dict[str, Any],
+    members: Members,
+    args: argparse.Namespace,
+    cut: bool,
+) -> Outage:
+    from realtime.transports.pg_notify import conninfo_of
+    from tests.test_pg_notify_resilience import Proxy
+
+    info = conninfo_of(None)
+    proxy = Proxy(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
+    await proxy.open()
+    settings = {**settings, "REALTIME_LISTEN_DATABASE": proxy.dsn(info["dbname"])}
+    daphne = Daphne.start("tests.asgi:application", database.env(settings), "resume-outage")
+    crowd = Crowd(daphne, members)
+    reopened = 0.0
+    try:
+        await crowd.connect(then_hear=10**9)
+        publisher = Publisher(members.workspace_id, args.rate, args.seconds)
+        publisher.start()
+        if cut:
+            await asyncio.sleep(args.seconds / 3)
+            await proxy.close()
+            await asyncio.sleep(args.cut)
+            await proxy.open()
+            reopened = time.time()
+        await asyncio.to_thread(publisher.join)
+        total = len(publisher.sent)
+        await crowd.until_each_heard(total, harness.WAIT)
+        await crowd.cut()
+    finally:
+        daphne.stop()
+        await proxy.close()
+    sent = publisher.sent
+    before = sum(1 for at in sent if at < reopened) if cut else 0
+    lags: list[float] = []
+    last_missed = reopened
+    delivered = lost = duplicated = 0
+    for socket in crowd.sockets:
+        delivered += len(set(socket.heard))
+        duplicated += len(socket.heard) - len(set(socket.heard))
+        lost += total - len(set(socket.heard) & set(range(total)))
+        for seq, at in zip(socket.heard, socket.arrivals, strict=True):
+            lags.append(at - sent[seq])
+            if seq < before:
+                last_missed = max(last_missed, at)
+    return Outage(
+        delivered=delivered,
+        lost=lost,
+        duplicated=duplicated,
+        catch_up=last_missed - reopened if cut else 0.0,
+        p50=harness.percentile(lags, 0.5),
+        p99=harness.percentile(lags, 0.99),
+    )
+
+
+async def outage(args: argparse.Namespace) -> None:
+    database = Database.pick("postgresql", "resume")
+    settings = {
+        "REALTIME_TRANSPORT": "pg_notify",
+        "REALTIME_RECHECK_INTERVAL": 3600,
+        **harness.parse_settings(args.set),
+    }
+    harness.migrate(database, settings)
+    harness.setup_django(database, settings)
+    harness.header(
+        f"LISTEN outage: {args.sockets} sockets, {args.rate:g} writes/s for {args.seconds:g} s, "
+        f"cut {args.cut:g} s",
+        await asyncio.to_thread(harness.server_version),
+    )
+    members = await asyncio.to_thread(harness.make_members, PREFIX, args.sockets)
+    try:
+        for index in range(args.repeat):
+            for cut in (False, True):
+                run = await one_outage(database, settings, members, args, cut)
+                label = "with the cut   " if cut else "without a cut  "
+                print(
+                    f"  repeat {index + 1} {label} delivered {run.delivered:,}, lost {run.lost}, "
+                    f"duplicated {run.duplicated}; commit -> frame p50 {harness.millis(run.p50)}, "
+                    f"p99 {harness.millis(run.p99)}"
+                    + (f"; caught up {run.catch_up:.2f} s after the reopening" if cut else ""),
+                    flush=True,
+                )
+    finally:
+        await asyncio.to_thread(harness.drop_members, PREFIX)
+    print(f"load average after: {harness.load_average()}")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    kinds = parser.add_subparsers(dest="kind", required=True)
+    one = kinds.add_parser("storm", help="N sockets resume M missed events each")
+    one.add_argument("--database", choices=["sqlite", "postgresql"], default="postgresql")
+    one.add_argument("--transport", choices=["table", "pg_notify"], default="pg_notify")
+    one.add_argument("--sockets", type=int, default=1000)
+    one.add_argument("--missed", type=int, default=100)
+    one.add_argument("--repeat", type=int, default=3)
+    harness.add_set_option(one)
+    two = kinds.add_parser("outage", help="a LISTEN connection cut while writes flow")
+    two.add_argument("--sockets", type=int, default=20)
+    two.add_argument("--rate", type=float, default=200.0)
+    two.add_argument("--seconds", type=float, default=15.0)
+    two.add_argument("--cut", type=float, default=5.0)
+    two.add_argument("--repeat", type=int, default=1)
+    harness.add_set_option(two)
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.kind == "storm" and args.transport == "pg_notify" and args.database != "postgresql":
+        raise SystemExit("pg_notify needs --database postgresql")
+    asyncio.run(storm(args) if args.kind == "storm" else outage(args))
+
+
+if __name__ == "__main__":
+    main()
