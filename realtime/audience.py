@@ -12,14 +12,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import Exists, Model, OuterRef
 
 from realtime import limits
 from realtime.registry import ModelOptions
 
 
-def readers(options: ModelOptions, pk: Any, user_ids: Iterable[Any]) -> list[Any]:
-    """Of ``user_ids``, those whose ``guard`` lets them read row ``pk``; none if it is gone.
+def readers(
+    options: ModelOptions, pk: Any, user_ids: Iterable[Any], *, active_only: bool = False
+) -> list[Any]:
+    """Of ``user_ids``, those whose ``guard`` lets them read row ``pk`` (with ``active_only``,
+    of the accounts still active); none if it is gone.
 
     One query for the accounts (``user_ids`` may be a lazy query: it becomes a subquery),
     then one statement per 200 accounts.
@@ -27,7 +31,12 @@ def readers(options: ModelOptions, pk: Any, user_ids: Iterable[Any]) -> list[Any
     guard = options.guard
     if guard is None:
         return list(user_ids)
-    users = list(get_user_model()._default_manager.filter(pk__in=user_ids).order_by("pk"))
+    accounts = get_user_model()._default_manager.filter(pk__in=user_ids)
+    if active_only and _has_field(accounts.model, "is_active"):
+        # Checked at delivery too, not only by rechecks: an account made inactive by an
+        # ``update()`` (which sends no signal) reads no guarded row from then on.
+        accounts = accounts.filter(is_active=True)
+    users = list(accounts.order_by("pk"))
     model = options.model
     allowed: list[Any] = []
     for start in range(0, len(users), limits.MAX_IDS_PER_MESSAGE):
@@ -41,3 +50,11 @@ def readers(options: ModelOptions, pk: Any, user_ids: Iterable[Any]) -> list[Any
             return []
         allowed += [user.pk for user, may_read in zip(chunk, row, strict=True) if may_read]
     return allowed
+
+
+def _has_field(model: type[Model], name: str) -> bool:
+    try:
+        model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return False
+    return True

@@ -33,7 +33,7 @@ from django.utils.module_loading import import_string
 
 from realtime.audience import readers
 from realtime.conf import conf
-from realtime.encoding import normal_id
+from realtime.encoding import normal_id, storable
 from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.paths import to_lookup
 from realtime.registry import options_named
@@ -117,8 +117,9 @@ class RealtimeAuth:
 
     def scopes_of(self, user: Any, slugs: Sequence[Any]) -> list[Scope]:
         """Resolve slugs to the scopes ``user`` is a member of, in one query, in asked order."""
-        # A NUL character cannot be stored in PostgreSQL text, so no scope is named so.
-        wanted = [slug for slug in slugs if isinstance(slug, str) and "\x00" not in slug]
+        # A NUL character cannot be stored in PostgreSQL text, nor a lone surrogate encoded
+        # by any driver, so no scope is named so.
+        wanted = [slug for slug in slugs if storable(slug)]
         model = scope_model()
         if model is None or not wanted:
             return []
@@ -155,7 +156,7 @@ class RealtimeAuth:
         if model is None:
             return [[] for _ in questions]
         slug_field, lookup = conf.SCOPE_SLUG_FIELD, members_lookup()
-        slugs = list(dict.fromkeys(s for q in questions for s in q.slugs if _nameable(s)))
+        slugs = list(dict.fromkeys(s for q in questions for s in q.slugs if storable(s)))
         ids = list(dict.fromkeys(normal_id(i) for q in questions for i in q.held_ids))
         keys: list[tuple[str, Any]] = [("slug", s) for s in slugs] + [("id", i) for i in ids]
         users = list(dict.fromkeys(normal_id(q.user.pk) for q in questions))
@@ -222,9 +223,9 @@ class RealtimeAuth:
     ) -> Iterable[Any]:
         """Of ``user_ids``, those who may hear a scope event.
 
-        An event ``about`` a record of a guarded model reaches that record's readers (one
-        statement for up to 200 accounts); about a model nobody declared, nobody; any other
-        event, every account asked.
+        An event ``about`` a record of a guarded model reaches that record's readers among
+        the accounts still active (one statement for up to 200 accounts); about a model
+        nobody declared, nobody; any other event, every account asked.
         """
         if about is None:
             return user_ids
@@ -233,7 +234,7 @@ class RealtimeAuth:
             return []
         if options.guard is None:
             return user_ids
-        return readers(options, about.get("id"), user_ids)
+        return readers(options, about.get("id"), user_ids, active_only=True)
 
     def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
         """Accounts outside ``scope_id`` reading ``root``; default ``root.realtime_readers()``."""
@@ -254,18 +255,6 @@ def _chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
     """``values`` in slices of at most ``MAX_IDS_PER_MESSAGE`` (ids in one statement)."""
     for start in range(0, len(values), MAX_IDS_PER_MESSAGE):
         yield values[start : start + MAX_IDS_PER_MESSAGE]
-
-
-def _nameable(slug: Any) -> bool:
-    """Whether a scope could be named ``slug``: text a database can store (no NUL, no lone
-    surrogate)."""
-    if not isinstance(slug, str) or "\x00" in slug:
-        return False
-    try:
-        slug.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _claims(token: str) -> tuple[Any, str] | None:

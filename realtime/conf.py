@@ -22,6 +22,10 @@ def _optional_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 class Setting(Generic[T]):
     """One ``REALTIME_<NAME>`` setting: its default and the type it is read as."""
 
@@ -78,6 +82,7 @@ class RealtimeSettings:
     RESUME_MAX_FRAMES = Setting(1000, int)
     PG_NOTIFY_LOG = Setting(True, bool)
     ALLOWED_ORIGINS: Setting[list[str]] = Setting([], list)
+    MAX_UNAUTHENTICATED_PER_ADDRESS = Setting(None, _optional_int)
 
 
 def defaults() -> dict[str, Any]:

@@ -14,7 +14,7 @@ import decimal
 import json
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def jsonable(value: Any) -> Any:
@@ -56,3 +56,20 @@ def sorted_ids(ids: Iterable[Any]) -> list[Any]:
 def _sort_key(value: Any) -> tuple[int, Any]:
     # Ids are usually integers; keep a total order if an application uses text or UUIDs.
     return (0, value) if isinstance(value, int) else (1, str(value))
+
+
+def storable(value: Any) -> TypeGuard[str]:
+    """Whether ``value`` is text every database can take as a parameter.
+
+    JSON lets a client send a lone UTF-16 surrogate (``"\\ud800"``), which no UTF-8 driver
+    can encode, and a NUL character, which PostgreSQL refuses in text: no slug, channel or
+    token holds either, so such a string is read as naming nothing, before any hook or query
+    sees it.
+    """
+    if not isinstance(value, str) or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

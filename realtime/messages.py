@@ -16,11 +16,17 @@ module is the contract between them. A message is a JSON object with a ``target`
     on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now.
 
 Every message carries a unique ``mid`` (PostgreSQL merges identical notifications of one
-transaction). ``meta`` holds ``origin``, ``changed`` and ``truncated`` when they apply.
+transaction): 32 hex digits, the publish time in microseconds since the epoch (13 digits)
+then 19 random ones (``new_mid``). The time gives the socket side its commit→frame lag
+(``published_at``); an id of another form (a UUID's hex, from a publisher of an earlier
+version) reads as a time years away, and is taken as none. ``meta`` holds ``origin``,
+``changed`` and ``truncated`` when they apply.
 """
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any, Final
 
 from realtime.conf import conf
@@ -38,3 +44,23 @@ def scope_channel(scope_id: Any) -> str:
 def base_channel() -> str:
     """The transport channel of account events and recheck requests."""
     return conf.CHANNEL
+
+
+def new_mid() -> str:
+    """A unique message id that says when it was made (see the module docstring)."""
+    return f"{time.time_ns() // 1000:013x}{secrets.token_hex(10)[:19]}"
+
+
+#: Seconds a publish time may lie from now and still be believed (clocks, queues, outages).
+BELIEVABLE = 86400.0
+
+
+def published_at(mid: Any) -> float | None:
+    """The Unix time a ``new_mid`` was made; ``None`` for an id of any other form."""
+    if not isinstance(mid, str) or len(mid) != 32:
+        return None
+    try:
+        at = int(mid[:13], 16) / 1_000_000
+    except ValueError:
+        return None
+    return at if abs(time.time() - at) < BELIEVABLE else None

@@ -1,4 +1,6 @@
-"""Signals an application may listen to. Each is sent robustly: a failing receiver is logged.
+"""Signals an application may listen to. Each is sent robustly: a failing receiver is logged
+in one line naming its exception, within the budget of ``realtime.logs`` (its traceback at
+DEBUG).
 
 ``frame_received(sender=RealtimeConsumer, consumer, user, event_type, data)``
     A client frame of a type the protocol does not define (the application's own).
@@ -16,6 +18,8 @@ from typing import Any
 
 from django.dispatch import Signal
 
+from realtime.logs import log_failure
+
 logger = logging.getLogger(__name__)
 
 frame_received = Signal()
@@ -29,8 +33,5 @@ async def send_robustly(signal: Signal, sender: Any, **kwargs: Any) -> None:
         return
     for receiver, result in await signal.asend_robust(sender, **kwargs):
         if isinstance(result, Exception):
-            logger.error(
-                "realtime: signal receiver %r failed",
-                receiver,
-                exc_info=(type(result), result, result.__traceback__),
-            )
+            # Receivers are handed client data: one line within the budget, no traceback.
+            log_failure(logger, "realtime: signal receiver %r failed", result, receiver)

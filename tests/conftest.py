@@ -114,3 +114,12 @@ async def proxy() -> AsyncIterator[Proxy]:
     await relay.open()
     yield relay
     await relay.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give each test the whole budget of limited log lines (``realtime.logs``): lines other
+    tests logged in this process must not hold back the ones a test looks for."""
+    from realtime import logs
+
+    monkeypatch.setattr(logs, "limiter", logs.LogLimiter())

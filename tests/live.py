@@ -123,9 +123,15 @@ class LiveServers:
         self.servers.clear()
 
 
-def start_server(settings: dict[str, Any], kind: str = "daphne", stack: str = "bare") -> Server:
+def start_server(
+    settings: dict[str, Any],
+    kind: str = "daphne",
+    stack: str = "bare",
+    environ: dict[str, str] | None = None,
+) -> Server:
+    """Start a server on the test database (``environ``: more environment variables)."""
     port = free_port()
-    env = subprocess_env()
+    env = {**subprocess_env(), **(environ or {})}
     env["REALTIME_TEST_SETTINGS"] = json.dumps(settings)
     path = os.path.join(tempfile.gettempdir(), f"{kind}-{port}.log")
     log = open(path, "wb")  # noqa: SIM115

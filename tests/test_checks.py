@@ -263,6 +263,21 @@ def test_retention_as_long_as_the_resume_window_passes() -> None:
     assert ids(REALTIME_MESSAGE_RETENTION=300, REALTIME_RESUME_WINDOW=300) == []
 
 
+# E014: the cap on unauthenticated sockets per address
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "3", True, [1]], ids=repr)
+def test_an_address_cap_that_is_not_none_or_a_positive_integer_is_error_e014(value: Any) -> None:
+    messages = run_checks(REALTIME_MAX_UNAUTHENTICATED_PER_ADDRESS=value)
+    assert [message.id for message in messages] == ["realtime.E014"]
+    assert "None" in (messages[0].hint or "")
+
+
+@pytest.mark.parametrize("value", [None, 1, 50])
+def test_an_address_cap_of_none_or_a_positive_integer_passes(value: Any) -> None:
+    assert ids(REALTIME_MAX_UNAUTHENTICATED_PER_ADDRESS=value) == []
+
+
 # E008: positive integers
 
 

@@ -177,13 +177,17 @@ def test_trim_with_bad_argument_from_the_command_line_exits_with_status_2() -> N
 
 # realtime_stats
 
+NO_SHARED_METRICS = (
+    "metrics:       set PROMETHEUS_MULTIPROC_DIR for the workers and this command to read theirs"
+)
+
 
 @database
 def test_stats_report_rows_channels_oldest_age_and_payload_bytes() -> None:
     insert_rows([("alpha", b"12345")], age=datetime.timedelta(seconds=120))
     insert_rows([("alpha", b"123456"), ("beta", b"1234567")], age=datetime.timedelta(seconds=5))
     lines = run("realtime_stats")
-    assert len(lines) == 4
+    assert len(lines) == 5
     assert lines[0] == "rows:          3"
     assert lines[1] == "channels:      2"
     oldest = re.fullmatch(r"oldest row:    (\d+\.\d) s", lines[2])
@@ -212,4 +216,13 @@ def test_stats_of_an_empty_table_show_a_dash_for_the_oldest_row() -> None:
         "channels:      0",
         "oldest row:    -",
         "payload bytes: 0",
+        NO_SHARED_METRICS,
     ]
+
+
+@database
+def test_stats_without_a_metrics_directory_say_how_to_read_the_workers_metrics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    assert run("realtime_stats")[-1] == NO_SHARED_METRICS

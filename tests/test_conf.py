@@ -53,6 +53,7 @@ DOCUMENTED: dict[str, Any] = {
     "RESUME_MAX_FRAMES": 1000,
     "PG_NOTIFY_LOG": True,
     "ALLOWED_ORIGINS": [],
+    "MAX_UNAUTHENTICATED_PER_ADDRESS": None,
 }
 # tests/settings.py sets this one; every other setting is left at its default there.
 SET_BY_TEST_SETTINGS = {"SCOPE_MODEL": "testapp.Workspace"}

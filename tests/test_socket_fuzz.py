@@ -57,7 +57,9 @@ json_values = st.recursive(
     ),
     max_leaves=16,
 )
-slugs = st.sampled_from(["acme", "beta", "gamma", "ACME", "", " acme", "acme\x00"])
+slugs = st.sampled_from(
+    ["acme", "beta", "gamma", "ACME", "", " acme", "acme\x00", "\ud800", "acme\udfff"]
+)
 scope_values = slugs | json_values
 scope_lists = st.lists(scope_values, max_size=5)
 channel_names = st.sampled_from(
@@ -285,6 +287,10 @@ async def fuzzing(live_servers: LiveServers) -> AsyncIterator[Fuzzing]:
 # Slugs no scope can have (a NUL byte: PostgreSQL refuses it in a text parameter).
 @example(frames=[frame_of("watch", {"scope": "acme\x00"})])
 @example(frames=[frame_of("watch", {"scopes": ["beta", "acme\x00"]})])
+# Nor a lone UTF-16 surrogate: valid JSON, but no driver can encode it.
+@example(frames=[frame_of("watch", {"scope": "\ud800"})] * 4)
+@example(frames=[frame_of("watch", {"scopes": ["beta", "\udc00acme"]})])
+@example(frames=[frame_of("subscribe", {"channels": ["contact:\ud800", "\ud800"]})])
 async def test_any_frame_an_authenticated_client_sends_ends_in_a_documented_outcome(
     fuzzing: Fuzzing, frames: list[str | bytes]
 ) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
+from realtime import views
 from realtime.sockets.manager import get_manager
 from realtime.transports import get_transport
 
@@ -51,4 +52,4 @@ def _listener_state() -> dict[str, Any]:
     }
 
 
-urlpatterns = [path("_realtime/state", realtime_state)]
+urlpatterns = [path("_realtime/state", realtime_state), path("metrics", views.metrics)]

@@ -77,6 +77,7 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
         *_check_listen_database(),
         *_check_resume_window(),
         *_check_allowed_origins(),
+        *_check_address_cap(),
         *_check_unknown_names(),
     ]
 
@@ -325,6 +326,21 @@ def _check_allowed_origins() -> list[checks.CheckMessage]:
         except ValueError as exc:
             errors.append(_error(12, "ALLOWED_ORIGINS", f"is invalid: {exc}.", hint))
     return errors
+
+
+def _check_address_cap() -> list[checks.CheckMessage]:
+    value = raw("MAX_UNAUTHENTICATED_PER_ADDRESS")
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return []
+    return [
+        _error(
+            14,
+            "MAX_UNAUTHENTICATED_PER_ADDRESS",
+            f"must be None (no cap) or an integer of at least 1, not {value!r}.",
+            "The default, None, sets no cap; a cap counts each worker's sockets that have not "
+            "authenticated yet, by client address.",
+        )
+    ]
 
 
 def _check_unknown_names() -> list[checks.CheckMessage]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
 from realtime.encoding import normal_id
+from realtime.sockets.limits import log_failure
 from realtime.sockets.protocol import ScopeAsk
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ def resolve_scopes(
     narrowed by what the bearer may reach."""
     if ask.many:
         found = list(auth.scopes_of(user, list(ask.slugs))) if ask.slugs else []
-    elif ask.single is not None and not isinstance(ask.single, str):
+    elif ask.single is not None and not ask.slugs:
+        # Asked, but not with a storable string: it names no scope.
         found = []
     else:
         scope = auth.scope_of(user, ask.single)
@@ -68,8 +70,9 @@ def recheck(auth: RealtimeAuth, questions: list[tuple[Any, str, ScopeAsk, list[A
             if user is not None and normal_id(user.pk) == user_id
         ]
         resolved = iter(_scopes(auth, kept))
-    except Exception:
-        logger.exception("realtime: rechecking %d sockets failed", len(questions))
+    except Exception as exc:
+        # One line per failure, limited: with the database away, every round fails.
+        log_failure("realtime: rechecking %d sockets failed", exc, len(questions))
         return [FAILED for _ in questions]
     return [
         next(resolved) if user is not None and normal_id(user.pk) == user_id else None
@@ -127,8 +130,9 @@ def _recheck_one(
         if user is None or normal_id(user.pk) != user_id:
             return None
         return resolve_scopes(auth, user, token, ask, held)
-    except Exception:
-        logger.exception("realtime: rechecking a socket of account %s failed", user_id)
+    except Exception as exc:
+        # One line per failure, limited: with the database away, every socket fails.
+        log_failure("realtime: rechecking a socket of account %s failed", exc, user_id)
         return FAILED
 
 

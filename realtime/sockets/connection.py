@@ -17,6 +17,7 @@ than the send). Observations of a backlog count as one run only while they come 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from collections.abc import Callable
@@ -54,6 +55,7 @@ class Socket:
         "link",
         "next_recheck",
         "on_failure",
+        "rechecking",
         "resumable",
         "scope_version",
         "scopes",
@@ -112,11 +114,23 @@ class Socket:
         #: While its handshake finishes, the frames delivered to it wait here with their log
         #: positions (``None`` once it is live; see ``SocketManager.go_live``).
         self.held: deque[tuple[int | None, dict[str, Any]]] | None = deque()
+        #: Its frames are held (in ``held``) until a requested recheck answers: refused, they
+        #: are dropped; kept, those of scopes it still reads go out.
+        self.rechecking = False
 
     def has_heard(self, position: int | None) -> bool:
         """Whether the frame of the message at ``position`` went out to it already."""
         floor = self.floor
         return floor is not None and position is not None and position <= floor
+
+    def reads(self, message: dict[str, Any]) -> bool:
+        """Whether a frame held during a recheck is still for this socket: one addressed to
+        a scope it no longer reads is not."""
+        try:
+            scope_id = json.loads(message["text"]).get("scope_id")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return True
+        return scope_id is None or normal_id(scope_id) in self.scopes
 
     def backlog(self) -> int:
         """Bytes (characters, for frames the writer still holds) not yet on the network."""

@@ -25,16 +25,16 @@ from typing import Any
 
 from channels.consumer import AsyncConsumer
 
-from realtime import signals
+from realtime import metrics, signals
 from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.encoding import normal_id
+from realtime.encoding import normal_id, storable
 from realtime.sockets import protocol
 from realtime.sockets.access import resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
-from realtime.sockets.limits import log_bad_input
+from realtime.sockets.limits import log_bad_input, log_failure, unauthenticated
 from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
@@ -66,6 +66,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         self.user: Any = None
         self.socket: Socket | None = None
         self.code: int | None = None
+        #: The client address holding a place in ``unauthenticated`` (``None``: none held).
+        self.unproven: str | None = None
         try:
             if await self._handshake():
                 await self._read_frames()
@@ -83,6 +85,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         message = await self.inbox.next()
         if message.get("type") != "websocket.connect":
             return False
+        address = _client_address(self.scope)
+        if not unauthenticated.take(address):
+            # Before accepting: the server answers the handshake with HTTP 403.
+            log_bad_input("realtime: refused a socket: too many unauthenticated from one address")
+            metrics.handshake("address_cap")
+            await self.base_send({"type": "websocket.close", "code": CloseCode.POLICY_VIOLATION})
+            self.state = State.CLOSED
+            return False
+        self.unproven = address
         await self.base_send({"type": "websocket.accept"})
         self.state = State.AUTHENTICATING
         try:
@@ -101,13 +112,16 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         token = frame.data.get("token")
         if frame.type != protocol.AUTHENTICATE or not isinstance(token, str) or not token:
             return await self._refuse(Refusal.MESSAGE)
+        if not storable(token):
+            # No bearer holds a NUL or a lone surrogate; no hook is asked about one.
+            return await self._refuse(Refusal.TOKEN)
         ask = protocol.read_scopes(frame.data)
         try:
             user, scopes = await self.inbox.watching(get_manager().handshakes.ask((token, ask)))
         except (ClientGoneError, OverLimitError):
             raise
-        except Exception:
-            logger.exception("realtime: authenticating a socket failed")
+        except Exception as exc:
+            log_failure("realtime: authenticating a socket failed", exc)
             return await self._refuse(Refusal.TOKEN)
         if user is None:
             return await self._refuse(Refusal.TOKEN)
@@ -121,6 +135,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             await self._open(user, token, ask, scopes, frame.data)
         finally:
             manager.release(user.pk)
+        metrics.handshake("accepted")
         return True
 
     async def _open(
@@ -146,6 +161,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             resumable=resume.opted,
         )
         self.user, self.socket = user, socket
+        self._proven()
         followed = await manager.register(socket, protocol.read_channels(data))
         slugs = list(socket.scopes.values())
         if not resume.opted:
@@ -171,12 +187,13 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             )
         except (ClientGoneError, OverLimitError):
             raise
-        except Exception:
+        except Exception as exc:
             # The socket is served anyway; the manager's housekeeping retries the listener.
-            logger.exception("realtime: the listener did not start in time")
+            log_failure("realtime: the listener did not start in time", exc)
 
     async def _refuse(self, reason: Refusal) -> bool:
         log_bad_input("realtime: refused a socket: %s", reason.value)
+        metrics.handshake(metrics.outcome_of(reason.value))
         await self._say_auth_error(reason)
         await self._close(CloseCode.POLICY_VIOLATION)
         return False
@@ -247,8 +264,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         version = socket.scope_version
         try:
             scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
-        except Exception:
-            logger.exception("realtime: resolving a watch failed; the socket reads no scope")
+        except Exception as exc:
+            log_failure("realtime: resolving a watch failed; the socket reads no scope", exc)
             scopes = []
         finally:
             socket.watching = False
@@ -275,15 +292,23 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             self.socket.stop()
         await self.link.shut(self.base_send, code, CLOSE_ANSWER)
 
+    def _proven(self) -> None:
+        """Give back the place this socket held among the unauthenticated (once)."""
+        if self.unproven is not None:
+            unauthenticated.give_back(self.unproven)
+            self.unproven = None
+
     async def _finish(self) -> None:
         self.state = State.CLOSED
+        self._proven()
+        metrics.closed(self.code)
         self.inbox.close()
         if self.socket is not None:
             self.socket.stop()
             try:
                 await get_manager().unregister(self.socket)
-            except Exception:
-                logger.exception("realtime: unregistering a socket failed")
+            except Exception as exc:
+                log_failure("realtime: unregistering a socket failed", exc)
         await signals.send_robustly(
             signals.socket_disconnected,
             RealtimeConsumer,
@@ -294,6 +319,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
 
 async def _ignore(frame: Frame) -> None:
+    return None
+
+
+def _client_address(scope: dict[str, Any]) -> str | None:
+    """The client's host as the server saw it (a forwarded one when the server reads proxy
+    headers); ``None`` over a Unix socket or when the server does not say."""
+    client = scope.get("client")
+    if isinstance(client, list | tuple) and client and isinstance(client[0], str):
+        return client[0]
     return None
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from realtime import messages, signals
+from realtime import messages, metrics, signals
 from realtime.auth import RealtimeAuth, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
@@ -60,6 +60,8 @@ class Plan:
     action: Callable[[], None] | None = None
     #: The message's position in the log (``None``: the transport keeps none).
     position: int | None = None
+    #: The message's ``mid``, which says when it was published (``messages.published_at``).
+    mid: Any = None
 
 
 class Host(Protocol):
@@ -107,6 +109,7 @@ class Dispatcher:
         try:
             self._queue.put_nowait((payload, position))
         except asyncio.QueueFull:
+            metrics.dropped("queue_full")
             self.overflows.add()
             self.host.on_missed(frozenset([channel]))
             return
@@ -125,6 +128,10 @@ class Dispatcher:
         self._pending = max(0, self._pending - count)
         if not self._pending and self._quiet is not None:
             self._quiet.set()
+
+    def depth(self) -> int:
+        """Messages waiting to be planned."""
+        return 0 if self._queue is None else self._queue.qsize()
 
     def ensure_running(self) -> None:
         """Start the planner and sender tasks, or restart one that died."""
@@ -180,7 +187,7 @@ class Dispatcher:
             return None
         plan = await self.plan(message)
         if plan is not None:
-            plan.position = position
+            plan.position, plan.mid = position, message.get("mid")
         return plan
 
     async def plan(
@@ -258,6 +265,7 @@ class Dispatcher:
         if plan.frame is None or not plan.targets:
             return
         await self.send_all(plan.targets, plan.frame, plan.position)
+        metrics.delivered(plan.mid, len(plan.targets))
         self._delivered(plan)
 
     async def send_all(
@@ -281,6 +289,7 @@ class Dispatcher:
             # No send_frame waits for the network: going through the targets in turn costs
             # no socket any time, so none holds the others back.
             elif not await socket.send_frame(out, timeout):
+                metrics.dropped("not_reading")
                 self.host.drop_soon(socket)
             if count % YIELD_EVERY == 0:
                 # Let the event loop write what is buffered so far: the first sockets need
@@ -317,6 +326,7 @@ def read_message(payload: bytes) -> dict[str, Any] | None:
         message = json.loads(payload)
     except ValueError:
         logger.warning("realtime: dropped an unreadable message")
+        metrics.dropped("unreadable")
         return None
     return message if isinstance(message, dict) else None
 

@@ -1,11 +1,14 @@
-"""The limits a socket lives under, beyond the handshake's: frame rate, and log volume.
+"""The limits a socket lives under, beyond the handshake's: addresses, frame rate, log volume.
 
-A client sends at most ``REALTIME_FRAME_LIMIT`` frames in a fixed window of
-``realtime.limits.FRAME_WINDOW`` seconds, which starts at the first frame after
-``authenticate`` (one sent before ``auth_success`` came back included, see ``inbox``) and
-starts again at the first frame after it ends. Bad input is logged in one
-line, never with a token or a frame body, and at most ``LOG_LINES_PER_MINUTE`` such lines a
-minute per process, so a hostile client cannot flood the logs.
+A client address holds at most ``REALTIME_MAX_UNAUTHENTICATED_PER_ADDRESS`` sockets that
+have not authenticated yet on this worker, when set (``AddressCap``); a handshake over it is
+refused before the socket is accepted. A client sends at most ``REALTIME_FRAME_LIMIT`` frames
+in a fixed window of ``realtime.limits.FRAME_WINDOW`` seconds, which starts at the first frame
+after ``authenticate`` (one sent before ``auth_success`` came back included, see ``inbox``)
+and starts again at the first frame after it ends; WebSocket pings are answered by the server
+and never reach the application, so they count toward nothing. Bad input is logged in one
+line, never with a token or a frame body, and within the process's budget of log lines
+(``realtime.logs``), so a hostile client cannot flood the logs.
 """
 
 from __future__ import annotations
@@ -14,13 +17,10 @@ import logging
 import time
 from typing import Any
 
-from realtime import limits
+from realtime import limits, logs
 from realtime.conf import conf
 
 logger = logging.getLogger(__name__)
-
-#: Bad-input log lines per minute, at most.
-LOG_LINES_PER_MINUTE = 60
 
 
 class FrameWindow:
@@ -41,14 +41,59 @@ class FrameWindow:
         return self.count <= conf.FRAME_LIMIT
 
 
-_log_times: list[float] = []
-
-
 def log_bad_input(message: str, *args: Any) -> None:
-    """Log one line about bad input (never a token or a frame body), rate-limited."""
-    now = time.monotonic()
-    while _log_times and now - _log_times[0] > 60:
-        _log_times.pop(0)
-    if len(_log_times) < LOG_LINES_PER_MINUTE:
-        _log_times.append(now)
-        logger.info(message, *args)
+    """Log one line about bad input (never a token or a frame body), within the budget."""
+    logs.log_limited(logger, logging.INFO, message, *args)
+
+
+def log_failure(message: str, error: BaseException, *args: Any) -> None:
+    """Log one ERROR line about a failure a client may have provoked, within the budget (see
+    ``realtime.logs``)."""
+    logs.log_failure(logger, message, error, *args)
+
+
+def log_warning(message: str, *args: Any) -> None:
+    """Log one WARNING line that may repeat per socket, within the budget."""
+    logs.log_limited(logger, logging.WARNING, message, *args)
+
+
+class AddressCap:
+    """Count this worker's sockets that have not authenticated yet, by client address.
+
+    Each one holds a file descriptor and a place in the handshake queue for up to
+    ``REALTIME_AUTH_TIMEOUT`` seconds before it has proved anything; one address opening
+    thousands of them would exhaust the worker. Off (``None``) by default: many clients may
+    share one address (a NAT, or a proxy whose forwarded address the server does not read).
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[str, int] = {}
+
+    def take(self, address: str | None) -> bool:
+        """Hold a place for one more unauthenticated socket of ``address``; ``False`` when
+        it holds the cap already (nothing is held then)."""
+        if address is None:
+            return True
+        # Counted with the cap off too: ``give_back`` stays right if the setting changes.
+        held = self._held.get(address, 0)
+        cap = conf.MAX_UNAUTHENTICATED_PER_ADDRESS
+        if cap is not None and held >= cap:
+            return False
+        self._held[address] = held + 1
+        return True
+
+    def give_back(self, address: str | None) -> None:
+        """Give back a place held by ``take`` (the socket authenticated, or is gone)."""
+        if address is None or address not in self._held:
+            return
+        left = self._held[address] - 1
+        if left > 0:
+            self._held[address] = left
+        else:
+            del self._held[address]
+
+
+#: The one cap of this process (a worker serves its sockets on one event loop).
+unauthenticated = AddressCap()

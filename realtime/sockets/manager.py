@@ -34,9 +34,11 @@ import contextlib
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from realtime import metrics
 from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking, run_in_background
 from realtime.conf import conf
@@ -48,6 +50,7 @@ from realtime.sockets.batcher import Batcher
 from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
+from realtime.sockets.limits import log_warning
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
@@ -156,6 +159,7 @@ class SocketManager:
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL * random.uniform(0.5, 1.0)
         socket.on_failure = self._on_failure
         self.index.add(socket)
+        metrics.sockets_open(len(self.index.sockets))
         self.index.subscribe(socket, channels)
         await self._sync_follows(socket.scopes)
         return self._listening_done() and all(s in self._followed for s in socket.scopes)
@@ -167,12 +171,14 @@ class SocketManager:
 
     async def go_live(self, socket: Socket) -> None:
         """Send ``socket`` the frames held for it (but those it has heard, see
-        ``Socket.floor``), in order, then hand it its frames as they come."""
+        ``Socket.floor``, and, after a recheck, those of scopes it lost), in order, then hand
+        it its frames as they come."""
         held = socket.held
         timeout = conf.SEND_TIMEOUT
+        rechecked, socket.rechecking = socket.rechecking, False
         while held:
             position, message = held.popleft()
-            if socket.has_heard(position):
+            if socket.has_heard(position) or (rechecked and not socket.reads(message)):
                 continue
             if not await socket.send_frame(message, timeout):
                 self.drop_soon(socket)
@@ -182,7 +188,9 @@ class SocketManager:
 
     async def unregister(self, socket: Socket) -> None:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
-        if self.index.remove(socket):
+        removed = self.index.remove(socket)
+        metrics.sockets_open(len(self.index.sockets))
+        if removed:
             await self._sync_follows(socket.scopes)
 
     async def set_scopes(self, socket: Socket, scopes: list[Scope], *, keep_channels: bool) -> None:
@@ -266,9 +274,7 @@ class SocketManager:
             return
         shut = socket.stop()  # False: the consumer is closing it already
         if shut and socket.link.open():
-            logger.warning(
-                "realtime: a socket of account %s is not reading; closed", socket.user_id
-            )
+            log_warning("realtime: a socket of account %s is not reading; closed", socket.user_id)
         elif shut:
             logger.debug("realtime: a socket of account %s left mid-delivery", socket.user_id)
         self._beside(self._close_dropped(socket, shut))
@@ -300,10 +306,19 @@ class SocketManager:
     # Rechecks and housekeeping ------------------------------------------------------------
 
     def request_recheck(self, user_ids: Iterable[Any]) -> None:
-        """Recheck the sockets of these accounts at the next round (now)."""
+        """Recheck the sockets of these accounts at the next round (now), holding their
+        frames until it answers.
+
+        Called in delivery order: every message published after the write that asked for
+        the recheck (an account deactivated, a membership removed) is sent after this, so
+        holding here means none of them reaches a socket the recheck is about to refuse.
+        """
         for user_id in user_ids:
             for socket in self.index.by_user.get(user_id, ()):
                 socket.next_recheck = 0.0
+                if socket.held is None:
+                    socket.held = deque()
+                    socket.rechecking = True
         if self._wake is not None:
             self._wake.set()
 
@@ -312,6 +327,7 @@ class SocketManager:
         while True:
             try:
                 self.dispatcher.ensure_running()
+                metrics.queue_depth(self.dispatcher.depth())
                 await self.recheck_due()
                 await self._reconcile()
             except Exception:
@@ -328,7 +344,7 @@ class SocketManager:
         due = [
             s
             for s in self.index.sockets
-            if s.next_recheck <= now and not s.watching and s.held is None
+            if s.next_recheck <= now and not s.watching and (s.held is None or s.rechecking)
         ]
         due.sort(key=_due_at)  # those asked for (due at 0) first
         for socket in due:
@@ -346,14 +362,18 @@ class SocketManager:
         questions = [(s.user_id, s.token, s.ask, list(s.scopes)) for s in due]
         answers = await run_in_background(access.recheck, get_auth(), questions)
         for socket, version, answer in zip(due, versions, answers, strict=True):
-            if socket.closed or socket not in self.index.sockets or answer is access.FAILED:
+            if socket.closed or socket not in self.index.sockets:
                 continue
             if answer is None:
                 # Beside the round: the client may not be reading its auth_error.
                 self.index.remove(socket)
                 self._beside(self._refuse(socket))
-            elif socket.scope_version == version:
+                continue
+            if answer is not access.FAILED and socket.scope_version == version:
                 await self.set_scopes(socket, answer, keep_channels=True)
+            if socket.rechecking:
+                # Could not tell (FAILED): the socket goes on as it was, like any recheck.
+                await self.go_live(socket)
 
     async def _watch_stalls(self) -> None:
         """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from realtime.encoding import storable
+
 
 class CloseCode(enum.IntEnum):
     """WebSocket close codes the server uses."""
@@ -94,28 +96,30 @@ class ScopeAsk:
 def read_scopes(data: dict[str, Any]) -> ScopeAsk:
     """Read ``scopes`` (a JSON list only) else ``scope``; ``workspace(s)`` when those are absent.
 
-    Non-string list entries are dropped, but a non-empty list still counts as asked.
+    Entries that are not storable strings are dropped, but a non-empty list still counts as
+    asked; so does a single scope that is not one (it names nothing: ``slugs`` is empty).
     """
     listed = data["scopes"] if "scopes" in data else data.get("workspaces")
     if isinstance(listed, list):
-        slugs = tuple(dict.fromkeys(slug for slug in listed if isinstance(slug, str)))
+        slugs = tuple(dict.fromkeys(slug for slug in listed if storable(slug)))
         return ScopeAsk(many=True, slugs=slugs, single=None, asked=bool(listed))
     single = data["scope"] if "scope" in data else data.get("workspace")
     return ScopeAsk(
         many=False,
-        slugs=(single,) if isinstance(single, str) else (),
+        slugs=(single,) if storable(single) else (),
         single=single,
         asked=single is not None,
     )
 
 
 def read_channels(data: dict[str, Any]) -> list[str]:
-    """``channels`` when a non-empty list, else ``[channel]`` when a string; strings only."""
+    """``channels`` when a non-empty list, else ``[channel]`` when a string; storable strings
+    only."""
     channels = data.get("channels")
     if isinstance(channels, list) and channels:
-        return [channel for channel in channels if isinstance(channel, str)]
+        return [channel for channel in channels if storable(channel)]
     channel = data.get("channel")
-    return [channel] if isinstance(channel, str) else []
+    return [channel] if storable(channel) else []
 
 
 def channel_model(channel: str) -> str:

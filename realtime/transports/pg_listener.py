@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from realtime import metrics
 from realtime.transports.outage import Outage
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class PgListener:
                     await self._bounded(self.after_listening())
                 self.connected.set()
                 self._unreachable = False
+                if self.outage.since is not None:
+                    metrics.listen_reconnected()
                 self.outage.recovered()
                 await self._serve(connection)
             except (psycopg.Error, OSError, TimeoutError) as exc:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from realtime import metrics
 from realtime.transports.bounds import Bounds, StatementClock, bounded_connection
 from realtime.transports.outage import Outage
 from realtime.transports.table_store import MessageStore, channel_hash, close_connection
@@ -201,6 +202,7 @@ class Poller:
                 try:
                     self._take_anchors(generation)
                     self._poll(generation)
+                    metrics.polled(time.monotonic() - started)
                     failures = 0
                 except Exception as exc:
                     if not self._current(generation):

@@ -21,6 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.core.exceptions import ImproperlyConfigured
 
+from realtime import metrics
 from realtime.transports.bounds import Bounds, StatementClock, bounded_connection
 from realtime.transports.outage import Outage
 from realtime.transports.table_store import MessageStore, close_connection
@@ -52,12 +53,14 @@ class Trimmer:
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""
-        return len(
+        count = len(
             self.store.trim_batch(
                 self.retention if retention is None else retention,
                 self.batch_size if batch_size is None else batch_size,
             )
         )
+        metrics.trimmed(count)
+        return count
 
     def published(self, count: int) -> None:
         """``count`` messages were published: maybe submit trims, as many as they earn."""

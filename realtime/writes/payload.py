@@ -11,22 +11,16 @@ until each message fits.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from realtime import limits, messages
 from realtime.encoding import encode, sorted_ids
-from realtime.messages import base_channel, scope_channel
+from realtime.messages import base_channel, new_mid, scope_channel
 
 logger = logging.getLogger(__name__)
 
 Message = dict[str, Any]
-
-
-def new_mid() -> str:
-    # PostgreSQL merges identical notifications of one transaction; a unique id keeps them.
-    return uuid.uuid4().hex
 
 
 def identity(data: Any) -> dict[str, Any] | None:

@@ -1,0 +1,221 @@
+"""What an operator watches: sockets, handshakes, closes, frames, lag, polls, reconnects, trims.
+
+Each function here is the one call made at its point in the code; all are no-ops, costing a
+function call, when ``prometheus_client`` (the ``metrics`` extra) is not installed. Metrics are
+made on first use, so they follow the environment of the process that uses them: with
+``PROMETHEUS_MULTIPROC_DIR`` set, ``prometheus_client`` keeps each process's values in files
+there, and one endpoint (``realtime.views.metrics``) or ``manage.py realtime_stats`` reads
+every worker's. Gauges are then kept per process (a ``pid`` label) and only for live ones.
+
+Calls on hot paths count once per message, never once per socket: ``delivered`` adds the
+number of sockets a frame went to. Commit→frame lag is read from the message's ``mid``, which
+starts with the publish time (``realtime.messages.published_at``); clocks of different hosts
+add their skew to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from realtime.messages import published_at
+
+logger = logging.getLogger(__name__)
+
+try:
+    import prometheus_client
+except ImportError:  # the optional extra is not installed: every call is a no-op
+    prometheus_client = None  # type: ignore[assignment]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Buckets of lags and poll durations, in seconds: a few milliseconds to a minute.
+SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+LIVE_GAUGE_FILE = re.compile(r"gauge_live\w*?_(\d+)\.db")
+
+
+class Metrics:
+    """The process's metric objects (``prometheus_client`` is installed)."""
+
+    def __init__(self) -> None:
+        assert prometheus_client is not None
+        counter, gauge, histogram = (
+            prometheus_client.Counter,
+            prometheus_client.Gauge,
+            prometheus_client.Histogram,
+        )
+        # Per worker: every live process's value, under its pid (single process: the one).
+        per_worker: dict[str, Any] = {"multiprocess_mode": "liveall"}
+        self.sockets = gauge("realtime_sockets_open", "Sockets open on this worker", **per_worker)
+        self.handshakes = counter(
+            "realtime_handshakes",
+            "Socket handshakes, by outcome: accepted or why refused",
+            ["outcome"],
+        )
+        self.closes = counter("realtime_closes", "Sockets closed, by close code", ["code"])
+        self.sent = counter("realtime_frames_sent", "Event frames handed to sockets")
+        self.dropped = counter(
+            "realtime_frames_dropped", "Frames or messages not delivered, by reason", ["reason"]
+        )
+        self.queue = gauge(
+            "realtime_delivery_queue_depth", "Messages waiting for delivery", **per_worker
+        )
+        self.lag = histogram(
+            "realtime_commit_to_frame_seconds",
+            "From a message's publication (after its commit) to its frame going out",
+            buckets=SECONDS,
+        )
+        self.polls = histogram(
+            "realtime_poll_seconds", "Duration of each table-transport poll", buckets=SECONDS
+        )
+        self.last_poll = gauge(
+            "realtime_last_poll_timestamp_seconds",
+            "When the table transport's last poll succeeded (Unix time)",
+            **per_worker,
+        )
+        self.reconnects = counter(
+            "realtime_listen_reconnects", "pg_notify LISTEN connections made again after a loss"
+        )
+        self.trimmed = counter("realtime_trimmed_rows", "Rows trimmed from firm_channel_messages")
+
+
+_lock = threading.Lock()
+_metrics: Metrics | None = None
+
+
+def get() -> Metrics | None:
+    """The process's metrics, made on first use; ``None`` without ``prometheus_client``."""
+    global _metrics
+    if _metrics is None and prometheus_client is not None:
+        with _lock:
+            if _metrics is None:
+                forget_dead_workers()
+                _metrics = Metrics()
+    return _metrics
+
+
+def forget_dead_workers() -> None:
+    """Drop the gauge files of workers that are gone (a restart leaves them behind), so a
+    live gauge shows only live workers. Counters keep every worker's counts, as they should."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory or prometheus_client is None:
+        return
+    from prometheus_client import multiprocess
+
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            match = LIVE_GAUGE_FILE.fullmatch(name)
+            if match and not _alive(int(match.group(1))):
+                multiprocess.mark_process_dead(int(match.group(1)), directory)  # type: ignore[no-untyped-call]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# The calls, one at each point ----------------------------------------------------------------
+
+
+def sockets_open(count: int) -> None:
+    if (m := get()) is not None:
+        m.sockets.set(count)
+
+
+def handshake(outcome: str) -> None:
+    """A handshake ended: ``accepted``, or the refusal (its reason, lowercase with ``_``)."""
+    if (m := get()) is not None:
+        m.handshakes.labels(outcome).inc()
+
+
+def closed(code: int | None) -> None:
+    if (m := get()) is not None:
+        m.closes.labels(str(code) if code is not None else "none").inc()
+
+
+def delivered(mid: Any, sockets: int) -> None:
+    """A message's frame went out to ``sockets`` sockets: count them, and observe its lag."""
+    if (m := get()) is not None:
+        m.sent.inc(sockets)
+        published = published_at(mid)
+        if published is not None:
+            m.lag.observe(max(0.0, time.time() - published))
+
+
+def dropped(reason: str, count: int = 1) -> None:
+    if (m := get()) is not None:
+        m.dropped.labels(reason).inc(count)
+
+
+def queue_depth(depth: int) -> None:
+    if (m := get()) is not None:
+        m.queue.set(depth)
+
+
+def polled(seconds: float) -> None:
+    if (m := get()) is not None:
+        m.polls.observe(seconds)
+        m.last_poll.set(time.time())
+
+
+def listen_reconnected() -> None:
+    if (m := get()) is not None:
+        m.reconnects.inc()
+
+
+def trimmed(rows: int) -> None:
+    if rows and (m := get()) is not None:
+        m.trimmed.inc(rows)
+
+
+def registry() -> Any:
+    """The registry to read: every worker's files with ``PROMETHEUS_MULTIPROC_DIR``, else
+    this process's metrics; ``None`` without ``prometheus_client``."""
+    if prometheus_client is None:
+        return None
+    get()
+    if not os.environ.get(MULTIPROC_ENV):
+        return prometheus_client.REGISTRY
+    from prometheus_client import multiprocess
+
+    collected = prometheus_client.CollectorRegistry()
+    multiprocess.MultiProcessCollector(collected)  # type: ignore[no-untyped-call]
+    return collected
+
+
+def exposition() -> tuple[bytes, str] | None:
+    """The text a Prometheus scrape reads, and its content type; ``None`` without
+    ``prometheus_client``."""
+    read = registry()
+    if read is None:
+        return None
+    return prometheus_client.generate_latest(read), prometheus_client.CONTENT_TYPE_LATEST
+
+
+def samples() -> list[tuple[str, dict[str, str], float]] | None:
+    """Every ``realtime_*`` sample as (name, labels, value), sorted; ``None`` without
+    ``prometheus_client``."""
+    read = registry()
+    if read is None:
+        return None
+    found = [
+        (sample.name, dict(sample.labels), sample.value)
+        for family in read.collect()
+        if family.name.startswith("realtime_")
+        for sample in family.samples
+    ]
+    return sorted(found, key=lambda s: (s[0], sorted(s[1].items())))
+
+
+def outcome_of(reason: str) -> str:
+    """The label of a refusal: ``Scope not found`` -> ``scope_not_found``."""
+    return reason.lower().replace(" ", "_")

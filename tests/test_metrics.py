@@ -1,0 +1,225 @@
+"""Metrics an operator scrapes: real traffic through two real daphne workers sharing
+``PROMETHEUS_MULTIPROC_DIR``, read from one worker's endpoint and from ``realtime_stats``;
+and nothing breaks without ``prometheus_client``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from prometheus_client.parser import text_string_to_metric_families
+
+from realtime.auth import issue_token
+from realtime.messages import new_mid, published_at
+from realtime.testing import in_thread
+from tests.helpers import ROOT, WAIT, subprocess_env
+from tests.live import FAST, Clients, Server, start_server
+from tests.testapp.models import Contact, Membership, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[Clients]:
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path, live_servers: Any) -> Iterator[tuple[Server, Server, Path]]:
+    """Two daphne workers keeping their metrics in one directory, as on one host."""
+    directory = tmp_path / "metrics"
+    directory.mkdir()
+    environ = {"PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    workers = [start_server(dict(FAST), environ=environ) for _ in range(2)]
+    yield workers[0], workers[1], directory
+    for worker in workers:
+        worker.stop()
+
+
+def scrape(server: Server) -> Samples:
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    with urllib.request.urlopen(url, timeout=WAIT) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels``."""
+    return sum(
+        found
+        for (sample, sample_labels), found in samples.items()
+        if sample == name and set(labels.items()) <= set(sample_labels)
+    )
+
+
+def per_worker(samples: Samples, name: str) -> list[float]:
+    return sorted(found for (sample, _), found in samples.items() if sample == name)
+
+
+def make_members() -> tuple[Workspace, str, str]:
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    tokens = []
+    for name in ("ann", "bob"):
+        user = get_user_model().objects.create_user(username=name)
+        Membership.objects.create(workspace=acme, user=user)
+        tokens.append(issue_token(user))
+    return acme, tokens[0], tokens[1]
+
+
+async def test_the_metrics_endpoint_shows_every_worker_after_real_traffic(
+    two_workers: tuple[Server, Server, Path], ws: Clients
+) -> None:
+    first, second, directory = two_workers
+    acme, ann, bob = await in_thread(make_members)
+    sockets = [
+        await ws.authenticated(first, ann, scope="acme"),
+        await ws.authenticated(first, bob, scope="acme"),
+        await ws.authenticated(second, ann, scope="acme"),
+    ]
+    for client in sockets:
+        await client.send("subscribe", {"channels": ["contact"]})
+    refused = await ws.connect(second)
+    assert (await refused.authenticate("forged"))["type"] == "auth_error"
+    assert await refused.closed_with() == 1008
+    await in_thread(Contact.objects.create, workspace=acme, name="Counted")
+    for client in sockets:
+        await client.wait_for(lambda f: f["type"] == "contact.created")
+    await sockets[1].close()
+
+    async with asyncio.timeout(WAIT):
+        while True:
+            samples = await asyncio.to_thread(scrape, first)
+            # Bob's close has been served once the first worker holds one socket.
+            if per_worker(samples, "realtime_sockets_open") == [1, 1]:
+                break
+            await asyncio.sleep(0.05)
+    assert value(samples, "realtime_handshakes_total", outcome="accepted") == 3
+    assert value(samples, "realtime_handshakes_total", outcome="invalid_authentication_token") == 1
+    assert value(samples, "realtime_closes_total", code="1008") == 1
+    assert value(samples, "realtime_closes_total") == 2  # the refused socket, and bob's
+    assert value(samples, "realtime_frames_sent_total") == 3
+    assert value(samples, "realtime_commit_to_frame_seconds_count") == 2  # once per worker
+    assert value(samples, "realtime_poll_seconds_count") > 0
+    assert value(samples, "realtime_last_poll_timestamp_seconds") > 0
+    # Either worker's endpoint reads the same files.
+    assert value(await asyncio.to_thread(scrape, second), "realtime_frames_sent_total") == 3
+
+    stats = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "manage.py", "realtime_stats"],
+        cwd=ROOT,
+        env={**subprocess_env(), "PROMETHEUS_MULTIPROC_DIR": str(directory)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "realtime_frames_sent_total 3" in stats.stdout
+    assert 'realtime_handshakes_total{outcome="accepted"} 3' in stats.stdout
+
+
+def test_a_message_id_says_when_it_was_published() -> None:
+    import time
+
+    before = time.time()
+    mid = new_mid()
+    assert len(mid) == 32
+    published = published_at(mid)
+    assert published is not None
+    assert before - 0.001 <= published <= time.time() + 0.001
+    assert published_at("0123456789abcdef0123456789abcdef") is None  # years away: a UUID's
+    assert published_at("f" * 32) is None
+    assert published_at(None) is None
+
+
+WITHOUT_PROMETHEUS = textwrap.dedent(
+    """
+    import sys
+    sys.modules["prometheus_client"] = None  # import prometheus_client now raises ImportError
+    import django
+    django.setup()
+    from django.core.management import call_command
+    from django.test import RequestFactory
+    from realtime import metrics, views
+
+    assert metrics.get() is None
+    metrics.sockets_open(3)
+    metrics.handshake("accepted")
+    metrics.closed(1000)
+    metrics.delivered(metrics.published_at("x"), 2)
+    metrics.dropped("queue_full")
+    metrics.queue_depth(4)
+    metrics.polled(0.01)
+    metrics.listen_reconnected()
+    metrics.trimmed(5)
+    response = views.metrics(RequestFactory().get("/metrics"))
+    assert response.status_code == 503, response.status_code
+    call_command("realtime_stats")
+    """
+)
+
+
+def test_without_prometheus_client_nothing_breaks() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PROMETHEUS],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "metrics:       prometheus_client is not installed" in result.stdout
+
+
+def test_each_call_counts_in_its_own_metric() -> None:
+    from prometheus_client import REGISTRY
+
+    from realtime import metrics
+
+    def read(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = {
+        "reconnects": read("realtime_listen_reconnects_total"),
+        "trimmed": read("realtime_trimmed_rows_total"),
+        "dropped": read("realtime_frames_dropped_total", reason="queue_full"),
+        "polls": read("realtime_poll_seconds_count"),
+        "lag": read("realtime_commit_to_frame_seconds_count"),
+        "sent": read("realtime_frames_sent_total"),
+    }
+    metrics.listen_reconnected()
+    metrics.trimmed(7)
+    metrics.trimmed(0)
+    metrics.dropped("queue_full", 2)
+    metrics.polled(0.003)
+    metrics.delivered(new_mid(), 5)
+    metrics.delivered("not-a-timed-id", 1)  # counted, but no lag to observe
+    metrics.queue_depth(4)
+    metrics.sockets_open(9)
+    assert read("realtime_listen_reconnects_total") == before["reconnects"] + 1
+    assert read("realtime_trimmed_rows_total") == before["trimmed"] + 7
+    assert read("realtime_frames_dropped_total", reason="queue_full") == before["dropped"] + 2
+    assert read("realtime_poll_seconds_count") == before["polls"] + 1
+    assert read("realtime_commit_to_frame_seconds_count") == before["lag"] + 1
+    assert read("realtime_frames_sent_total") == before["sent"] + 6
+    assert read("realtime_delivery_queue_depth") == 4
+    assert read("realtime_sockets_open") == 9
