@@ -135,6 +135,7 @@ describe('reconnecting', () => {
       scope: 'acme',
       backoffStart: 50,
       backoffMax: 400,
+      jitter: 0, // the exact doubling is what is checked
     });
     const recorder = new Recorder(realtime);
     realtime.subscribe('contact');
