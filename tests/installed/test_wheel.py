@@ -133,7 +133,9 @@ def test_migrations_created_the_table_and_the_commands_are_there(project: Venv) 
     commands = project.run("python", "manage.py", "help", "--commands").stdout.split()
     assert {"realtime_trim", "realtime_stats"} <= set(commands)
     stats = project.run("python", "manage.py", "realtime_stats").stdout
-    assert "0" in stats
+    # The table exists and was read (other tests of this project may have written rows).
+    rows = next(line for line in stats.splitlines() if line.startswith("rows:"))
+    assert rows.split(":")[1].strip().isdigit()
     project.run("python", "manage.py", "realtime_trim")
     check = project.run("python", "manage.py", "check")
     assert "System check identified no issues" in check.stdout
