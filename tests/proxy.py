@@ -15,6 +15,8 @@ from typing import Any
 
 from django.db import connection, connections
 
+from realtime.blocking import close_connections
+
 from tests.helpers import WAIT
 
 
@@ -110,17 +112,20 @@ def default_database_through(relay: Proxy) -> Iterator[None]:
     """Have every new connection of this process to ``default`` go through ``relay``.
 
     Django builds each connection from the one settings dict of the alias, so changing it
-    reroutes the threads' connections (opened and closed around each call here) and the
-    LISTEN connection (whose DSN comes from it): the database is unreachable for the whole
-    process while the relay is closed.
+    reroutes the connections realtime's threads open and the LISTEN connection (whose DSN
+    comes from it): the database is unreachable for the whole process while the relay is
+    closed. The connections those threads kept from earlier tests go straight to the
+    database: they are closed on the way in, and on the way out.
     """
     settings = connections.settings["default"]
     saved = {key: settings[key] for key in ("HOST", "PORT")}
+    close_connections()
     settings.update(HOST="127.0.0.1", PORT=str(relay.port))
     try:
         yield
     finally:
         settings.update(saved)
+        close_connections()
 
 
 def databases_through(relay: Proxy) -> dict[str, Any]:
