@@ -16,7 +16,6 @@ from typing import Any
 from django.db import connection, connections
 
 from realtime.blocking import close_connections
-
 from tests.helpers import WAIT
 
 
