@@ -244,6 +244,18 @@ describe('resuming', () => {
     return { realtime, recorder };
   }
 
+  /** Stop the server, write two contacts while the client reconnects, start it again: the
+   * state the client reports once it is open again. */
+  async function missTwoWhileDown(server, recorder) {
+    const down = recorder.states.length;
+    await server.kill();
+    await recorder.state('reconnecting', { from: down });
+    await live.fixture('contact', 'acme', 'missed 1');
+    await live.fixture('contact', 'acme', 'missed 2');
+    await server.start();
+    return recorder.state('open', { from: down });
+  }
+
   const names = (recorder) =>
     recorder.events.filter((f) => f.type === 'contact.created').map((f) => f.data.name);
 
@@ -252,13 +264,7 @@ describe('resuming', () => {
     const server = await live.server();
     const { realtime, recorder } = await listening(server, hal);
 
-    const down = recorder.states.length;
-    await server.kill();
-    await recorder.state('reconnecting', { from: down });
-    await live.fixture('contact', 'acme', 'missed 1');
-    await live.fixture('contact', 'acme', 'missed 2');
-    await server.start();
-    const back = await recorder.state('open', { from: down });
+    const back = await missTwoWhileDown(server, recorder);
     assert.equal(back.resumed, true);
     assert.equal(realtime.resumed, true);
     const { id } = await live.fixture('contact', 'acme', 'live');
@@ -275,13 +281,7 @@ describe('resuming', () => {
     const server = await live.server({ REALTIME_RESUME_MAX_FRAMES: 1 });
     const { realtime, recorder } = await listening(server, ivy);
 
-    const down = recorder.states.length;
-    await server.kill();
-    await recorder.state('reconnecting', { from: down });
-    await live.fixture('contact', 'acme', 'missed 1');
-    await live.fixture('contact', 'acme', 'missed 2');
-    await server.start();
-    const back = await recorder.state('open', { from: down });
+    const back = await missTwoWhileDown(server, recorder);
     assert.equal(back.resumed, false);
     assert.equal(realtime.resumed, false);
     const { id } = await live.fixture('contact', 'acme', 'live');

@@ -66,6 +66,16 @@ def make_user(db: None) -> Callable[..., Any]:
     return make
 
 
+@pytest.fixture
+async def ws() -> AsyncIterator[Any]:
+    """WebSocket clients opened by a test (``tests.live.Clients``), closed after it."""
+    from tests.live import Clients
+
+    pool = Clients()
+    yield pool
+    await pool.close_all()
+
+
 @pytest.fixture(scope="session")
 def live_servers(django_db_setup: None, django_db_blocker: Any) -> Any:
     """Daphne servers on the test database, started on first use, stopped at the end."""

@@ -86,6 +86,16 @@ async def off_loop(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.to_thread(run)
 
 
+async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Wait, at most ``timeout`` seconds, until ``condition()`` holds: for state that has no
+    event to wait on (a poller's counters, a listener's connection), polled."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+
+
 def db_datetime(value: datetime.datetime) -> Any:
     """A naive UTC datetime as the test database's driver stores it in ``created_at``:
     PostgreSQL takes the datetime, SQLite and MySQL the text Django would write."""

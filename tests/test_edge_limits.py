@@ -11,7 +11,7 @@ Real servers, real clients.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 import websockets
@@ -28,13 +28,6 @@ SERVERS = [
     pytest.param("daphne", id="daphne"),
     pytest.param("uvicorn", id="uvicorn"),
 ]
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 @pytest.fixture(params=SERVERS)

@@ -8,7 +8,7 @@ daphne server, all at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -139,13 +139,6 @@ async def test_handshakes_resolved_at_the_same_time_share_one_bulk_ask(
 
 
 # End to end ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 @pytest.mark.django_db(transaction=True)

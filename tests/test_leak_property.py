@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,13 +390,6 @@ def _views(before: set[int], after: set[int], model: str, pk: Any) -> dict[int, 
 
 
 # The sockets -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 async def connect(server: Server, ws: Clients, world: World) -> list[Client]:

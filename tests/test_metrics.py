@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,6 @@ from tests.testapp.models import Contact, Membership, Workspace
 pytestmark = pytest.mark.django_db(transaction=True)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 @pytest.fixture

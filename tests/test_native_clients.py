@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,13 +139,6 @@ async def test_an_origin_from_allowed_hosts_or_realtime_allowed_origins_is_admit
 
 
 # Pings and the frame limit, on the suite's own servers and database -------------------------
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,7 +10,6 @@ reads again. Waits are bounded; absence is proven with a marker sent afterwards.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -35,13 +34,6 @@ PG_NOTIFY = {"REALTIME_TRANSPORT": "pg_notify"}
 WITHOUT_LOG = {"REALTIME_TRANSPORT": "pg_notify", "REALTIME_PG_NOTIFY_LOG": False}
 #: A LISTEN connection that comes back fast.
 FAST_BACK = {"REALTIME_RECONNECT_BACKOFF_START": 0.05, "REALTIME_RECONNECT_BACKOFF_MAX": 0.2}
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def use(settings: Any, overrides: dict[str, Any]) -> None:

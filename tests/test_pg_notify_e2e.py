@@ -14,7 +14,7 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -42,13 +42,6 @@ Frame = dict[str, Any]
 @pytest.fixture(autouse=True)
 def publish_with_pg_notify(settings: Any) -> None:
     settings.REALTIME_TRANSPORT = "pg_notify"
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 @pytest.fixture

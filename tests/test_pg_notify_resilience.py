@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from realtime.transports import pg_notify
 from realtime.transports.pg_listener import APPLICATION_NAME, PgListener
 from realtime.transports.pg_notify import PgNotifyTransport
-from tests.helpers import WAIT, Inbox, off_loop, only_on
+from tests.helpers import WAIT, Inbox, eventually, off_loop, only_on
 from tests.proxy import Proxy, default_database_through
 
 pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
@@ -78,15 +78,6 @@ async def started(transport: PgNotifyTransport) -> PgListener:
     await transport.start()
     assert transport.listener is not None
     return transport.listener
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Wait, at most ``timeout`` seconds, until ``condition()`` holds."""
-    async with asyncio.timeout(timeout):
-        while True:  # the listener's state has no event to wait on: poll it
-            if condition():
-                return
-            await asyncio.sleep(0.01)
 
 
 async def publish(transport: PgNotifyTransport, *messages: tuple[str, bytes]) -> None:

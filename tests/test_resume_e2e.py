@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,13 +29,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 MARKER = "test.marker"
 CHANNELS = ["contact", "company", "private_note"]
 Frame = dict[str, Any]
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def make_workspace(slug: str) -> Workspace:
@@ -73,6 +65,14 @@ async def last_cursor(client: Client, user: Any) -> str:
     await off_loop(broadcast_to_user, user.pk, MARKER, None)
     frame = await client.wait_for(lambda f: f["type"] == MARKER)
     cursor: str = frame["cursor"]
+    return cursor
+
+
+async def went_away(ws: Clients, server: Server, token: str, user: Any, **ask: Any) -> str:
+    """A resuming socket that handled everything said until now, then closed: its cursor."""
+    client, _ = await resuming(ws, server, token, **ask)
+    cursor = await last_cursor(client, user)
+    await client.close()
     return cursor
 
 
@@ -191,9 +191,7 @@ async def test_a_socket_that_comes_back_hears_exactly_what_it_missed_in_order_th
 async def test_a_socket_resumes_on_another_worker(live_servers: LiveServers, ws: Clients) -> None:
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
-    client, _ = await resuming(ws, live_servers.get("worker-1"), token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, live_servers.get("worker-1"), token, ann, scope="acme")
     company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
 
     back, answer = await resuming(ws, live_servers.get("worker-2"), token, cursor, scope="acme")
@@ -226,9 +224,7 @@ async def test_a_scope_lost_while_away_is_not_replayed_and_the_others_are(
     acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
     ann, token = await off_loop(make_member, "ann", acme, beta)
     server = live_servers.get()
-    client, _ = await resuming(ws, server, token, scopes=["acme", "beta"])
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scopes=["acme", "beta"])
 
     def while_away() -> tuple[int, int]:
         kept = Company.objects.create(workspace=acme, name="in acme")
@@ -279,9 +275,7 @@ async def test_account_frames_of_another_account_are_never_replayed(
     ann, token = await off_loop(make_member, "ann", acme)
     bob, _ = await off_loop(make_member, "bob", acme)
     server = live_servers.get()
-    client, _ = await resuming(ws, server, token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
     await off_loop(broadcast_to_user, bob.pk, "user.notice", {"for": "bob"})
     await off_loop(broadcast_to_user, ann.pk, "user.notice", {"for": "ann"})
 
@@ -359,9 +353,7 @@ async def test_a_cursor_whose_messages_were_trimmed_starts_afresh(
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     server = live_servers.get()
-    client, _ = await resuming(ws, server, token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
     await off_loop(Company.objects.create, workspace=acme, name="missed, then trimmed")
     await off_loop(Company.objects.create, workspace=acme, name="missed, kept")
     position = position_of(ann.pk, cursor)
@@ -384,9 +376,7 @@ async def test_more_missed_frames_than_the_limit_start_afresh(
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     server = live_servers.get("few-frames", REALTIME_RESUME_MAX_FRAMES=3)
-    client, _ = await resuming(ws, server, token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
     for name in "abcd":
         await off_loop(Company.objects.create, workspace=acme, name=name)
 
@@ -404,9 +394,7 @@ async def test_exactly_the_limit_of_missed_frames_is_replayed(
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     server = live_servers.get("few-frames", REALTIME_RESUME_MAX_FRAMES=3)
-    client, _ = await resuming(ws, server, token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
     # Frames of other accounts and channels the socket does not hear do not count.
     bob, _ = await off_loop(make_member, "bob", acme)
     await off_loop(broadcast_to_user, bob.pk, "user.notice", None)

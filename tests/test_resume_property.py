@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,13 +124,6 @@ def _write(world: World, kind: str, args: list[Any]) -> None:
         else:
             contact.delete()
             world.contacts.remove(contact)
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 async def arrived(client: Client) -> list[Frame]:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import subprocess
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,18 +24,11 @@ from realtime.messages import base_channel
 from realtime.sockets.cursors import position_of
 from tests.helpers import off_loop, only_on, start_worker
 from tests.live import Client, Clients, LiveServers
-from tests.test_resume_e2e import heard, kinds, last_cursor, make_member, make_workspace, resuming
+from tests.test_resume_e2e import heard, kinds, make_member, make_workspace, resuming, went_away
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
 TICK = "test.tick"
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 @pytest.fixture
@@ -65,9 +58,7 @@ async def test_writes_committed_out_of_id_order_by_two_processes_are_replayed_on
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     server = live_servers.get()
-    client, _ = await resuming(ws, server, token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
 
     first = start_worker("hold-write", str(acme.pk), "first")
     workers.append(first)
@@ -97,9 +88,7 @@ async def test_a_publish_holding_the_log_while_a_socket_comes_back_reaches_it_on
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     server = live_servers.get()
-    client, _ = await resuming(ws, server, token, scope="acme")
-    cursor = await last_cursor(client, ann)
-    await client.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
     await off_loop(broadcast_to_user, ann.pk, "user.notice", {"text": "missed"})
     holder = start_worker("hold-notice", each_transport, str(ann.pk), "under way")
     workers.append(holder)

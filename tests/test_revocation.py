@@ -12,7 +12,6 @@ real clients.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,20 +20,13 @@ from django.contrib.auth import get_user_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_users, recheck_users
 from realtime.testing import in_thread
-from tests.live import Clients, LiveServers
+from tests.live import Client, Clients, LiveServers
 from tests.testapp.models import Contact, Membership, PrivateNote, Workspace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
 User = get_user_model()
 TOKEN_REFUSED = {"type": "auth_error", "data": {"message": "Invalid authentication token"}}
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def make_members() -> tuple[Workspace, Any, Any]:
@@ -119,6 +111,18 @@ async def test_recheck_users_after_a_bulk_deactivation_closes_the_socket(
     assert client.received[-1] == TOKEN_REFUSED
 
 
+async def hearing_contacts(live_servers: LiveServers, ws: Clients) -> tuple[Workspace, Any, Client]:
+    """Ann's socket in Acme, subscribed to contacts, once it heard one created there."""
+    acme, ann, _ = await in_thread(make_members)
+    client = await ws.authenticated(
+        live_servers.get(), await in_thread(issue_token, ann), scope="acme"
+    )
+    await client.send("subscribe", {"channels": ["contact"]})
+    await in_thread(Contact.objects.create, workspace=acme, name="before")
+    await client.wait_for(lambda f: f["type"] == "contact.created")
+    return acme, ann, client
+
+
 def add_membership_then_write(ann: Any, acme: Workspace) -> list[int]:
     """A write that asks for a recheck the account passes, then writes at once."""
     beta = Workspace.objects.create(name="Beta", slug="beta")
@@ -129,13 +133,7 @@ def add_membership_then_write(ann: Any, acme: Workspace) -> list[int]:
 async def test_frames_held_during_a_recheck_the_account_passes_all_arrive_in_order(
     live_servers: LiveServers, ws: Clients
 ) -> None:
-    acme, ann, _ = await in_thread(make_members)
-    client = await ws.authenticated(
-        live_servers.get(), await in_thread(issue_token, ann), scope="acme"
-    )
-    await client.send("subscribe", {"channels": ["contact"]})
-    await in_thread(Contact.objects.create, workspace=acme, name="before")
-    await client.wait_for(lambda f: f["type"] == "contact.created")
+    acme, ann, client = await hearing_contacts(live_servers, ws)
     written = await in_thread(add_membership_then_write, ann, acme)
     await in_thread(broadcast_to_users, [ann.pk], "test.marker", None)
     heard = await client.frames_until("test.marker")
@@ -151,13 +149,7 @@ def remove_membership_then_write(ann: Any, acme: Workspace) -> None:
 async def test_events_committed_after_a_membership_is_removed_never_reach_the_socket(
     live_servers: LiveServers, ws: Clients
 ) -> None:
-    acme, ann, _ = await in_thread(make_members)
-    client = await ws.authenticated(
-        live_servers.get(), await in_thread(issue_token, ann), scope="acme"
-    )
-    await client.send("subscribe", {"channels": ["contact"]})
-    await in_thread(Contact.objects.create, workspace=acme, name="before")
-    await client.wait_for(lambda f: f["type"] == "contact.created")
+    acme, ann, client = await hearing_contacts(live_servers, ws)
     await in_thread(remove_membership_then_write, ann, acme)
     await in_thread(broadcast_to_users, [ann.pk], "test.marker", None)
     # The socket stays open for what is addressed to the account, and heard none of them.

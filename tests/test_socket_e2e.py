@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,13 +32,6 @@ def make_member(username: str, *workspaces: Workspace) -> tuple[Any, str]:
 
 def make_workspace(slug: str) -> Workspace:
     return Workspace.objects.create(name=slug.title(), slug=slug)
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:

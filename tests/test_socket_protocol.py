@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +79,6 @@ def make_workspaces(*slugs: str) -> list[Workspace]:
 
 
 # Clients and frames -------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:

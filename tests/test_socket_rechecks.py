@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from tests.testapp.models import Company, Membership, Notification, Workspace
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
 User = get_user_model()
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def setup_member(username: str, *slugs: str) -> tuple[Any, str, list[Workspace]]:

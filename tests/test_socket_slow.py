@@ -13,7 +13,6 @@ import asyncio
 import base64
 import os
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -35,13 +34,6 @@ MAX_EVENTS = 1500  # 30 MB of 20,000-character frames at most: past any loopback
 def noise(size: int) -> str:
     """``size`` characters of random text (incompressible)."""
     return base64.b64encode(os.urandom(size * 3 // 4 + 3)).decode()[:size]
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def accounts(*names: str) -> tuple[list[Any], list[str]]:

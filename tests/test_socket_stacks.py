@@ -9,7 +9,6 @@ sockets go unnoticed and refusals cannot close 1008.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FAN_OUT = 30
 #: What the server logs once when it cannot find daphne's connection behind ``send``.
 NOT_FOUND = "daphne's connection could not be found behind the ASGI send"
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def members(count: int) -> tuple[Workspace, list[Any], list[str]]:

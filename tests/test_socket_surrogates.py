@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SURROGATE = "\ud800"
 #: What the server must never log for anything a client sends.
 FAILURE_IN_LOG = re.compile(r"Traceback|Logging error|\b(ERROR|CRITICAL)\b")
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 def make_member() -> tuple[Any, str, Workspace]:

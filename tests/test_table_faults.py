@@ -17,7 +17,7 @@ import pytest
 
 from realtime.transports.bounds import Bounds
 from realtime.transports.table import TableTransport
-from tests.helpers import WAIT, Inbox, SmallQueue, off_loop, only_on, vendor
+from tests.helpers import WAIT, Inbox, SmallQueue, eventually, off_loop, only_on, vendor
 from tests.proxy import Proxy, default_database_through
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,14 +54,6 @@ def bounded(transport: TableTransport) -> TableTransport:
 
 def realtime_lines(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("realtime") and r.levelno >= level]
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:
-    async with asyncio.timeout(timeout):
-        while True:  # the poller's counters have no event to wait on: poll them
-            if condition():
-                return
-            await asyncio.sleep(0.01)
 
 
 @networked

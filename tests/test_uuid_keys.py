@@ -9,7 +9,6 @@ settings they are skipped.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -38,13 +37,6 @@ def make_member(username: str, *teams: Team) -> tuple[Any, str]:
     for team in teams:
         Seat._default_manager.create(team=team, account=account)
     return account, issue_token(account)
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 async def marker_for(client: Client, account: Any) -> list[dict[str, Any]]:

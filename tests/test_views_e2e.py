@@ -3,7 +3,6 @@ who gain it hear it created, those who keep it hear it updated; nobody else hear
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -37,13 +36,6 @@ def make_member(username: str, *workspaces: Workspace) -> tuple[Any, str]:
 
 def make_workspace(slug: str) -> Workspace:
     return Workspace.objects.create(name=slug.title(), slug=slug)
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[Clients]:
-    pool = Clients()
-    yield pool
-    await pool.close_all()
 
 
 async def heard(client: Client, user: Any) -> list[dict[str, Any]]:
