@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from realtime.transports import table_poller
 from realtime.transports.bounds import Bounds
 from realtime.transports.table import TableTransport
 from tests.helpers import WAIT, Inbox, SmallQueue, eventually, off_loop, only_on, vendor
@@ -118,6 +119,39 @@ async def test_an_outage_of_the_poller_logs_one_line_when_lost_and_one_when_back
     assert len(retries) >= 3
     assert all(r.levelno == logging.DEBUG for r in retries)
     assert not [r for r in caplog.records if r.name.startswith("realtime") and r.exc_info]
+
+
+@networked
+async def test_a_poller_outage_longer_than_the_bound_is_one_error_then_one_line_when_back(
+    make_table_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The bound is 60 s in a worker; a fraction of a second here.
+    monkeypatch.setattr(table_poller, "ERROR_AFTER", 0.3)
+    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
+        transport = bounded(make_table_transport())
+        transport.add_listener(inbox)
+        async with housekeeping(transport):
+            await transport.follow("c")
+            await off_loop(transport.publish, [("c", b"before")])
+            await inbox.wait_for("c", b"before")
+            await proxy.close()
+            await eventually(lambda: bool(realtime_lines(caplog, logging.ERROR)))
+            # Still failing after the error: no second one.
+            attempts = transport._poller.outage.attempts
+            await eventually(lambda: transport._poller.outage.attempts >= attempts + 2)
+            await proxy.open()
+            await off_loop(transport.publish, [("c", b"after")])
+            await inbox.wait_for("c", b"after")
+    assert inbox.payloads("c") == [b"before", b"after"]
+    lines = [(r.levelno, r.getMessage()) for r in realtime_lines(caplog, logging.WARNING)]
+    assert [level for level, _ in lines] == [logging.WARNING, logging.ERROR, logging.WARNING]
+    assert "polling firm_channel_messages failed (attempt 1" in lines[0][1]
+    assert "polling firm_channel_messages is still lost" in lines[1][1]
+    assert "polling firm_channel_messages works again after" in lines[2][1]
 
 
 async def test_the_watchdog_restarts_a_poller_thread_that_stopped_and_nothing_is_heard_twice(
