@@ -11,6 +11,13 @@ sockets slow. A kept connection is checked (one cheap query) before a call when 
 for ``IDLE_CHECK`` seconds or an error occurred on it, and replaced when it no longer answers;
 one a call left with autocommit off is closed (nothing realtime runs leaves it so).
 ``close_connections`` closes them all (a test database about to be dropped, say).
+
+A kept connection whose peer silently went away would block its thread, and after a few such
+calls every handshake, recheck and audience check, without a word. So each thread's
+statements (and the checks of idle connections) run under a ``StatementClock``, and
+``cut_stuck_statements``, called by the worker's housekeeping, cuts the connection of a
+statement that has had no answer for ``REALTIME_HEARTBEAT_TIMEOUT`` plus a second: the call
+fails (or, for a check, the connection is replaced), and the thread is free again.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from realtime.conf import conf
+from realtime.statement_clock import StatementClock
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -39,6 +53,10 @@ _background: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 #: Every connection a pool thread keeps -> when a call last finished with it.
 _kept: dict[Any, float] = {}
+#: Seconds past ``REALTIME_HEARTBEAT_TIMEOUT`` a statement may wait before it is cut.
+CUT_GRACE = 1.0
+#: The statement clock of each pool thread, by thread.
+_clocks: dict[int, StatementClock] = {}
 
 
 def _pool(background: bool) -> ThreadPoolExecutor:
@@ -53,7 +71,17 @@ def _pool(background: bool) -> ThreadPoolExecutor:
         return _executor
 
 
-def _ready_connections() -> None:
+def _clock() -> StatementClock:
+    """This thread's statement clock."""
+    ident = threading.get_ident()
+    with _lock:
+        clock = _clocks.get(ident)
+        if clock is None:
+            clock = _clocks[ident] = StatementClock()
+        return clock
+
+
+def _ready_connections(clock: StatementClock) -> None:
     """Drop this thread's kept connections that are broken, or idle and no longer answering."""
     now = time.monotonic()
     for conn in connections.all(initialized_only=True):
@@ -62,10 +90,15 @@ def _ready_connections() -> None:
         with _lock:
             last = _kept.get(conn, now)
         suspect = conn.errors_occurred or now - last >= IDLE_CHECK
-        if not conn.get_autocommit() or (suspect and not conn.is_usable()):
+        if not conn.get_autocommit() or (suspect and not _answers(conn, clock)):
             conn.close()
         else:
             conn.errors_occurred = False
+
+
+def _answers(conn: BaseDatabaseWrapper, clock: StatementClock) -> bool:
+    with clock.running(conn):
+        return bool(conn.is_usable())
 
 
 def _keep_connections() -> None:
@@ -82,11 +115,52 @@ def _keep_connections() -> None:
 
 
 def _with_kept_connections(function: Callable[[], T]) -> T:
-    _ready_connections()
+    clock = _clock()
+    _ready_connections(clock)
+    timed = functools.partial(_timed, clock)
     try:
-        return function()
+        with contextlib.ExitStack() as stack:
+            for conn in connections.all():
+                stack.enter_context(conn.execute_wrapper(timed))
+            return function()
     finally:
         _keep_connections()
+
+
+def _timed(
+    clock: StatementClock,
+    execute: Callable[..., Any],
+    sql: str,
+    params: Any,
+    many: bool,
+    context: dict[str, Any],
+) -> Any:
+    """Django's execute wrapper: run the statement under the thread's clock."""
+    with clock.running(context["connection"]):
+        return execute(sql, params, many, context)
+
+
+def cut_stuck_statements() -> int:
+    """Cut the connection of every pool thread's statement that has had no answer for
+    ``REALTIME_HEARTBEAT_TIMEOUT`` plus ``CUT_GRACE`` seconds; how many were cut.
+
+    Called on the event loop by the worker's housekeeping, every tick.
+    """
+    bound, now = conf.HEARTBEAT_TIMEOUT, time.monotonic()
+    with _lock:
+        clocks = list(_clocks.values())
+    cut = 0
+    for clock in clocks:
+        running = clock.running_for(now)
+        if running is not None and running > bound + CUT_GRACE and clock.cut():
+            cut += 1
+            logger.warning(
+                "realtime: a statement of a handshake, recheck or audience check had no "
+                "answer for %.1f s (bound %.1f s); cut its connection",
+                running,
+                bound,
+            )
+    return cut
 
 
 async def run_blocking(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -23,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
@@ -69,6 +70,11 @@ class Server:
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/api/ws"
+
+    def log_text(self) -> str:
+        """What the server printed so far."""
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")
 
     def state(self) -> dict[str, Any]:
         """The manager's state in that process (see ``tests.urls``)."""

@@ -6,8 +6,11 @@ for real, by ending its backend from another connection (PostgreSQL, MariaDB).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +20,7 @@ from django.db.backends.signals import connection_created
 from realtime import blocking
 from realtime.blocking import close_connections, run_blocking
 from tests.helpers import off_loop, only_on
+from tests.proxy import Proxy, default_database_through
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,3 +104,51 @@ async def test_a_call_that_failed_on_an_ended_connection_leaves_a_fresh_one_for_
     with pytest.raises(DatabaseError):
         await blocking.run_in_background(backend_id)
     assert await blocking.run_in_background(backend_id) != backend
+
+
+@contextlib.asynccontextmanager
+async def housekeeping() -> AsyncIterator[None]:
+    """Call the watchdog of realtime's threads often, as a worker's housekeeping does."""
+
+    async def run() -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            blocking.cut_stuck_statements()
+
+    task = asyncio.ensure_future(run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@only_on("postgresql", "mysql")
+@pytest.mark.parametrize("idle", [False, True], ids=["in-a-statement", "in-the-idle-check"])
+async def test_a_kept_connection_gone_silent_is_cut_past_the_bound_and_the_thread_works_again(
+    proxy: Proxy,
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    idle: bool,
+) -> None:
+    settings.REALTIME_HEARTBEAT_TIMEOUT = 0.2
+    monkeypatch.setattr(blocking, "CUT_GRACE", 0.1)
+    with default_database_through(proxy), caplog.at_level(logging.WARNING, logger="realtime"):
+        backend = await blocking.run_in_background(backend_id)  # kept, through the relay
+        proxy.freeze()  # its flow goes silent; new connections still flow
+        # Idle: the check before the call waits on it; otherwise the call's own statement.
+        monkeypatch.setattr(blocking, "IDLE_CHECK", 0.0 if idle else 3600.0)
+        async with housekeeping():
+            call = blocking.run_in_background(backend_id)
+            if idle:  # the check was cut and the connection replaced: the call works
+                assert await asyncio.wait_for(call, 10) != backend
+            else:  # the statement was cut: the call fails, and leaves the thread free
+                with pytest.raises(DatabaseError):
+                    await asyncio.wait_for(call, 10)
+            assert await asyncio.wait_for(blocking.run_in_background(backend_id), 10) != backend
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("realtime")]
+    assert len(lines) == 1, lines
+    assert "had no answer for" in lines[0]
+    assert "cut its connection" in lines[0]

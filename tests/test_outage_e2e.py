@@ -176,3 +176,28 @@ async def test_with_the_log_a_terminated_backend_and_a_cut_while_writes_flow_los
     for client in clients:
         assert await numbers_until_marker(client) == list(range(written))
     assert written == 50
+
+
+@only_on("postgresql", "mysql")
+async def test_a_handshake_after_the_worker_s_connections_went_silent_is_answered(
+    live_servers: LiveServers, ws: Clients, proxy: Proxy
+) -> None:
+    # Every connection of the worker goes through the relay; frozen, the established ones go
+    # silent (a NAT that forgot them) while new ones flow. The connection kept for handshakes
+    # would hold the next handshake, and every one after it, for as long as the kernel waits.
+    server = live_servers.get(
+        "frozen-handshakes",
+        DATABASES=databases_through(proxy),
+        REALTIME_HEARTBEAT_TIMEOUT=0.5,
+    )
+    workspace, tokens = await off_loop(members, 2)
+    first = await ws.authenticated(server, tokens[0], scope="acme")
+    proxy.freeze()
+    # Long enough for the kept connections to count as idle: they are checked before use.
+    await asyncio.sleep(1.5)
+    second = await ws.authenticated(server, tokens[1], scope="acme")
+    await off_loop(burst, workspace.pk, 0, 1)
+    await off_loop(marker, workspace.pk)
+    for client in (first, second):
+        assert await numbers_until_marker(client) == [0]
+    assert "of a handshake, recheck or audience check had no answer" in server.log_text()

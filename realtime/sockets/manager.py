@@ -40,7 +40,7 @@ from typing import Any
 
 from realtime import metrics
 from realtime.auth import Scope, get_auth
-from realtime.blocking import run_blocking, run_in_background
+from realtime.blocking import cut_stuck_statements, run_blocking, run_in_background
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
@@ -377,11 +377,13 @@ class SocketManager:
 
     async def _watch_stalls(self) -> None:
         """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits
-        for: a stall is only told from observations that come close enough together."""
+        for: a stall is only told from observations that come close enough together. The
+        same tick cuts a stuck statement of realtime's threads or of the transport."""
         while True:
             await asyncio.sleep(TICK)
             try:
                 self.drop_stalled()
+                cut_stuck_statements()
                 if self._transport is not None:
                     self._transport.watch()
             except Exception:

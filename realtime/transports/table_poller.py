@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from realtime import metrics
-from realtime.transports.bounds import Bounds, StatementClock, bounded_connection
+from realtime.statement_clock import StatementClock
+from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.outage import Outage
 from realtime.transports.table_store import MessageStore, channel_hash, close_connection
 

@@ -22,7 +22,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from django.core.exceptions import ImproperlyConfigured
 
 from realtime import metrics
-from realtime.transports.bounds import Bounds, StatementClock, bounded_connection
+from realtime.statement_clock import StatementClock
+from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.outage import Outage
 from realtime.transports.table_store import MessageStore, close_connection
 
