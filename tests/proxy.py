@@ -31,7 +31,9 @@ class Proxy:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def open(self) -> None:
-        """Accept connections (on the same port as before, once it has one)."""
+        """Accept connections (on the same port as before, once it has one); if not yet."""
+        if self._server is not None:
+            return
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
         self.port = int(self._server.sockets[0].getsockname()[1])
 

@@ -275,6 +275,43 @@ async def test_a_listen_database_that_fails_while_the_database_answers_is_an_err
     assert "database answers" in first_error.getMessage()
 
 
+async def test_a_database_back_between_a_failed_attempt_and_the_check_is_no_error(
+    make_pg_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The LISTEN connection goes through the relay, the other queries straight to the
+    # database. The relay is cut; it opens again exactly while the listener asks whether the
+    # database answers, after its second attempt failed: a restart, seen at the worst moment.
+    settings.REALTIME_LISTEN_DATABASE = proxy.dsn(str(connection.settings_dict["NAME"]))
+    answers = pg_notify._database_answers
+
+    async def back_while_asked() -> bool:
+        await proxy.open()
+        return await answers()
+
+    monkeypatch.setattr(pg_notify, "_database_answers", back_while_asked)
+    with caplog.at_level(logging.DEBUG, logger="realtime"):
+        transport = make_pg_transport(backoff_start=0.05, backoff_max=0.1)
+        transport.add_listener(inbox)
+        await transport.follow("h8_room")
+        listener = transport.listener
+        assert listener is not None
+        await proxy.close()
+        await eventually(lambda: not listener.connected.is_set())
+        await eventually(lambda: listener.connected.is_set() and "h8_room" in listener.listening)
+        await publish(transport, ("h8_room", b"after"))
+        await inbox.wait_for("h8_room", b"after")
+    assert realtime_records(caplog, logging.ERROR) == []
+    warnings = [r.getMessage() for r in realtime_records(caplog, logging.WARNING)]
+    assert len(warnings) == 2, warnings
+    assert "is lost" in warnings[0]
+    assert "is back" in warnings[1]
+
+
 @pytest.mark.parametrize(
     "supervise_interval",
     [

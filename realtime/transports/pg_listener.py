@@ -153,12 +153,23 @@ class PgListener:
         return float(min(delay, self.options.backoff_max))
 
     async def _escalate(self, exc: BaseException) -> None:
-        if (
-            self.outage.attempts >= 2
-            and not self.outage.escalated
-            and await self.database_answers()
-        ):
-            self.outage.escalate("cannot come back although the database answers", exc)
+        """From the second failed attempt: an ERROR if the database answers other queries.
+
+        The database may have come back between the failed attempt and the question (a
+        restart): so the LISTEN connection is tried once more before judging, and only
+        another failure is an error.
+        """
+        if self.outage.attempts < 2 or self.outage.escalated:
+            return
+        if not await self.database_answers():
+            return
+        try:
+            probe = await self._connect()
+        except (psycopg.Error, OSError, TimeoutError) as again:
+            self.outage.escalate("cannot come back although the database answers", again)
+        else:
+            with contextlib.suppress(Exception):
+                await probe.close()
 
     async def _bounded(self, work: Awaitable[None]) -> None:
         """Await a hook of the transport, bounded like a statement (they read the log)."""
