@@ -101,13 +101,13 @@ def _answers(conn: BaseDatabaseWrapper, clock: StatementClock) -> bool:
         return bool(conn.is_usable())
 
 
-def _keep_connections() -> None:
+def _keep_connections(clock: StatementClock) -> None:
     """Note this thread's connections as kept; close those left in a bad state."""
     now = time.monotonic()
     for conn in connections.all(initialized_only=True):
         if conn.connection is None:
             continue
-        if not conn.get_autocommit() or (conn.errors_occurred and not conn.is_usable()):
+        if not conn.get_autocommit() or (conn.errors_occurred and not _answers(conn, clock)):
             conn.close()
             continue
         with _lock:
@@ -124,7 +124,7 @@ def _with_kept_connections(function: Callable[[], T]) -> T:
                 stack.enter_context(conn.execute_wrapper(timed))
             return function()
     finally:
-        _keep_connections()
+        _keep_connections(clock)
 
 
 def _timed(
