@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from django.db import transaction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from realtime.broadcast import broadcast_to_user
@@ -68,7 +68,9 @@ class World:
     user: Any
     other: Any
     token: str
-    contacts: list[Contact] = field(default_factory=list)
+    #: The ids of the contacts that exist (not the instances: a delete rolled back leaves its
+    #: instance without a primary key).
+    contacts: list[Any] = field(default_factory=list)
 
 
 def build() -> World:
@@ -105,14 +107,14 @@ def _write(world: World, kind: str, args: list[Any]) -> None:
     if kind == "create":
         (in_read,) = args
         scope = world.read if in_read else world.unread
-        world.contacts.append(Contact.objects.create(workspace=scope, name="new"))
+        world.contacts.append(Contact.objects.create(workspace=scope, name="new").pk)
     elif kind == "note":
         (own,) = args
         author = world.user if own else world.other
         PrivateNote.objects.create(workspace=world.read, author=author, title="note")
     elif world.contacts:
-        contact = world.contacts[args[0] % len(world.contacts)]
-        contact.refresh_from_db()
+        pk = world.contacts[args[0] % len(world.contacts)]
+        contact = Contact.objects.get(pk=pk)
         if kind == "update":
             contact.name = f"{contact.name}+"
             contact.save()
@@ -123,7 +125,7 @@ def _write(world: World, kind: str, args: list[Any]) -> None:
             contact.save()
         else:
             contact.delete()
-            world.contacts.remove(contact)
+            world.contacts.remove(pk)
 
 
 async def arrived(client: Client) -> list[Frame]:
@@ -147,6 +149,15 @@ def without_cursor(frames: list[Frame]) -> list[Frame]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(plan=operations)
+# Found by CI: a rolled-back delete, then an update of the same row.
+@example(
+    plan=[
+        ("create", False, False),
+        ("create", False, False),
+        ("delete", 0, True),
+        ("update", 0, False),
+    ]
+)
 async def test_a_socket_dropping_and_returning_anywhere_hears_what_a_connected_one_hears(
     live_servers: LiveServers, ws: Clients, plan: list[tuple[Any, ...]]
 ) -> None:
