@@ -15,9 +15,9 @@ say nothing. So each such connection is opened with:
 all set to ``REALTIME_HEARTBEAT_TIMEOUT`` seconds. SQLite has no network (its waits are
 bounded by the database's own ``timeout``). Whatever those leave — a peer whose kernel still
 acknowledges but whose process stopped answering — a ``StatementClock``
-(``realtime.statement_clock``) catches: it knows when
-the statement under way began and which socket it waits on, so a watchdog on another thread
-can cut that socket, and the blocked read fails at once.
+(``realtime.statement_clock``) catches: it knows when the statement under way began and which
+socket it waits on, so a watchdog on another thread can cut that socket, and the blocked read
+fails at once.
 """
 
 from __future__ import annotations
