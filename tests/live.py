@@ -34,6 +34,10 @@ from tests.helpers import ROOT, WAIT, subprocess_env
 
 #: Timings every test server uses unless a test says otherwise.
 FAST = {"REALTIME_POLLING_INTERVAL": 0.02}
+#: Servers kept running at once; the least recently used beyond are stopped. A worker that
+#: served a socket polls its base channel (account events, recheck requests) from then on,
+#: 50 times a second here: a whole run's servers, all kept, would take two cores.
+MAX_RUNNING = 8
 #: The ASGI application of each stack (see ``tests.asgi``).
 STACKS = {
     "bare": "tests.asgi:application",
@@ -118,9 +122,12 @@ class LiveServers:
     def get(self, name: str = "default", **settings: Any) -> Server:
         settings = {**FAST, **self.defaults, **settings}
         key = json.dumps([name, self.kind, self.stack, settings], sort_keys=True)
-        server = self.servers.get(key)
+        server = self.servers.pop(key, None)  # put back last: the most recently used
         if server is None or server.process.poll() is not None:
-            server = self.servers[key] = start_server(settings, self.kind, self.stack)
+            server = start_server(settings, self.kind, self.stack)
+        self.servers[key] = server
+        while len(self.servers) > MAX_RUNNING:
+            self.servers.pop(next(iter(self.servers))).stop()
         return server
 
     def stop_all(self) -> None:
