@@ -19,16 +19,20 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
+from realtime.sockets import manager as manager_module
+from realtime.sockets.manager import SocketManager
 from realtime.transports import pg_notify
 from realtime.transports.pg_listener import APPLICATION_NAME, PgListener
 from realtime.transports.pg_notify import PgNotifyTransport
 from tests.helpers import WAIT, Inbox, eventually, off_loop, only_on
 from tests.proxy import Proxy, default_database_through
+from tests.test_manager import make_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
 
@@ -310,6 +314,31 @@ async def test_a_database_back_between_a_failed_attempt_and_the_check_is_no_erro
     assert len(warnings) == 2, warnings
     assert "is lost" in warnings[0]
     assert "is back" in warnings[1]
+
+
+async def test_a_scope_whose_listen_does_not_complete_in_time_is_one_warning_and_followed_later(
+    make_pg_transport: MakeTransport,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The LISTEN connection goes silent (as behind a burst of handshakes, or a frozen
+    # network): a new scope's LISTEN does not complete within the handshake's wait.
+    monkeypatch.setattr(manager_module, "LISTEN_WAIT", 0.2)
+    transport = make_pg_transport(listen_database=proxy.dsn(str(connection.settings_dict["NAME"])))
+    await transport.follow("h8_room")  # connected
+    manager = SocketManager()
+    manager._transport = transport
+    proxy.freeze()
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        assert await manager.register(make_socket(SimpleNamespace(pk=1), 7)) is False
+    assert 7 not in manager._followed  # housekeeping follows it again
+    lines = [r for r in caplog.records if r.name.startswith("realtime")]
+    assert [r.getMessage() for r in lines] == [
+        "realtime: following scope 7 took over 0.2 s; its sockets are served, "
+        "and housekeeping follows it again"
+    ]
+    assert not any(r.exc_info for r in lines)
 
 
 @pytest.mark.parametrize(

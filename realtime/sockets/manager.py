@@ -234,6 +234,15 @@ class SocketManager:
                 elif not wanted and scope_id in self._followed:
                     self._followed.discard(scope_id)
                     await transport.unfollow(scope_channel(scope_id))
+            except TimeoutError:
+                # A burst of handshakes ahead of the LISTEN, or the database away (the
+                # transport says which): one line, within the budget; no traceback.
+                log_warning(
+                    "realtime: following scope %s took over %.1f s; its sockets are served, "
+                    "and housekeeping follows it again",
+                    scope_id,
+                    LISTEN_WAIT,
+                )
             except Exception:
                 logger.exception("realtime: following scope %s failed; retried later", scope_id)
         if not lock.locked() and scope_id not in self.index.by_scope:
