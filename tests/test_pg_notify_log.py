@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 
 from realtime.transports.pg_notify import PgNotifyTransport
-from tests.helpers import ROOT, Inbox, SmallQueue, off_loop, only_on, subprocess_env
-from tests.test_pg_notify_resilience import eventually, listener_backends, terminate
+from tests.helpers import ROOT, Inbox, SmallQueue, eventually, off_loop, only_on, subprocess_env
+from tests.test_pg_notify_resilience import listener_backends, terminate
 from tests.transport_contract import MARKER, TransportContract
 
 pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
