@@ -316,6 +316,36 @@ async def test_a_database_back_between_a_failed_attempt_and_the_check_is_no_erro
     assert "is back" in warnings[1]
 
 
+async def test_hundreds_of_channels_asked_for_at_once_are_listened_to_in_a_few_round_trips(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    await transport.follow("h8_first")  # connected
+    listener = transport.listener
+    assert listener is not None
+    statements: list[Any] = []
+    execute = listener._execute
+
+    async def counted(connection: Any, query: Any) -> Any:
+        statements.append(query)
+        return await execute(connection, query)
+
+    listener._execute = counted  # type: ignore[method-assign]
+    channels = [f"h8_burst_{n}" for n in range(250)]
+    await asyncio.gather(*(transport.follow(channel) for channel in channels))
+    # One round trip per hundred channels, give or take the turns the loop takes between the
+    # follows: far from one per channel.
+    assert len(statements) <= 25, len(statements)
+    listener.verify()
+    await eventually(lambda: not listener._verify)
+    # What the server itself says is listened to (read by the verification).
+    assert {pg_notify.pg_channel(channel) for channel in channels} <= listener.listening
+    await publish(transport, ("h8_burst_0", b"first"), ("h8_burst_249", b"last"))
+    await inbox.wait_for("h8_burst_249", b"last")
+    assert inbox.messages == [("h8_burst_0", b"first"), ("h8_burst_249", b"last")]
+
+
 async def test_a_scope_whose_listen_does_not_complete_in_time_is_one_warning_and_followed_later(
     make_pg_transport: MakeTransport,
     proxy: Proxy,

@@ -40,6 +40,8 @@ from realtime.transports.outage import Outage
 logger = logging.getLogger(__name__)
 
 APPLICATION_NAME = "realtime-listener"
+#: LISTENs (or UNLISTENs) sent in one statement, at most: a channel name is at most 63 bytes.
+CHANNELS_PER_STATEMENT = 100
 
 
 @dataclass(frozen=True)
@@ -271,17 +273,35 @@ class PgListener:
         return await cursor.fetchall() if cursor.description else []
 
     async def _sync(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        """Issue the LISTENs and UNLISTENs that bring the connection to what is wanted."""
+        """Issue the LISTENs and UNLISTENs that bring the connection to what is wanted.
+
+        Up to ``CHANNELS_PER_STATEMENT`` of them in one round trip: a burst of handshakes
+        asks for hundreds of scopes at once, and one round trip each, on a busy event loop,
+        kept the last of them waiting for seconds. Each batch's waiters are answered as soon
+        as it is done.
+        """
         if self._verify:
             self._verify = False
             rows = await self._execute(connection, "SELECT pg_listening_channels()")
             self.listening = {row[0] for row in rows}
-        for channel in sorted(self.wanted - self.listening):
-            await self._execute(connection, sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            self.listening.add(channel)
-        for channel in sorted(self.listening - self.wanted):
-            await self._execute(connection, sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
-            self.listening.discard(channel)
+        for command, channels in (
+            ("LISTEN", sorted(self.wanted - self.listening)),
+            ("UNLISTEN", sorted(self.listening - self.wanted)),
+        ):
+            for start in range(0, len(channels), CHANNELS_PER_STATEMENT):
+                batch = channels[start : start + CHANNELS_PER_STATEMENT]
+                statement = sql.SQL("; ").join(
+                    sql.SQL(command + " {}").format(sql.Identifier(channel)) for channel in batch
+                )
+                await self._execute(connection, statement)
+                if command == "LISTEN":
+                    self.listening.update(batch)
+                else:
+                    self.listening.difference_update(batch)
+                self._answer_waiters()
+        self._answer_waiters()  # those that asked for a channel already listened to
+
+    def _answer_waiters(self) -> None:
         for channel in [c for c in self._waiters if c in self.listening]:
             for future in self._waiters.pop(channel):
                 if not future.done():
