@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,8 @@ class Proxy:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+            if sys.version_info >= (3, 13):
+                server.abort_clients()  # any connection not yet handed to a link, too
         for writer in list(self._writers):
             writer.transport.abort()
         for link in self._links:
@@ -65,6 +68,9 @@ class Proxy:
         )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._server is None:  # accepted just as the relay closed: refused after all
+            writer.transport.abort()
+            return
         self.accepted += 1
         task = asyncio.current_task()
         assert task is not None
@@ -74,10 +80,14 @@ class Proxy:
         self._writers.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
-        except OSError:
+        except BaseException as exc:
+            # Refused, or cancelled by ``close``: the client's end must not outlive the link
+            # (the server's ``wait_closed`` waits for every connection it accepted).
             writer.transport.abort()
             self._forget(task, writer)
-            return
+            if isinstance(exc, OSError):
+                return
+            raise
         self._writers.add(up_writer)
         pumps = [
             asyncio.ensure_future(self._pump(reader, up_writer, flowing)),
