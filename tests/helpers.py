@@ -4,12 +4,13 @@ and starting Django subprocesses on the test database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,6 +85,25 @@ async def off_loop(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             connections.close_all()
 
     return await asyncio.to_thread(run)
+
+
+@contextlib.asynccontextmanager
+async def calling_every(tick: float, function: Callable[[], Any]) -> AsyncIterator[None]:
+    """Call ``function`` every ``tick`` seconds on the loop while the block runs, as a
+    worker's housekeeping calls its watchdogs."""
+
+    async def run() -> None:
+        while True:
+            await asyncio.sleep(tick)
+            function()
+
+    task = asyncio.ensure_future(run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = WAIT) -> None:

@@ -7,10 +7,9 @@ for real, by ending its backend from another connection (PostgreSQL, MariaDB).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from django.db.backends.signals import connection_created
 
 from realtime import blocking
 from realtime.blocking import close_connections, run_blocking
-from tests.helpers import off_loop, only_on
+from tests.helpers import calling_every, off_loop, only_on
 from tests.proxy import Proxy, default_database_through
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,24 +105,6 @@ async def test_a_call_that_failed_on_an_ended_connection_leaves_a_fresh_one_for_
     assert await blocking.run_in_background(backend_id) != backend
 
 
-@contextlib.asynccontextmanager
-async def housekeeping() -> AsyncIterator[None]:
-    """Call the watchdog of realtime's threads often, as a worker's housekeeping does."""
-
-    async def run() -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            blocking.cut_stuck_statements()
-
-    task = asyncio.ensure_future(run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 @only_on("postgresql", "mysql")
 @pytest.mark.parametrize("idle", [False, True], ids=["in-a-statement", "in-the-idle-check"])
 async def test_a_kept_connection_gone_silent_is_cut_past_the_bound_and_the_thread_works_again(
@@ -140,7 +121,7 @@ async def test_a_kept_connection_gone_silent_is_cut_past_the_bound_and_the_threa
         proxy.freeze()  # its flow goes silent; new connections still flow
         # Idle: the check before the call waits on it; otherwise the call's own statement.
         monkeypatch.setattr(blocking, "IDLE_CHECK", 0.0 if idle else 3600.0)
-        async with housekeeping():
+        async with calling_every(0.05, blocking.cut_stuck_statements):
             call = blocking.run_in_background(backend_id)
             if idle:  # the check was cut and the connection replaced: the call works
                 assert await asyncio.wait_for(call, 10) != backend

@@ -11,14 +11,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from realtime.transports import table_poller
 from realtime.transports.bounds import Bounds
 from realtime.transports.table import TableTransport
-from tests.helpers import WAIT, Inbox, SmallQueue, eventually, off_loop, only_on, vendor
+from tests.helpers import (
+    WAIT,
+    Inbox,
+    SmallQueue,
+    calling_every,
+    eventually,
+    off_loop,
+    only_on,
+    vendor,
+)
 from tests.proxy import Proxy, default_database_through
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,22 +39,11 @@ SHORT = Bounds(statement_timeout=0.5, keepidle=1, keepintvl=1, keepcnt=2)
 networked = only_on("postgresql", "mysql")
 
 
-@contextlib.asynccontextmanager
-async def housekeeping(transport: TableTransport, tick: float = 0.1) -> AsyncIterator[None]:
+def housekeeping(
+    transport: TableTransport, tick: float = 0.1
+) -> contextlib.AbstractAsyncContextManager[None]:
     """Call the transport's watchdog every ``tick`` seconds, as a worker's housekeeping."""
-
-    async def run() -> None:
-        while True:
-            await asyncio.sleep(tick)
-            transport.watch()
-
-    task = asyncio.ensure_future(run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    return calling_every(tick, transport.watch)
 
 
 def bounded(transport: TableTransport) -> TableTransport:
