@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -49,6 +49,28 @@ def housekeeping(
 def bounded(transport: TableTransport) -> TableTransport:
     transport._poller.bounds = SHORT
     return transport
+
+
+async def outage_of_the_poller(
+    transport: TableTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    while_down: Callable[[TableTransport], Awaitable[None]],
+) -> None:
+    """A poller through ``proxy`` hears "before"; the database goes away until ``while_down``
+    returns, then comes back, and "after" is published."""
+    with default_database_through(proxy):
+        transport = bounded(transport)
+        transport.add_listener(inbox)
+        async with housekeeping(transport):
+            await transport.follow("c")
+            await off_loop(transport.publish, [("c", b"before")])
+            await inbox.wait_for("c", b"before")
+            await proxy.close()
+            await while_down(transport)
+            await proxy.open()
+            await off_loop(transport.publish, [("c", b"after")])
+            await inbox.wait_for("c", b"after")
 
 
 def realtime_lines(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
@@ -96,18 +118,11 @@ async def test_an_outage_of_the_poller_logs_one_line_when_lost_and_one_when_back
     proxy: Proxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
-        transport = bounded(make_table_transport())
-        transport.add_listener(inbox)
-        async with housekeeping(transport):
-            await transport.follow("c")
-            await off_loop(transport.publish, [("c", b"before")])
-            await inbox.wait_for("c", b"before")
-            await proxy.close()
-            await eventually(lambda: transport._poller.outage.attempts >= 4)
-            await proxy.open()
-            await off_loop(transport.publish, [("c", b"after")])
-            await inbox.wait_for("c", b"after")
+    async def while_down(transport: TableTransport) -> None:
+        await eventually(lambda: transport._poller.outage.attempts >= 4)
+
+    with caplog.at_level(logging.DEBUG, logger="realtime"):
+        await outage_of_the_poller(make_table_transport(), inbox, proxy, while_down)
     assert inbox.payloads("c") == [b"before", b"after"]
     lines = [r.getMessage() for r in realtime_lines(caplog, logging.WARNING)]
     assert len(lines) == 2, lines
@@ -129,21 +144,15 @@ async def test_a_poller_outage_longer_than_the_bound_is_one_error_then_one_line_
 ) -> None:
     # The bound is 60 s in a worker; a fraction of a second here.
     monkeypatch.setattr(table_poller, "ERROR_AFTER", 0.3)
-    with default_database_through(proxy), caplog.at_level(logging.DEBUG, logger="realtime"):
-        transport = bounded(make_table_transport())
-        transport.add_listener(inbox)
-        async with housekeeping(transport):
-            await transport.follow("c")
-            await off_loop(transport.publish, [("c", b"before")])
-            await inbox.wait_for("c", b"before")
-            await proxy.close()
-            await eventually(lambda: bool(realtime_lines(caplog, logging.ERROR)))
-            # Still failing after the error: no second one.
-            attempts = transport._poller.outage.attempts
-            await eventually(lambda: transport._poller.outage.attempts >= attempts + 2)
-            await proxy.open()
-            await off_loop(transport.publish, [("c", b"after")])
-            await inbox.wait_for("c", b"after")
+
+    async def while_down(transport: TableTransport) -> None:
+        await eventually(lambda: bool(realtime_lines(caplog, logging.ERROR)))
+        # Still failing after the error: no second one.
+        attempts = transport._poller.outage.attempts
+        await eventually(lambda: transport._poller.outage.attempts >= attempts + 2)
+
+    with caplog.at_level(logging.DEBUG, logger="realtime"):
+        await outage_of_the_poller(make_table_transport(), inbox, proxy, while_down)
     assert inbox.payloads("c") == [b"before", b"after"]
     lines = [(r.levelno, r.getMessage()) for r in realtime_lines(caplog, logging.WARNING)]
     assert [level for level, _ in lines] == [logging.WARNING, logging.ERROR, logging.WARNING]
