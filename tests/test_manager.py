@@ -702,6 +702,65 @@ async def test_a_daphne_socket_with_output_piling_up_past_the_timeout_is_closed_
     assert stalled_socket not in manager.index.by_scope.get(1, set())
 
 
+@override_settings(REALTIME_SEND_TIMEOUT=0.2)
+async def test_a_backlog_no_frame_of_ours_made_is_found_by_the_stall_watch_and_closed_1011(
+    manager: SocketManager, stall_watch: None
+) -> None:
+    # Pongs the server wrote for a client that sends pings and reads nothing: no frame of
+    # realtime's was ever handed to this socket.
+    pinger = FakeAutobahnProtocol()
+    pinging = await open_socket(manager, ANN, 1, send=daphne_send(pinger))
+    pinger.transport._tempDataLen = STALL_BYTES + 1
+    reader = FakeAutobahnProtocol()
+    reading = await open_socket(manager, BOB, 1, send=daphne_send(reader))
+
+    async with asyncio.timeout(WAIT):
+        await until(lambda: pinging not in manager.index.sockets)
+        await settle(manager)
+
+    assert pinger.close_frames == [{"code": 1011, "reasonUtf8": None, "isReply": False}]
+    assert manager.index.sockets == {reading}
+    assert reader.close_frames == []
+
+
+async def test_the_stall_watch_observes_every_tick_only_the_sockets_handed_frames_lately(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    observed: list[Socket] = []
+    stalled = Socket.stalled
+
+    def observing(socket: Socket, timeout: float, now: float | None = None) -> bool:
+        observed.append(socket)
+        return stalled(socket, timeout, now)
+
+    monkeypatch.setattr(Socket, "stalled", observing)
+    hearing = FakeAutobahnProtocol()
+    heard_by = await open_socket(manager, ANN, 1, channels=["contact"], send=daphne_send(hearing))
+    idle = await open_socket(manager, BOB, 2)
+    await deliver(manager, scope_event(1, channels=["contact"]))
+    hearing.transport._tempDataLen = 100  # the frame is still on its way
+    observed.clear()
+
+    def ticks(count: int) -> list[list[Socket]]:
+        seen = []
+        for _ in range(count):
+            manager.drop_stalled()
+            seen.append(list(observed))
+            observed.clear()
+        return seen
+
+    assert ticks(2) == [[heard_by], [heard_by]]
+    hearing.transport._tempDataLen = 0  # the client read it
+    # Seen once more (with nothing on the way now), then not until the sweep.
+    sweep = manager_module.SWEEP_TICKS
+    assert ticks(sweep - 3) == [[heard_by]] + [[]] * (sweep - 4)
+    # Every SWEEP_TICKS ticks, every socket.
+    assert sorted(map(id, ticks(1)[0])) == sorted(map(id, [heard_by, idle]))
+    await deliver(manager, scope_event(1, channels=["contact"]))
+    observed.clear()
+    assert ticks(1) == [[heard_by]]
+
+
 class CloseHangsSend(FakeSend):
     """A ``send`` that fails every frame and never completes a close (a client gone silent)."""
 

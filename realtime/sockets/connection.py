@@ -9,9 +9,11 @@ A socket is not reading when a send fails, when one has not completed after
 ``REALTIME_SEND_TIMEOUT`` seconds, or when its backlog (what its writer still holds plus what
 the server has taken but not written, see ``link``) stays above ``STALL_BYTES`` for as long.
 Both are observed before each frame is added, never just after (a large frame the client is
-about to read is no stall), and at every housekeeping tick (no timer per send: they cost more
-than the send). Observations of a backlog count as one run only while they come at most
-``STALL_GAP`` seconds apart, so a backlog the client read long ago never joins a later one.
+about to read is no stall), and by the manager's stall watch (no timer per send: they cost more
+than the send): every housekeeping tick for the sockets in ``watch`` (each joins it when handed
+a frame, and leaves once seen with nothing on the way), every few ticks for all. Observations
+of a backlog count as one run only while they come at most ``STALL_GAP`` seconds apart, so a
+backlog the client read long ago never joins a later one.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class Socket:
         "token",
         "user",
         "user_id",
+        "watch",
         "watching",
     )
 
@@ -108,6 +111,9 @@ class Socket:
         self.on_failure: Callable[[Socket], None] | None = None
         #: Opted in to resume: each event frame carries a cursor.
         self.resumable = resumable
+        #: The sockets the manager's stall watch observes every tick; this one joins on each
+        #: frame handed to it (``None``: not registered, nobody watches).
+        self.watch: set[Socket] | None = None
         #: The log position this socket has every frame up to (a resuming socket's, once its
         #: handshake read the log): a frame at or below it is not sent again.
         self.floor: int | None = None
@@ -135,6 +141,10 @@ class Socket:
     def backlog(self) -> int:
         """Bytes (characters, for frames the writer still holds) not yet on the network."""
         return self._queued + self.link.pending()
+
+    def settled(self) -> bool:
+        """Whether nothing of it is on the way: no send under way, no backlog."""
+        return self._sending_since is None and not self._queued and not self.link.pending()
 
     def stalled(self, timeout: float, now: float | None = None) -> bool:
         """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
@@ -164,6 +174,8 @@ class Socket:
             return True
         if self.stalled(timeout):
             return False
+        if self.watch is not None:
+            self.watch.add(self)
         if self.link.buffered:
             try:
                 await self._send(message)
