@@ -1,17 +1,21 @@
 """Typed access to the ``REALTIME_*`` settings.
 
-Every value is read from ``django.conf.settings`` when it is asked for, never at import time,
-so ``override_settings`` in tests and settings changed after start-up are honoured. Objects
-built from settings (the transport, the auth service) are cached elsewhere and dropped on
-``setting_changed``; this module caches nothing. ``realtime.checks`` validates each value.
+Every value is read from ``django.conf.settings`` the first time it is asked for, never at
+import time, and kept until ``setting_changed`` says a ``REALTIME_*`` setting changed (as
+``override_settings`` and pytest-django's ``settings`` do): reading an unset setting through
+Django's lazy settings raises and catches an ``AttributeError`` each time, and a handshake asks
+for a dozen. Objects built from settings (the transport, the auth service) are cached elsewhere
+and dropped on the same signal. ``realtime.checks`` validates each value.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 PREFIX: Final = "REALTIME_"
 
@@ -32,17 +36,37 @@ class Setting(Generic[T]):
     def __init__(self, default: Any, kind: Callable[[Any], T]) -> None:
         self.default = default
         self.kind = kind
+        self.mutable = kind in (dict, list)
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
     def __get__(self, instance: object, owner: type | None = None) -> T:
-        return self.kind(getattr(django_settings, PREFIX + self.name, self.default))
+        try:
+            value: T = _values[self.name]
+        except KeyError:
+            value = _values[self.name] = self.kind(
+                getattr(django_settings, PREFIX + self.name, self.default)
+            )
+        # A dict or a list is handed out as a copy: a caller changing it changes no setting.
+        return copy.copy(value) if self.mutable else value
+
+
+#: Each setting's value as last read (see the module docstring).
+_values: dict[str, Any] = {}
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith(PREFIX):
+        _values.clear()
+
+
+setting_changed.connect(_forget, dispatch_uid="realtime.conf")
 
 
 class RealtimeSettings:
-    """The settings of ``settings.md``, as attributes read anew on every access."""
+    """The settings of ``settings.md``, as typed attributes."""
 
     TRANSPORT = Setting("table", str)
     AUTH = Setting("realtime.auth.RealtimeAuth", str)

@@ -97,7 +97,9 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         await self.base_send({"type": "websocket.accept"})
         self.state = State.AUTHENTICATING
         try:
-            message = await asyncio.wait_for(self.inbox.next(), conf.AUTH_TIMEOUT)
+            # A timeout scope rather than ``wait_for``: no task of its own per handshake.
+            async with asyncio.timeout(conf.AUTH_TIMEOUT):
+                message = await self.inbox.next()
         except TimeoutError:
             return await self._refuse(Refusal.TIMEOUT)
         if message.get("type") != "websocket.receive":
@@ -181,6 +183,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         await manager.go_live(socket)
 
     async def _start_listening(self) -> None:
+        if get_manager().serving():
+            return
         try:
             await self.inbox.watching(
                 asyncio.wait_for(get_manager().ensure_listening(), LISTEN_WAIT)

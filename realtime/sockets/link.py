@@ -169,10 +169,29 @@ def _link_of(node: Any) -> Link | None:
     transport = _attribute(node, "transport")
     if transport is None:
         return None
-    if _has(node, "sendCloseFrame") and _has(node, "STATE_OPEN") and _has(transport, "dataBuffer"):
+    pair = (type(node), type(transport))
+    try:
+        kind = _kinds[pair]
+    except KeyError:
+        kind = _kinds[pair] = _kind_of(node, transport)
+    if kind is TwistedLink:
         return TwistedLink(node)
-    if _has(transport, "get_write_buffer_size") and _has(transport, "abort"):
+    if kind is AsyncioLink:
         return AsyncioLink(transport)
+    return None
+
+
+#: The kind of connection of a node's class with a transport's class, decided on first sight:
+#: looking attributes up statically through autobahn's classes costs more than the rest of
+#: the search.
+_kinds: dict[tuple[type, type], type[Link] | None] = {}
+
+
+def _kind_of(node: Any, transport: Any) -> type[Link] | None:
+    if _has(node, "sendCloseFrame") and _has(node, "STATE_OPEN") and _has(transport, "dataBuffer"):
+        return TwistedLink
+    if _has(transport, "get_write_buffer_size") and _has(transport, "abort"):
+        return AsyncioLink
     return None
 
 

@@ -116,6 +116,17 @@ class SocketManager:
         if self._stall_watch is None or self._stall_watch.done():
             self._stall_watch = loop.create_task(self._watch_stalls())
 
+    def serving(self) -> bool:
+        """Whether the listener is up and housekeeping runs: a handshake waits for nothing
+        (``ensure_listening`` is then not needed)."""
+        return (
+            self._listening_done()
+            and self._housekeeper is not None
+            and not self._housekeeper.done()
+            and self._stall_watch is not None
+            and not self._stall_watch.done()
+        )
+
     def detach(self) -> None:
         """Stop hearing the transport (the manager's event loop is gone)."""
         if self._transport is not None:
