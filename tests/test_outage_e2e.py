@@ -18,7 +18,7 @@ from django.db import connection, transaction
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope
-from tests.helpers import off_loop, only_on, vendor
+from tests.helpers import WAIT, off_loop, only_on, vendor
 from tests.live import Client, Clients, LiveServers
 from tests.proxy import Proxy, databases_through
 from tests.testapp.models import Membership, Workspace
@@ -201,3 +201,48 @@ async def test_a_handshake_after_the_worker_s_connections_went_silent_is_answere
     for client in (first, second):
         assert await numbers_until_marker(client) == [0]
     assert "of a handshake, recheck or audience check had no answer" in server.log_text()
+
+
+def member_of_a_new_workspace(username: str) -> int:
+    """Make ``username`` a member of the workspace ``beta`` too; return its id."""
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    Membership.objects.create(workspace=beta, user=get_user_model().objects.get(username=username))
+    return beta.pk
+
+
+@only_on("postgresql")
+async def test_a_socket_whose_scope_the_worker_cannot_start_hearing_in_time_is_closed_1012(
+    live_servers: LiveServers, ws: Clients, settings: Any, proxy: Proxy
+) -> None:
+    # Only the LISTEN connection goes through the relay. Frozen, it takes no new LISTEN
+    # until the worker gives up on that statement (after 8 s here) and replaces the
+    # connection: a socket of a scope the worker did not hear yet would read it deaf
+    # meanwhile.
+    use(settings, PG_NOTIFY)
+    server = live_servers.get(
+        "late-listen",
+        REALTIME_LISTEN_DATABASE=proxy.dsn(str(connection.settings_dict["NAME"])),
+        REALTIME_HEARTBEAT_TIMEOUT=8.0,
+        **PG_NOTIFY,
+        **FAST_BACK,
+    )
+    _, tokens = await off_loop(members, 2)
+    beta = await off_loop(member_of_a_new_workspace, "member1")
+    await ws.authenticated(server, tokens[0], scope="acme")
+    old = listener_pid_of(await asyncio.to_thread(server.state))
+    proxy.freeze()
+
+    late = await ws.connect(server)
+    await late.send("authenticate", {"token": tokens[1], "scope": "beta"})
+    assert await late.closed_with(timeout=2 * WAIT) == 1012
+    assert late.received == []  # no auth_success: the client never thought it heard beta
+
+    # Its client comes back once the worker hears again, and hears what is written.
+    await server.wait_for_state(lambda state: state.get("listener_pid") not in (None, old), WAIT)
+    again = await ws.authenticated(server, tokens[1], scope="beta")
+    await off_loop(burst, beta, 0, 1)
+    await off_loop(marker, beta)
+    assert await numbers_until_marker(again) == [0]
+    assert f"following scope {beta} took over 5.0 s; closed its 1 socket(s) 1012" in (
+        server.log_text()
+    )

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from realtime.messages import scope_channel
 from realtime.sockets import manager as manager_module
 from realtime.sockets.manager import SocketManager
 from realtime.transports import pg_notify
@@ -32,7 +33,7 @@ from realtime.transports.pg_listener import APPLICATION_NAME, PgListener
 from realtime.transports.pg_notify import PgNotifyTransport
 from tests.helpers import WAIT, Inbox, eventually, off_loop, only_on
 from tests.proxy import Proxy, default_database_through
-from tests.test_manager import make_socket
+from tests.test_manager import make_socket, recorder, until
 
 pytestmark = [pytest.mark.django_db(transaction=True), only_on("postgresql")]
 
@@ -346,7 +347,7 @@ async def test_hundreds_of_channels_asked_for_at_once_are_listened_to_in_a_few_r
     assert inbox.messages == [("h8_burst_0", b"first"), ("h8_burst_249", b"last")]
 
 
-async def test_a_scope_whose_listen_does_not_complete_in_time_is_one_warning_and_followed_later(
+async def test_a_scope_whose_listen_is_late_closes_its_sockets_1012_in_one_warning(
     make_pg_transport: MakeTransport,
     proxy: Proxy,
     caplog: pytest.LogCaptureFixture,
@@ -360,13 +361,23 @@ async def test_a_scope_whose_listen_does_not_complete_in_time_is_one_warning_and
     manager = SocketManager()
     manager._transport = transport
     proxy.freeze()
+    first, second = make_socket(SimpleNamespace(pk=1), 7), make_socket(SimpleNamespace(pk=2), 7)
     with caplog.at_level(logging.WARNING, logger="realtime"):
-        assert await manager.register(make_socket(SimpleNamespace(pk=1), 7)) is False
-    assert 7 not in manager._followed  # housekeeping follows it again
+        followed = await asyncio.gather(manager.register(first), manager.register(second))
+        async with asyncio.timeout(WAIT):
+            await until(lambda: bool(recorder(first).closes and recorder(second).closes))
+
+    # Neither reads a scope the worker does not hear: both reconnect.
+    assert list(followed) == [False, False]
+    assert recorder(first).closes == recorder(second).closes == [1012]
+    assert manager.index.sockets == set()
+    # The follow is taken back: a LISTEN that completes later serves nobody.
+    assert 7 not in manager._followed
+    assert scope_channel(7) not in transport._names.values()
     lines = [r for r in caplog.records if r.name.startswith("realtime")]
     assert [r.getMessage() for r in lines] == [
-        "realtime: following scope 7 took over 0.2 s; its sockets are served, "
-        "and housekeeping follows it again"
+        "realtime: following scope 7 took over 0.2 s; closed its 2 socket(s) 1012 to make "
+        "them reconnect"
     ]
     assert not any(r.exc_info for r in lines)
 

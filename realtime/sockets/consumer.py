@@ -134,7 +134,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             return await self._refuse(Refusal.TOO_MANY)
         try:
             await self._start_listening()
-            await self._open(user, token, ask, scopes, frame.data)
+            if not await self._open(user, token, ask, scopes, frame.data):
+                return False
         finally:
             manager.release(user.pk)
         metrics.handshake("accepted")
@@ -142,13 +143,16 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _open(
         self, user: Any, token: str, ask: ScopeAsk, scopes: list[Scope], data: dict[str, Any]
-    ) -> None:
+    ) -> bool:
         """Register the socket (subscribed to ``authenticate.channels``, following its scopes,
         its frames held), work out how it starts, then say ``auth_success`` and let the
         frames flow: the missed ones first for a socket that resumes, then the held ones.
 
         Registering before ``auth_success`` means a write that commits at any point after it
-        reaches the socket: nothing falls between the answer and the follow.
+        reaches the socket: nothing falls between the answer and the follow. A worker that
+        could not start hearing everything the socket reads (its listener or a scope's
+        follow took too long) closes it 1012 instead: its client reconnects, rather than
+        miss what is written meanwhile. ``False`` then.
         """
         manager = get_manager()
         resume = protocol.read_resume(data)
@@ -164,14 +168,17 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         )
         self.user, self.socket = user, socket
         self._proven()
-        followed = await manager.register(socket, protocol.read_channels(data))
+        if not await manager.register(socket, protocol.read_channels(data)):
+            metrics.handshake("not_listening")
+            await self._close(CloseCode.SERVICE_RESTART)
+            return False
         slugs = list(socket.scopes.values())
         if not resume.opted:
             await self.base_send(_text(protocol.auth_success(socket.user_id, slugs)))
             self.state = State.OPEN
             await manager.go_live(socket)
-            return
-        start = await self.inbox.watching(manager.resumer.resume(socket, resume, followed))
+            return True
+        start = await self.inbox.watching(manager.resumer.resume(socket, resume))
         socket.floor = start.floor
         success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
         await self.base_send(_text(success))
@@ -179,8 +186,10 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         for message in start.frames:
             if not await socket.send_frame(message, conf.SEND_TIMEOUT):
                 manager.drop_soon(socket)
-                return
-        await manager.go_live(socket)
+                break
+        else:
+            await manager.go_live(socket)
+        return True
 
     async def _start_listening(self) -> None:
         if get_manager().serving():
@@ -192,7 +201,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         except (ClientGoneError, OverLimitError):
             raise
         except Exception as exc:
-            # The socket is served anyway; the manager's housekeeping retries the listener.
+            # The socket is closed 1012 (see ``_open``); housekeeping retries the listener.
             log_failure("realtime: the listener did not start in time", exc)
 
     async def _refuse(self, reason: Refusal) -> bool:

@@ -50,7 +50,7 @@ from realtime.sockets.batcher import Batcher
 from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
-from realtime.sockets.limits import log_warning
+from realtime.sockets.limits import log_failure, log_warning
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
@@ -239,33 +239,57 @@ class SocketManager:
             await self._sync_follow(scope_id)
 
     async def _sync_follow(self, scope_id: Any) -> None:
-        """Follow a scope while someone here reads it, unfollow it once nobody does."""
+        """Follow a scope while someone here reads it, unfollow it once nobody does.
+
+        A follow is bounded (``LISTEN_WAIT``): past it, or when it fails, the scope's sockets
+        are closed 1012, as after an outage without a log: they would otherwise read a scope
+        this worker does not hear. Their clients reconnect, by when it usually does.
+        """
         lock = self._scope_locks.setdefault(scope_id, asyncio.Lock())
         async with lock:
             wanted = scope_id in self.index.by_scope
             transport = self.transport()
+            channel = scope_channel(scope_id)
             try:
                 if wanted and scope_id not in self._followed:
-                    # Bounded: with the database away, the socket is served anyway and the
-                    # housekeeping round follows the scope once it can.
-                    await asyncio.wait_for(transport.follow(scope_channel(scope_id)), LISTEN_WAIT)
+                    await asyncio.wait_for(transport.follow(channel), LISTEN_WAIT)
                     self._followed.add(scope_id)
                 elif not wanted and scope_id in self._followed:
                     self._followed.discard(scope_id)
-                    await transport.unfollow(scope_channel(scope_id))
-            except TimeoutError:
-                # A burst of handshakes ahead of the LISTEN, or the database away (the
-                # transport says which): one line, within the budget; no traceback.
-                log_warning(
-                    "realtime: following scope %s took over %.1f s; its sockets are served, "
-                    "and housekeeping follows it again",
-                    scope_id,
-                    LISTEN_WAIT,
-                )
-            except Exception:
-                logger.exception("realtime: following scope %s failed; retried later", scope_id)
+                    await transport.unfollow(channel)
+            except Exception as exc:
+                if wanted and scope_id not in self._followed:
+                    await self._not_followed(scope_id, exc)
+                else:
+                    logger.exception("realtime: unfollowing scope %s failed", scope_id)
         if not lock.locked() and scope_id not in self.index.by_scope:
             self._scope_locks.pop(scope_id, None)
+
+    async def _not_followed(self, scope_id: Any, exc: Exception) -> None:
+        """Close 1012 the sockets of a scope whose follow timed out or failed, and take the
+        follow back (a LISTEN still under way would otherwise stay for nobody)."""
+        targets = list(self.index.by_scope.get(scope_id, ()))
+        if isinstance(exc, TimeoutError):
+            # A burst of handshakes ahead of the LISTEN, or the database away (the transport
+            # says which): one line, within the budget; no traceback.
+            log_warning(
+                "realtime: following scope %s took over %.1f s; closed its %d socket(s) 1012 "
+                "to make them reconnect",
+                scope_id,
+                LISTEN_WAIT,
+                len(targets),
+            )
+        else:
+            log_failure(
+                "realtime: following scope %s failed; closed its %d socket(s) 1012 to make "
+                "them reconnect",
+                exc,
+                scope_id,
+                len(targets),
+            )
+        self._restart(targets)
+        with contextlib.suppress(Exception):
+            await self.transport().unfollow(scope_channel(scope_id))
 
     # Delivery -------------------------------------------------------------------------
 
@@ -290,7 +314,11 @@ class SocketManager:
             "reconnect and read again",
             len(targets),
         )
-        for socket in targets:
+        self._restart(targets)
+
+    def _restart(self, sockets: Iterable[Socket]) -> None:
+        """Deliver nothing more to ``sockets`` and close them 1012 beside delivery."""
+        for socket in sockets:
             if self.index.remove(socket):
                 shut = socket.stop()  # False: the consumer is closing it already
                 self._beside(self._close_dropped(socket, shut, CloseCode.SERVICE_RESTART))

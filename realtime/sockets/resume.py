@@ -60,7 +60,6 @@ class Resumed:
 class _Request:
     socket: Socket
     ask: ResumeAsk
-    followed: bool
     future: asyncio.Future[Resumed]
     after: int | None = None
     frames: list[dict[str, Any]] = field(default_factory=list)
@@ -76,11 +75,11 @@ class Resumer:
         self._waiting: list[_Request] = []
         self._running: asyncio.Task[None] | None = None
 
-    async def resume(self, socket: Socket, ask: ResumeAsk, followed: bool) -> Resumed:
-        """How ``socket`` (registered, its frames held) starts; ``followed``: whether every
-        scope it reads was followed (if not, what it missed cannot be told)."""
+    async def resume(self, socket: Socket, ask: ResumeAsk) -> Resumed:
+        """How ``socket`` (registered, every scope it reads followed, its frames held)
+        starts."""
         loop = asyncio.get_running_loop()
-        request = _Request(socket, ask, followed, loop.create_future())
+        request = _Request(socket, ask, loop.create_future())
         self._waiting.append(request)
         if self._running is None or self._running.done():
             self._running = loop.create_task(self._drain())
@@ -115,15 +114,14 @@ class Resumer:
             covered = after is not None and (
                 after == last or (after < last and first is not None and first <= after + 1)
             )
-            if covered and request.followed:
+            if covered:
                 resuming.append(request)
             else:
                 if request.ask.cursor is not None:
-                    why = "a scope is not followed" if covered else "the cursor is not resumable"
                     logger.debug(
-                        "realtime: a socket of account %s starts afresh: %s",
+                        "realtime: a socket of account %s starts afresh: the cursor is not "
+                        "resumable",
                         request.socket.user_id,
-                        why,
                     )
                 _settle(request, _afresh(request, last))
         if not resuming:
