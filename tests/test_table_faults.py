@@ -12,9 +12,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 
 import pytest
 
+from realtime.messages import scope_channel
+from realtime.sockets import manager as manager_module
+from realtime.sockets.manager import SocketManager
 from realtime.transports import table_poller
 from realtime.transports.bounds import Bounds
 from realtime.transports.table import TableTransport
@@ -29,6 +33,7 @@ from tests.helpers import (
     vendor,
 )
 from tests.proxy import Proxy, default_database_through
+from tests.test_manager import make_socket, recorder, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -229,3 +234,38 @@ async def test_a_trim_whose_connection_goes_half_open_is_cut_and_the_next_trim_w
     if vendor() == "postgresql":
         assert transport.trimmer.cuts >= 1
     assert not [r for r in caplog.records if r.name.startswith("realtime") and r.exc_info]
+
+
+@networked
+async def test_a_scope_the_poller_does_not_start_following_in_time_closes_its_sockets_1012(
+    make_table_transport: MakeTransport,
+    inbox: Inbox,
+    proxy: Proxy,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(manager_module, "LISTEN_WAIT", 0.2)
+    with default_database_through(proxy), caplog.at_level(logging.WARNING, logger="realtime"):
+        transport = bounded(make_table_transport())
+        transport.add_listener(inbox)
+        async with housekeeping(transport):
+            await transport.follow("c")
+            manager = SocketManager()
+            manager._transport = transport
+            # The poller's statement hangs until the watchdog cuts it: a new scope is not
+            # anchored within the handshake's wait.
+            proxy.freeze()
+            socket = make_socket(SimpleNamespace(pk=1), 7)
+            assert await manager.register(socket) is False
+            async with asyncio.timeout(WAIT):
+                await until(lambda: bool(recorder(socket).closes))
+            # The poller reads on, and the scope nobody reads any more is not followed.
+            await off_loop(transport.publish, [("c", MARKER)])
+            await inbox.wait_for("c", MARKER)
+    assert recorder(socket).closes == [1012]
+    assert 7 not in manager._followed
+    assert not transport._poller.follows(scope_channel(7).encode("utf-8"))
+    assert any(
+        "following scope 7 took over 0.2 s; closed its 1 socket(s) 1012" in r.getMessage()
+        for r in realtime_lines(caplog, logging.WARNING)
+    )
