@@ -6,24 +6,25 @@ Run from the project root::
     .venv/bin/python bench/connect.py --transport pg_notify    # on PostgreSQL (``realtime``)
     .venv/bin/python bench/connect.py --transport table --sockets 1000 --repeat 3
 
-For the transport and each repeat, realtime and the floor in turn on a fresh daphne:
+For the transport and each repeat, realtime and the floor in turn on a fresh daphne (or uvicorn,
+with ``--server uvicorn``):
 
 1. the load generator (this process, one asyncio loop) opens N sockets, ``--concurrency``
    handshakes in flight at once; each sends ``authenticate`` naming its workspace and the
    ``company`` channel (as the JavaScript client does) and is done when it reads
    ``auth_success``: from then on it hears that channel. The figure is the time from the first
    connect to the last ``auth_success``, handshakes per second (N over that time), and the
-   server's CPU time per handshake (daphne, every thread, from ``/proc``);
+   server's CPU time per handshake (the server process, every thread, from ``/proc``);
 2. the sockets then sit idle for ``--idle-window`` seconds and the server's CPU share over that
    window is read. ``REALTIME_RECHECK_INTERVAL`` is ``--recheck-interval`` (30 s by default,
    half the setting's default): every socket's first recheck falls between half the interval
    and the interval after it registered, so with the defaults the window holds one recheck of
    nearly every socket, twice the rate of the default setting.
 
-The floor is ``bare_asgi.py`` under daphne: it accepts each socket and answers its first frame
-with a fixed ``auth_success``; no Django, no database. Every socket is its own account, a
-member of one workspace. The load generator shares the machine's two cores with daphne and the
-database: the end-to-end rates are a floor on what the server can do.
+The floor is ``bare_asgi.py`` under the same server: it accepts each socket and answers its
+first frame with a fixed ``auth_success``; no Django, no database. Every socket is its own
+account, a member of one workspace. The load generator shares the machine's two cores with the
+server and the database: the end-to-end rates are a floor on what the server can do.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import Daphne, Database, Members, Spread
+from harness import AsgiServer, Database, Members, Spread
 
 #: Accounts ``bench-connect-00000``... of the workspace ``bench-connect`` own the sockets.
 PREFIX = "bench-connect"
@@ -59,7 +60,7 @@ class Side:
 
 
 async def measure(
-    server: Daphne, members: Members | None, args: argparse.Namespace, label: str
+    server: AsgiServer, members: Members | None, args: argparse.Namespace, label: str
 ) -> Side:
     url = server.url("/api/ws")
     count = args.sockets
@@ -104,10 +105,14 @@ async def repeat(
     for kind in order:
         if kind == "realtime":
             env = database.env(settings)
-            server = Daphne.start("tests.asgi:application", env, f"connect-{transport}")
+            server = AsgiServer.start(
+                "tests.asgi:application", env, f"connect-{transport}", kind=args.server
+            )
         else:
             env = database.env({}, path=(harness.BENCH,))
-            server = Daphne.start("bare_asgi:application", env, "connect-bare")
+            server = AsgiServer.start(
+                "bare_asgi:application", env, "connect-bare", kind=args.server
+            )
         try:
             sides[kind] = await measure(server, members if kind == "realtime" else None, args, kind)
         finally:
@@ -152,6 +157,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=500, help="handshakes in flight")
     parser.add_argument("--idle-window", type=float, default=30.0, help="seconds idle")
     parser.add_argument("--recheck-interval", type=float, default=30.0)
+    parser.add_argument(
+        "--server", choices=["daphne", "uvicorn"], default="daphne", help="serving both sides"
+    )
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     return parser.parse_args(argv)
 
@@ -167,7 +175,8 @@ def main() -> None:
     harness.header(f"connect benchmark ({transport} transport)", harness.server_version())
     print(
         f"settings: {count:,} sockets, {args.concurrency} handshakes in flight, idle window "
-        f"{args.idle_window:g} s, REALTIME_RECHECK_INTERVAL {args.recheck_interval:g} s",
+        f"{args.idle_window:g} s, REALTIME_RECHECK_INTERVAL {args.recheck_interval:g} s, "
+        f"served by {args.server}",
         flush=True,
     )
     members = harness.make_members(PREFIX, count + 1)

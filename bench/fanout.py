@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import Arrivals, Daphne, Database, Members, Readers, Spread
+from harness import Arrivals, AsgiServer, Database, Members, Readers, Spread
 from websockets.asyncio.client import ClientConnection
 
 #: Accounts ``bench-fanout-00000``... of the workspace ``bench-fanout`` own the sockets.
@@ -101,7 +101,7 @@ class Server:
 
     name = ""
 
-    def __init__(self, daphne: Daphne, count: int) -> None:
+    def __init__(self, daphne: AsgiServer, count: int) -> None:
         self.daphne = daphne
         self.count = count
         self.warm: ClientConnection | None = None
@@ -130,7 +130,7 @@ def frame_text(seq: int, scope_id: int) -> str:
 class Realtime(Server):
     name = "realtime"
 
-    def __init__(self, daphne: Daphne, count: int, members: Members) -> None:
+    def __init__(self, daphne: AsgiServer, count: int, members: Members) -> None:
         super().__init__(daphne, count)
         self.members = members
 
@@ -164,7 +164,7 @@ def publish(workspace_id: int, seq: int) -> float:
 class Bare(Server):
     name = "bare ASGI"
 
-    def __init__(self, daphne: Daphne, count: int, scope_id: int) -> None:
+    def __init__(self, daphne: AsgiServer, count: int, scope_id: int) -> None:
         super().__init__(daphne, count)
         self.scope_id = scope_id
         self.control: ClientConnection | None = None
@@ -190,14 +190,14 @@ class Bare(Server):
             await harness.close_all([self.control])
 
 
-class Uvicorn(Daphne):
+class Uvicorn(AsgiServer):
     """One uvicorn process in place of daphne: its default WebSocket implementation, no
     lifespan, no access log, the same listen backlog."""
 
     @classmethod
     def start(
         cls, application: str, env: dict[str, str], name: str, port: int | None = None
-    ) -> Daphne:
+    ) -> AsgiServer:
         port = port or harness.free_port()
         log = Path(tempfile.gettempdir()) / f"realtime-bench-{name}-{port}.log"
         command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
@@ -219,18 +219,18 @@ class Uvicorn(Daphne):
 
 
 #: The servers both sides can run under.
-SERVERS: dict[str, type[Daphne]] = {"daphne": Daphne, "uvicorn": Uvicorn}
+SERVERS: dict[str, type[AsgiServer]] = {"daphne": AsgiServer, "uvicorn": Uvicorn}
 
 
 def start_realtime(
     database: Database, settings: dict[str, Any], count: int, server: str = "daphne"
-) -> Daphne:
+) -> AsgiServer:
     return SERVERS[server].start(
         "tests.asgi:application", database.env(settings), f"fanout-{count}"
     )
 
 
-def start_bare(database: Database, count: int, server: str = "daphne") -> Daphne:
+def start_bare(database: Database, count: int, server: str = "daphne") -> AsgiServer:
     env = database.env({}, path=(harness.BENCH,))
     return SERVERS[server].start("bare_asgi:application", env, f"fanout-bare-{count}")
 

@@ -290,9 +290,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+#: How each server is started on ``port`` (daphne's default backlog, 50, drops handshakes of a
+#: burst of connections; uvicorn's is 2,048 already).
+SERVER_COMMANDS = {
+    "daphne": lambda port: [
+        "-m", "daphne", "-v", "0", "-e", f"tcp:port={port}:interface=127.0.0.1:backlog=2048",
+    ],
+    "uvicorn": lambda port: [
+        "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+        "--no-access-log", "--backlog", "2048",
+    ],
+}  # fmt: skip
+
+
 @dataclass
-class Daphne:
-    """One daphne process serving ``application`` on 127.0.0.1 (no access log)."""
+class AsgiServer:
+    """One server process (daphne unless said otherwise) serving ``application`` on
+    127.0.0.1, without an access log."""
 
     process: subprocess.Popen[bytes]
     port: int
@@ -300,23 +314,18 @@ class Daphne:
 
     @classmethod
     def start(
-        cls, application: str, env: dict[str, str], name: str, port: int | None = None
-    ) -> Daphne:
+        cls,
+        application: str,
+        env: dict[str, str],
+        name: str,
+        port: int | None = None,
+        kind: str = "daphne",
+    ) -> AsgiServer:
         port = port or free_port()
         log = Path(tempfile.gettempdir()) / f"realtime-bench-{name}-{port}.log"
         with log.open("wb") as output:
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-v",
-                    "0",
-                    # The default backlog (50) drops handshakes of a burst of connections.
-                    "-e",
-                    f"tcp:port={port}:interface=127.0.0.1:backlog=2048",
-                    application,
-                ],
+                [sys.executable, *SERVER_COMMANDS[kind](port), application],
                 cwd=ROOT,
                 env=env,
                 stdout=output,
@@ -326,12 +335,12 @@ class Daphne:
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise RuntimeError(f"daphne exited with {process.returncode}; see {log}")
+                raise RuntimeError(f"{kind} exited with {process.returncode}; see {log}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
                 return server
             time.sleep(0.05)
         server.stop()
-        raise RuntimeError(f"daphne did not listen within {WAIT:g} s; see {log}")
+        raise RuntimeError(f"{kind} did not listen within {WAIT:g} s; see {log}")
 
     @property
     def pid(self) -> int:

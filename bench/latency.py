@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import Arrivals, Daphne, Database, Members, Readers, Spread
+from harness import Arrivals, AsgiServer, Database, Members, Readers, Spread
 
 SCRIPT = Path(__file__).resolve()
 PREFIX = "bench-latency"
@@ -294,7 +294,7 @@ async def measure_count(
     members: Members,
     publisher: Publisher,
 ) -> list[RepeatResult]:
-    server = Daphne.start("tests.asgi:application", database.env(settings), f"latency-{count}")
+    server = AsgiServer.start("tests.asgi:application", database.env(settings), f"latency-{count}")
     url = server.url("/api/ws")
     hearing = count if args.audience == "all" else 1
     connections = []

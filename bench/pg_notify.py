@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import Daphne, Database, Members, Readers, Spread
+from harness import AsgiServer, Database, Members, Readers, Spread
 
 SCRIPT = Path(__file__).resolve()
 PREFIX = "bench-pg-notify"
@@ -212,7 +212,7 @@ async def listening_worker(
 ) -> AsyncIterator[Readers]:
     """A daphne worker on the pg_notify transport with one socket of the workspace,
     subscribed to ``company``; yields the socket's reader."""
-    server = Daphne.start("tests.asgi:application", database.env(settings), "pg-notify")
+    server = AsgiServer.start("tests.asgi:application", database.env(settings), "pg-notify")
     connection = None
     readers = None
     try:

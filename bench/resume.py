@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import Daphne, Database, Members, Spread
+from harness import AsgiServer, Database, Members, Spread
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -73,7 +73,9 @@ class Socket:
     connection: Any = None
 
 
-async def open_socket(daphne: Daphne, slug: str, socket: Socket, gate: asyncio.Semaphore) -> None:
+async def open_socket(
+    daphne: AsgiServer, slug: str, socket: Socket, gate: asyncio.Semaphore
+) -> None:
     """Connect and authenticate (resuming from ``socket.cursor``), ``gate`` bounding the
     handshakes in flight; then read frames into ``socket`` until cut or closed."""
     async with gate:
@@ -109,7 +111,7 @@ async def read(socket: Socket, done: asyncio.Event, wanted: int, progress: async
 class Crowd:
     """N sockets of one worker, reading in tasks of their own."""
 
-    def __init__(self, daphne: Daphne, members: Members) -> None:
+    def __init__(self, daphne: AsgiServer, members: Members) -> None:
         self.daphne = daphne
         self.members = members
         self.sockets = [Socket(token) for token in members.tokens]
@@ -193,7 +195,7 @@ class Storm:
 async def one_storm(
     database: Database, settings: dict[str, Any], members: Members, missed: int
 ) -> Storm:
-    daphne = Daphne.start("tests.asgi:application", database.env(settings), "resume")
+    daphne = AsgiServer.start("tests.asgi:application", database.env(settings), "resume")
     crowd = Crowd(daphne, members)
     try:
         cpu = daphne.cpu()
@@ -341,7 +343,7 @@ async def one_outage(
     proxy = Proxy(info.get("host", "127.0.0.1"), int(info.get("port", 5432)))
     await proxy.open()
     settings = {**settings, "REALTIME_LISTEN_DATABASE": proxy.dsn(info["dbname"])}
-    daphne = Daphne.start("tests.asgi:application", database.env(settings), "resume-outage")
+    daphne = AsgiServer.start("tests.asgi:application", database.env(settings), "resume-outage")
     crowd = Crowd(daphne, members)
     reopened = 0.0
     try:

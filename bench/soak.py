@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import Daphne, Database
+from harness import AsgiServer, Database
 
 SCRIPT = Path(__file__).resolve()
 PREFIX = "bench-soak"
@@ -187,7 +187,7 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def gc_pauses(worker: Daphne) -> list[float]:
+def gc_pauses(worker: AsgiServer) -> list[float]:
     return [seconds for _, seconds in worker.get_json("/_bench/gc")["pauses"]]
 
 
@@ -195,7 +195,7 @@ async def soak(args: argparse.Namespace, database: Database, world: World, froze
     settings = transport_settings(args)
     env = database.env(settings, path=(harness.BENCH, harness.ROOT))
     env["REALTIME_BENCH_GC_FREEZE"] = "1" if frozen else "0"
-    workers = [Daphne.start(APPLICATION, env, f"soak-{n}") for n in range(2)]
+    workers = [AsgiServer.start(APPLICATION, env, f"soak-{n}") for n in range(2)]
     connections: list[Any] = []
     publisher = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -43,7 +43,7 @@ from typing import Any
 
 import harness
 import websockets
-from harness import Daphne, Database, Members, Spread
+from harness import AsgiServer, Database, Members, Spread
 from websockets.asyncio.client import ClientConnection
 
 PREFIX = "bench-storm"
@@ -99,7 +99,7 @@ class Client:
 
 
 async def storm(
-    start_server: Callable[[int | None], Daphne],
+    start_server: Callable[[int | None], AsgiServer],
     members: Members | None,
     args: argparse.Namespace,
     jitter: float,
@@ -119,7 +119,7 @@ async def storm(
     for client, connection in zip(clients, connections, strict=True):
         client.connection = connection
     tasks = [asyncio.ensure_future(client.hold_then_return()) for client in clients]
-    restarted: Daphne | None = None
+    restarted: AsgiServer | None = None
     try:
         await server.settle()
         stopped = time.monotonic()
@@ -159,14 +159,16 @@ async def storm(
 
 def servers(
     database: Database, settings: dict[str, Any]
-) -> dict[str, Callable[[int | None], Daphne]]:
+) -> dict[str, Callable[[int | None], AsgiServer]]:
     real_env = database.env(settings)
     bare_env = database.env({}, path=(harness.BENCH,))
     return {
-        "realtime": lambda port: Daphne.start(
+        "realtime": lambda port: AsgiServer.start(
             "tests.asgi:application", real_env, "storm", port=port
         ),
-        "bare": lambda port: Daphne.start("bare_asgi:application", bare_env, "storm-bare", port),
+        "bare": lambda port: AsgiServer.start(
+            "bare_asgi:application", bare_env, "storm-bare", port
+        ),
     }
 
 
