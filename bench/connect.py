@@ -158,7 +158,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-window", type=float, default=30.0, help="seconds idle")
     parser.add_argument("--recheck-interval", type=float, default=30.0)
     parser.add_argument(
-        "--server", choices=["daphne", "uvicorn"], default="daphne", help="serving both sides"
+        "--server",
+        choices=sorted(harness.SERVER_COMMANDS),
+        default="daphne",
+        help="serving both sides",
     )
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     return parser.parse_args(argv)

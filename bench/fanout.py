@@ -43,12 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -190,49 +185,17 @@ class Bare(Server):
             await harness.close_all([self.control])
 
 
-class Uvicorn(AsgiServer):
-    """One uvicorn process in place of daphne: its default WebSocket implementation, no
-    lifespan, no access log, the same listen backlog."""
-
-    @classmethod
-    def start(
-        cls, application: str, env: dict[str, str], name: str, port: int | None = None
-    ) -> AsgiServer:
-        port = port or harness.free_port()
-        log = Path(tempfile.gettempdir()) / f"realtime-bench-{name}-{port}.log"
-        command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
-        command += ["--lifespan", "off", "--no-access-log", "--backlog", "2048", application]
-        with log.open("wb") as output:
-            process = subprocess.Popen(
-                command, cwd=harness.ROOT, env=env, stdout=output, stderr=subprocess.STDOUT
-            )
-        server = cls(process, port, log)
-        deadline = time.monotonic() + harness.WAIT
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"uvicorn exited with {process.returncode}; see {log}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                return server
-            time.sleep(0.05)
-        server.stop()
-        raise RuntimeError(f"uvicorn did not listen within {harness.WAIT:g} s; see {log}")
-
-
-#: The servers both sides can run under.
-SERVERS: dict[str, type[AsgiServer]] = {"daphne": AsgiServer, "uvicorn": Uvicorn}
-
-
 def start_realtime(
     database: Database, settings: dict[str, Any], count: int, server: str = "daphne"
 ) -> AsgiServer:
-    return SERVERS[server].start(
-        "tests.asgi:application", database.env(settings), f"fanout-{count}"
+    return AsgiServer.start(
+        "tests.asgi:application", database.env(settings), f"fanout-{count}", kind=server
     )
 
 
 def start_bare(database: Database, count: int, server: str = "daphne") -> AsgiServer:
     env = database.env({}, path=(harness.BENCH,))
-    return SERVERS[server].start("bare_asgi:application", env, f"fanout-bare-{count}")
+    return AsgiServer.start("bare_asgi:application", env, f"fanout-bare-{count}", kind=server)
 
 
 async def one_event(server: Server, readers: Readers, seq: int, idle_share: float) -> Event:
@@ -443,7 +406,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--polling-interval", type=float, default=0.01, help="the table transport's interval"
     )
     parser.add_argument(
-        "--server", choices=sorted(SERVERS), default="daphne", help="the ASGI server of both sides"
+        "--server",
+        choices=sorted(harness.SERVER_COMMANDS),
+        default="daphne",
+        help="the ASGI server of both sides",
     )
     harness.add_set_option(parser)
     parser.add_argument("--keep", action="store_true", help="keep the SQLite file afterwards")

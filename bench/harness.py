@@ -290,15 +290,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-#: How each server is started on ``port`` (daphne's default backlog, 50, drops handshakes of a
-#: burst of connections; uvicorn's is 2,048 already).
+#: How each server is started on ``port``: no access log, a listen backlog of 2,048 (daphne's
+#: default, 50, drops handshakes of a burst of connections), uvicorn without lifespan events
+#: and with its default WebSocket implementation.
 SERVER_COMMANDS = {
     "daphne": lambda port: [
         "-m", "daphne", "-v", "0", "-e", f"tcp:port={port}:interface=127.0.0.1:backlog=2048",
     ],
     "uvicorn": lambda port: [
         "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-        "--no-access-log", "--backlog", "2048",
+        "--no-access-log", "--backlog", "2048", "--lifespan", "off",
     ],
 }  # fmt: skip
 

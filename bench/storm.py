@@ -10,9 +10,9 @@ Each repeat, for each client policy (``--policies``: ``jitter``, the JavaScript 
 default, and ``exact``, the same backoff without jitter) and for realtime and the floor in
 turn:
 
-1. a daphne worker starts and the load generator (this process) opens N sockets, each its own
-   account, authenticated for one workspace and subscribed to ``company`` in its
-   ``authenticate`` frame (as the JavaScript client does);
+1. a daphne worker (uvicorn with ``--server uvicorn``) starts and the load generator (this
+   process) opens N sockets, each its own account, authenticated for one workspace and
+   subscribed to ``company`` in its ``authenticate`` frame (as the JavaScript client does);
 2. the worker is stopped (SIGTERM, as a deploy does) and started again on the same port;
 3. every client, on losing its socket, follows the JavaScript client's reconnection schedule:
    wait ``--backoff-start`` seconds (1 s), less a random share of it with ``jitter`` (anywhere
@@ -26,7 +26,7 @@ worker's CPU time from listening to the last client back, per handshake. The flo
 ``bare_asgi.py`` under the same storm (it answers each socket's first frame with a fixed
 ``auth_success``: no Django, no database), so the burst and the rate compare directly; the time
 from the stop includes each server's start-up (Django's set-up for realtime). The load
-generator shares the machine's cores with daphne and the database.
+generator shares the machine's cores with the server and the database.
 """
 
 from __future__ import annotations
@@ -154,20 +154,20 @@ async def storm(
         await harness.close_all([c.connection for c in clients if c.connection is not None])
         for each in (server, restarted):
             if each is not None and each.stop():
-                print(f"  ({label} daphne logged warnings or errors: {each.log})")
+                print(f"  ({label} server logged warnings or errors: {each.log})")
 
 
 def servers(
-    database: Database, settings: dict[str, Any]
+    database: Database, settings: dict[str, Any], kind: str
 ) -> dict[str, Callable[[int | None], AsgiServer]]:
     real_env = database.env(settings)
     bare_env = database.env({}, path=(harness.BENCH,))
     return {
         "realtime": lambda port: AsgiServer.start(
-            "tests.asgi:application", real_env, "storm", port=port
+            "tests.asgi:application", real_env, "storm", port, kind
         ),
         "bare": lambda port: AsgiServer.start(
-            "bare_asgi:application", bare_env, "storm-bare", port
+            "bare_asgi:application", bare_env, "storm-bare", port, kind
         ),
     }
 
@@ -204,6 +204,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--policies", nargs="+", choices=["jitter", "exact"], default=["jitter", "exact"]
     )
+    parser.add_argument(
+        "--server",
+        choices=sorted(harness.SERVER_COMMANDS),
+        default="daphne",
+        help="serving both sides",
+    )
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     return parser.parse_args(argv)
 
@@ -219,7 +225,7 @@ def main() -> None:
     harness.setup_django(database, settings)
     harness.header(f"reconnect storm ({args.transport} transport)", harness.server_version())
     members = harness.make_members(PREFIX, args.sockets)
-    starts = servers(database, settings)
+    starts = servers(database, settings, args.server)
     results: dict[tuple[str, str], list[Storm]] = {}
     try:
         for index in range(args.repeat):
