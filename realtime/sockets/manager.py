@@ -64,7 +64,8 @@ TICK = 1.0
 #: observes only those handed a frame since they were last seen with nothing on the way
 #: (watching 5,000 idle sockets every tick cost a third of the idle worker's CPU).
 SWEEP_TICKS = 10
-#: Seconds a handshake waits for the listener before it goes on without it.
+#: Seconds a handshake waits for the listener, and a scope's follow may take, before the
+#: sockets concerned are closed 1012.
 LISTEN_WAIT = 5.0
 #: Sockets rechecked in one batch (one bulk ask of the auth hooks).
 RECHECK_BATCH = MAX_IDS_PER_MESSAGE
