@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
+from realtime.auth import Scope
 from realtime.messages import scope_channel
 from realtime.sockets import manager as manager_module
 from realtime.sockets.manager import SocketManager
@@ -380,6 +381,26 @@ async def test_a_scope_whose_listen_is_late_closes_its_sockets_1012_in_one_warni
         "them reconnect"
     ]
     assert not any(r.exc_info for r in lines)
+
+
+async def test_a_watch_adding_a_scope_whose_listen_is_late_closes_the_socket_1012(
+    make_pg_transport: MakeTransport, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager_module, "LISTEN_WAIT", 0.2)
+    transport = make_pg_transport(listen_database=proxy.dsn(str(connection.settings_dict["NAME"])))
+    manager = SocketManager()
+    manager._transport = transport
+    reading = make_socket(SimpleNamespace(pk=1), 7)
+    await manager.register(reading)
+    assert 7 in manager._followed  # scope 7 is heard
+    proxy.freeze()
+    await manager.set_scopes(reading, [Scope(7, "seven"), Scope(8, "eight")], keep_channels=False)
+    async with asyncio.timeout(WAIT):
+        await until(lambda: bool(recorder(reading).closes))
+
+    assert recorder(reading).closes == [1012]
+    assert manager.index.sockets == set()
+    assert 8 not in manager._followed
 
 
 @pytest.mark.parametrize(
