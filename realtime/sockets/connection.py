@@ -144,7 +144,7 @@ class Socket:
 
     def settled(self) -> bool:
         """Whether nothing of it is on the way: no send under way, no backlog."""
-        return self._sending_since is None and not self._queued and not self.link.pending()
+        return self._sending_since is None and not self.backlog()
 
     def stalled(self, timeout: float, now: float | None = None) -> bool:
         """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
