@@ -192,12 +192,11 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         return True
 
     async def _start_listening(self) -> None:
-        if get_manager().serving():
+        manager = get_manager()
+        if manager.serving():
             return
         try:
-            await self.inbox.watching(
-                asyncio.wait_for(get_manager().ensure_listening(), LISTEN_WAIT)
-            )
+            await self.inbox.watching(asyncio.wait_for(manager.ensure_listening(), LISTEN_WAIT))
         except (ClientGoneError, OverLimitError):
             raise
         except Exception as exc:

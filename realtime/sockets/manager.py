@@ -260,13 +260,13 @@ class SocketManager:
                     await transport.unfollow(channel)
             except Exception as exc:
                 if wanted and scope_id not in self._followed:
-                    await self._not_followed(scope_id, exc)
+                    await self._not_followed(scope_id, channel, exc)
                 else:
                     logger.exception("realtime: unfollowing scope %s failed", scope_id)
         if not lock.locked() and scope_id not in self.index.by_scope:
             self._scope_locks.pop(scope_id, None)
 
-    async def _not_followed(self, scope_id: Any, exc: Exception) -> None:
+    async def _not_followed(self, scope_id: Any, channel: str, exc: Exception) -> None:
         """Close 1012 the sockets of a scope whose follow timed out or failed, and take the
         follow back (a LISTEN still under way would otherwise stay for nobody)."""
         targets = list(self.index.by_scope.get(scope_id, ()))
@@ -290,7 +290,7 @@ class SocketManager:
             )
         self._restart(targets)
         with contextlib.suppress(Exception):
-            await self.transport().unfollow(scope_channel(scope_id))
+            await self.transport().unfollow(channel)
 
     # Delivery -------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from psycopg import sql
 
 from realtime import metrics
 from realtime.transports.outage import Outage
+from realtime.transports.table_store import chunked
 
 logger = logging.getLogger(__name__)
 
@@ -288,8 +289,7 @@ class PgListener:
             ("LISTEN", sorted(self.wanted - self.listening)),
             ("UNLISTEN", sorted(self.listening - self.wanted)),
         ):
-            for start in range(0, len(channels), CHANNELS_PER_STATEMENT):
-                batch = channels[start : start + CHANNELS_PER_STATEMENT]
+            for batch in chunked(channels, CHANNELS_PER_STATEMENT):
                 statement = sql.SQL("; ").join(
                     sql.SQL(command + " {}").format(sql.Identifier(channel)) for channel in batch
                 )
