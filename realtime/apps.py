@@ -16,6 +16,8 @@ RECHECK_SETTINGS = {
     PREFIX + "SCOPE_MEMBERS",
     PREFIX + "RECHECK_MODELS",
 }
+#: Settings a token's signature is checked with.
+SIGNING_SETTINGS = {"SECRET_KEY", "SECRET_KEY_FALLBACKS"}
 
 
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
@@ -25,6 +27,10 @@ def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
         reset_transport()
         reset_auth()
+    if setting in SIGNING_SETTINGS:
+        from realtime.auth import forget_checked_tokens
+
+        forget_checked_tokens()
     if setting in RECHECK_SETTINGS:
         from realtime.writes import rechecks
 

@@ -19,6 +19,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from pytest_django import DjangoAssertNumQueries
 
+from realtime import auth as auth_module
 from realtime import limits
 from realtime.auth import (
     TOKEN_SALT,
@@ -156,6 +157,48 @@ def test_token_older_than_max_age_stands_for_nobody(
     # The same token under a longer max age still stands for alice: its age alone refused it.
     with override_settings(REALTIME_TOKEN_MAX_AGE=3600):
         assert auth.user_of_token(token) == alice
+
+
+def test_a_token_read_before_is_still_refused_once_it_expires(
+    auth: RealtimeAuth, make_user: MakeUser
+) -> None:
+    alice = make_user("alice")
+    token = issue_token(alice)
+    # Read once while it stands (its signature is then checked, and kept).
+    assert auth.user_of_token(token) == alice
+    issued = signing.b62_decode(token.split(":")[1])
+    time.sleep(max(0.0, issued + 1 - time.time()) + 0.05)
+
+    with override_settings(REALTIME_TOKEN_MAX_AGE=1):
+        assert auth.user_of_token(token) is None
+        assert auth.users_of_tokens([token]) == [None]
+
+
+def test_a_token_read_before_stands_for_nobody_once_the_secret_key_changes(
+    auth: RealtimeAuth, make_user: MakeUser
+) -> None:
+    alice = make_user("alice")
+    with override_settings(SECRET_KEY="the-old-key-" + "x" * 40):
+        token = issue_token(alice)
+        assert auth.user_of_token(token) == alice
+        with override_settings(SECRET_KEY="the-new-key-" + "y" * 40):
+            assert auth.user_of_token(token) is None
+            assert auth.users_of_tokens([token]) == [None]
+            # Still accepted while the old key is a fallback, as Django's signing does.
+            with override_settings(SECRET_KEY_FALLBACKS=["the-old-key-" + "x" * 40]):
+                assert auth.user_of_token(token) == alice
+            assert auth.user_of_token(token) is None
+
+
+def test_tokens_that_fail_their_signature_check_are_not_kept(
+    auth: RealtimeAuth, make_user: MakeUser
+) -> None:
+    token = issue_token(make_user("alice"))
+    kept = auth_module._signed.cache_info().currsize
+    for index in range(100):
+        assert auth.user_of_token(f"{token[:-1]}{index}") is None
+        assert auth.user_of_token("x" * 10_000 + str(index)) is None
+    assert auth_module._signed.cache_info().currsize == kept
 
 
 @pytest.mark.parametrize(
