@@ -16,10 +16,13 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, TypeGuard
 
+#: Types JSON holds as they are; looked up by exact type first (ids are read in every batch).
+_AS_IS = frozenset({str, int, float, bool, list, dict, type(None)})
+
 
 def jsonable(value: Any) -> Any:
     """Return a value JSON can hold: ISO 8601 dates (UTC when aware), text for the rest."""
-    if value is None or isinstance(value, str | int | float | bool | list | dict):
+    if type(value) in _AS_IS or isinstance(value, str | int | float | bool | list | dict):
         return value
     if isinstance(value, datetime.datetime):
         if value.tzinfo is not None:

@@ -34,7 +34,7 @@ SNAPSHOT = "_realtime_snapshot"
 _MISSING = object()
 #: Stands for a value nobody knows any more (its layer rolled back, or it could not be copied).
 _UNKNOWN = object()
-#: Values of these types cannot change in place: kept as they are, not copied.
+#: Values of these types (and their subclasses) cannot change in place: kept, not copied.
 _IMMUTABLE = (
     str,
     int,
@@ -49,6 +49,9 @@ _IMMUTABLE = (
     uuid.UUID,
 )
 
+#: The same, looked up by exact type first: a snapshot is taken of every row loaded.
+_IMMUTABLE_TYPES = frozenset(_IMMUTABLE)
+
 Layer = tuple[Mark | None, dict[str, Any]]
 
 
@@ -60,12 +63,12 @@ def take(
     try:
         values = instance.__dict__
         if attnames is None:
-            attnames = (f.attname for f in instance._meta.concrete_fields)
+            attnames = [f.attname for f in instance._meta.concrete_fields]
         taken = {}
         for attname in attnames:
             value = values.get(attname, _MISSING)
             if value is not _MISSING:
-                taken[attname] = _frozen(value)
+                taken[attname] = value if type(value) in _IMMUTABLE_TYPES else _frozen(value)
         made = transactions.mark(using or instance._state.db or "default")
         layers: list[Layer] = values.setdefault(SNAPSHOT, [])
         if layers and layers[-1][0] is made:
