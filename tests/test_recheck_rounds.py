@@ -32,46 +32,58 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SCOPE = 1
 
 
+class Gate:
+    """While ``closed`` is set, holds each thread that reaches it until ``opened`` is set;
+    ``entered`` tells that one is waiting."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+        self.opened = threading.Event()
+        self.entered = threading.Event()
+
+    def go_through(self) -> None:
+        if self.closed.is_set():
+            self.entered.set()
+            assert self.opened.wait(WAIT)
+
+    async def reached(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, WAIT)
+
+
 class MemoryAuth(RealtimeAuth):
     """Bearers ``t<pk>`` stand for account ``pk``, which still reads every scope it held.
 
-    ``calls`` lists what was asked, in order; while ``hold_rounds`` or ``hold_audience`` is
-    set, the bulk bearer check or the audience check waits for it to clear (``entered`` tells
-    that one is waiting).
+    ``calls`` lists what was asked, in order ("bearers", "scopes", "audience": the last once
+    it answers); the bearer check of a round waits at the gate ``rounds``, the audience check
+    at the gate ``audience``.
     """
 
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.batches: list[int] = []
-        self.hold_rounds = threading.Event()
-        self.hold_audience = threading.Event()
-        self.release = threading.Event()
-        self.entered = threading.Event()
-
-    def _wait_if(self, hold: threading.Event) -> None:
-        if hold.is_set():
-            self.entered.set()
-            assert self.release.wait(WAIT)
+        self.rounds = Gate()
+        self.audience_gate = Gate()
 
     def user_of_token(self, token: str) -> Any | None:
         self.calls.append("bearers")
-        self._wait_if(self.hold_rounds)
+        self.rounds.go_through()
         return Account(int(token[1:]))
 
     def users_of_tokens(self, tokens: Sequence[str]) -> list[Any | None]:
         self.calls.append("bearers")
         self.batches.append(len(tokens))
-        self._wait_if(self.hold_rounds)
+        self.rounds.go_through()
         return [Account(int(token[1:])) for token in tokens]
 
     def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+        self.calls.append("scopes")
         return [[Scope(i, f"scope-{i}") for i in q.held_ids] for q in questions]
 
     def held_scopes(self, user: Any, ids: Any) -> list[Scope]:
         return [Scope(i, f"scope-{i}") for i in ids]
 
     def audience(self, scope_id: Any, event_type: str, data: Any, user_ids: Any, about: Any) -> Any:
-        self._wait_if(self.hold_audience)
+        self.audience_gate.go_through()
         self.calls.append("audience")
         return user_ids
 
@@ -81,7 +93,8 @@ def auth(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryAuth]:
     service = MemoryAuth()
     monkeypatch.setattr(auth_module, "_auth", service)
     yield service
-    service.release.set()
+    service.rounds.opened.set()
+    service.audience_gate.opened.set()
 
 
 @pytest.fixture
@@ -183,17 +196,17 @@ async def test_a_recheck_round_waits_for_the_message_being_delivered(
 ) -> None:
     (socket,) = await open_sockets(manager, 1)
     manager.dispatcher.ensure_running()
-    auth.hold_audience.set()
+    auth.audience_gate.closed.set()
     publish(manager, 1)
-    assert await asyncio.to_thread(auth.entered.wait, WAIT)
+    await auth.audience_gate.reached()
     manager.request_recheck([socket.user_id])
     round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
     # Time for a round that does not wait to run to its end; one that waits is still waiting.
     await asyncio.wait({round_}, timeout=0.5)
-    auth.release.set()
+    auth.audience_gate.opened.set()
     await heard(socket, 1)
     await asyncio.wait_for(round_, WAIT)
-    assert auth.calls == ["audience", "bearers"]
+    assert auth.calls == ["audience", "bearers", "scopes"]
 
 
 async def test_an_event_published_during_a_recheck_round_is_delivered_before_the_round_ends(
@@ -201,33 +214,81 @@ async def test_an_event_published_during_a_recheck_round_is_delivered_before_the
 ) -> None:
     sockets = await open_sockets(manager, 3)
     manager.dispatcher.ensure_running()
-    auth.hold_rounds.set()
+    auth.rounds.closed.set()
     # A periodic round: its sockets come due. (A *requested* recheck holds their frames until
     # it answers, by design: see test_revocation.py.)
     for socket in sockets:
         socket.next_recheck = 0.0
     round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
-    assert await asyncio.to_thread(auth.entered.wait, WAIT)
+    await auth.rounds.reached()
     publish(manager, 2)
     for socket in sockets:
         await heard(socket, 2)
     assert not round_.done()
-    auth.release.set()
+    auth.rounds.opened.set()
     await asyncio.wait_for(round_, WAIT)
-    assert auth.calls == ["bearers", "audience"]
+    assert auth.calls == ["bearers", "audience", "scopes"]
 
 
-async def test_a_round_goes_anyway_after_a_bounded_wait_for_a_gap_in_delivery(
+async def test_a_round_goes_on_with_its_next_step_only_once_delivery_is_done(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    sockets = await open_sockets(manager, 3)
+    manager.dispatcher.ensure_running()
+    auth.rounds.closed.set()
+    for socket in sockets:
+        socket.next_recheck = 0.0
+    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
+    await auth.rounds.reached()  # the batch is in its first step (the bearers)
+    auth.audience_gate.closed.set()
+    publish(manager, 4)
+    await auth.audience_gate.reached()  # a message is being delivered
+    auth.rounds.opened.set()
+    # Time for a batch that does not wait to run to its end; one that waits is still waiting.
+    await asyncio.wait({round_}, timeout=0.5)
+    assert auth.calls == ["bearers"]
+    auth.audience_gate.opened.set()
+    for socket in sockets:
+        await heard(socket, 4)
+    await asyncio.wait_for(round_, WAIT)
+    assert auth.calls == ["bearers", "audience", "scopes"]
+
+
+async def test_a_requested_recheck_does_not_wait_for_delivery_between_its_steps(
     manager: SocketManager, auth: MemoryAuth, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manager_module, "BEHIND_DELIVERY", 10 * WAIT)  # no wait would end
+    (socket,) = await open_sockets(manager, 1)
+    manager.dispatcher.ensure_running()
+    auth.rounds.closed.set()
+    manager.request_recheck([socket.user_id])  # holds the socket's frames until it answers
+    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
+    await auth.rounds.reached()
+    auth.audience_gate.closed.set()
+    publish(manager, 5)
+    await auth.audience_gate.reached()
+    auth.rounds.opened.set()
+    await asyncio.wait_for(round_, WAIT)
+    assert auth.calls == ["bearers", "scopes"]
+    auth.audience_gate.opened.set()
+    await heard(socket, 5)
+
+
+@pytest.mark.parametrize("requested", [True, False], ids=["requested", "periodic"])
+async def test_a_round_goes_anyway_after_a_bounded_wait_for_a_gap_in_delivery(
+    manager: SocketManager, auth: MemoryAuth, monkeypatch: pytest.MonkeyPatch, requested: bool
 ) -> None:
     monkeypatch.setattr(manager_module, "BEHIND_DELIVERY", 0.05)
     (socket,) = await open_sockets(manager, 1)
     manager.dispatcher.ensure_running()
-    auth.hold_audience.set()
+    auth.audience_gate.closed.set()
     publish(manager, 3)
-    assert await asyncio.to_thread(auth.entered.wait, WAIT)
-    manager.request_recheck([socket.user_id])
+    await auth.audience_gate.reached()
+    if requested:
+        manager.request_recheck([socket.user_id])
+    else:
+        socket.next_recheck = 0.0
     await asyncio.wait_for(manager.recheck_due(), WAIT)
-    assert auth.calls == ["bearers"]
-    auth.release.set()
+    assert auth.calls == ["bearers", "scopes"]
+    auth.audience_gate.opened.set()
     await heard(socket, 3)

@@ -12,7 +12,7 @@ exactly as a lone handshake would be.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
@@ -57,27 +57,43 @@ def resolve_scopes(
     return [scope for scope in found if scope.id in reached]
 
 
-def recheck(auth: RealtimeAuth, questions: list[tuple[Any, str, ScopeAsk, list[Any]]]) -> list[Any]:
+def recheck(
+    auth: RealtimeAuth,
+    questions: list[tuple[Any, str, ScopeAsk, list[Any]]],
+    between: Callable[[], None] = lambda: None,
+) -> list[Any]:
     """Resolve each socket's bearer and scopes again: its scopes, ``None`` when the bearer is
-    lost, ``FAILED`` when the hooks failed (logged)."""
+    lost, ``FAILED`` when the hooks failed (logged).
+
+    ``between`` is called between the steps (each bulk hook, each socket asked alone): a
+    round waits there while delivery has work, so that it shares the interpreter with
+    delivery a step at a time rather than a whole batch at a time.
+    """
     if not _in_bulk(auth):
-        return [_recheck_one(auth, *question) for question in questions]
+        answers = []
+        for question in questions:
+            answers.append(_recheck_one(auth, *question))
+            between()
+        return answers
     try:
         users = _users(auth, [token for _, token, _, _ in questions])
+        between()
+        # The bearer still stands for the account the socket was opened as.
+        standing = [
+            user is not None and normal_id(user.pk) == question[0]
+            for user, question in zip(users, questions, strict=True)
+        ]
         kept = [
             (user, token, ask, held)
-            for user, (user_id, token, ask, held) in zip(users, questions, strict=True)
-            if user is not None and normal_id(user.pk) == user_id
+            for user, stands, (_, token, ask, held) in zip(users, standing, questions, strict=True)
+            if stands
         ]
-        resolved = iter(_scopes(auth, kept))
+        resolved = iter(_scopes(auth, kept, between))
     except Exception as exc:
         # One line per failure, limited: with the database away, every round fails.
         log_failure("realtime: rechecking %d sockets failed", exc, len(questions))
         return [FAILED for _ in questions]
-    return [
-        next(resolved) if user is not None and normal_id(user.pk) == user_id else None
-        for user, (user_id, _, _, _) in zip(users, questions, strict=True)
-    ]
+    return [next(resolved) if stands else None for stands in standing]
 
 
 def authenticate_many(auth: RealtimeAuth, asks: list[tuple[str, ScopeAsk]]) -> list[Any]:
@@ -108,13 +124,18 @@ def _users(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
     return [found[token] for token in tokens]
 
 
-def _scopes(auth: RealtimeAuth, sockets: list[tuple[Any, str, ScopeAsk, list[Any]]]) -> list[Any]:
+def _scopes(
+    auth: RealtimeAuth,
+    sockets: list[tuple[Any, str, ScopeAsk, list[Any]]],
+    between: Callable[[], None] = lambda: None,
+) -> list[Any]:
     """Each socket's scopes, as ``resolve_scopes`` would answer, from one bulk ask."""
     if not sockets:
         return []
     found = auth.scopes_of_many(
         [ScopeQuestion(user, ask.slugs, held) for user, _, ask, held in sockets]
     )
+    between()
     answers = []
     for (_, token, _, _), scopes in zip(sockets, found, strict=True):
         reached = set(auth.reached_scopes(token, [scope.id for scope in scopes])) if scopes else ()

@@ -124,6 +124,10 @@ class Dispatcher:
             self._quiet.clear()
             await self._quiet.wait()
 
+    def busy(self) -> bool:
+        """Whether a message is queued, being planned or being sent (read from any thread)."""
+        return self._pending > 0
+
     def _settled(self, count: int = 1) -> None:
         self._pending = max(0, self._pending - count)
         if not self._pending and self._quiet is not None:

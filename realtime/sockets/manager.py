@@ -19,8 +19,10 @@ Rechecks are spread and kept behind delivery: each socket's first recheck falls 
 point of the interval's second half, later ones a little before each interval ends, so the
 sockets of a burst do not come due together; a round goes in batches of ``RECHECK_BATCH``
 sockets on a thread of its own, each batch started only once no message is waiting to be
-delivered (or after ``BEHIND_DELIVERY`` seconds of steady traffic). Handshakes that arrive
-together share their statements through a ``Batcher``.
+delivered, and pausing between its steps (each bulk hook) while one is; after
+``BEHIND_DELIVERY`` seconds of such waits it goes on anyway. A batch that holds frames (a
+requested recheck) does not pause: delivery to its sockets waits for it. Handshakes that
+arrive together share their statements through a ``Batcher``.
 
 A dropped socket leaves the indexes at once, so no later frame goes to it; closing it (bounded
 by ``REALTIME_SEND_TIMEOUT``: it may not be reading) and unfollowing its scopes happen in a
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -71,6 +74,8 @@ LISTEN_WAIT = 5.0
 RECHECK_BATCH = MAX_IDS_PER_MESSAGE
 #: Seconds a recheck batch waits for a gap in delivery before it goes anyway.
 BEHIND_DELIVERY = 2.0
+#: Seconds between two looks, from a recheck batch's thread, at whether delivery is busy.
+DELIVERY_POLL = 0.001
 #: Handshake batches resolved at once (the others of realtime's threads stay free for
 #: delivery's audience checks).
 HANDSHAKE_LANES = 2
@@ -407,17 +412,24 @@ class SocketManager:
         for socket in due:
             socket.next_recheck = now + conf.RECHECK_INTERVAL * random.uniform(0.9, 1.0)
         for start in range(0, len(due), RECHECK_BATCH):
+            # The batch waits for gaps in delivery, before it starts and between its steps,
+            # for BEHIND_DELIVERY seconds in all.
+            deadline = time.monotonic() + BEHIND_DELIVERY
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dispatcher.quiet(), BEHIND_DELIVERY)
             batch = [s for s in due[start : start + RECHECK_BATCH] if s in self.index.sockets]
             if batch:
-                await self._recheck(batch)
+                await self._recheck(batch, deadline)
 
-    async def _recheck(self, due: list[Socket]) -> None:
+    async def _recheck(self, due: list[Socket], deadline: float) -> None:
         """Recheck one batch of sockets in one bulk ask, and act on the answers."""
         versions = [socket.scope_version for socket in due]
         questions = [(s.user_id, s.token, s.ask, list(s.scopes)) for s in due]
-        answers = await run_in_background(access.recheck, get_auth(), questions)
+        # A batch that holds frames (a requested recheck) is what delivery waits for.
+        if any(socket.rechecking for socket in due):
+            deadline = 0.0
+        between = functools.partial(self._behind_delivery, deadline)
+        answers = await run_in_background(access.recheck, get_auth(), questions, between)
         for socket, version, answer in zip(due, versions, answers, strict=True):
             if socket.closed or socket not in self.index.sockets:
                 continue
@@ -431,6 +443,13 @@ class SocketManager:
             if socket.rechecking:
                 # Could not tell (FAILED): the socket goes on as it was, like any recheck.
                 await self.go_live(socket)
+
+    def _behind_delivery(self, deadline: float) -> None:
+        """Between the steps of a recheck batch, on its thread: wait while a message is being
+        delivered (until ``deadline``), so that the batch's Python does not take turns with
+        delivery's for the interpreter lock."""
+        while self.dispatcher.busy() and time.monotonic() < deadline:
+            time.sleep(DELIVERY_POLL)
 
     async def _watch_stalls(self) -> None:
         """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits
