@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -92,9 +93,12 @@ class Dispatcher:
             "realtime: the delivery queue was full: %d message(s) dropped since the last "
             "report (%d in all); their sockets are made to read again"
         )
-        #: Messages queued, being planned or being sent; ``_quiet`` is set when none is.
+        #: Messages queued, being planned or being sent; ``_quiet`` is set when none is, and
+        #: ``_idle`` too (for threads: a recheck batch waits on it between its steps).
         self._pending = 0
         self._quiet: asyncio.Event | None = None
+        self._idle = threading.Event()
+        self._idle.set()
 
     def room(self) -> int:
         """How many more messages the queue takes now (plenty before it exists)."""
@@ -114,6 +118,8 @@ class Dispatcher:
             self.host.on_missed(frozenset([channel]))
             return
         self._pending += 1
+        if self._pending == 1:
+            self._idle.clear()
 
     async def quiet(self) -> None:
         """Return once no message is queued, being planned or being sent (background work,
@@ -124,14 +130,17 @@ class Dispatcher:
             self._quiet.clear()
             await self._quiet.wait()
 
-    def busy(self) -> bool:
-        """Whether a message is queued, being planned or being sent (read from any thread)."""
-        return self._pending > 0
+    def wait_idle(self, timeout: float) -> bool:
+        """From another thread: wait (at most ``timeout`` seconds) until no message is queued,
+        being planned or being sent; whether none is."""
+        return self._idle.wait(timeout)
 
     def _settled(self, count: int = 1) -> None:
         self._pending = max(0, self._pending - count)
-        if not self._pending and self._quiet is not None:
-            self._quiet.set()
+        if not self._pending:
+            self._idle.set()
+            if self._quiet is not None:
+                self._quiet.set()
 
     def depth(self) -> int:
         """Messages waiting to be planned."""

@@ -74,8 +74,6 @@ LISTEN_WAIT = 5.0
 RECHECK_BATCH = MAX_IDS_PER_MESSAGE
 #: Seconds a recheck batch waits for a gap in delivery before it goes anyway.
 BEHIND_DELIVERY = 2.0
-#: Seconds between two looks, from a recheck batch's thread, at whether delivery is busy.
-DELIVERY_POLL = 0.001
 #: Handshake batches resolved at once (the others of realtime's threads stay free for
 #: delivery's audience checks).
 HANDSHAKE_LANES = 2
@@ -227,7 +225,8 @@ class SocketManager:
         if not keep_channels and (gone or added):
             self.index.clear_channels(socket)
         socket.scopes = new
-        if socket in self.index.sockets:
+        # Most rechecks change nothing: nothing to index or follow anew.
+        if (gone or added) and socket in self.index.sockets:
             self.index.leave(socket, gone)
             await self._sync_follows(gone)
             self.index.enter(socket, added)
@@ -448,8 +447,7 @@ class SocketManager:
         """Between the steps of a recheck batch, on its thread: wait while a message is being
         delivered (until ``deadline``), so that the batch's Python does not take turns with
         delivery's for the interpreter lock."""
-        while self.dispatcher.busy() and time.monotonic() < deadline:
-            time.sleep(DELIVERY_POLL)
+        self.dispatcher.wait_idle(max(0.0, deadline - time.monotonic()))
 
     async def _watch_stalls(self) -> None:
         """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits
