@@ -20,6 +20,7 @@ from django.test import override_settings
 
 from realtime import auth as auth_module
 from realtime.auth import RealtimeAuth, Scope, ScopeQuestion
+from realtime.conf import conf
 from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
@@ -178,6 +179,28 @@ async def test_a_rechecked_socket_comes_due_again_within_one_interval(
     await manager.recheck_due()
     after = time.monotonic()
     assert all(before + 54.0 <= s.next_recheck <= after + 60.0 for s in sockets)
+
+
+async def test_periodic_rechecks_wait_to_fill_a_batch_for_a_tenth_of_the_interval_at_most(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    gather = conf.RECHECK_INTERVAL * manager_module.RECHECK_GATHER
+    sockets = await open_sockets(manager, 250)
+    now = time.monotonic()
+    few, many = sockets[:50], sockets[50:]
+    for socket in sockets:
+        socket.next_recheck = now + 3600.0
+    for socket in few:
+        socket.next_recheck = now - gather / 2  # due, but not for long enough
+    await manager.recheck_due()
+    assert auth.batches == []
+    few[0].next_recheck = now - gather - 1.0  # the first of them has now waited long enough
+    await manager.recheck_due()
+    assert auth.batches == [50]
+    for socket in many:
+        socket.next_recheck = now - 1.0  # due just now, but enough to fill a batch
+    await manager.recheck_due()
+    assert auth.batches == [50, 200]
 
 
 async def test_a_round_over_1000_sockets_asks_the_bulk_hooks_in_batches_of_200(

@@ -17,7 +17,8 @@ stale.
 
 Rechecks are spread and kept behind delivery: each socket's first recheck falls at a random
 point of the interval's second half, later ones a little before each interval ends, so the
-sockets of a burst do not come due together; a round goes in batches of ``RECHECK_BATCH``
+sockets of a burst do not come due together; due sockets wait (a tenth of the interval at
+most) until they fill a batch, and a round goes in batches of ``RECHECK_BATCH``
 sockets on a thread of its own, each batch started only once no message is waiting to be
 delivered, and pausing between its steps (each bulk hook) while one is; after
 ``BEHIND_DELIVERY`` seconds of such waits it goes on anyway. A batch that holds frames (a
@@ -72,6 +73,8 @@ SWEEP_TICKS = 10
 LISTEN_WAIT = 5.0
 #: Sockets rechecked in one batch (one bulk ask of the auth hooks).
 RECHECK_BATCH = MAX_IDS_PER_MESSAGE
+#: How late, as a share of the interval, a periodic recheck may come to fill a batch.
+RECHECK_GATHER = 0.1
 #: Seconds a recheck batch waits for a gap in delivery before it goes anyway.
 BEHIND_DELIVERY = 2.0
 #: Handshake batches resolved at once (the others of realtime's threads stay free for
@@ -408,6 +411,11 @@ class SocketManager:
             if s.next_recheck <= now and not s.watching and (s.held is None or s.rechecking)
         ]
         due.sort(key=_due_at)  # those asked for (due at 0) first
+        # A batch costs a few statements and a wake of the round's thread whatever its size:
+        # periodic rechecks wait to fill one, but none longer than a tenth of the interval.
+        gather = conf.RECHECK_INTERVAL * RECHECK_GATHER
+        if due and len(due) < RECHECK_BATCH and due[0].next_recheck > now - gather:
+            return
         for socket in due:
             socket.next_recheck = now + conf.RECHECK_INTERVAL * random.uniform(0.9, 1.0)
         for start in range(0, len(due), RECHECK_BATCH):
