@@ -156,6 +156,20 @@ async def heard(socket: Socket, number: int) -> None:
             await send.arrived.wait()
 
 
+async def round_held_at_its_first_step(
+    manager: SocketManager, auth: MemoryAuth
+) -> tuple[list[Socket], asyncio.Task[None]]:
+    """Start a periodic round over three sockets, held in its first step (the bearers)."""
+    sockets = await open_sockets(manager, 3)
+    manager.dispatcher.ensure_running()
+    auth.rounds.closed.set()
+    for socket in sockets:
+        socket.next_recheck = 0.0  # due long ago
+    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
+    await auth.rounds.reached()
+    return sockets, round_
+
+
 @override_settings(REALTIME_RECHECK_INTERVAL=60.0)
 async def test_sockets_registered_together_come_due_spread_over_the_interval_s_second_half(
     manager: SocketManager, auth: MemoryAuth
@@ -235,15 +249,9 @@ async def test_a_recheck_round_waits_for_the_message_being_delivered(
 async def test_an_event_published_during_a_recheck_round_is_delivered_before_the_round_ends(
     manager: SocketManager, auth: MemoryAuth
 ) -> None:
-    sockets = await open_sockets(manager, 3)
-    manager.dispatcher.ensure_running()
-    auth.rounds.closed.set()
-    # A periodic round: its sockets come due. (A *requested* recheck holds their frames until
-    # it answers, by design: see test_revocation.py.)
-    for socket in sockets:
-        socket.next_recheck = 0.0
-    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
-    await auth.rounds.reached()
+    # A periodic round. (A *requested* recheck holds its sockets' frames until it answers, by
+    # design: see test_revocation.py.)
+    sockets, round_ = await round_held_at_its_first_step(manager, auth)
     publish(manager, 2)
     for socket in sockets:
         await heard(socket, 2)
@@ -256,13 +264,7 @@ async def test_an_event_published_during_a_recheck_round_is_delivered_before_the
 async def test_a_round_goes_on_with_its_next_step_only_once_delivery_is_done(
     manager: SocketManager, auth: MemoryAuth
 ) -> None:
-    sockets = await open_sockets(manager, 3)
-    manager.dispatcher.ensure_running()
-    auth.rounds.closed.set()
-    for socket in sockets:
-        socket.next_recheck = 0.0
-    round_ = asyncio.get_running_loop().create_task(manager.recheck_due())
-    await auth.rounds.reached()  # the batch is in its first step (the bearers)
+    sockets, round_ = await round_held_at_its_first_step(manager, auth)
     auth.audience_gate.closed.set()
     publish(manager, 4)
     await auth.audience_gate.reached()  # a message is being delivered

@@ -57,10 +57,14 @@ def resolve_scopes(
     return [scope for scope in found if scope.id in reached]
 
 
+def _go_on() -> None:
+    """No wait between the steps of a batch."""
+
+
 def recheck(
     auth: RealtimeAuth,
     questions: list[tuple[Any, str, ScopeAsk, list[Any]]],
-    between: Callable[[], None] = lambda: None,
+    between: Callable[[], None] = _go_on,
 ) -> list[Any]:
     """Resolve each socket's bearer and scopes again: its scopes, ``None`` when the bearer is
     lost, ``FAILED`` when the hooks failed (logged).
@@ -127,7 +131,7 @@ def _users(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
 def _scopes(
     auth: RealtimeAuth,
     sockets: list[tuple[Any, str, ScopeAsk, list[Any]]],
-    between: Callable[[], None] = lambda: None,
+    between: Callable[[], None] = _go_on,
 ) -> list[Any]:
     """Each socket's scopes, as ``resolve_scopes`` would answer, from one bulk ask."""
     if not sockets:
