@@ -80,6 +80,8 @@ class PgListener:
         self.wanted: set[str] = set()
         #: Channels LISTENed on the current connection.
         self.listening: set[str] = set()
+        #: Channels whose UNLISTEN is under way: still in ``listening``, but not for long.
+        self._unlistening: set[str] = set()
         self.backend_pid: int | None = None
         #: A backend given up on that may still be alive: (pid, its start time).
         self.abandoned: tuple[int, Any] | None = None
@@ -97,7 +99,7 @@ class PgListener:
     async def listen(self, channel: str) -> None:
         """LISTEN ``channel``; return once it is LISTENed on a live connection."""
         self.wanted.add(channel)
-        if channel in self.listening:
+        if channel in self.listening and channel not in self._unlistening:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(channel, []).append(future)
@@ -293,10 +295,16 @@ class PgListener:
                 statement = sql.SQL("; ").join(
                     sql.SQL(command + " {}").format(sql.Identifier(channel)) for channel in batch
                 )
-                await self._execute(connection, statement)
                 if command == "LISTEN":
+                    await self._execute(connection, statement)
                     self.listening.update(batch)
                 else:
+                    # A channel wanted again meanwhile is LISTENed anew on the next pass.
+                    self._unlistening.update(batch)
+                    try:
+                        await self._execute(connection, statement)
+                    finally:
+                        self._unlistening.difference_update(batch)
                     self.listening.difference_update(batch)
                 self._answer_waiters()
         self._answer_waiters()  # those that asked for a channel already listened to
@@ -311,6 +319,9 @@ class PgListener:
         options = self.options
         next_probe = time.monotonic() + options.heartbeat_interval
         while True:
+            # Cleared before the sync, not after: a channel asked for while its statements
+            # run sets it again, and is LISTENed on the next pass rather than at the next probe.
+            self._wake.clear()
             await self._sync(connection)
             now = time.monotonic()
             if now >= next_probe:
@@ -318,7 +329,6 @@ class PgListener:
                 self.probes += 1
                 next_probe = now + options.heartbeat_interval
                 continue
-            self._wake.clear()
             reading = asyncio.ensure_future(self._read(connection, next_probe - now))
             woken = asyncio.ensure_future(self._wake.wait())
             try:
