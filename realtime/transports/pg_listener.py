@@ -27,7 +27,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,17 +292,18 @@ class PgListener:
             ("UNLISTEN", sorted(self.listening - self.wanted)),
         ):
             for batch in chunked(channels, CHANNELS_PER_STATEMENT):
-                statement = sql.SQL("; ").join(
-                    sql.SQL(command + " {}").format(sql.Identifier(channel)) for channel in batch
-                )
                 if command == "LISTEN":
-                    await self._execute(connection, statement)
+                    await self._execute(connection, _statement(command, batch))
                     self.listening.update(batch)
                 else:
-                    # A channel wanted again meanwhile is LISTENed anew on the next pass.
+                    # Wanted again since the pass began: kept. Wanted again while the UNLISTEN
+                    # is under way: LISTENed anew on the next pass.
+                    batch = [channel for channel in batch if channel not in self.wanted]
+                    if not batch:
+                        continue
                     self._unlistening.update(batch)
                     try:
-                        await self._execute(connection, statement)
+                        await self._execute(connection, _statement(command, batch))
                     finally:
                         self._unlistening.difference_update(batch)
                     self.listening.difference_update(batch)
@@ -345,6 +346,13 @@ class PgListener:
     async def _read(self, connection: psycopg.AsyncConnection[Any], timeout: float) -> None:
         async for notify in connection.notifies(timeout=max(timeout, 0.0)):
             self.on_notify(notify.channel, notify.payload)
+
+
+def _statement(command: str, channels: Sequence[str]) -> sql.Composed:
+    """``LISTEN a; LISTEN b; ...`` (or UNLISTEN): one round trip for many channels."""
+    return sql.SQL("; ").join(
+        sql.SQL(command + " {}").format(sql.Identifier(channel)) for channel in channels
+    )
 
 
 async def _abandon(task: asyncio.Task[Any]) -> None:
