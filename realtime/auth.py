@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from django.apps import apps
@@ -86,7 +86,7 @@ class RealtimeAuth:
 
     def user_of_token(self, token: str) -> Any | None:
         """Return the active account ``token`` stands for, or ``None``."""
-        claims = _claims(token)
+        claims = claims_of(token)
         if claims is None:
             return None
         user = get_user_model()._default_manager.filter(pk=claims[0]).first()
@@ -100,11 +100,11 @@ class RealtimeAuth:
         """
         if overridden(self, "user_of_token"):
             return [self.user_of_token(token) for token in tokens]
-        claims = [_claims(token) for token in tokens]
+        claims = [claims_of(token) for token in tokens]
         pks = list(dict.fromkeys(str(c[0]) for c in claims if c is not None))
         users: dict[str, Any] = {}
         manager = get_user_model()._default_manager
-        for chunk in _chunks(pks):
+        for chunk in id_chunks(pks):
             users.update((str(user.pk), user) for user in manager.filter(pk__in=chunk))
         return [None if c is None else _standing(users.get(str(c[0])), c) for c in claims]
 
@@ -165,10 +165,10 @@ class RealtimeAuth:
         by_slug: dict[str, Scope] = {}
         by_id: dict[Any, Scope] = {}
         members: set[tuple[Any, Any]] = set()
-        for key_chunk in _chunks(keys):
+        for key_chunk in id_chunks(keys):
             named = models.Q(**{f"{slug_field}__in": [v for k, v in key_chunk if k == "slug"]})
             held = models.Q(pk__in=[v for k, v in key_chunk if k == "id"])
-            for user_chunk in _chunks(users):
+            for user_chunk in id_chunks(users):
                 rows = model._default_manager.filter(
                     named | held, **{f"{lookup}__in": user_chunk}
                 ).values_list("pk", slug_field, lookup)
@@ -253,7 +253,7 @@ def overridden(auth: RealtimeAuth, *names: str) -> bool:
     return any(getattr(type(auth), name) is not getattr(RealtimeAuth, name) for name in names)
 
 
-def _chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
+def id_chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
     """``values`` in slices of at most ``MAX_IDS_PER_MESSAGE`` (ids in one statement)."""
     for start in range(0, len(values), MAX_IDS_PER_MESSAGE):
         yield values[start : start + MAX_IDS_PER_MESSAGE]
@@ -265,7 +265,7 @@ def _chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
 CHECKED_TOKENS = 65_536
 
 
-def _claims(token: str) -> tuple[Any, str] | None:
+def claims_of(token: str) -> tuple[Any, str] | None:
     """The account id and fingerprint a well-signed, unexpired token holds, else ``None``."""
     try:
         user_id, fingerprint, signed_at = _signed(token)
@@ -297,13 +297,16 @@ def _standing(user: Any | None, claims: tuple[Any, str]) -> Any | None:
     """``user`` if it is active and still what the token remembers of it, else ``None``."""
     if user is None or not getattr(user, "is_active", True):
         return None
-    if constant_time_compare(claims[1], token_fingerprint(user)):
-        return user
-    # A token issued before the secret key was rotated, as Django's signing accepts it.
-    for key in settings.SECRET_KEY_FALLBACKS:
-        if constant_time_compare(claims[1], token_fingerprint(user, key)):
-            return user
-    return None
+    return user if remembered(claims[1], lambda key: token_fingerprint(user, key)) else None
+
+
+def remembered(fingerprint: str, of_key: Callable[[str | bytes | None], str]) -> bool:
+    """Whether a token's ``fingerprint`` is the account's under the secret key, or under a
+    fallback key (a token issued before the key was rotated, as Django's signing accepts)."""
+    return any(
+        constant_time_compare(fingerprint, of_key(key))
+        for key in (None, *settings.SECRET_KEY_FALLBACKS)
+    )
 
 
 def token_fingerprint(user: Any, secret: str | bytes | None = None) -> str:
@@ -311,9 +314,18 @@ def token_fingerprint(user: Any, secret: str | bytes | None = None) -> str:
 
     Keyed with ``secret`` (default: the ``SECRET_KEY``), so that a token reveals nothing.
     """
-    parts = [str(user.get_username()), str(getattr(user, user.get_email_field_name(), ""))]
+    email = getattr(user, user.get_email_field_name(), "")
+    return fingerprint_of(user.get_username(), email, user.password, secret)
+
+
+def fingerprint_of(
+    username: Any, email: Any, password: Any, secret: str | bytes | None = None
+) -> str:
+    """``token_fingerprint`` of an account with these values (the password counts only with
+    ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``)."""
+    parts = [str(username), str(email)]
     if conf.REVOKE_ON_PASSWORD_CHANGE:
-        parts.append(str(user.password))
+        parts.append(str(password))
     # An explicit algorithm: Django 6.1 deprecates the implicit SHA-1.
     return salted_hmac(TOKEN_SALT, "\0".join(parts), secret, algorithm="sha256").hexdigest()[:20]
 

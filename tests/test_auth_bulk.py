@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
+from django.db.models.signals import post_init
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext, isolate_apps
 
-from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, issue_token
+from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, forget_checked_tokens, issue_token
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
-from realtime.sockets import access
+from realtime.sockets import access, standing
 from realtime.sockets.protocol import read_scopes
 from tests.testapp.models import Membership, Workspace
 
@@ -95,6 +97,117 @@ def test_users_of_tokens_reads_at_most_200_accounts_per_statement() -> None:
     assert [getattr(user, "pk", None) for user in found] == [user.pk for user in users]
     assert len(captured) == math.ceil(450 / MAX_IDS_PER_MESSAGE)
     assert max(params_in(sql) for sql in statements(captured)) <= MAX_IDS_PER_MESSAGE
+
+
+# A recheck's accounts, read as bare columns ---------------------------------------------------
+
+
+def standing_ids(tokens: Sequence[str]) -> list[Any]:
+    answers = standing.accounts_of_tokens(tokens)
+    assert answers is not None, "the test user model is read as columns"
+    return [None if account is None else account.pk for account in answers]
+
+
+def hook_ids(tokens: Sequence[str]) -> list[Any]:
+    return [getattr(user, "pk", None) for user in RealtimeAuth().users_of_tokens(tokens)]
+
+
+def test_a_recheck_reads_each_token_s_account_as_users_of_tokens_does() -> None:
+    ann, bob, cid, dan, eve, fay = members(6, prefix="col")
+    tokens = [issue_token(user) for user in (ann, bob, cid, dan, eve, fay)]
+    bob.is_active = False
+    bob.save()
+    cid.email = "changed@x.test"
+    cid.save()
+    dan.delete()
+    eve.username = "eve-renamed"
+    eve.save()
+    fay.set_password("a new one")
+    fay.save()
+    asked = [tokens[0], "garbage", *tokens[1:], tokens[0], "", tokens[0][:-1] + "x"]
+    assert standing_ids(asked) == hook_ids(asked)
+    assert standing_ids(asked) == [ann.pk, None, None, None, None, None, fay.pk, ann.pk, None, None]
+
+
+def test_a_recheck_reads_a_password_change_as_the_hook_does_when_it_revokes() -> None:
+    ann, bob = members(2, prefix="pw")
+    with override_settings(REALTIME_REVOKE_ON_PASSWORD_CHANGE=True):
+        tokens = [issue_token(ann), issue_token(bob)]
+        bob.set_password("a new one")
+        bob.save()
+        assert standing_ids(tokens) == hook_ids(tokens) == [ann.pk, None]
+
+
+def test_a_recheck_keeps_a_token_issued_before_the_key_was_rotated_as_the_hook_does() -> None:
+    (ann,) = members(1, prefix="rot")
+    with override_settings(SECRET_KEY="the old key " * 4):
+        old = issue_token(ann)
+    forget_checked_tokens()
+    rotated = {"SECRET_KEY": "the new key " * 4, "SECRET_KEY_FALLBACKS": ["the old key " * 4]}
+    with override_settings(**rotated):
+        assert standing_ids([old]) == hook_ids([old]) == [ann.pk]
+    with override_settings(SECRET_KEY="the new key " * 4, SECRET_KEY_FALLBACKS=[]):
+        assert standing_ids([old]) == hook_ids([old]) == [None]
+
+
+def test_a_recheck_round_of_the_default_auth_builds_no_account_instance() -> None:
+    (acme,) = workspaces("acme")
+    users = members(250, acme, prefix="lean")
+    built: list[Any] = []
+
+    def count(sender: Any, instance: Any, **kwargs: Any) -> None:
+        built.append(instance)
+
+    post_init.connect(count, sender=User)
+    try:
+        answers = access.recheck(RealtimeAuth(), recheck_questions(users, "acme", [acme.pk]))
+    finally:
+        post_init.disconnect(count, sender=User)
+    assert answers == [[Scope(acme.pk, "acme")]] * 250
+    assert built == []
+
+
+@isolate_apps("tests.testapp")
+def test_user_models_that_work_out_what_a_token_remembers_are_read_as_instances() -> None:
+    class NamedByEmail(User):  # type: ignore[misc,valid-type]
+        """The username is worked out by the model, not read from its column."""
+
+        class Meta:
+            proxy = True
+            app_label = "testapp"
+
+        def get_username(self) -> str:
+            return str(self.email)
+
+    class ActiveByRule(User):  # type: ignore[misc,valid-type]
+        """``is_active`` is a rule of the model's, shadowing the column."""
+
+        class Meta:
+            proxy = True
+            app_label = "testapp"
+
+        @property
+        def is_active(self) -> bool:
+            return not self.username.startswith("x")
+
+    assert standing.columns_of(User) is not None
+    assert standing.columns_of(NamedByEmail) is None
+    assert standing.columns_of(ActiveByRule) is None
+
+
+def test_a_recheck_of_an_auth_that_replaces_a_hook_asks_the_hooks_for_instances() -> None:
+    class Staff(RealtimeAuth):
+        """Reads scopes for staff only: needs the account instance, not its id."""
+
+        def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+            found = super().scopes_of_many(questions)
+            return [f if q.user.is_staff else [] for q, f in zip(questions, found, strict=True)]
+
+    (acme,) = workspaces("acme")
+    ann, bob = members(2, acme, prefix="stf")
+    User.objects.filter(pk=ann.pk).update(is_staff=True)
+    answers = access.recheck(Staff(), recheck_questions([ann, bob], "acme", [acme.pk]))
+    assert answers == [[Scope(acme.pk, "acme")], []]
 
 
 # Scopes of many accounts ------------------------------------------------------------------------

@@ -19,8 +19,11 @@ if settings.AUTH_USER_MODEL != "uuidapp.Account":
 
 from django.contrib.auth import get_user_model
 
-from realtime.auth import issue_token
+from realtime.auth import RealtimeAuth, Scope, issue_token
 from realtime.broadcast import broadcast_to_user, recheck_users
+from realtime.encoding import normal_id
+from realtime.sockets import access, standing
+from realtime.sockets.protocol import read_scopes
 from tests.helpers import off_loop
 from tests.live import Client, Clients, LiveServers
 from tests.uuidapp.models import Alert, Memo, Seat, Secret, Team, Ticket
@@ -98,6 +101,24 @@ async def test_a_recheck_keeps_a_uuid_account_connected_and_hearing(
         await off_loop(Memo._default_manager.create, team=team, title=f"memo {number}")
         frames = await marker_for(client, account)
         assert [frame["type"] for frame in frames] == ["memo.created"]
+
+
+def test_a_recheck_round_reads_uuid_accounts_as_the_hooks_do() -> None:
+    team = make_team("acme")
+    (ann, ann_token), (bob, bob_token) = make_member("ann", team), make_member("bob", team)
+    bob.is_active = False
+    bob.save()
+    tokens = [ann_token, bob_token, "garbage"]
+    read = standing.accounts_of_tokens(tokens)
+    assert read is not None
+    assert [None if a is None else a.pk for a in read] == [
+        getattr(u, "pk", None) for u in RealtimeAuth().users_of_tokens(tokens)
+    ]
+    ask = read_scopes({"scope": "acme"})
+    questions = [
+        (normal_id(a.pk), t, ask, [team.pk]) for a, t in ((ann, ann_token), (bob, bob_token))
+    ]
+    assert access.recheck(RealtimeAuth(), questions) == [[Scope(team.pk, "acme")], None]
 
 
 async def test_a_uuid_account_removed_from_a_uuid_scope_stops_hearing_it(

@@ -6,7 +6,8 @@ the three always agree. These functions run off the event loop (the hooks use th
 Handshakes that arrive together (``authenticate_many``) and recheck rounds (``recheck``) ask
 the bulk hooks (``users_of_tokens``, ``scopes_of_many``) once for all their sockets, unless the
 auth class overrides a single form without its bulk form: then each socket is asked alone,
-exactly as a lone handshake would be.
+exactly as a lone handshake would be. A recheck of the default hooks knows each account by its
+id alone, read without building an instance (``standing``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
 from realtime.encoding import normal_id
+from realtime.sockets.standing import accounts_of_tokens
 from realtime.sockets.limits import log_failure
 from realtime.sockets.protocol import ScopeAsk
 
@@ -80,7 +82,7 @@ def recheck(
             between()
         return answers
     try:
-        users = _users(auth, [token for _, token, _, _ in questions])
+        users = _accounts(auth, [token for _, token, _, _ in questions])
         between()
         # The bearer still stands for the account the socket was opened as.
         standing = [
@@ -113,12 +115,15 @@ def authenticate_many(auth: RealtimeAuth, asks: list[tuple[str, ScopeAsk]]) -> l
     return [(user, next(resolved)) if user is not None else (None, []) for user in users]
 
 
+_ACCOUNT_HOOKS = ("user_of_token", "users_of_tokens")
+_SCOPE_HOOKS = ("scope_of", "scopes_of", "held_scopes")
+
+
 def _in_bulk(auth: RealtimeAuth) -> bool:
     """Whether the bulk hooks answer as the single ones would (see the module docstring)."""
     if overridden(auth, "user_of_token") and not overridden(auth, "users_of_tokens"):
         return False
-    singles = ("scope_of", "scopes_of", "held_scopes")
-    return not overridden(auth, *singles) or overridden(auth, "scopes_of_many")
+    return not overridden(auth, *_SCOPE_HOOKS) or overridden(auth, "scopes_of_many")
 
 
 def _users(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
@@ -126,6 +131,18 @@ def _users(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
     distinct = list(dict.fromkeys(tokens))
     found = dict(zip(distinct, auth.users_of_tokens(distinct), strict=True))
     return [found[token] for token in tokens]
+
+
+def _accounts(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
+    """``_users`` for a recheck, which keeps no account: for the default hooks, read as bare
+    columns where the user model allows (``realtime.sockets.standing``)."""
+    if not overridden(auth, *_ACCOUNT_HOOKS, *_SCOPE_HOOKS, "scopes_of_many"):
+        distinct = list(dict.fromkeys(tokens))
+        answers = accounts_of_tokens(distinct)
+        if answers is not None:
+            found = dict(zip(distinct, answers, strict=True))
+            return [found[token] for token in tokens]
+    return _users(auth, tokens)
 
 
 def _scopes(
