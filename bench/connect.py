@@ -19,7 +19,13 @@ with ``--server uvicorn``):
    window is read. ``REALTIME_RECHECK_INTERVAL`` is ``--recheck-interval`` (30 s by default,
    half the setting's default): every socket's first recheck falls between half the interval
    and the interval after it registered, so with the defaults the window holds one recheck of
-   nearly every socket, twice the rate of the default setting.
+   nearly every socket, twice the rate of the default setting. ``--idle-after`` seconds of
+   idling come first, unmeasured: past the first rechecks (1.5 intervals), the window reads
+   the steady state, in which each socket is rechecked once an interval.
+
+With ``--gc DIRECTORY`` both servers log their garbage collections there
+(``probe/sitecustomize.py``), and each side also prints the collections of its connect and of
+its idle window: how many, full and young, and the CPU they took.
 
 The floor is ``bare_asgi.py`` under the same server: it accepts each socket and answers its
 first frame with a fixed ``auth_success``; no Django, no database. Every socket is its own
@@ -73,14 +79,16 @@ async def measure(
     warm = await opener(count)
     await server.settle()
     cpu_before = server.cpu()
-    started = time.monotonic()
+    started, connect_began = time.monotonic(), time.time()
     connections = await harness.open_many(count, opener, args.concurrency)
-    seconds = time.monotonic() - started
+    seconds, connected = time.monotonic() - started, time.time()
     cpu = server.cpu() - cpu_before
     try:
-        before = server.cpu()
+        await asyncio.sleep(args.idle_after)
+        before, idle_began = server.cpu(), time.time()
         await asyncio.sleep(args.idle_window)
         idle = (server.cpu() - before) / args.idle_window
+        idle_ended = time.time()
     finally:
         await harness.close_all([*connections, warm])
     side = Side(count, seconds, cpu / count, idle)
@@ -90,6 +98,14 @@ async def measure(
         f"idle {idle:.2%} of a core over {args.idle_window:g} s",
         flush=True,
     )
+    if args.gc:
+        while_connecting = harness.collections(args.gc, server.pid, connect_began, connected)
+        while_idle = harness.collections(args.gc, server.pid, idle_began, idle_ended)
+        print(
+            f"  {'':<9} collections while connecting: {while_connecting.show()}; "
+            f"idle: {while_idle.show()}",
+            flush=True,
+        )
     return side
 
 
@@ -105,14 +121,13 @@ async def repeat(
     for kind in order:
         if kind == "realtime":
             env = database.env(settings)
-            server = AsgiServer.start(
-                "tests.asgi:application", env, f"connect-{transport}", kind=args.server
-            )
+            application, name = "tests.asgi:application", f"connect-{transport}"
         else:
             env = database.env({}, path=(harness.BENCH,))
-            server = AsgiServer.start(
-                "bare_asgi:application", env, "connect-bare", kind=args.server
-            )
+            application, name = "bare_asgi:application", "connect-bare"
+        if args.gc:
+            env = harness.logging_collections(env, args.gc)
+        server = AsgiServer.start(application, env, name, kind=args.server)
         try:
             sides[kind] = await measure(server, members if kind == "realtime" else None, args, kind)
         finally:
@@ -156,6 +171,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=500, help="handshakes in flight")
     parser.add_argument("--idle-window", type=float, default=30.0, help="seconds idle")
+    parser.add_argument(
+        "--idle-after",
+        type=float,
+        default=0.0,
+        help="seconds the sockets sit before the idle window (past the first rechecks: "
+        "1.5 times the recheck interval reads the steady state)",
+    )
+    parser.add_argument(
+        "--gc",
+        type=Path,
+        metavar="DIRECTORY",
+        help="servers log their garbage collections here; print them per window",
+    )
     parser.add_argument("--recheck-interval", type=float, default=30.0)
     parser.add_argument(
         "--server",

@@ -284,6 +284,49 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+#: On a server's ``PYTHONPATH``, logs its garbage collections (see ``probe/sitecustomize.py``).
+PROBE = BENCH / "probe"
+
+
+def logging_collections(env: dict[str, str], directory: Path) -> dict[str, str]:
+    """``env`` for a server that logs each of its garbage collections into ``directory``."""
+    path = os.pathsep.join([str(PROBE), env.get("PYTHONPATH", "")])
+    return {**env, "PYTHONPATH": path, "REALTIME_BENCH_GC_LOG": str(directory)}
+
+
+@dataclass(frozen=True)
+class Collections:
+    """A process's garbage collections over a window: young (generations 0 and 1) and full
+    (generation 2), how many and the CPU they took."""
+
+    young: int
+    young_cpu: float
+    full: int
+    full_cpu: float
+
+    def show(self) -> str:
+        return (
+            f"{self.full} full ({self.full_cpu * 1000:,.0f} ms), "
+            f"{self.young} young ({self.young_cpu * 1000:,.0f} ms)"
+        )
+
+
+def collections(directory: Path, pid: int, start: float, end: float) -> Collections:
+    """The collections process ``pid`` logged (``logging_collections``) that ended between
+    ``start`` and ``end`` (``time.time()``)."""
+    counts = {"young": 0, "full": 0}
+    cpu = {"young": 0.0, "full": 0.0}
+    log = directory / f"gc-{pid}.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    for line in lines:
+        entry = json.loads(line)
+        if start <= entry["at"] <= end:
+            kind = "full" if entry["generation"] == 2 else "young"
+            counts[kind] += 1
+            cpu[kind] += entry["cpu"]
+    return Collections(counts["young"], cpu["young"], counts["full"], cpu["full"])
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

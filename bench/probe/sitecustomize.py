@@ -1,0 +1,33 @@
+"""Log every garbage collection of the server process it is loaded into (``--gc`` runs).
+
+The benchmarks that take ``--gc`` put this directory on the servers' ``PYTHONPATH``, and
+Python imports ``sitecustomize`` at start-up, so the same server command, realtime's or the
+bare floor's, logs its collections without a line of either application changed. With
+``REALTIME_BENCH_GC_LOG`` naming a directory, each collection appends one JSON line to
+``gc-<pid>.jsonl`` there: when it ended (``time.time()``), its generation, and the CPU time
+of the thread it ran on. ``harness.collections`` sums them over a window.
+"""
+
+import gc
+import json
+import os
+import threading
+import time
+
+_directory = os.environ.get("REALTIME_BENCH_GC_LOG")
+
+if _directory:
+    _log = open(  # noqa: SIM115 - open for the life of the process
+        os.path.join(_directory, f"gc-{os.getpid()}.jsonl"), "a", buffering=1
+    )
+    _started = threading.local()
+
+    def _on_collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            _started.cpu = time.thread_time()
+            return
+        cpu = time.thread_time() - getattr(_started, "cpu", time.thread_time())
+        line = {"at": time.time(), "generation": info["generation"], "cpu": cpu}
+        _log.write(json.dumps(line) + "\n")
+
+    gc.callbacks.append(_on_collection)
