@@ -18,9 +18,9 @@ from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
 from realtime.encoding import normal_id
-from realtime.sockets.standing import accounts_of_tokens
 from realtime.sockets.limits import log_failure
 from realtime.sockets.protocol import ScopeAsk
+from realtime.sockets.standing import accounts_of_tokens
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ trimmers never delete the same rows or wait for each other.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import logging
 from collections.abc import Collection, Iterator, Sequence
@@ -82,25 +83,28 @@ def _as_datetime(value: Any) -> datetime.datetime:
     return to_naive_utc(value)
 
 
-def db_now(connection: BaseDatabaseWrapper) -> str:
-    """SQL for the database's current time as naive UTC, in the column's own form.
+def db_now(connection: BaseDatabaseWrapper | str) -> str:
+    """SQL for the database's current time as naive UTC, in the column's own form, on
+    ``connection`` (or a database of that vendor).
 
     Every time the table holds or is compared with is the database's, taken when the statement
     runs: a publisher that stalls before its INSERT, or whose clock is off, cannot write a row
     that looks older than it is (one that the poller's floor would already pass).
     """
-    if connection.vendor == "postgresql":
+    vendor = connection if isinstance(connection, str) else connection.vendor
+    if vendor == "postgresql":
         return "(statement_timestamp() AT TIME ZONE 'UTC')"
-    if connection.vendor == "mysql":
+    if vendor == "mysql":
         return "UTC_TIMESTAMP(6)"
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 
 
-def db_seconds_ago(connection: BaseDatabaseWrapper) -> str:
+def db_seconds_ago(connection: BaseDatabaseWrapper | str) -> str:
     """SQL for the database's time ``%s`` seconds ago (one float parameter), as ``db_now``."""
-    if connection.vendor == "postgresql":
-        return f"({db_now(connection)} - make_interval(secs => %s))"
-    if connection.vendor == "mysql":
+    vendor = connection if isinstance(connection, str) else connection.vendor
+    if vendor == "postgresql":
+        return f"({db_now(vendor)} - make_interval(secs => %s))"
+    if vendor == "mysql":
         return "(UTC_TIMESTAMP(6) - INTERVAL ROUND(%s * 1000000) MICROSECOND)"
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', %s))"
 
@@ -129,6 +133,43 @@ def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """Yield consecutive slices of ``values`` holding at most ``size`` items."""
     for start in range(0, len(values), size):
         yield values[start : start + size]
+
+
+def _window(
+    connection: BaseDatabaseWrapper, hashes: Collection[int], floor: int, grace: float
+) -> list[tuple[Any, Any]]:
+    """A poll's first statement: the ids above ``floor`` on these hashes, each with whether it
+    is older than ``grace`` seconds.
+
+    It runs on the driver's own cursor, its SQL made once per database and number of hashes:
+    an idle worker polls ten times a second, and after each sleep Django's cursor wrapper (the
+    placeholders rewritten at every call, the error wrapping, the query log) cost more than
+    the statement itself (measured on SQLite, caches cold: 400 µs a poll, against 170 µs).
+    The driver's errors are still raised as Django's.
+    """
+    if connection.connection is None:
+        connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(_window_sql(connection.vendor, len(hashes)), [grace, *hashes, floor])
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _window_sql(vendor: str, hashes: int) -> str:
+    """The SQL of ``_window`` as ``vendor``'s driver takes it (SQLite: ``?`` placeholders)."""
+    older = db_seconds_ago(vendor)
+    sql = (
+        f"SELECT id, CASE WHEN created_at < {older} THEN 1 ELSE 0 END FROM {TABLE} "
+        f"WHERE channel_hash IN ({', '.join(['%s'] * hashes)}) AND id > %s ORDER BY id"
+    )
+    if vendor == "sqlite":
+        # What Django's SQLite cursor does to every statement it is given.
+        sql = sql.replace("%s", "?").replace("%%", "%")
+    return sql
 
 
 class MessageStore:
@@ -308,22 +349,16 @@ class MessageStore:
         if not hashes:
             return Poll([], None)
         connection = self.connection
-        placeholders = ", ".join(["%s"] * len(hashes))
+        window = _window(connection, hashes, floor, grace)
+        settled = max((int(id_) for id_, old in window if old), default=None)
+        fresh = [int(id_) for id_, _ in window if int(id_) not in known]
+        if limit is not None and len(fresh) > limit:
+            left = fresh[limit]
+            fresh = fresh[:limit]
+            settled = max((int(i) for i, old in window if old and int(i) < left), default=None)
+        if not fresh:
+            return Poll([], settled)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, CASE WHEN created_at < {db_seconds_ago(connection)} THEN 1 ELSE 0 END "
-                f"FROM {TABLE} WHERE channel_hash IN ({placeholders}) AND id > %s ORDER BY id",
-                [grace, *hashes, floor],
-            )
-            window = cursor.fetchall()
-            settled = max((int(id_) for id_, old in window if old), default=None)
-            fresh = [int(id_) for id_, _ in window if int(id_) not in known]
-            if limit is not None and len(fresh) > limit:
-                left = fresh[limit]
-                fresh = fresh[:limit]
-                settled = max((int(i) for i, old in window if old and int(i) < left), default=None)
-            if not fresh:
-                return Poll([], settled)
             rows: list[Row] = []
             for chunk in chunked(fresh, INSERT_CHUNK):
                 cursor.execute(
