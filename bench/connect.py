@@ -25,7 +25,8 @@ with ``--server uvicorn``):
 
 With ``--gc DIRECTORY`` both servers log their garbage collections there
 (``probe/sitecustomize.py``), and each side also prints the collections of its connect and of
-its idle window: how many, full and young, and the CPU they took.
+its idle window: how many, full and young, and the CPU they took. ``--gc-threshold`` runs both
+servers with other thresholds of the collector, as a project may set them in its ASGI module.
 
 The floor is ``bare_asgi.py`` under the same server: it accepts each socket and answers its
 first frame with a fixed ``auth_success``; no Django, no database. Every socket is its own
@@ -125,8 +126,7 @@ async def repeat(
         else:
             env = database.env({}, path=(harness.BENCH,))
             application, name = "bare_asgi:application", "connect-bare"
-        if args.gc:
-            env = harness.logging_collections(env, args.gc)
+        env = harness.probing_collections(env, args.gc, args.gc_threshold)
         server = AsgiServer.start(application, env, name, kind=args.server)
         try:
             sides[kind] = await measure(server, members if kind == "realtime" else None, args, kind)
@@ -183,6 +183,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         metavar="DIRECTORY",
         help="servers log their garbage collections here; print them per window",
+    )
+    parser.add_argument(
+        "--gc-threshold",
+        metavar="T0,T1,T2",
+        help="both servers run with gc.set_threshold(T0, T1, T2) (Python's default: 700,10,10)",
     )
     parser.add_argument("--recheck-interval", type=float, default=30.0)
     parser.add_argument(

@@ -288,10 +288,19 @@ def cpu_seconds(pid: int) -> float:
 PROBE = BENCH / "probe"
 
 
-def logging_collections(env: dict[str, str], directory: Path) -> dict[str, str]:
-    """``env`` for a server that logs each of its garbage collections into ``directory``."""
-    path = os.pathsep.join([str(PROBE), env.get("PYTHONPATH", "")])
-    return {**env, "PYTHONPATH": path, "REALTIME_BENCH_GC_LOG": str(directory)}
+def probing_collections(
+    env: dict[str, str], log: Path | None, threshold: str | None = None
+) -> dict[str, str]:
+    """``env`` for a server that logs each of its garbage collections into the directory
+    ``log``, and runs with ``gc.set_threshold(*threshold)`` (``"700,10,10"``) if given."""
+    if log is None and threshold is None:
+        return env
+    probed = {**env, "PYTHONPATH": os.pathsep.join([str(PROBE), env.get("PYTHONPATH", "")])}
+    if log is not None:
+        probed["REALTIME_BENCH_GC_LOG"] = str(log)
+    if threshold is not None:
+        probed["REALTIME_BENCH_GC_THRESHOLD"] = threshold
+    return probed
 
 
 @dataclass(frozen=True)
@@ -312,7 +321,7 @@ class Collections:
 
 
 def collections(directory: Path, pid: int, start: float, end: float) -> Collections:
-    """The collections process ``pid`` logged (``logging_collections``) that ended between
+    """The collections process ``pid`` logged (``probing_collections``) that ended between
     ``start`` and ``end`` (``time.time()``)."""
     counts = {"young": 0, "full": 0}
     cpu = {"young": 0.0, "full": 0.0}

@@ -1,11 +1,15 @@
-"""Log every garbage collection of the server process it is loaded into (``--gc`` runs).
+"""The garbage collector of the server process it is loaded into, logged and, if asked, tuned.
 
-The benchmarks that take ``--gc`` put this directory on the servers' ``PYTHONPATH``, and
-Python imports ``sitecustomize`` at start-up, so the same server command, realtime's or the
-bare floor's, logs its collections without a line of either application changed. With
-``REALTIME_BENCH_GC_LOG`` naming a directory, each collection appends one JSON line to
-``gc-<pid>.jsonl`` there: when it ended (``time.time()``), its generation, and the CPU time
-of the thread it ran on. ``harness.collections`` sums them over a window.
+The benchmarks that take ``--gc`` or ``--gc-threshold`` put this directory on the servers'
+``PYTHONPATH``, and Python imports ``sitecustomize`` at start-up, so the same server command,
+realtime's or the bare floor's, is observed or tuned without a line of either application
+changed:
+
+* with ``REALTIME_BENCH_GC_LOG`` naming a directory, each collection appends one JSON line to
+  ``gc-<pid>.jsonl`` there: when it ended (``time.time()``), its generation, and the CPU time
+  of the thread it ran on (``harness.collections`` sums them over a window);
+* with ``REALTIME_BENCH_GC_THRESHOLD`` (``"700,10,10"``, say), ``gc.set_threshold`` is called
+  with those numbers, as a project would in its ASGI module.
 """
 
 import gc
@@ -14,8 +18,11 @@ import os
 import threading
 import time
 
-_directory = os.environ.get("REALTIME_BENCH_GC_LOG")
+_threshold = os.environ.get("REALTIME_BENCH_GC_THRESHOLD")
+if _threshold:
+    gc.set_threshold(*(int(part) for part in _threshold.split(",")))
 
+_directory = os.environ.get("REALTIME_BENCH_GC_LOG")
 if _directory:
     _log = open(  # noqa: SIM115 - open for the life of the process
         os.path.join(_directory, f"gc-{os.getpid()}.jsonl"), "a", buffering=1
