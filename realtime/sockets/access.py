@@ -82,7 +82,7 @@ def recheck(
             between()
         return answers
     try:
-        users = _accounts(auth, [token for _, token, _, _ in questions])
+        users = _users(auth, [token for _, token, _, _ in questions], kept=False)
         between()
         # The bearer still stands for the account the socket was opened as.
         standing = [
@@ -126,23 +126,18 @@ def _in_bulk(auth: RealtimeAuth) -> bool:
     return not overridden(auth, *_SCOPE_HOOKS) or overridden(auth, "scopes_of_many")
 
 
-def _users(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
-    """The account of each token, asking once per distinct token."""
+def _users(auth: RealtimeAuth, tokens: list[str], *, kept: bool = True) -> list[Any]:
+    """The account of each token, asking once per distinct token. A recheck keeps no account
+    (``kept=False``): of the default hooks it gets only each account's id, read without
+    building an instance where the user model allows (``realtime.sockets.standing``)."""
     distinct = list(dict.fromkeys(tokens))
-    found = dict(zip(distinct, auth.users_of_tokens(distinct), strict=True))
-    return [found[token] for token in tokens]
-
-
-def _accounts(auth: RealtimeAuth, tokens: list[str]) -> list[Any]:
-    """``_users`` for a recheck, which keeps no account: for the default hooks, read as bare
-    columns where the user model allows (``realtime.sockets.standing``)."""
-    if not overridden(auth, *_ACCOUNT_HOOKS, *_SCOPE_HOOKS, "scopes_of_many"):
-        distinct = list(dict.fromkeys(tokens))
+    answers = None
+    if not kept and not overridden(auth, *_ACCOUNT_HOOKS, *_SCOPE_HOOKS, "scopes_of_many"):
         answers = accounts_of_tokens(distinct)
-        if answers is not None:
-            found = dict(zip(distinct, answers, strict=True))
-            return [found[token] for token in tokens]
-    return _users(auth, tokens)
+    if answers is None:
+        answers = auth.users_of_tokens(distinct)
+    found = dict(zip(distinct, answers, strict=True))
+    return [found[token] for token in tokens]
 
 
 def _scopes(
