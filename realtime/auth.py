@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from django.apps import apps
@@ -297,16 +297,22 @@ def _standing(user: Any | None, claims: tuple[Any, str]) -> Any | None:
     """``user`` if it is active and still what the token remembers of it, else ``None``."""
     if user is None or not getattr(user, "is_active", True):
         return None
-    return user if remembered(claims[1], lambda key: token_fingerprint(user, key)) else None
+    return user if remembered(claims[1], *remembered_of(user)) else None
 
 
-def remembered(fingerprint: str, of_key: Callable[[str | bytes | None], str]) -> bool:
-    """Whether a token's ``fingerprint`` is the account's under the secret key, or under a
-    fallback key (a token issued before the key was rotated, as Django's signing accepts)."""
+def remembered(fingerprint: str, username: Any, email: Any, password: Any) -> bool:
+    """Whether a token's ``fingerprint`` is that of an account holding these values, under
+    the secret key or under a fallback key (a token issued before the key was rotated, as
+    Django's signing accepts)."""
     return any(
-        constant_time_compare(fingerprint, of_key(key))
+        constant_time_compare(fingerprint, fingerprint_of(username, email, password, key))
         for key in (None, *settings.SECRET_KEY_FALLBACKS)
     )
+
+
+def remembered_of(user: Any) -> tuple[Any, Any, Any]:
+    """What a token remembers of ``user``: its username, its email and its password."""
+    return user.get_username(), getattr(user, user.get_email_field_name(), ""), user.password
 
 
 def token_fingerprint(user: Any, secret: str | bytes | None = None) -> str:
@@ -314,8 +320,7 @@ def token_fingerprint(user: Any, secret: str | bytes | None = None) -> str:
 
     Keyed with ``secret`` (default: the ``SECRET_KEY``), so that a token reveals nothing.
     """
-    email = getattr(user, user.get_email_field_name(), "")
-    return fingerprint_of(user.get_username(), email, user.password, secret)
+    return fingerprint_of(*remembered_of(user), secret)
 
 
 def fingerprint_of(

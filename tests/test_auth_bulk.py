@@ -14,12 +14,23 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import UserManager
+from django.core import signing
+from django.db import connection, models
 from django.db.models.signals import post_init
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext, isolate_apps
 
-from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, forget_checked_tokens, issue_token
+from realtime.auth import (
+    TOKEN_SALT,
+    RealtimeAuth,
+    Scope,
+    ScopeQuestion,
+    forget_checked_tokens,
+    issue_token,
+    token_fingerprint,
+)
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.sockets import access, standing
@@ -150,25 +161,61 @@ def test_a_recheck_keeps_a_token_issued_before_the_key_was_rotated_as_the_hook_d
         assert standing_ids([old]) == hook_ids([old]) == [None]
 
 
+def test_a_recheck_compares_the_fingerprint_under_each_fallback_key_as_the_hook_does() -> None:
+    (ann,) = members(1, prefix="fp")
+    # Well signed with the current key, but remembering ann under another key.
+    stray = "a stray key " * 4
+    token = signing.dumps({"u": ann.pk, "f": token_fingerprint(ann, stray)}, salt=TOKEN_SALT)
+    assert standing_ids([token]) == hook_ids([token]) == [None]
+    with override_settings(SECRET_KEY_FALLBACKS=[stray]):
+        assert standing_ids([token]) == hook_ids([token]) == [ann.pk]
+
+
 def test_a_recheck_round_of_the_default_auth_builds_no_account_instance() -> None:
     (acme,) = workspaces("acme")
     users = members(250, acme, prefix="lean")
-    built: list[Any] = []
+    auth, asked = RealtimeAuth(), []
 
-    def count(sender: Any, instance: Any, **kwargs: Any) -> None:
-        built.append(instance)
+    def users_of_tokens(tokens: Sequence[str]) -> list[Any]:
+        asked.append(len(tokens))
+        return RealtimeAuth.users_of_tokens(auth, tokens)
 
-    post_init.connect(count, sender=User)
-    try:
-        answers = access.recheck(RealtimeAuth(), recheck_questions(users, "acme", [acme.pk]))
-    finally:
-        post_init.disconnect(count, sender=User)
+    auth.users_of_tokens = users_of_tokens  # type: ignore[method-assign]
+    answers = access.recheck(auth, recheck_questions(users, "acme", [acme.pk]))
     assert answers == [[Scope(acme.pk, "acme")]] * 250
-    assert built == []
+    assert asked == []
+    # A handshake keeps its account: it asks the hook, which builds the instances.
+    access.authenticate_many(auth, [(issue_token(users[0]), read_scopes({"scope": "acme"}))])
+    assert asked == [1]
+
+
+def test_a_recheck_of_a_user_model_whose_instances_may_change_asks_for_instances() -> None:
+    (acme,) = workspaces("acme")
+    ann, bob = members(2, acme, prefix="own")
+    bob.is_active = False
+    bob.save()
+    auth, asked = RealtimeAuth(), []
+
+    def users_of_tokens(tokens: Sequence[str]) -> list[Any]:
+        asked.append(len(tokens))
+        return RealtimeAuth.users_of_tokens(auth, tokens)
+
+    auth.users_of_tokens = users_of_tokens  # type: ignore[method-assign]
+
+    def tidy(sender: Any, instance: Any, **kwargs: Any) -> None:
+        """A receiver that could change what an instance holds."""
+
+    post_init.connect(tidy, sender=User)
+    try:
+        answers = access.recheck(auth, recheck_questions([ann, bob], "acme", [acme.pk]))
+    finally:
+        post_init.disconnect(tidy, sender=User)
+    assert answers == [[Scope(acme.pk, "acme")], None]
+    assert asked == [2]
 
 
 @isolate_apps("tests.testapp")
-def test_user_models_that_work_out_what_a_token_remembers_are_read_as_instances() -> None:
+def test_user_models_whose_instances_may_hold_other_values_are_read_as_instances() -> None:
     class NamedByEmail(User):  # type: ignore[misc,valid-type]
         """The username is worked out by the model, not read from its column."""
 
@@ -190,9 +237,47 @@ def test_user_models_that_work_out_what_a_token_remembers_are_read_as_instances(
         def is_active(self) -> bool:
             return not self.username.startswith("x")
 
-    assert standing.columns_of(User) is not None
+    class Banning(UserManager[Any]):
+        def get_queryset(self) -> Any:
+            return super().get_queryset().annotate(banned=models.Value(False))
+
+    class Annotated(User):  # type: ignore[misc,valid-type]
+        """Its default manager adds a value of its own to every instance."""
+
+        objects = Banning()
+
+        class Meta:
+            proxy = True
+            app_label = "testapp"
+
+    assert standing.columns_of(User) == standing.Columns(
+        "username", "email", "is_active", "password"
+    )
     assert standing.columns_of(NamedByEmail) is None
     assert standing.columns_of(ActiveByRule) is None
+    assert standing.columns_of(Annotated) is not None  # its columns are plain...
+    assert standing._loads_its_own_way(Annotated)  # ...but its manager changes instances
+    assert not standing._loads_its_own_way(User)
+
+
+@isolate_apps("tests.testapp")
+def test_a_user_model_without_email_or_active_columns_is_read_as_its_instances_answer() -> None:
+    class Key(AbstractBaseUser):
+        """An account with a name and a password only: no email, always active."""
+
+        name = models.CharField(max_length=50, unique=True)
+        USERNAME_FIELD = "name"
+
+        class Meta:
+            app_label = "testapp"
+
+    columns = standing.columns_of(Key)
+    assert columns == standing.Columns("name", None, None, "password")
+    key = Key(pk=7, name="k-7", password="!")
+    fingerprint = token_fingerprint(key)
+    row = {"pk": 7, "name": "k-7", "password": "!"}
+    assert standing._row_stands(row, columns, fingerprint)
+    assert not standing._row_stands({**row, "name": "k-8"}, columns, fingerprint)
 
 
 def test_a_recheck_of_an_auth_that_replaces_a_hook_asks_the_hooks_for_instances() -> None:

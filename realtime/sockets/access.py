@@ -7,7 +7,7 @@ Handshakes that arrive together (``authenticate_many``) and recheck rounds (``re
 the bulk hooks (``users_of_tokens``, ``scopes_of_many``) once for all their sockets, unless the
 auth class overrides a single form without its bulk form: then each socket is asked alone,
 exactly as a lone handshake would be. A recheck of the default hooks knows each account by its
-id alone, read without building an instance (``standing``).
+id alone, read without building an instance (``realtime.sockets.standing``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def recheck(
             between()
         return answers
     try:
-        users = _users(auth, [token for _, token, _, _ in questions], kept=False)
+        users = _users(auth, [token for _, token, _, _ in questions], instances=False)
         between()
         # The bearer still stands for the account the socket was opened as.
         standing = [
@@ -126,13 +126,13 @@ def _in_bulk(auth: RealtimeAuth) -> bool:
     return not overridden(auth, *_SCOPE_HOOKS) or overridden(auth, "scopes_of_many")
 
 
-def _users(auth: RealtimeAuth, tokens: list[str], *, kept: bool = True) -> list[Any]:
+def _users(auth: RealtimeAuth, tokens: list[str], *, instances: bool = True) -> list[Any]:
     """The account of each token, asking once per distinct token. A recheck keeps no account
-    (``kept=False``): of the default hooks it gets only each account's id, read without
+    (``instances=False``): of the default hooks it gets only each account's id, read without
     building an instance where the user model allows (``realtime.sockets.standing``)."""
     distinct = list(dict.fromkeys(tokens))
     answers = None
-    if not kept and not overridden(auth, *_ACCOUNT_HOOKS, *_SCOPE_HOOKS, "scopes_of_many"):
+    if not instances and not overridden(auth, *_ACCOUNT_HOOKS, *_SCOPE_HOOKS, "scopes_of_many"):
         answers = accounts_of_tokens(distinct)
     if answers is None:
         answers = auth.users_of_tokens(distinct)

@@ -1,34 +1,37 @@
 """Whether tokens still stand, read as bare columns: the recheck's shortcut for the default hooks.
 
-A recheck of the default ``RealtimeAuth`` only needs to know whether each socket's token still
-stands for the account it was opened as; the account instances ``users_of_tokens`` builds are
-thrown away at once. Building them (and their snapshots) was half of a recheck's CPU, and each
-round handed the garbage collector a few objects per socket to promote, which brought on the
-full collections of a worker holding thousands of sockets sooner. So where an instance could
-not answer differently, a recheck reads the few columns a token remembers instead, and knows
-each account as an ``Account``: its id, all that the default ``scopes_of_many`` reads of one.
+A recheck of the default ``RealtimeAuth`` only asks whether each socket's token still stands
+for the account it was opened as, and keeps no account. Building the instances
+``users_of_tokens`` returns (and their snapshots) was half of a round's CPU, and handed the
+garbage collector a few objects per socket to promote. So a recheck reads the columns a token
+remembers (``auth.remembered_of``) and knows each account as an ``Account``, its id: all the
+default ``scopes_of_many`` reads of an account.
 
-An instance could answer differently when the user model works out what a token remembers
-itself: a ``get_username`` of its own, ``is_active`` or the email as a property, an
-``__init__`` or ``from_db`` that changes what is loaded. ``accounts_of_tokens`` then answers
-``None``, and the recheck asks ``users_of_tokens`` as a handshake does.
+Only where an instance would hold exactly those columns' values. Its instances are asked
+instead (``accounts_of_tokens`` answers ``None``) when the user model is not an
+``AbstractBaseUser`` or has its own ``get_username``, ``__init__`` or ``from_db``; when the
+username, email, ``is_active`` or password is not a plain column (a property, a relation, a
+descriptor of its own); when its default manager annotates, adds ``extra`` columns or builds
+rows its own way; or when ``pre_init``/``post_init`` receivers may change an instance.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
+import logging
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import FieldDoesNotExist
 from django.db import models
-from django.db.models import Value
+from django.db.models.query import ModelIterable
 from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 
-from realtime.auth import claims_of, fingerprint_of, id_chunks, remembered
+from realtime.auth import claims_of, id_chunks, remembered
+
+logger = logging.getLogger(__name__)
 
 
 class Account(NamedTuple):
@@ -37,74 +40,102 @@ class Account(NamedTuple):
     pk: Any
 
 
+class Columns(NamedTuple):
+    """Where a user model keeps what a token remembers; ``None``: no such column, and an
+    instance answers ``""`` (the email) or ``True`` (``is_active``) as Django's base does."""
+
+    username: str
+    email: str | None
+    is_active: str | None
+    password: str
+
+
 def accounts_of_tokens(tokens: Sequence[str]) -> list[Account | None] | None:
     """For each token, the account it stands for as ``RealtimeAuth.users_of_tokens`` would
-    answer (``None``: none), reading the columns of up to 200 accounts per statement; ``None``
-    when the user model needs its instances to tell (see the module docstring)."""
+    answer (``None``: none), reading the columns of up to ``MAX_IDS_PER_MESSAGE`` accounts per
+    statement; ``None`` when only instances can tell (see the module docstring)."""
     model = get_user_model()
     columns = columns_of(model)
-    if columns is None:
+    if columns is None or _loads_its_own_way(model):
         return None
+    names = list(dict.fromkeys(name for name in ("pk", *columns) if name is not None))
     claims = [claims_of(token) for token in tokens]
     pks = list(dict.fromkeys(str(c[0]) for c in claims if c is not None))
-    rows: dict[str, tuple[Any, ...]] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for chunk in id_chunks(pks):
-        found = model._default_manager.filter(pk__in=chunk).values_list(*columns)
-        rows.update((str(row[0]), row) for row in found)
+        for values in model._default_manager.filter(pk__in=chunk).values_list(*names):
+            rows[str(values[0])] = dict(zip(names, values, strict=True))
     answers: list[Account | None] = []
     for claim in claims:
-        row = None if claim is None else rows.get(str(claim[0]))
-        answers.append(None if claim is None or row is None else _standing(row, claim[1]))
+        found = None if claim is None else rows.get(str(claim[0]))
+        if claim is None or found is None or not _row_stands(found, columns, claim[1]):
+            answers.append(None)
+        else:
+            answers.append(Account(found["pk"]))
     return answers
 
 
-def _standing(row: tuple[Any, ...], fingerprint: str) -> Account | None:
-    """The account of ``row`` (pk, username, email, is_active, password) if it is active and
-    still what the token remembers of it, as ``auth._standing`` tells of an instance."""
-    pk, username, email, active, password = row
-    if not active:
+def _row_stands(row: dict[str, Any], columns: Columns, fingerprint: str) -> bool:
+    """Whether the account of ``row`` is active and still what the token remembers of it, as
+    ``auth._standing`` tells of an instance."""
+    if columns.is_active is not None and not row[columns.is_active]:
+        return False
+    email = "" if columns.email is None else row[columns.email]
+    return remembered(fingerprint, row[columns.username], email, row[columns.password])
+
+
+def columns_of(model: type[models.Model]) -> Columns | None:
+    """Where ``model`` keeps what a token remembers, when its instances read those columns as
+    they are; ``None`` when they may not, or when that cannot be told."""
+    try:
+        return _columns_of(model)
+    except Exception:
+        logger.debug("realtime: %s is rechecked through instances", model, exc_info=True)
         return None
-    if remembered(fingerprint, lambda key: fingerprint_of(username, email, password, key)):
-        return Account(pk)
-    return None
 
 
 @functools.cache
-def columns_of(model: type[models.Model]) -> tuple[Any, ...] | None:
-    """What to read of ``model``'s rows for ``_standing``: its pk, username, email, active
-    flag and password, each a column or the constant an instance would answer; ``None`` when
-    only an instance can tell."""
+def _columns_of(model: type[models.Model]) -> Columns | None:
     if not issubclass(model, AbstractBaseUser):
         return None
     if model.get_username is not AbstractBaseUser.get_username:
         return None
-    loads = inspect.unwrap(model.from_db.__func__)  # type: ignore[attr-defined]
+    from_db = model.from_db.__func__  # type: ignore[attr-defined]
+    loads = getattr(from_db, "_realtime_original", from_db)  # under realtime's snapshots
     if model.__init__ is not models.Model.__init__ or loads is not _DJANGO_FROM_DB:
         return None
     username = _column(model, model.USERNAME_FIELD)  # type: ignore[attr-defined]
     password = _column(model, "password")
     email_name = model.get_email_field_name()
-    email: Any = _column(model, email_name)
-    if email is None and not hasattr(model, email_name):
-        email = Value("")  # as ``getattr(user, name, "")`` answers
-    active: Any = _column(model, "is_active")
-    if active is None and getattr(model, "is_active", True) is True:
-        active = Value(True)  # as ``getattr(user, "is_active", True)`` answers
-    if username is None or password is None or email is None or active is None:
+    email = _column(model, email_name)
+    active = _column(model, "is_active")
+    if username is None or password is None:
         return None
-    return ("pk", username, email, active, password)
+    if email is None and hasattr(model, email_name):
+        return None  # an attribute, not a column: only an instance tells its value
+    if active is None and getattr(model, "is_active", True) is not True:
+        return None  # a property, or no account is ever active: let the hook say
+    return Columns(username, email, active, password)
 
 
 def _column(model: type[models.Model], name: str) -> str | None:
     """``name`` if an instance of ``model`` reads it as its column's plain value: a concrete
-    field, no relation, not shadowed by an attribute of a subclass."""
-    try:
-        field = model._meta.get_field(name)
-    except FieldDoesNotExist:
+    field, no relation, Django's own descriptor (nothing of a subclass shadowing it)."""
+    field = next((f for f in model._meta.concrete_fields if f.name == name), None)
+    if field is None or field.is_relation:
         return None
-    if not field.concrete or field.is_relation:
-        return None
-    return name if isinstance(getattr(model, name, None), DeferredAttribute) else None
+    return name if type(getattr(model, name, None)) is DeferredAttribute else None
+
+
+def _loads_its_own_way(model: type[models.Model]) -> bool:
+    """Whether ``model``'s default manager or its init receivers may make an instance hold
+    other values than its columns (asked at every round: receivers come and go)."""
+    queryset = model._default_manager.all()
+    if queryset.query.annotations or queryset.query.extra:
+        return True
+    if queryset._iterable_class is not ModelIterable:
+        return True
+    return pre_init.has_listeners(model) or post_init.has_listeners(model)
 
 
 _DJANGO_FROM_DB = models.Model.from_db.__func__  # type: ignore[attr-defined]

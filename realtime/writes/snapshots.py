@@ -196,6 +196,6 @@ def track(model: type[models.Model]) -> None:
         take(self, None if fields is None else written_attnames(self, fields))
 
     from_db._realtime = True  # type: ignore[attr-defined]
-    from_db.__wrapped__ = original_from_db  # type: ignore[attr-defined]
+    from_db._realtime_original = original_from_db  # type: ignore[attr-defined]
     model.from_db = classmethod(from_db)  # type: ignore[method-assign,assignment]
     model.refresh_from_db = refresh_from_db  # type: ignore[method-assign]
