@@ -281,7 +281,12 @@ async def test_broadcast_from_async_code_publishes_from_a_thread(
     # The work runs in a thread; its task is kept referenced until it is done.
     assert len(pending) == 1
     rows = await asyncio.to_thread(wait_for_rows, 1)
-    await asyncio.wait_for(asyncio.gather(*pending), WAIT)
+    # Done callbacks run in the order they were added, so once this one has run, broadcast's
+    # own has too (awaiting the task alone may resume first when it is already done).
+    (task,) = pending
+    finished = asyncio.get_running_loop().create_future()
+    task.add_done_callback(lambda _: finished.set_result(None))
+    await asyncio.wait_for(finished, WAIT)
     assert pending.isdisjoint(broadcast._tasks)
     assert [channel for channel, _ in rows] == ["realtime_7"]
     assert [without_mid(message) for _, message in rows] == [
