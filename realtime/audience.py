@@ -16,6 +16,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Exists, Model, OuterRef
 
 from realtime import limits
+from realtime.chunks import chunked
 from realtime.registry import ModelOptions
 
 
@@ -39,8 +40,7 @@ def readers(
     users = list(accounts.order_by("pk"))
     model = options.model
     allowed: list[Any] = []
-    for start in range(0, len(users), limits.MAX_IDS_PER_MESSAGE):
-        chunk = users[start : start + limits.MAX_IDS_PER_MESSAGE]
+    for chunk in chunked(users, limits.MAX_IDS_PER_MESSAGE):
         checks = {
             f"r{index}": Exists(model._base_manager.filter(pk=OuterRef("pk")).filter(guard(user)))
             for index, user in enumerate(chunk)

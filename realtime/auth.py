@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.conf import settings
@@ -34,13 +34,11 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from django.utils.module_loading import import_string
 
 from realtime.audience import readers
+from realtime.chunks import id_chunks
 from realtime.conf import conf
 from realtime.encoding import normal_id, storable
-from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.paths import to_lookup
 from realtime.registry import options_named
-
-T = TypeVar("T")
 
 TOKEN_SALT = "realtime.token"  # noqa: S105 - a namespace for signing, not a secret
 
@@ -251,12 +249,6 @@ class RealtimeAuth:
 def overridden(auth: RealtimeAuth, *names: str) -> bool:
     """Whether ``auth``'s class replaces any of these default hooks."""
     return any(getattr(type(auth), name) is not getattr(RealtimeAuth, name) for name in names)
-
-
-def id_chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
-    """``values`` in slices of at most ``MAX_IDS_PER_MESSAGE`` (ids in one statement)."""
-    for start in range(0, len(values), MAX_IDS_PER_MESSAGE):
-        yield values[start : start + MAX_IDS_PER_MESSAGE]
 
 
 #: Well-signed tokens kept once checked (least recently used dropped first): a socket's token

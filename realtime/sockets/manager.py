@@ -45,6 +45,7 @@ from typing import Any
 from realtime import metrics
 from realtime.auth import Scope, get_auth
 from realtime.blocking import cut_stuck_statements, run_blocking, run_in_background
+from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
@@ -418,13 +419,13 @@ class SocketManager:
             return
         for socket in due:
             socket.next_recheck = now + conf.RECHECK_INTERVAL * random.uniform(0.9, 1.0)
-        for start in range(0, len(due), RECHECK_BATCH):
+        for chunk in chunked(due, RECHECK_BATCH):
             # The batch waits for gaps in delivery, before it starts and between its steps,
             # for BEHIND_DELIVERY seconds in all.
             deadline = time.monotonic() + BEHIND_DELIVERY
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dispatcher.quiet(), BEHIND_DELIVERY)
-            batch = [s for s in due[start : start + RECHECK_BATCH] if s in self.index.sockets]
+            batch = [s for s in chunk if s in self.index.sockets]
             if batch:
                 await self._recheck(batch, deadline)
 

@@ -29,7 +29,8 @@ from django.db.models.query import ModelIterable
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
 
-from realtime.auth import claims_of, id_chunks, remembered
+from realtime.auth import claims_of, remembered
+from realtime.chunks import id_chunks
 
 logger = logging.getLogger(__name__)
 

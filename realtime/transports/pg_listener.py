@@ -35,8 +35,8 @@ import psycopg
 from psycopg import sql
 
 from realtime import metrics
+from realtime.chunks import chunked
 from realtime.transports.outage import Outage
-from realtime.transports.table_store import chunked
 
 logger = logging.getLogger(__name__)
 

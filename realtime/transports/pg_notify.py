@@ -34,6 +34,7 @@ from django.db import DatabaseError, connections, transaction
 
 from realtime import limits
 from realtime.blocking import run_blocking
+from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.exceptions import PublishError
 from realtime.transports.base import LogEntry, Transport
@@ -186,8 +187,7 @@ class PgNotifyTransport(Transport):
         atomic = transaction.atomic(using=self.using) if several else contextlib.nullcontext()
         try:
             with atomic, connections[self.using].cursor() as cursor:
-                for start in range(0, len(pairs), NOTIFY_CHUNK):
-                    chunk = pairs[start : start + NOTIFY_CHUNK]
+                for chunk in chunked(pairs, NOTIFY_CHUNK):
                     calls = ", ".join(["pg_notify(%s, %s)"] * len(chunk))
                     cursor.execute(f"SELECT {calls}", [value for pair in chunk for value in pair])
         except DatabaseError as exc:

@@ -23,6 +23,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from realtime.chunks import chunked
 from realtime.exceptions import ChannelTooLongError
 from realtime.fields import to_naive_utc
 
@@ -132,12 +133,6 @@ def close_connection(using: str) -> None:
         connections[using].close()
     except Exception:
         logger.debug("realtime: closing a broken connection failed", exc_info=True)
-
-
-def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    """Yield consecutive slices of ``values`` holding at most ``size`` items."""
-    for start in range(0, len(values), size):
-        yield values[start : start + size]
 
 
 def _window(

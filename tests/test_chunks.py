@@ -1,0 +1,48 @@
+"""``realtime.chunks``: the one slicer of lists too long for one statement, on both sides.
+
+The limit it slices ids by is read at each call, so a lowered ``MAX_IDS_PER_MESSAGE`` reaches
+every reader of many ids: the auth hooks, the recheck's column read and the audience check,
+counted here statement by statement on the real test database.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from realtime import limits
+from realtime.auth import RealtimeAuth, issue_token
+from realtime.chunks import chunked, id_chunks
+from realtime.sockets import standing
+
+
+def test_chunked_keeps_every_value_in_order_in_slices_of_at_most_size() -> None:
+    assert [list(chunk) for chunk in chunked(range(7), 3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [list(chunk) for chunk in chunked(range(6), 3)] == [[0, 1, 2], [3, 4, 5]]
+    assert list(chunked([], 3)) == []
+
+
+def test_id_chunks_follow_the_id_limit_in_force_at_each_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "MAX_IDS_PER_MESSAGE", 2)
+    assert [list(chunk) for chunk in id_chunks([1, 2, 3])] == [[1, 2], [3]]
+
+
+@pytest.mark.django_db
+def test_accounts_of_many_tokens_are_read_in_statements_of_the_id_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    users = [get_user_model().objects.create_user(username=f"c{index}") for index in range(5)]
+    tokens = [issue_token(user) for user in users]
+    monkeypatch.setattr(limits, "MAX_IDS_PER_MESSAGE", 2)
+    with CaptureQueriesContext(connection) as by_instances:
+        found = RealtimeAuth().users_of_tokens(tokens)
+    with CaptureQueriesContext(connection) as by_columns:
+        accounts = standing.accounts_of_tokens(tokens)
+    assert [getattr(user, "pk", None) for user in found] == [user.pk for user in users]
+    assert accounts is not None
+    assert [getattr(account, "pk", None) for account in accounts] == [user.pk for user in users]
+    assert len(by_instances) == len(by_columns) == 3
