@@ -202,6 +202,22 @@ def test_user_whose_login_facts_change_is_rechecked(
 
 
 @pytest.mark.django_db
+def test_user_built_by_hand_over_its_row_with_a_new_email_is_rechecked(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann", email="ann@example.org")
+    by_hand = get_user_model()(
+        pk=ann.pk, username=ann.username, email="ann@example.com", password=ann.password
+    )
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        by_hand.save()
+    # Compared with the stored row, not with a snapshot it never had.
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
 @override_settings(REALTIME_REVOKE_ON_PASSWORD_CHANGE=True)
 def test_password_changed_rechecks_the_user_when_it_revokes(
     make_user: MakeUser,

@@ -31,8 +31,8 @@ from django.dispatch import Signal
 
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
-from realtime.paths import resolve_path, split_path, values_on_path
-from realtime.writes import outbox, snapshots
+from realtime.paths import resolve_path, values_on_path
+from realtime.writes import outbox
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.publish import Recheck
 
@@ -55,15 +55,8 @@ class Watched:
         label = f"the accounts of {self.model._meta.label}:{instance.pk}"
         return failsafe(label, using, True, lambda: values_on_path(instance, self.path)) or []
 
-    def accounts_before(self, instance: models.Model, using: str) -> list[Any]:
-        """The accounts the row named before the save about to run: for a one-hop path, from
-        the snapshot when it knows the column; otherwise read from the stored row."""
-        first = self.model._meta.get_field(split_path(self.path)[0])
-        if len(split_path(self.path)) == 1 and first.concrete and first.many_to_one:
-            attname = first.attname
-            known = snapshots.before(instance) or {}
-            if snapshots.knows(known, attname):
-                return [] if known[attname] is None else [known[attname]]
+    def accounts_before(self, instance: models.Model) -> list[Any]:
+        """The accounts the stored row names, read before the save about to run."""
         stored = self.model._base_manager.filter(pk=instance.pk).first()
         return [] if stored is None else values_on_path(stored, self.path)
 
@@ -91,7 +84,6 @@ def connect() -> None:
     _on(post_save, _on_account_saved, user_model)
     _on(pre_delete, _on_account_deleting, user_model)
     _on(post_delete, _on_deleted, user_model)
-    snapshots.track(user_model)
     # Invalid settings are the system checks' to report; wire what can be wired.
     try:
         scope = scope_model()
@@ -133,8 +125,6 @@ def _connect_memberships(scope: type[models.Model]) -> None:
         _watch(Watched(through, user_fk))
     else:
         _watch(Watched(last.model, last.name))
-    for watched in _watched.values():
-        snapshots.track(watched.model)
 
 
 def request(user_ids: Iterable[Any], using: str = "default") -> None:
@@ -145,26 +135,39 @@ def request(user_ids: Iterable[Any], using: str = "default") -> None:
 
 
 @never_raises
-def _on_account_saving(sender: type[models.Model], instance: Any, **kwargs: Any) -> None:
-    # Compared before the save: post_save receivers refresh the snapshot.
-    known = snapshots.before(instance)
-    if known is None or instance._state.adding:
+def _on_account_saving(
+    sender: type[models.Model], instance: Any, using: str, raw: bool = False, **kwargs: Any
+) -> None:
+    # Compared with the stored row before the save: a full save of an account is rare (a
+    # login writes ``last_login`` alone), and the stored row is what the token remembers.
+    inserting = instance._state.adding and instance._meta.pk.has_default()
+    if raw or instance.pk is None or inserting:
         return
-    watched = [instance.get_email_field_name(), instance.USERNAME_FIELD, "is_active"]
+    watched = {instance.get_email_field_name(), instance.USERNAME_FIELD, "is_active"}
     if conf.REVOKE_ON_PASSWORD_CHANGE:
-        watched.append("password")
+        watched.add("password")
     written = kwargs.get("update_fields")
     if written is not None:
-        watched = [name for name in watched if name in written]
+        watched &= set(written)
+    attnames = [f.attname for f in sender._meta.concrete_fields if f.name in watched]
+    if not attnames:
+        return
+    label = f"the account {instance.pk} as stored"
+    stored = failsafe(
+        label,
+        using,
+        True,
+        lambda: sender._base_manager.filter(pk=instance.pk).values(*attnames).first(),
+    )
     values = instance.__dict__
-    if any(name in known and snapshots.differs(values, known, name) for name in watched):
+    if stored is not None and any(
+        attname in values and values[attname] != stored[attname] for attname in attnames
+    ):
         instance.__dict__[PENDING] = [instance.pk]
 
 
 @never_raises
 def _on_account_saved(sender: type[models.Model], instance: Any, using: str, **kwargs: Any) -> None:
-    written = snapshots.written_attnames(instance, kwargs.get("update_fields"))
-    snapshots.take(instance, written, using)
     request(instance.__dict__.pop(PENDING, []), using)
 
 
@@ -211,7 +214,7 @@ def _on_watched_saving(
     if watched is None or raw or instance.pk is None or inserting:
         return
     label = f"the accounts {sender._meta.label}:{instance.pk} named"
-    before = failsafe(label, using, True, lambda: watched.accounts_before(instance, using))
+    before = failsafe(label, using, True, lambda: watched.accounts_before(instance))
     instance.__dict__[BEFORE] = before or []
 
 
@@ -222,9 +225,6 @@ def _on_watched_saved(
     watched = _watched.get(sender)
     before = instance.__dict__.pop(BEFORE, [])
     if watched is not None and not raw:
-        snapshots.take(
-            instance, snapshots.written_attnames(instance, kwargs.get("update_fields")), using
-        )
         request([*before, *watched.accounts(instance, using)], using)
 
 
