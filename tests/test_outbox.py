@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 
+from realtime.compat import _django_callbacks as django_callbacks
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Company, Contact, Workspace
 
@@ -233,3 +235,39 @@ def test_no_error_is_logged_by_a_normal_transaction(
     with caplog.at_level(logging.WARNING, logger="realtime"), transaction.atomic():
         Contact.objects.create(workspace=workspace, name="quiet")
     assert [r for r in caplog.records if r.name.startswith("realtime")] == []
+
+
+@pytest.fixture
+def django_keeping_discarded_callbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Django that keeps the callbacks of rolled-back savepoints alive (none does today):
+    realtime's check of that behaviour runs again and must notice."""
+    kept: list[Any] = []
+    rollback = BaseDatabaseWrapper.savepoint_rollback
+
+    def keeping(self: BaseDatabaseWrapper, sid: str) -> None:
+        kept.append(list(self.run_on_commit))
+        rollback(self, sid)
+
+    monkeypatch.setattr(BaseDatabaseWrapper, "savepoint_rollback", keeping)
+    monkeypatch.setattr(django_callbacks, "_released", None)
+    monkeypatch.setattr(django_callbacks, "_next_try", 0.0)
+
+
+@pytest.mark.usefixtures("django_keeping_discarded_callbacks")
+def test_where_django_keeps_discarded_callbacks_each_announcement_publishes_itself(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    forget_messages()
+    with (
+        caplog.at_level(logging.ERROR, logger="realtime"),
+        publishes() as count,
+        transaction.atomic(),
+    ):
+        contact = Contact.objects.create(workspace=workspace, name="v1")
+        contact.name = "v2"
+        contact.save()
+    # Not coalesced, and published by each callback: never lost, never out of order.
+    assert [event for event, _ in announced()] == ["contact.created", "contact.updated"]
+    assert count == [2]
+    noticed = [r for r in caplog.records if "keeps the on_commit callbacks" in r.getMessage()]
+    assert len(noticed) == 1

@@ -1,13 +1,18 @@
 """What an update says it changed follows what the database holds: values changed in place,
-saves retried after a rollback, reads inside rolled-back transactions."""
+saves retried after a rollback, reads inside rolled-back transactions, saves through another
+instance of the row, refreshes and deferred fields — with the application's classes left
+as they are."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
+import django
 import pytest
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.db import models, transaction
 
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Contact, Document, Workspace
@@ -110,12 +115,13 @@ def test_a_save_retried_outside_a_transaction_after_a_rollback_is_announced(
 def test_a_row_read_inside_a_rolled_back_transaction_counts_as_changed(
     workspace: Workspace,
 ) -> None:
-    contact = Contact.objects.create(workspace=workspace, name="v1")
+    # Nothing else of the row is known in this thread: the instance made by create() is gone.
+    pk = Contact.objects.create(workspace=workspace, name="v1").pk
     seen: list[Contact] = []
 
     def write_then_read() -> None:
-        Contact.objects.filter(pk=contact.pk).update(name="v2")
-        seen.append(Contact.objects.get(pk=contact.pk))
+        Contact.objects.filter(pk=pk).update(name="v2")
+        seen.append(Contact.objects.get(pk=pk))
 
     rolled_back(write_then_read)
     (stale,) = seen
@@ -127,6 +133,25 @@ def test_a_row_read_inside_a_rolled_back_transaction_counts_as_changed(
     assert changes() == [("contact.updated", everything)]
 
 
+def test_a_read_inside_a_rolled_back_transaction_gives_way_to_what_the_row_was_known_to_hold(
+    workspace: Workspace,
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    seen: list[Contact] = []
+
+    def write_then_read() -> None:
+        Contact.objects.filter(pk=contact.pk).update(name="v2")
+        seen.append(Contact.objects.get(pk=contact.pk))
+
+    rolled_back(write_then_read)
+    (stale,) = seen
+    forget_messages()
+    # The create, committed, told what the row holds; the lost read does not count.
+    stale.save()
+    assert changes() == [("contact.updated", ["name"])]
+    assert Contact.objects.get(pk=contact.pk).name == "v2"
+
+
 def test_saves_committed_in_a_released_savepoint_are_the_new_baseline(
     workspace: Workspace,
 ) -> None:
@@ -136,4 +161,92 @@ def test_saves_committed_in_a_released_savepoint_are_the_new_baseline(
         contact.save()
     forget_messages()
     contact.save()
+    assert changes() == []
+
+
+def test_realtime_replaces_nothing_on_the_models_it_watches() -> None:
+    # Snapshots come from Django's post_init signal: the application's classes keep their own
+    # from_db and refresh_from_db (an override of its own, as Django's docs show, stays whole).
+    for model in (Contact, Document, get_user_model()):
+        assert model.from_db.__func__ is models.Model.from_db.__func__  # type: ignore[attr-defined]
+        assert model.refresh_from_db is models.Model.refresh_from_db
+
+
+def test_a_save_through_another_instance_of_the_row_is_the_new_baseline(
+    workspace: Workspace,
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    first = Contact.objects.get(pk=contact.pk)
+    second = Contact.objects.get(pk=contact.pk)
+    second.name = "v2"
+    second.save()
+    forget_messages()
+    # The row holds "v2"; saving the first instance, unchanged since it read "v1", writes
+    # "v1" back: that is a change of the row.
+    first.save()
+    assert changes() == [("contact.updated", ["name"])]
+
+
+def test_a_value_set_back_after_a_refresh_is_announced(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    loaded = Contact.objects.get(pk=contact.pk)
+    Contact.objects.filter(pk=contact.pk).update(name="elsewhere")
+    loaded.refresh_from_db()
+    forget_messages()
+    loaded.name = "v1"
+    loaded.save()
+    assert changes() == [("contact.updated", ["name"])]
+
+
+def test_a_deferred_field_loaded_later_counts_from_what_was_loaded(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1", email="a@x")
+    loaded = Contact.objects.defer("email").get(pk=contact.pk)
+    assert loaded.email == "a@x"  # fetched now, through refresh_from_db(fields=["email"])
+    forget_messages()
+    loaded.email = "b@x"
+    loaded.save(update_fields=None)
+    assert changes() == [("contact.updated", ["email"])]
+
+
+@pytest.mark.skipif(django.VERSION < (6, 1), reason="fetch modes are new in Django 6.1")
+def test_a_field_fetched_for_peers_and_changed_is_announced(workspace: Workspace) -> None:
+    for name in ("a", "b"):
+        Contact.objects.create(workspace=workspace, name=name, email=f"{name}@x")
+    every_column_but_email = [f.name for f in Contact._meta.concrete_fields if f.name != "email"]
+    peers = list(
+        Contact.objects.fetch_mode(models.FETCH_PEERS)  # type: ignore[attr-defined]
+        .only(*every_column_but_email)
+        .order_by("pk")
+    )
+    assert peers[0].email == "a@x"  # fetched for both, without building instances
+    forget_messages()
+    peers[1].email = "changed@x"
+    peers[1].save()
+    assert changes() == [("contact.updated", ["email"])]
+
+
+def test_an_instance_loaded_in_a_transaction_can_be_pickled_and_saved(
+    workspace: Workspace,
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    with transaction.atomic():
+        cached = pickle.dumps(Contact.objects.get(pk=contact.pk))
+    restored = pickle.loads(cached)  # noqa: S301 - our own bytes
+    forget_messages()
+    # Nothing known survives the pickle: every column counts as written.
+    restored.save()
+    everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
+    assert changes() == [("contact.updated", everything)]
+
+
+def test_a_row_built_by_hand_over_a_loaded_one_counts_every_column(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    by_hand = Contact(pk=contact.pk, workspace=workspace, name="v1")
+    forget_messages()
+    by_hand.save()
+    everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
+    assert changes() == [("contact.updated", everything)]
+    forget_messages()
+    # Once saved, what it wrote is what the row holds.
+    by_hand.save()
     assert changes() == []

@@ -15,6 +15,8 @@ from typing import ParamSpec, TypeVar
 
 from django.db import connections, transaction
 
+from realtime.compat._django_callbacks import in_transaction
+
 logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
@@ -25,7 +27,7 @@ def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T 
     """Run ``build``, logging and swallowing any failure; in a savepoint when it may query
     inside a transaction, so that a failed query cannot poison the write's transaction."""
     try:
-        if queries and connections[using].in_atomic_block:
+        if queries and in_transaction(connections[using]):
             with transaction.atomic(using=using):
                 return build()
         return build()

@@ -51,6 +51,7 @@ def disconnect(model: type[models.Model]) -> None:
     for field in model._meta.local_many_to_many:
         through = field.remote_field.through
         m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
+    snapshots.untrack(model)
 
 
 @never_raises
@@ -66,6 +67,7 @@ def on_pre_save(
     options = options_for(sender)
     if raw or options is None:
         return
+    snapshots.saving(instance)
     plan = plan_before(options, instance, update_fields)
     if plan is not None:
         label = f"the readers of {options.name}:{instance.pk}"
@@ -89,7 +91,7 @@ def on_post_save(
     if raw or options is None:
         return
     changed = None if created else snapshots.changed_fields(instance, update_fields)
-    snapshots.take(instance, snapshots.written_attnames(instance, update_fields), using)
+    snapshots.saved(instance, snapshots.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return

@@ -1,16 +1,23 @@
-"""What a row holds in the database, as far as an instance knows: so an update can say which
+"""What a row holds in the database, as far as this thread knows: so an update can say which
 columns it changed.
 
-A snapshot is taken when Django builds an instance from the database (``from_db``), refreshed
-by ``refresh_from_db`` for the columns it reloads, and by each save for the columns it wrote.
-Each of these is a layer tied to the savepoint it was taken in (``transactions.Mark``): a
-layer whose savepoint or transaction rolled back no longer counts (the row holds again what
-the layers before it say), so a save retried after a rollback compares with what was
-committed, and a column known only from inside a rolled-back transaction counts as changed at
-the next save. Values that can change in
-place (a JSONField's dict, an ArrayField's list) are copied, so mutating the instance's value
-never mutates its snapshot. Only loaded columns are kept: deferred fields are never touched. An
-instance built by hand has no snapshot; its saves count every concrete column as written.
+What is known of a row is kept in a ``Row``, shared by every instance of that row this thread
+holds: each instance built by Django adds what it was built with (``post_init``: a load, a
+``refresh_from_db``, a deferred field fetched), and each save adds the columns it wrote. So a
+row refreshed, or saved through another instance, is compared with what the database holds
+now, not with what one instance once read — without replacing anything on the application's
+model classes. An instance built by hand (``Model(...)``) adds what it was built with too, but
+that counts only once Django says it came from the database (``_state.adding`` false); a
+hand-built instance saved for the first time has no snapshot: all its columns count as
+written.
+
+Each piece of knowledge is tied to its transaction (``transactions.Fate``): a save whose
+savepoint or transaction rolled back no longer counts (the row holds again what came before
+it), a read counts only while the transaction it was made in stands, and a read made after a
+pending save of the row stands and falls with that save. Values that can change in place (a
+JSONField's dict, an ArrayField's list) are copied, so mutating the instance's value never
+mutates the snapshot. Only loaded columns are kept: deferred fields are never touched. A
+column an instance holds whose stored value is not known counts as changed.
 """
 
 from __future__ import annotations
@@ -19,18 +26,25 @@ import copy
 import datetime
 import decimal
 import logging
+import threading
 import uuid
-from collections.abc import Callable, Iterable
+import weakref
+from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from django.db import models
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init
 
 from realtime.writes import transactions
-from realtime.writes.transactions import Mark
+from realtime.writes.transactions import Fate
 
 logger = logging.getLogger(__name__)
 
-SNAPSHOT = "_realtime_snapshot"
+ROW = "_realtime_row"
+#: Set in ``pre_save`` on an instance Django is about to insert or that was built by hand.
+NEW = "_realtime_new"
 _MISSING = object()
 #: Stands for a value nobody knows any more (its layer rolled back, or it could not be copied).
 _UNKNOWN = object()
@@ -48,56 +62,221 @@ _IMMUTABLE = (
     datetime.timedelta,
     uuid.UUID,
 )
-
 #: The same, looked up by exact type first: a snapshot is taken of every row loaded.
 _IMMUTABLE_TYPES = frozenset(_IMMUTABLE)
+UID = "realtime:snapshot"
 
-Layer = tuple[Mark | None, dict[str, Any]]
+
+class Layer:
+    """What one read or one save told of the row."""
+
+    __slots__ = ("db", "fates", "state", "values")
+
+    def __init__(
+        self,
+        values: dict[str, Any],
+        fates: tuple[Fate, ...],
+        state: ModelState | None = None,
+        db: str | None = None,
+    ) -> None:
+        self.values = values
+        self.fates = fates
+        #: A read: the state of the instance that read it (its ``db`` and whether it came
+        #: from the database are known only once Django has finished building it).
+        self.state = state
+        #: A save: the alias written.
+        self.db = db
+
+    def alias(self) -> str | None:
+        """The database this layer is about; ``None`` for what no database told."""
+        state = self.state
+        if state is None:
+            return self.db
+        return None if state.adding else state.db
+
+    def stands(self) -> bool | None:
+        """Whether it still counts: all its fates stand (``None``: cannot tell)."""
+        answer: bool | None = True
+        for made in self.fates:
+            stands = made.stands()
+            if stands is False:
+                return False
+            if stands is None:
+                answer = None
+        return answer
 
 
-def take(
-    instance: models.Model, attnames: Iterable[str] | None = None, using: str | None = None
+class Row:
+    """Everything this thread knows of one row, shared by its instances."""
+
+    __slots__ = ("__weakref__", "layers")
+
+    def __init__(self) -> None:
+        self.layers: list[Layer] = []
+
+    def __reduce__(self) -> tuple[type[Row], tuple[()]]:
+        # A pickled instance (a cache) comes back knowing nothing: its transactions are gone.
+        return (Row, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Row:
+        return Row()
+
+    def pending_saves(self) -> tuple[Fate, ...]:
+        """The fates of saves of the row whose transaction is still open."""
+        return tuple(
+            made
+            for layer in self.layers
+            if layer.state is None
+            for made in layer.fates
+            if not made.settled()
+        )
+
+    def settle(self) -> None:
+        """Fold the leading layers whose fate is final into one, so that a long-lived row
+        keeps a few layers; drop the reads of instances that never came from the database."""
+        folded: dict[str, Any] = {}
+        alias: str | None = None
+        taken = 0
+        for layer in self.layers:
+            if layer.state is not None and layer.state.adding:
+                taken += 1
+                continue
+            if not all(made.settled() for made in layer.fates):
+                break
+            if alias is not None and layer.alias() != alias:
+                break
+            alias = layer.alias()
+            if layer.stands():
+                folded.update(layer.values)
+            else:
+                for attname in layer.values:
+                    folded.setdefault(attname, _UNKNOWN)
+            taken += 1
+        if taken > 1 or (taken and alias is None):
+            self.layers[:taken] = [] if alias is None else [Layer(folded, (), db=alias)]
+
+    def forget_reads_of(self, state: ModelState) -> None:
+        """Drop what an instance was built with (it was built by hand, not read)."""
+        self.layers = [layer for layer in self.layers if layer.state is not state]
+
+
+class _Rows(threading.local):
+    """This thread's rows by (concrete model, primary key), while an instance holds them."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[Any, Any], weakref.KeyedRef[Any, Row]] = {}
+        self.forget = partial(_forget, self.by_key)
+
+    def get(self, key: tuple[Any, Any]) -> Row:
+        by_key = self.by_key
+        ref = by_key.get(key)
+        row = None if ref is None else ref()
+        if row is None:
+            row = Row()
+            by_key[key] = weakref.KeyedRef(row, self.forget, key)
+        return row
+
+
+def _forget(
+    by_key: dict[tuple[Any, Any], weakref.KeyedRef[Any, Row]], ref: weakref.KeyedRef[Any, Row]
 ) -> None:
-    """Record the current values of ``attnames`` (default: every loaded concrete column) as
-    what the row holds, in the current savepoint of ``using``'s transaction."""
+    if by_key.get(ref.key) is ref:
+        del by_key[ref.key]
+
+
+_rows = _Rows()
+
+
+def _row_of(instance: models.Model, pk: Any) -> Row:
     try:
-        values = instance.__dict__
-        if attnames is None:
-            attnames = [f.attname for f in instance._meta.concrete_fields]
-        taken = {}
-        for attname in attnames:
-            value = values.get(attname, _MISSING)
-            if value is not _MISSING:
-                taken[attname] = value if type(value) in _IMMUTABLE_TYPES else _frozen(value)
-        made = transactions.mark(using or instance._state.db or "default")
-        layers: list[Layer] = values.setdefault(SNAPSHOT, [])
-        if layers and layers[-1][0] is made:
-            layers[-1][1].update(taken)
-        else:
-            layers.append((made, taken))
-            _settle(layers)
+        return _rows.get((instance._meta.concrete_model, pk))
+    except TypeError:  # a primary key that cannot be hashed: known to this instance only
+        return Row()
+
+
+def track(model: type[models.Model]) -> None:
+    """Keep what instances of ``model`` are built with (connected per model, never for every
+    model: a global receiver would cost every model's instances). Idempotent."""
+    post_init.connect(loaded, sender=model, dispatch_uid=UID)
+
+
+def untrack(model: type[models.Model]) -> None:
+    post_init.disconnect(sender=model, dispatch_uid=UID)
+
+
+def loaded(sender: type[models.Model], instance: models.Model, **kwargs: Any) -> None:
+    """``post_init``: note what the instance was built with, to count once Django says it
+    came from the database."""
+    try:
+        pk = instance.pk
+        if pk is None:
+            return  # a new row: its first save starts what is known of it
+        row = _row_of(instance, pk)
+        instance.__dict__[ROW] = row
+        fates = transactions.reads()
+        layers = row.layers
+        if layers:
+            row.settle()
+            fates += row.pending_saves()
+        layers.append(Layer(_taken(instance, None), fates, instance._state))
+    except Exception:
+        logger.exception("realtime: reading a loaded %s failed", type(instance).__name__)
+        instance.__dict__.pop(ROW, None)
+
+
+def saving(instance: models.Model) -> None:
+    """``pre_save``: an instance Django is about to insert, or built by hand, has no snapshot
+    for this save (what it was built with was never read from the database)."""
+    if instance._state.adding:
+        instance.__dict__[NEW] = True
+        row: Row | None = instance.__dict__.get(ROW)
+        if row is not None:
+            row.forget_reads_of(instance._state)
+
+
+def saved(instance: models.Model, attnames: Iterable[str], using: str) -> None:
+    """``post_save``: the columns written are what the row holds, if this save commits."""
+    try:
+        instance.__dict__.pop(NEW, None)
+        pk = instance.pk
+        row = instance.__dict__.get(ROW)
+        if row is None:
+            if pk is None:
+                return
+            row = instance.__dict__[ROW] = _row_of(instance, pk)
+        row.settle()
+        row.layers.append(Layer(_taken(instance, attnames), (transactions.fate(using),), db=using))
     except Exception:
         logger.exception("realtime: taking a snapshot of %s failed", type(instance).__name__)
-        instance.__dict__.pop(SNAPSHOT, None)
+        instance.__dict__.pop(ROW, None)
 
 
 def before(instance: models.Model) -> dict[str, Any] | None:
-    """What the row holds as far as ``instance`` knows, by attname; ``None`` without a snapshot.
+    """What the row holds as far as this thread knows, by attname; ``None`` without a
+    snapshot.
 
     A layer that rolled back is ignored (its writes were undone, the row holds what the layers
     before it say); a column only such layers knew is unknown, and compares unequal to
     anything.
     """
-    layers: list[Layer] | None = instance.__dict__.get(SNAPSHOT)
-    if layers is None:
+    values = instance.__dict__
+    row: Row | None = values.get(ROW)
+    if row is None or NEW in values or instance._state.adding:
         return None
+    db = instance._state.db
     known: dict[str, Any] = {}
     lost: set[str] = set()
-    for made, values in layers:
-        if transactions.stands(made):
-            known.update(values)
+    counted = False
+    for layer in row.layers:
+        if layer.alias() != db:
+            continue
+        counted = True
+        if layer.stands():
+            known.update(layer.values)
         else:
-            lost.update(values)
+            lost.update(layer.values)
+    if not counted:
+        return None
     for attname in lost:
         known.setdefault(attname, _UNKNOWN)
     return known
@@ -114,7 +293,9 @@ def changed_fields(instance: models.Model, update_fields: Iterable[str] | None) 
         return sorted(f.name for f in concrete)
     values = instance.__dict__
     return sorted(
-        f.name for f in concrete if f.attname in known and differs(values, known, f.attname)
+        f.name
+        for f in concrete
+        if f.attname in values and (f.attname not in known or differs(values, known, f.attname))
     )
 
 
@@ -146,6 +327,30 @@ def written_attnames(instance: models.Model, update_fields: Iterable[str] | None
     return [meta.get_field(name).attname for name in update_fields]  # type: ignore[union-attr]
 
 
+def _taken(instance: models.Model, attnames: Iterable[str] | None) -> dict[str, Any]:
+    """The current values of ``attnames`` (default: every loaded concrete column)."""
+    values = instance.__dict__
+    if attnames is None:
+        attnames = _columns(type(instance))
+    taken = {attname: values[attname] for attname in attnames if attname in values}
+    for attname, value in taken.items():
+        if type(value) not in _IMMUTABLE_TYPES:
+            taken[attname] = _frozen(value)
+    return taken
+
+
+_attnames: dict[type[models.Model], tuple[str, ...]] = {}
+
+
+def _columns(model: type[models.Model]) -> tuple[str, ...]:
+    """The attnames of ``model``'s concrete fields (looked up once per model)."""
+    try:
+        return _attnames[model]
+    except KeyError:
+        found = _attnames[model] = tuple(f.attname for f in model._meta.concrete_fields)
+        return found
+
+
 def _frozen(value: Any) -> Any:
     """``value``, or a deep copy of it when it could change in place."""
     if isinstance(value, _IMMUTABLE):
@@ -154,48 +359,3 @@ def _frozen(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:
         return _UNKNOWN
-
-
-def _settle(layers: list[Layer]) -> None:
-    """Fold the leading layers whose fate is known (committed, outside a transaction, or
-    rolled back) into the first one, so that a long-lived instance keeps a few layers."""
-    settled: dict[str, Any] = {}
-    count = 0
-    for made, values in layers:
-        if made is None or made.committed:
-            settled.update(values)
-        elif not transactions.stands(made):
-            for attname in values:
-                settled.setdefault(attname, _UNKNOWN)
-        else:
-            break
-        count += 1
-    if count > 1:
-        layers[:count] = [(None, settled)]
-
-
-def track(model: type[models.Model]) -> None:
-    """Make ``model`` (and its subclasses) snapshot what they load. Idempotent."""
-    if getattr(model.from_db, "_realtime", False):
-        return
-    original_from_db: Callable[..., models.Model] = model.from_db.__func__  # type: ignore[attr-defined]
-    original_refresh: Callable[..., None] = model.refresh_from_db
-
-    # Keywords go through as given: Django 6.1 passes fetch_mode, and warns about (and loses
-    # the fetch mode of) a from_db that does not take it.
-    def from_db(
-        cls: type[models.Model], /, db: str | None, field_names: Any, values: Any, **kwargs: Any
-    ) -> Any:
-        instance = original_from_db(cls, db, field_names, values, **kwargs)
-        take(instance, using=db)
-        return instance
-
-    def refresh_from_db(self: models.Model, *args: Any, **kwargs: Any) -> None:
-        original_refresh(self, *args, **kwargs)
-        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
-        take(self, None if fields is None else written_attnames(self, fields))
-
-    from_db._realtime = True  # type: ignore[attr-defined]
-    from_db._realtime_original = original_from_db  # type: ignore[attr-defined]
-    model.from_db = classmethod(from_db)  # type: ignore[method-assign,assignment]
-    model.refresh_from_db = refresh_from_db  # type: ignore[method-assign]

@@ -1,92 +1,97 @@
 """Know, later in a transaction, whether something done earlier in it still stands.
 
-Django tells nobody when a savepoint rolls back; it only discards the ``on_commit`` callbacks
-registered inside it, by replacing its list of callbacks with the survivors. A ``Mark`` is
-such a callback: it stands while the savepoints and transaction it was made in stand, falls
-with them, and stands for good once the transaction commits (its callback ran). One mark is
-shared by everything done in the same savepoint of the same transaction, so loading a
-thousand rows costs one callback, not a thousand.
+Django documents what happens to an ``on_commit`` callback: it runs when the transaction
+commits, and is discarded, never to run, when the savepoint or transaction it was registered
+in rolls back. A ``Fate`` is such a callback of realtime's own, registered when something is
+done (a row read, a row saved) and held by Django alone; realtime keeps a weak reference to
+it. So a fate has run (what it stands for committed), is still held (it stands so far), or was
+released unrun (its savepoint or transaction rolled back) — known at once, during the
+transaction, because Django drops a discarded callback when it discards it. That last point is
+checked once per process (``realtime.compat``); where it does not hold, a fate not yet run is
+*unknown*, and whoever asks assumes the worst.
 
-``held_callbacks`` reads which callbacks Django still holds, once per list it replaced; the
-outbox uses it too. Both read ``connection.run_on_commit`` and ``savepoint_ids``, which Django
-5.2 to 6.1 keep alike.
+Reads share one fate per transaction (``shared``): a thousand rows loaded cost one callback.
+A read inside a savepoint opened after that fate was made is tied to it, and so outlives the
+savepoint's rollback: what such a read saw is undone only if the savepoint wrote the row, and
+the row's own writes, which realtime sees, carry fates of their own (see ``snapshots``).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.transaction import TransactionManagementError
+
+from realtime.compat._django_callbacks import callbacks_released, in_transaction
 
 
-class Mark:
-    """Something done in one savepoint of one transaction; see the module docstring."""
+class Fate:
+    """Whether something done in a transaction stands: see the module docstring."""
 
-    __slots__ = ("__weakref__", "committed", "connection", "dead", "hooks")
+    __slots__ = ("_callback", "ran", "using")
 
-    def __init__(self, connection: BaseDatabaseWrapper) -> None:
-        self.connection = weakref.ref(connection)
-        self.committed = False
-        self.dead = False
-        #: Django's list of callbacks this mark's callback went into.
-        self.hooks: list[Any] = []
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.ran = False
+        self._callback: weakref.ref[_Callback] | None = None
+
+    def stands(self) -> bool | None:
+        """``True``: committed or still held; ``False``: rolled back; ``None``: cannot tell
+        (Django keeps discarded callbacks alive, see the module docstring)."""
+        if self.ran:
+            return True
+        callback = self._callback
+        if callback is None or callback() is None:
+            return False
+        return True if callbacks_released(connections[self.using]) else None
+
+    def settled(self) -> bool:
+        """Whether its fate is final: run, or released unrun."""
+        callback = self._callback
+        return self.ran or callback is None or callback() is None
+
+
+class _Callback:
+    """What Django holds: running it marks its fate committed."""
+
+    __slots__ = ("__weakref__", "fate")
+
+    def __init__(self, fate: Fate) -> None:
+        self.fate = fate
 
     def __call__(self) -> None:
-        self.committed = True
+        self.fate.ran = True
 
 
-_current: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[list[Any], tuple[Any, ...], Mark]]
-_current = weakref.WeakKeyDictionary()
-_held: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[list[Any], int, frozenset[int]]]
-_held = weakref.WeakKeyDictionary()
-
-
-def mark(using: str) -> Mark | None:
-    """The mark of the current savepoint of the transaction on ``using``; ``None`` outside a
-    transaction, where whatever is done stands at once."""
-    connection = connections[using]
-    if not connection.in_atomic_block:
-        return None
-    hooks = connection.run_on_commit
-    savepoints = tuple(connection.savepoint_ids)
-    current = _current.get(connection)
-    if current is not None and current[0] is hooks and current[1] == savepoints:
-        return current[2]
-    made = Mark(connection)
-    transaction.on_commit(made, using=using, robust=True)
-    made.hooks = connection.run_on_commit
-    _current[connection] = (made.hooks, savepoints, made)
+def fate(using: str) -> Fate:
+    """A new fate for something done now on ``using``: committed at once outside a
+    transaction (and under manual transaction management, where no commit can be awaited)."""
+    made = Fate(using)
+    callback = _Callback(made)
+    made._callback = weakref.ref(callback)
+    try:
+        transaction.on_commit(callback, using=using, robust=True)
+    except TransactionManagementError:
+        made.ran = True
     return made
 
 
-def stands(made: Mark | None) -> bool:
-    """Whether what was done under ``made`` still stands (or committed)."""
-    if made is None or made.committed:
-        return True
-    if made.dead:
-        return False
-    connection = made.connection()
-    if connection is None:
-        made.dead = True
-        return False
-    hooks = connection.run_on_commit
-    if hooks is made.hooks:
-        return True
-    if id(made) in held_callbacks(connection):
-        made.hooks = hooks
-        return True
-    made.dead = True
-    return False
+_shared: weakref.WeakKeyDictionary[BaseDatabaseWrapper, Fate] = weakref.WeakKeyDictionary()
 
 
-def held_callbacks(connection: BaseDatabaseWrapper) -> frozenset[int]:
-    """The ids of the callbacks Django holds now for ``connection``'s transaction."""
-    hooks: list[Any] = connection.run_on_commit
-    cached = _held.get(connection)
-    if cached is not None and cached[0] is hooks and cached[1] == len(hooks):
-        return cached[2]
-    held = frozenset(id(hook[1]) for hook in hooks)
-    _held[connection] = (hooks, len(hooks), held)
-    return held
+def reads() -> tuple[Fate, ...]:
+    """The fates of a read made now: one per alias with a transaction open in this thread
+    (a read does not know its own alias until its row is built), made at the transaction's
+    first read; none outside transactions, where what is read is what is stored."""
+    found: tuple[Fate, ...] = ()
+    for alias in connections.settings:
+        connection = connections[alias]
+        if not in_transaction(connection):
+            continue
+        current = _shared.get(connection)
+        if current is None or current.settled():
+            current = _shared[connection] = fate(alias)
+        found += (current,)
+    return found
