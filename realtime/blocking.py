@@ -53,8 +53,6 @@ _background: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
 #: Every connection a pool thread keeps -> when a call last finished with it.
 _kept: dict[Any, float] = {}
-#: Seconds past ``REALTIME_HEARTBEAT_TIMEOUT`` a statement may wait before it is cut.
-CUT_GRACE = 1.0
 #: The statement clock of each pool thread, by thread.
 _clocks: dict[int, StatementClock] = {}
 
@@ -142,25 +140,16 @@ def _timed(
 
 def cut_stuck_statements() -> int:
     """Cut the connection of every pool thread's statement that has had no answer for
-    ``REALTIME_HEARTBEAT_TIMEOUT`` plus ``CUT_GRACE`` seconds; how many were cut.
+    ``REALTIME_HEARTBEAT_TIMEOUT`` plus ``statement_clock.CUT_GRACE`` seconds; how many were
+    cut.
 
     Called on the event loop by the worker's housekeeping, every tick.
     """
     bound, now = conf.HEARTBEAT_TIMEOUT, time.monotonic()
     with _lock:
         clocks = list(_clocks.values())
-    cut = 0
-    for clock in clocks:
-        running = clock.running_for(now)
-        if running is not None and running > bound + CUT_GRACE and clock.cut():
-            cut += 1
-            logger.warning(
-                "realtime: a statement of a handshake, recheck or audience check had no "
-                "answer for %.1f s (bound %.1f s); cut its connection",
-                running,
-                bound,
-            )
-    return cut
+    what = "a statement of a handshake, recheck or audience check"
+    return sum(clock.cut_overdue(now, bound, what) for clock in clocks)
 
 
 async def run_blocking(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

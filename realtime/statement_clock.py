@@ -22,6 +22,10 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger(__name__)
 
+#: Seconds a statement may outlive its bound before a watchdog cuts its connection: a bound
+#: the server enforces itself (a statement timeout) gets the first chance to end it.
+CUT_GRACE = 1.0
+
 
 class StatementClock:
     """When one thread's statement under way began, and the socket it waits on."""
@@ -49,6 +53,20 @@ class StatementClock:
         """Seconds the statement under way has run (``None``: none is)."""
         since = self._since
         return None if since is None else now - since
+
+    def cut_overdue(self, now: float, bound: float, what: str) -> bool:
+        """Cut the statement under way if it has run past ``bound`` plus ``CUT_GRACE``
+        seconds, and say so in one WARNING naming ``what``; whether it was cut."""
+        running = self.running_for(now)
+        if running is None or running <= bound + CUT_GRACE or not self.cut():
+            return False
+        logger.warning(
+            "realtime: %s had no answer for %.1f s (bound %.1f s); cut its connection",
+            what,
+            running,
+            bound,
+        )
+        return True
 
     def cut(self) -> bool:
         """Shut the socket of the statement under way down, so its read fails now."""

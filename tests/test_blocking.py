@@ -16,7 +16,7 @@ import pytest
 from django.db import DatabaseError, connection
 from django.db.backends.signals import connection_created
 
-from realtime import blocking
+from realtime import blocking, statement_clock
 from realtime.blocking import close_connections, run_blocking
 from tests.helpers import calling_every, off_loop, only_on
 from tests.proxy import Proxy, default_database_through
@@ -115,7 +115,7 @@ async def test_a_kept_connection_gone_silent_is_cut_past_the_bound_and_the_threa
     idle: bool,
 ) -> None:
     settings.REALTIME_HEARTBEAT_TIMEOUT = 0.2
-    monkeypatch.setattr(blocking, "CUT_GRACE", 0.1)
+    monkeypatch.setattr(statement_clock, "CUT_GRACE", 0.1)
     with default_database_through(proxy), caplog.at_level(logging.WARNING, logger="realtime"):
         backend = await blocking.run_in_background(backend_id)  # kept, through the relay
         proxy.freeze()  # its flow goes silent; new connections still flow

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from realtime import metrics
+from realtime import metrics, statement_clock
 from realtime.statement_clock import StatementClock
 from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.outage import Outage
@@ -40,8 +40,6 @@ logger = logging.getLogger(__name__)
 
 # Longest pause between polls while the database keeps failing.
 MAX_ERROR_BACKOFF = 5.0
-#: Seconds a statement may outlive its bound before the watchdog cuts its connection.
-CUT_GRACE = 1.0
 #: Seconds of outage after which the lost connection is logged again, as an error.
 ERROR_AFTER = 60.0
 
@@ -125,7 +123,7 @@ class Poller:
         self._stopping.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(self.bounds.statement_timeout + CUT_GRACE)
+            self._thread.join(self.bounds.statement_timeout + statement_clock.CUT_GRACE)
             if self._thread.is_alive():
                 self.clock.cut()
                 self._thread.join()
@@ -169,19 +167,11 @@ class Poller:
             return
         now = time.monotonic()
         bound = self.bounds.statement_timeout
-        running = self.clock.running_for(now)
-        if running is not None and running > bound + CUT_GRACE and self.clock.cut():
-            self.cuts += 1
-            logger.warning(
-                "realtime: a statement of the table poller had no answer for %.1f s "
-                "(bound %.1f s); cut its connection",
-                running,
-                bound,
-            )
+        self.cuts += self.clock.cut_overdue(now, bound, "a statement of the table poller")
         idle = now - self.last_round
         if not self._thread.is_alive():
             why = "its thread stopped"
-        elif idle > 2 * (bound + CUT_GRACE) + MAX_ERROR_BACKOFF + self.interval:
+        elif idle > 2 * (bound + statement_clock.CUT_GRACE) + MAX_ERROR_BACKOFF + self.interval:
             why = f"it completed no round for {idle:.1f} s"
         else:
             return
@@ -209,8 +199,7 @@ class Poller:
                     if not self._current(generation):
                         break
                     failures += 1
-                    delay = min(self.interval * 2**failures, max(MAX_ERROR_BACKOFF, self.interval))
-                    self.outage.failed(exc, delay)
+                    self.outage.failed(exc, self._backoff(failures))
                     if self.outage.duration() > ERROR_AFTER:
                         self.outage.escalate("is still lost")
                     close_connection(self.store.using)
@@ -219,11 +208,15 @@ class Poller:
                 # The interval runs from the start of a poll: its cost is not added to it.
                 delay = max(0.0, self.interval - (time.monotonic() - started))
                 if failures:
-                    delay = min(self.interval * 2**failures, max(MAX_ERROR_BACKOFF, self.interval))
+                    delay = self._backoff(failures)
                 self._wake.wait(delay)
                 self._wake.clear()
         finally:
             close_connection(self.store.using)
+
+    def _backoff(self, failures: int) -> float:
+        """The pause after ``failures`` failed rounds in a row: doubling, within a cap."""
+        return float(min(self.interval * 2**failures, max(MAX_ERROR_BACKOFF, self.interval)))
 
     def _take_anchors(self, generation: int) -> None:
         with self._lock:

@@ -90,11 +90,8 @@ class Trimmer:
 
     def watch(self) -> None:
         """Cut a background trim whose statement outlived its bound (on the event loop)."""
-        running = self.clock.running_for(time.monotonic())
-        overdue = running is not None and running > self.bounds.statement_timeout + 1.0
-        if overdue and self.clock.cut():
-            self.cuts += 1
-            logger.warning("realtime: a trim had no answer for %.1f s; cut its connection", running)
+        bound = self.bounds.statement_timeout
+        self.cuts += self.clock.cut_overdue(time.monotonic(), bound, "a trim")
 
     def _trim_in_background(self) -> int:
         try:
