@@ -36,6 +36,10 @@ Two parts:
   - *one block of N writes*: the N writes in a single ``transaction.atomic()``, timed whole and
     divided by N: the publication happens once for the whole block (one INSERT of N messages).
 
+  Between the saves and the deletes, the N rows are also read back in one query, outside a
+  transaction and inside ``transaction.atomic()``, per row: what keeping track of what each
+  row holds (the snapshot taken as Django builds each instance) costs a read.
+
   Each figure is the mean time per write over ``--writes`` writes; the repeat is done
   ``--repeat`` times and the median, minimum and maximum across the repeats are printed, with
   the ratio of the medians.
@@ -333,6 +337,16 @@ WAYS = {
     "block": "one atomic() block per write, commit and publication included",
     "inside": "in the transaction only: the ORM call inside the block (no COMMIT, no publication)",
     "batch": "one atomic() block of N writes, per write (publication once per block)",
+    "read": "reading the N rows in one query, per row, outside a transaction",
+    "read_atomic": "reading the N rows in one query, per row, inside atomic()",
+}
+#: What each way times: reads build instances (where realtime keeps what a row holds).
+WAY_OPERATIONS = {
+    "block": OPERATIONS,
+    "inside": OPERATIONS,
+    "batch": OPERATIONS,
+    "read": ("load",),
+    "read_atomic": ("load",),
 }
 
 
@@ -359,6 +373,18 @@ def one_block(writes: Sequence[Write]) -> float:
         for write in writes:
             write()
     return (time.perf_counter() - start) / len(writes)
+
+
+def read(model: type[models.Model], pks: Sequence[Any], atomic: bool) -> float:
+    """Load the rows ``pks`` in one query; mean seconds per row."""
+    gc.collect()
+    block = transaction_atomic() if atomic else contextlib.nullcontext()
+    start = time.perf_counter()
+    with block:
+        loaded = list(model._default_manager.filter(pk__in=pks))
+    elapsed = time.perf_counter() - start
+    del loaded
+    return elapsed / len(pks)
 
 
 def transaction_atomic() -> contextlib.AbstractContextManager[Any]:
@@ -398,6 +424,13 @@ def time_repeat(variants: Sequence[Variant], workspace: Any, count: int, timings
         for operation in OPERATIONS:
             for variant in variants:
                 mine = rows[variant.label]
+                if operation == "delete" and not batched:
+                    pks = [row.pk for row in mine]
+                    with announced(variant.on):
+                        timings.add("read", variant.label, "load", read(variant.model, pks, False))
+                        timings.add(
+                            "read_atomic", variant.label, "load", read(variant.model, pks, True)
+                        )
                 if operation == "create":
                     writes = creates(variant.model, workspace, count, mine)
                 elif operation == "save":
@@ -446,8 +479,10 @@ def report_time(variants: Sequence[Variant], timings: Timings, count: int) -> di
     )
     summary: dict[str, Any] = {}
     for way, title in WAYS.items():
-        print(f"  {title.replace('N writes', f'{count} writes')}")
-        for operation in OPERATIONS:
+        print(
+            f"  {title.replace('N writes', f'{count} writes').replace('N rows', f'{count} rows')}"
+        )
+        for operation in WAY_OPERATIONS[way]:
             print(f"    {operation}")
             for variant in variants:
                 values = timings.get(way, variant.label, operation)
