@@ -40,8 +40,11 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: ``callback(channel, payload, position)``; ``position`` is ``None`` without a log.
 Listener = Callable[[str, bytes, "int | None"], None]
@@ -51,6 +54,12 @@ Room = Callable[[], int]
 Missed = Callable[[frozenset[str]], None]
 #: One message read from the log: its channel, its payload and its position.
 LogEntry = tuple[str, bytes, int]
+
+
+def or_setting(value: T | None, setting: T) -> T:
+    """``value``, or ``setting`` where it is ``None``: a transport's arguments left ``None``
+    come from settings."""
+    return setting if value is None else value
 
 
 class Transport(abc.ABC):

@@ -37,7 +37,7 @@ from realtime.blocking import run_blocking
 from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.exceptions import PublishError
-from realtime.transports.base import LogEntry, Transport
+from realtime.transports.base import LogEntry, Transport, or_setting
 from realtime.transports.pg_listener import ListenerOptions, PgListener
 from realtime.transports.pg_log import Sequencer, parse, publish_logged
 from realtime.transports.table_store import MessageStore, Row, encode_channel
@@ -145,15 +145,15 @@ class PgNotifyTransport(Transport):
             listen_database if listen_database is not None else conf.LISTEN_DATABASE
         )
         self.options = ListenerOptions(
-            heartbeat_interval=_or(heartbeat_interval, conf.HEARTBEAT_INTERVAL),
-            heartbeat_timeout=_or(heartbeat_timeout, conf.HEARTBEAT_TIMEOUT),
-            backoff_start=_or(backoff_start, conf.RECONNECT_BACKOFF_START),
-            backoff_max=_or(backoff_max, conf.RECONNECT_BACKOFF_MAX),
+            heartbeat_interval=or_setting(heartbeat_interval, conf.HEARTBEAT_INTERVAL),
+            heartbeat_timeout=or_setting(heartbeat_timeout, conf.HEARTBEAT_TIMEOUT),
+            backoff_start=or_setting(backoff_start, conf.RECONNECT_BACKOFF_START),
+            backoff_max=or_setting(backoff_max, conf.RECONNECT_BACKOFF_MAX),
             keepidle=conf.TCP_KEEPIDLE,
             keepintvl=conf.TCP_KEEPINTVL,
             keepcnt=conf.TCP_KEEPCNT,
         )
-        self.supervise_interval = _or(supervise_interval, conf.SUPERVISE_INTERVAL)
+        self.supervise_interval = or_setting(supervise_interval, conf.SUPERVISE_INTERVAL)
         for name in ("heartbeat_interval", "heartbeat_timeout", "backoff_start", "backoff_max"):
             if not getattr(self.options, name) > 0:
                 raise ImproperlyConfigured(f"pg_notify transport: {name} must be > 0")
@@ -314,10 +314,7 @@ class PgNotifyTransport(Transport):
         return self.store.bounds() if self.log else None
 
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
-        if not self.log:
-            return []
-        rows = self.store.read_after({encode_channel(c) for c in channels}, after, limit)
-        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows]
+        return self.store.read_log(channels, after, limit) if self.log else []
 
     async def _anchor(self, channel: str) -> None:
         try:
@@ -380,7 +377,3 @@ async def _database_answers() -> bool:
         return await asyncio.wait_for(run_blocking(ask), 5.0)
     except Exception:
         return False
-
-
-def _or(value: Any, default: Any) -> Any:
-    return default if value is None else value

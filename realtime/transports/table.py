@@ -11,23 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from realtime.conf import conf
 from realtime.exceptions import PublishError
-from realtime.transports.base import LogEntry, Transport
+from realtime.transports.base import LogEntry, Transport, or_setting
 from realtime.transports.table_poller import Poller
 from realtime.transports.table_store import MessageStore, encode_channel
 from realtime.transports.trimming import Trimmer
-
-T = TypeVar("T")
-
-
-def _or(value: T | None, default: T) -> T:
-    return default if value is None else value
 
 
 class TableTransport(Transport):
@@ -46,15 +39,15 @@ class TableTransport(Transport):
     ) -> None:
         super().__init__()
         self.store = MessageStore(using)
-        self.polling_interval = _or(polling_interval, conf.POLLING_INTERVAL)
-        self.commit_grace = _or(commit_grace, conf.COMMIT_GRACE)
-        self.max_message_bytes: int = _or(max_payload, conf.MAX_PAYLOAD)
+        self.polling_interval = or_setting(polling_interval, conf.POLLING_INTERVAL)
+        self.commit_grace = or_setting(commit_grace, conf.COMMIT_GRACE)
+        self.max_message_bytes: int = or_setting(max_payload, conf.MAX_PAYLOAD)
         self._validate()
         self.trimmer = Trimmer(
             self.store,
-            _or(retention, conf.MESSAGE_RETENTION),
-            _or(trim_batch_size, conf.TRIM_BATCH_SIZE),
-            _or(auto_trim, conf.AUTO_TRIM),
+            or_setting(retention, conf.MESSAGE_RETENTION),
+            or_setting(trim_batch_size, conf.TRIM_BATCH_SIZE),
+            or_setting(auto_trim, conf.AUTO_TRIM),
             "table transport",
         )
         self._poller = Poller(self.store, self.polling_interval, self.commit_grace)
@@ -119,8 +112,7 @@ class TableTransport(Transport):
         return self.store.bounds()
 
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
-        rows = self.store.read_after({encode_channel(c) for c in channels}, after, limit)
-        return [(r.channel.decode("utf-8"), r.payload, r.id) for r in rows]
+        return self.store.read_log(channels, after, limit)
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""

@@ -26,6 +26,7 @@ from django.db.backends.utils import CursorWrapper
 from realtime.chunks import chunked
 from realtime.exceptions import ChannelTooLongError
 from realtime.fields import to_naive_utc
+from realtime.transports.base import LogEntry
 
 logger = logging.getLogger(__name__)
 
@@ -264,6 +265,12 @@ class MessageStore:
                 Row(int(id_), bytes(channel), bytes(payload))
                 for id_, channel, payload in cursor.fetchall()
             ]
+
+    def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
+        """``read_after`` in a transport's terms: the log's entries of these channels (named
+        as strings) after position ``after``, at most ``limit``, in order."""
+        rows = self.read_after({encode_channel(c) for c in channels}, after, limit)
+        return [(row.channel.decode("utf-8"), row.payload, row.id) for row in rows]
 
     def read_ids(self, ids: Collection[int]) -> list[Row]:
         """The rows of these ids that exist, by id."""
