@@ -286,10 +286,24 @@ def forget_checked_tokens() -> None:
 
 
 def _standing(user: Any | None, claims: tuple[Any, str]) -> Any | None:
-    """``user`` if it is active and still what the token remembers of it, else ``None``."""
-    if user is None or not getattr(user, "is_active", True):
+    """``user`` if the token still stands for it (``stands``, read from the instance)."""
+    if user is None:
         return None
-    return user if remembered(claims[1], *remembered_of(user)) else None
+    return (
+        user if stands(claims[1], getattr(user, "is_active", True), *remembered_of(user)) else None
+    )
+
+
+def stands(fingerprint: str, active: Any, username: Any, email: Any, password: Any) -> bool:
+    """Whether a token remembering ``fingerprint`` still stands for an account holding these
+    values: the account is active (``active``: its ``is_active``, ``True`` where it has none)
+    and still what the token remembers of it (``remembered``).
+
+    The one rule of a token's standing: the instance path (``user_of_token``,
+    ``users_of_tokens``) and the recheck's column path (``realtime.sockets.standing``) differ
+    only in where they read these values.
+    """
+    return bool(active) and remembered(fingerprint, username, email, password)
 
 
 def remembered(fingerprint: str, username: Any, email: Any, password: Any) -> bool:

@@ -22,6 +22,7 @@ from django.db.models.signals import post_init
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext, isolate_apps
 
+from realtime import auth as auth_module
 from realtime.auth import (
     TOKEN_SALT,
     RealtimeAuth,
@@ -278,6 +279,26 @@ def test_a_user_model_without_email_or_active_columns_is_read_as_its_instances_a
     row = {"pk": 7, "name": "k-7", "password": "!"}
     assert standing._row_stands(row, columns, fingerprint)
     assert not standing._row_stands({**row, "name": "k-8"}, columns, fingerprint)
+
+
+def test_the_instance_and_column_paths_ask_the_one_standing_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ann, bob = members(2, prefix="rule")
+    tokens = [issue_token(ann), issue_token(bob)]
+    assert standing_ids(tokens) == [ann.pk, bob.pk]
+    asked: list[str] = []
+
+    def all_but_bob(fingerprint: str, active: Any, username: Any, email: Any, pw: Any) -> bool:
+        asked.append(username)
+        return bool(username != bob.username)
+
+    monkeypatch.setattr(auth_module, "stands", all_but_bob)
+    by_instances = RealtimeAuth().users_of_tokens(tokens)
+    assert [getattr(user, "pk", None) for user in by_instances] == [ann.pk, None]
+    assert standing_ids(tokens) == [ann.pk, None]
+    assert RealtimeAuth().user_of_token(tokens[1]) is None
+    assert asked == [ann.username, bob.username, ann.username, bob.username, bob.username]
 
 
 def test_a_recheck_of_an_auth_that_replaces_a_hook_asks_the_hooks_for_instances() -> None:

@@ -29,7 +29,8 @@ from django.db.models.query import ModelIterable
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
 
-from realtime.auth import claims_of, remembered
+from realtime import auth
+from realtime.auth import claims_of
 from realtime.chunks import id_chunks
 
 logger = logging.getLogger(__name__)
@@ -77,12 +78,11 @@ def accounts_of_tokens(tokens: Sequence[str]) -> list[Account | None] | None:
 
 
 def _row_stands(row: dict[str, Any], columns: Columns, fingerprint: str) -> bool:
-    """Whether the account of ``row`` is active and still what the token remembers of it, as
-    ``auth._standing`` tells of an instance."""
-    if columns.is_active is not None and not row[columns.is_active]:
-        return False
+    """Whether the token still stands for the account of ``row`` (``auth.stands``, read from
+    its columns as an instance would answer them)."""
+    active = True if columns.is_active is None else row[columns.is_active]
     email = "" if columns.email is None else row[columns.email]
-    return remembered(fingerprint, row[columns.username], email, row[columns.password])
+    return auth.stands(fingerprint, active, row[columns.username], email, row[columns.password])
 
 
 def columns_of(model: type[models.Model]) -> Columns | None:
