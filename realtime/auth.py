@@ -19,6 +19,7 @@ change (or its password, with ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``), or it is 
 
 from __future__ import annotations
 
+import datetime
 import functools
 import threading
 import time
@@ -258,26 +259,38 @@ CHECKED_TOKENS = 65_536
 
 
 def claims_of(token: str) -> tuple[Any, str] | None:
-    """The account id and fingerprint a well-signed, unexpired token holds, else ``None``."""
+    """The account id and fingerprint a well-signed, unexpired token holds, else ``None``.
+
+    Its age is checked at every read, its signature only at the first (``_signed``). A token
+    holds the second it was issued in its signed payload (``"t"``); one issued before it did
+    (without ``"t"``) is read as Django's signing reads its age, ``signing.loads`` with
+    ``max_age``, signature included, at every read: that lasts ``REALTIME_TOKEN_MAX_AGE`` at
+    most, until the last such token expires.
+    """
     try:
-        user_id, fingerprint, signed_at = _signed(token)
-    except (signing.BadSignature, ValueError, TypeError, IndexError):
-        return None
-    # Expiry as Django's TimestampSigner reads it, at every read (the signature only once).
-    if time.time() - signed_at > conf.TOKEN_MAX_AGE:
+        user_id, fingerprint, issued = _signed(token)
+        if issued is None:
+            max_age = datetime.timedelta(seconds=conf.TOKEN_MAX_AGE)
+            signing.loads(token, salt=TOKEN_SALT, max_age=max_age)
+        elif time.time() - issued > conf.TOKEN_MAX_AGE:
+            return None  # expired as Django's signing tells it: older than the maximum age
+    except (signing.BadSignature, ValueError, TypeError):
         return None
     return user_id, fingerprint
 
 
 @functools.lru_cache(maxsize=CHECKED_TOKENS)
-def _signed(token: str) -> tuple[Any, str, float]:
-    """What a token signed with this project's keys holds, and when it was signed; raises
+def _signed(token: str) -> tuple[Any, str, int | float | None]:
+    """What a token signed with this project's keys holds: its account id, its fingerprint
+    and the second it was issued (``None``: a token from before it was held); raises
     ``BadSignature`` (or ``ValueError``) for any other."""
     claims = signing.loads(token, salt=TOKEN_SALT)
     if not isinstance(claims, dict) or "u" not in claims or "f" not in claims:
         raise signing.BadSignature("not a realtime token")
-    # ``dumps`` made it "payload:timestamp:signature", the timestamp in base 62.
-    return claims["u"], str(claims["f"]), float(signing.b62_decode(token.rsplit(":", 2)[1]))
+    issued = claims.get("t")
+    if issued is not None and (isinstance(issued, bool) or not isinstance(issued, int | float)):
+        raise signing.BadSignature("not a realtime token")
+    return claims["u"], str(claims["f"]), issued
 
 
 def forget_checked_tokens() -> None:
@@ -344,7 +357,8 @@ def fingerprint_of(
 def issue_token(user: Any) -> str:
     """Sign a bearer for ``user`` that the default ``RealtimeAuth.user_of_token`` accepts."""
     pk = user.pk if isinstance(user.pk, int | str) else str(user.pk)
-    return signing.dumps({"u": pk, "f": token_fingerprint(user)}, salt=TOKEN_SALT)
+    claims = {"u": pk, "f": token_fingerprint(user), "t": int(time.time())}
+    return signing.dumps(claims, salt=TOKEN_SALT)
 
 
 _lock = threading.Lock()

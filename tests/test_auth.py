@@ -30,6 +30,7 @@ from realtime.auth import (
     member_ids,
     token_fingerprint,
 )
+from realtime.sockets import standing
 from tests.testapp.models import (
     Company,
     Contact,
@@ -131,7 +132,10 @@ def test_token_with_an_altered_signature_stands_for_nobody(
     assert auth.user_of_token(altered) is None
 
 
-@pytest.mark.parametrize("claims", [[1, "f"], {"u": 1}, {"f": "x"}, "alice", None])
+@pytest.mark.parametrize(
+    "claims",
+    [[1, "f"], {"u": 1}, {"f": "x"}, "alice", None, {"u": 1, "f": "x", "t": "now"}],
+)
 def test_validly_signed_token_of_another_shape_stands_for_nobody(
     auth: RealtimeAuth, make_user: MakeUser, claims: Any
 ) -> None:
@@ -149,7 +153,7 @@ def test_token_older_than_max_age_stands_for_nobody(
     # no patched time.time. Signed timestamps are whole seconds and a token expires once its
     # age exceeds REALTIME_TOKEN_MAX_AGE, so with a one-second max age it is expired as soon
     # as the clock passes its signed second plus one: wait exactly that long (at most ~1 s).
-    issued = signing.b62_decode(token.split(":")[1])
+    issued = signing.loads(token, salt=TOKEN_SALT)["t"]
     time.sleep(max(0.0, issued + 1 - time.time()) + 0.05)
 
     with override_settings(REALTIME_TOKEN_MAX_AGE=1):
@@ -166,12 +170,56 @@ def test_a_token_read_before_is_still_refused_once_it_expires(
     token = issue_token(alice)
     # Read once while it stands (its signature is then checked, and kept).
     assert auth.user_of_token(token) == alice
-    issued = signing.b62_decode(token.split(":")[1])
+    issued = signing.loads(token, salt=TOKEN_SALT)["t"]
     time.sleep(max(0.0, issued + 1 - time.time()) + 0.05)
 
     with override_settings(REALTIME_TOKEN_MAX_AGE=1):
         assert auth.user_of_token(token) is None
         assert auth.users_of_tokens([token]) == [None]
+
+
+def legacy_token(user: Any) -> str:
+    """A token as ``issue_token`` signed them before it held the issue time in its payload."""
+    return signing.dumps({"u": user.pk, "f": token_fingerprint(user)}, salt=TOKEN_SALT)
+
+
+def test_a_token_holds_the_second_it_was_issued_in_its_signed_payload(
+    make_user: MakeUser,
+) -> None:
+    before = int(time.time())
+    claims = signing.loads(issue_token(make_user("alice")), salt=TOKEN_SALT)
+    assert before <= claims["t"] <= time.time()
+
+
+def test_a_token_issued_before_the_issue_time_was_in_its_payload_still_stands(
+    auth: RealtimeAuth, make_user: MakeUser
+) -> None:
+    alice = make_user("alice")
+    token = legacy_token(alice)
+
+    assert auth.user_of_token(token) == alice
+    assert auth.users_of_tokens([token, token]) == [alice, alice]
+    assert standing.accounts_of_tokens([token]) == [standing.Account(alice.pk)]
+    # Read again (its signature kept): it still stands until it expires.
+    assert auth.user_of_token(token) == alice
+    with override_settings(SECRET_KEY="another-key-" + "z" * 40):
+        assert auth.user_of_token(token) is None
+
+
+def test_a_token_issued_before_the_issue_time_was_in_its_payload_expires_on_time(
+    auth: RealtimeAuth, make_user: MakeUser
+) -> None:
+    alice = make_user("alice")
+    token = legacy_token(alice)
+    signed_by = time.time()  # its signed second is at most this
+    assert auth.user_of_token(token) == alice  # read once while it stands: its claims kept
+    time.sleep(max(0.0, signed_by + 1 - time.time()) + 0.05)
+
+    with override_settings(REALTIME_TOKEN_MAX_AGE=1):
+        assert auth.user_of_token(token) is None
+        assert auth.users_of_tokens([token]) == [None]
+    with override_settings(REALTIME_TOKEN_MAX_AGE=3600):
+        assert auth.user_of_token(token) == alice
 
 
 def test_a_token_read_before_stands_for_nobody_once_the_secret_key_changes(
