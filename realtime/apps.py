@@ -1,4 +1,5 @@
-"""Wiring only: system checks, receivers that need every model loaded, cache resets."""
+"""Wiring only: system checks, receivers that need every model loaded, cache resets, and the
+self-test of daphne's internals realtime reads when daphne is starting."""
 
 from __future__ import annotations
 
@@ -51,3 +52,7 @@ class RealtimeConfig(AppConfig):
         access.connect()
         rechecks.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")
+        # daphne runs no lifespan events: a worker's start, for it, is when its apps are ready.
+        from realtime.sockets.link import check_starting_server
+
+        check_starting_server()

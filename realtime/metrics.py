@@ -1,4 +1,5 @@
-"""What an operator watches: sockets, handshakes, closes, frames, lag, polls, reconnects, trims.
+"""What an operator watches: sockets, handshakes, closes, frames, lag, polls, reconnects, trims,
+slow-socket protection.
 
 Each function here is the one call made at its point in the code; all are no-ops, costing a
 function call, when ``prometheus_client`` (the ``metrics`` extra) is not installed. Metrics are
@@ -81,6 +82,17 @@ class Metrics:
             "realtime_listen_reconnects", "pg_notify LISTEN connections made again after a loss"
         )
         self.trimmed = counter("realtime_trimmed_rows", "Rows trimmed from firm_channel_messages")
+        self.protection = gauge(
+            "realtime_slow_socket_protection",
+            "Whether the seam into each library's internals passed its self-test (1) or not (0)",
+            ["library"],
+            **per_worker,
+        )
+        self.unprotected = counter(
+            "realtime_unprotected_sockets",
+            "Sockets served without slow-socket protection, by reason",
+            ["reason"],
+        )
 
 
 _lock = threading.Lock()
@@ -175,6 +187,19 @@ def listen_reconnected() -> None:
 def trimmed(rows: int) -> None:
     if rows and (m := get()) is not None:
         m.trimmed.inc(rows)
+
+
+def slow_socket_protection(library: str, on: bool) -> None:
+    """A seam's self-test ran: ``library`` is ``daphne``, ``uvicorn`` or ``channels``."""
+    if (m := get()) is not None:
+        m.protection.labels(library).set(1 if on else 0)
+
+
+def unprotected_socket(reason: str) -> None:
+    """A socket is served without slow-socket protection: ``unknown_send``, or the library
+    whose seam is off for it."""
+    if (m := get()) is not None:
+        m.unprotected.labels(reason).inc()
 
 
 def registry() -> Any:

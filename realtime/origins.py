@@ -12,6 +12,11 @@ hosts, the local ones) or when it equals an entry of ``REALTIME_ALLOWED_ORIGINS`
 and port; ``https://app.example.com`` for a front end served from another host). Anything else
 is refused as Channels' ``OriginValidator`` refuses: closed before it is accepted, which the
 server answers with HTTP 403. Both settings are read at each handshake.
+
+Outermost, the validator is handed the server's own ``send``: it records it in the scope it
+passes on (``realtime.sockets.link.SERVER_SEND``), so that realtime reaches the server's
+connection (to notice a socket that stops reading, and to close with the protocol's codes)
+whatever middleware inside it wraps ``send``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from django.utils.http import is_same_domain
 
 from realtime.conf import conf
 from realtime.sockets.limits import log_bad_input
+from realtime.sockets.link import record_server_send
 
 #: Ports a scheme implies when an origin names none.
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
@@ -109,7 +115,8 @@ class SocketOriginValidator:
     """Wrap a WebSocket ASGI application: admit or refuse each handshake by its ``Origin``.
 
     Use it where Channels' ``AllowedHostsOriginValidator`` would go, around the socket routes
-    only (it refuses to serve anything but WebSockets, as Channels' does).
+    only (it refuses to serve anything but WebSockets, as Channels' does), outermost: the
+    ``send`` it is given is recorded for realtime's consumer (see the module docstring).
     """
 
     def __init__(self, application: Any) -> None:
@@ -120,7 +127,7 @@ class SocketOriginValidator:
             raise ValueError("SocketOriginValidator serves WebSocket connections only")
         header = _origin_header(scope)
         if origin_admitted(header, _allowed_hosts(), list(conf.ALLOWED_ORIGINS)):
-            return await self.application(scope, receive, send)
+            return await self.application(record_server_send(scope, send), receive, send)
         log_bad_input(
             "realtime: refused a socket handshake from origin %r", (header or "")[:LOGGED_LENGTH]
         )

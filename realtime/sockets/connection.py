@@ -1,9 +1,10 @@
 """One connected, authenticated socket as the manager sees it, and how frames reach it.
 
 Frames reach a socket in the order they were handed to it, and no socket ever holds another's
-frame. Where the server's ``send`` only buffers and never waits (daphne), the frame is handed
-over in place; where it may wait for the network (uvicorn, or a server realtime cannot see
-behind), each socket has a writer task of its own that sends its queue in order.
+frame. Where the socket's ``send`` is the server's and only buffers, never waiting (daphne's,
+bare or behind Channels' session middleware), the frame is handed over in place; where it may
+wait (uvicorn's, or any middleware's realtime does not know), each socket has a writer task of
+its own that sends its queue in order.
 
 A socket is not reading when a send fails, when one has not completed after
 ``REALTIME_SEND_TIMEOUT`` seconds, or when its backlog (what its writer still holds plus what
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from realtime.encoding import normal_id
-from realtime.sockets.link import Link, Send, find_link
+from realtime.sockets.link import Link, Send
 from realtime.sockets.protocol import ScopeAsk
 
 __all__ = ["STALL_BYTES", "STALL_GAP", "Send", "Socket"]
@@ -82,7 +83,8 @@ class Socket:
     ) -> None:
         self.consumer = consumer
         self._send = send
-        self.link = link if link is not None else find_link(send)
+        #: The server's connection (``link.find_link``); without one, known only through send.
+        self.link = link if link is not None else Link()
         #: Frames the writer still holds (made on first use: daphne's sockets never need it).
         self._queue: deque[tuple[dict[str, Any], int]] | None = None
         self._queued = 0

@@ -10,9 +10,9 @@ exception.
 Outgoing events never pass through this class: the ``SocketManager`` sends each frame to the
 socket's ASGI ``send`` itself. Incoming messages are read here directly through an ``Inbox``
 (which applies the frame limits from the first frame after ``authenticate``), not through
-Channels' ``dispatch`` (which hops to a thread for every message). Whatever middleware wraps
-``send``, the server's connection behind it is found once (``link``) and closes with the
-protocol's codes.
+Channels' ``dispatch`` (which hops to a thread for every message). The server's connection
+behind ``send`` is found once (``link``), where realtime knows how: then it closes with the
+protocol's codes and a socket that stops reading is noticed.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.scope = scope
         self.base_send = send
-        self.link = find_link(send)
+        self.link = find_link(send, scope)
         self.inbox = Inbox(receive)
         self.state = State.CONNECTING
         self.user: Any = None

@@ -1,63 +1,62 @@
-"""The server connection behind a socket's ASGI ``send``: its output backlog and its close.
+"""The server connection behind a socket's ASGI ``send``: its backlog and its close.
 
 ASGI gives an application one ``send`` per connection, and servers differ behind it:
 
-* daphne's appends to the Twisted transport's output buffer and never waits, so only the
-  size of that buffer tells a client that stopped reading; and it relays ``websocket.close``
-  through autobahn's ``sendClose``, which refuses the protocol's own codes (1008, 1009, 1011).
-  The close frame goes straight to autobahn instead.
-* uvicorn's (and other asyncio servers') waits while the transport's write buffer is above its
-  high-water mark: the send itself is bounded, and the buffer's size is the backlog.
+* daphne's appends to the Twisted transport's output buffer and never waits, so only the size
+  of that buffer tells a client that stopped reading; and it relays ``websocket.close`` through
+  autobahn's ``sendClose``, which refuses the protocol's own codes (1008, 1009, 1011, 1012).
+* uvicorn's waits while the transport's write buffer is above its high-water mark: the send
+  itself is bounded, and the buffer's size is the backlog.
 
-Middleware hands the application a ``send`` of its own that calls the server's: Channels'
-``AuthMiddlewareStack`` a bound method of a wrapper object keeping the real one as an
-attribute, others a closure, a ``functools.partial`` or a ``functools.wraps`` wrapper.
-``find_link`` looks through such wrappers, a bounded number of steps and without calling
-anything, for the server's connection. Where it finds none under daphne (Twisted drives the
-event loop), it says so once in a warning: slow sockets then go unnoticed and close codes
-other than 1000 cannot be sent.
+Neither server documents a way to reach its connection, so that is done by the seams of
+``realtime.compat``, one per library, each recognizing exactly one known shape of ``send`` and
+checking once per process (its self-test) that the internals it reads are there. ``find_link``
+asks them about the ``send`` the consumer was given, looking through Channels' session
+middleware (``AuthMiddlewareStack``), and about the server's own ``send`` when
+``SocketOriginValidator`` wrapped the route outermost and recorded it in the scope
+(``SERVER_SEND``). Anything else is never guessed at: one ERROR line per process names the
+``send`` and the cure, a metric counts each socket served so, and the socket is served through
+ASGI alone (``Link``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
-import sys
 import types
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+from realtime import metrics
+from realtime.compat import channels, daphne, uvicorn
 
 logger = logging.getLogger(__name__)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-#: Objects looked at, at most, to find the server's connection behind a ``send``.
-SEARCH_STEPS = 64
-
-#: Values that are never a wrapper of ``send``: data, classes, modules.
-_SKIPPED = (
-    str, bytes, bytearray, int, float, bool, type(None), dict, list, tuple, set, frozenset,
-    type, types.ModuleType,
-)  # fmt: skip
+#: The scope key under which ``SocketOriginValidator`` records the ``send`` it was given.
+SERVER_SEND = "realtime.server_send"
+#: Why a socket is served without slow-socket protection (a label of the metric): a ``send``
+#: no seam knows, or the seam of that server is off (its self-test failed, or this connection
+#: is of a kind it cannot measure).
+UNKNOWN_SEND = "unknown_send"
 
 
 class Link:
-    """A connection known only through ``send``: the send may wait, there is no backlog.
+    """A connection known only through ``send``: there is no backlog to read, nor a
+    connection to cut.
 
     ``codes``: whether the server closes with any code it is given (daphne, unseen, only
-    closes with 1000 or 3000-4999 and fails on the protocol's codes).
+    closes with 1000 or 3000-4999 and fails on the protocol's codes). ``buffered``: whether
+    ``send`` only appends to a server buffer and never waits for the network.
     """
 
-    __slots__ = ("codes",)
+    __slots__ = ("buffered", "codes")
 
-    #: ``send`` only appends to a server buffer and never waits for the network.
-    buffered = False
-
-    def __init__(self, codes: bool = True) -> None:
+    def __init__(self, codes: bool = True, buffered: bool = False) -> None:
         self.codes = codes
+        self.buffered = buffered
 
     def pending(self) -> int:
         """Bytes the server has taken but not yet written to the network."""
@@ -90,39 +89,26 @@ class Link:
             logger.debug("realtime: closing a socket that is already gone")
 
 
-class TwistedLink(Link):
-    """Daphne's connection: an autobahn protocol over a Twisted TCP transport."""
+class DaphneLink(Link):
+    """daphne's connection (``realtime.compat.daphne``): its buffer, autobahn's close."""
 
-    __slots__ = ("protocol",)
+    __slots__ = ("connection",)
 
-    buffered = True
-
-    def __init__(self, protocol: Any) -> None:
-        super().__init__()
-        self.protocol = protocol
+    def __init__(self, connection: daphne.Connection, buffered: bool) -> None:
+        super().__init__(buffered=buffered)
+        self.connection = connection
 
     def pending(self) -> int:
-        transport = self.protocol.transport
-        if transport is None:  # the connection is gone
-            return 0
-        # A Twisted FileDescriptor: written data waits in dataBuffer (from offset), then in
-        # _tempDataBuffer (_tempDataLen bytes).
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen  # type: ignore[no-any-return]
+        return self.connection.pending()
 
     def open(self) -> bool:
-        return bool(self.protocol.state == self.protocol.STATE_OPEN)
+        return self.connection.open()
 
     async def close(self, send: Send, code: int, answer_within: float | None) -> None:
         """Send autobahn's close frame, giving the peer ``answer_within`` seconds to answer
         (one that stopped reading has its backlog to get through first), then autobahn cuts
         the connection."""
-        protocol = self.protocol
-        if protocol.state != protocol.STATE_OPEN:
-            return
-        current = getattr(protocol, "closeHandshakeTimeout", None)
-        if answer_within is not None and current is not None:
-            protocol.closeHandshakeTimeout = max(current, answer_within)
-        protocol.sendCloseFrame(code=int(code), isReply=False)
+        self.connection.close(code, answer_within)
 
 
 class AsyncioLink(Link):
@@ -130,7 +116,7 @@ class AsyncioLink(Link):
 
     __slots__ = ("transport",)
 
-    def __init__(self, transport: Any) -> None:
+    def __init__(self, transport: uvicorn.Transport) -> None:
         super().__init__()
         self.transport = transport
 
@@ -144,145 +130,156 @@ class AsyncioLink(Link):
         self.transport.abort()
 
 
-def find_link(send: Send) -> Link:
-    """The server connection behind ``send``, looking through middleware's wrappers."""
-    seen: set[int] = set()
-    queue: deque[Any] = deque([send])
-    while queue and len(seen) < SEARCH_STEPS:
-        node = queue.popleft()
-        if id(node) in seen or isinstance(node, _SKIPPED):
-            continue
-        seen.add(id(node))
-        link = _link_of(node)
-        if link is not None:
-            return link
-        queue.extend(_inner(node))
-    if _twisted_drives_the_loop():
-        # Daphne behind a send this module cannot see through: a close with the protocol's
-        # codes would fail in autobahn, so it closes with 1000.
-        _warn_once(send)
-        return Link(codes=False)
-    return Link()
+def record_server_send(scope: MutableMapping[str, Any], send: Any) -> dict[str, Any]:
+    """A copy of ``scope`` recording ``send`` as the server's, unless a wrapper further out
+    recorded one already (the outermost is nearest the server)."""
+    if SERVER_SEND in scope:
+        return dict(scope)
+    return {**scope, SERVER_SEND: send}
 
 
-def _link_of(node: Any) -> Link | None:
-    transport = _attribute(node, "transport")
-    if transport is None:
-        return None
-    pair = (type(node), type(transport))
-    try:
-        kind = _kinds[pair]
-    except KeyError:
-        kind = _kinds[pair] = _kind_of(node, transport)
-    if kind is TwistedLink:
-        return TwistedLink(node)
-    if kind is AsyncioLink:
-        return AsyncioLink(transport)
+def find_link(send: Send, scope: MutableMapping[str, Any] | None = None) -> Link:
+    """The server connection behind ``send`` (or behind the server's ``send`` recorded in
+    ``scope``); a plain ``Link``, reported, when no seam knows either."""
+    check_loaded()
+    found = _link_of(send, in_place=True)
+    if found is not None:
+        return found
+    recorded = scope.get(SERVER_SEND) if scope is not None else None
+    if recorded is not None:
+        # The consumer's own send passes through middleware that may wait: frames go out
+        # through a writer task of their own, even under daphne.
+        found = _link_of(recorded, in_place=False)
+        if found is not None:
+            return found
+    if channels.in_test_communicator(send):
+        return Link()  # a test's socket in its own process: no server behind it
+    return _unknown(send if recorded is None else recorded, recorded is not None)
+
+
+def _link_of(send: object, in_place: bool) -> Link | None:
+    """The link of a ``send`` a seam knows (``in_place``: frames may be handed to it directly
+    where the server's send never waits); ``None`` when none does."""
+    if channels.loaded() and _checked("channels", channels.check):
+        send = channels.unwrap(send)
+    if daphne.loaded():
+        connection = daphne.connection_of(send)
+        if connection is not None:
+            if not _checked("daphne", daphne.check):
+                return _unprotected("daphne", Link(codes=False))
+            if connection.transport is None:
+                metrics.unprotected_socket("daphne")
+            return DaphneLink(connection, buffered=in_place)
+    if uvicorn.loaded():
+        found = uvicorn.connection_of(send)
+        if found is not None:
+            if not _checked("uvicorn", uvicorn.check) or found.transport is None:
+                return _unprotected("uvicorn", Link())
+            return AsyncioLink(found.transport)
     return None
 
 
-#: The kind of connection of a node's class with a transport's class, decided on first sight:
-#: looking attributes up statically through autobahn's classes costs more than the rest of
-#: the search.
-_kinds: dict[tuple[type, type], type[Link] | None] = {}
+def _unprotected(reason: str, link: Link) -> Link:
+    metrics.unprotected_socket(reason)
+    return link
 
 
-def _kind_of(node: Any, transport: Any) -> type[Link] | None:
-    if _has(node, "sendCloseFrame") and _has(node, "STATE_OPEN") and _has(transport, "dataBuffer"):
-        return TwistedLink
-    if _has(transport, "get_write_buffer_size") and _has(transport, "abort"):
-        return AsyncioLink
-    return None
+# Self-tests --------------------------------------------------------------------------------
+
+#: The seams whose self-test ran in this process, and its verdict.
+_verdicts: dict[str, bool] = {}
 
 
-def _inner(node: Any) -> Iterator[Any]:
-    """What a wrapper may call: a partial's function and arguments, a method's object, a
-    function's closure and ``__wrapped__``, an object's callable attributes."""
-    if isinstance(node, functools.partial):
-        yield from node.args
-        yield from node.keywords.values()
-        yield node.func
-    elif isinstance(node, types.MethodType):
-        yield node.__self__
-    elif isinstance(node, types.FunctionType):
-        wrapped = node.__dict__.get("__wrapped__")
-        if wrapped is not None:
-            yield wrapped
-        for cell in node.__closure__ or ():
-            try:
-                yield cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-    else:
-        for value in _attributes(node):
-            if callable(value) or _attribute(value, "transport") is not None:
-                yield value
+def _checked(name: str, check: Callable[[], bool]) -> bool:
+    """The verdict of a seam's self-test, run (and recorded in the metric) on first use."""
+    verdict = _verdicts.get(name)
+    if verdict is None:
+        verdict = _verdicts[name] = check()
+        metrics.slow_socket_protection(name, verdict)
+    return verdict
 
 
-def _attributes(node: Any) -> Iterator[Any]:
-    try:
-        namespace = object.__getattribute__(node, "__dict__")
-    except AttributeError:  # no __dict__
-        namespace = None
-    if isinstance(namespace, dict):
-        yield from list(namespace.values())
-    for klass in type(node).__mro__:
-        for name in klass.__dict__.get("__slots__", ()):
-            value = _attribute(node, name)
-            if value is not None:
-                yield value
+#: Each seam: its name (the metric's label), whether its library is loaded, its self-test.
+SEAMS: tuple[tuple[str, Callable[[], bool], Callable[[], bool]], ...] = (
+    ("daphne", daphne.loaded, daphne.check),
+    ("uvicorn", uvicorn.loaded, uvicorn.check),
+    ("channels", channels.loaded, channels.check),
+)
 
 
-def _attribute(node: Any, name: str) -> Any:
-    """An attribute read without running a property or ``__getattr__`` (lazy objects stay
-    lazy)."""
-    try:
-        value = inspect.getattr_static(node, name)
-    except AttributeError:
-        return None
-    # A slot's descriptor is read for real: it runs no code of the object's.
-    if isinstance(value, types.MemberDescriptorType):
-        try:
-            return value.__get__(node, type(node))
-        except AttributeError:
-            return None
-    if isinstance(value, property | types.GetSetDescriptorType):
-        return None
-    return value
+def check_loaded() -> None:
+    """Run the self-test of each seam whose library is loaded, once per process."""
+    for name, loaded, check in SEAMS:
+        if name not in _verdicts and loaded():
+            _checked(name, check)
 
 
-def _has(node: Any, name: str) -> bool:
-    try:
-        inspect.getattr_static(node, name)
-    except AttributeError:
-        return False
-    return True
+def check_starting_server() -> None:
+    """Run daphne's self-test if daphne's command is starting this process (daphne runs no
+    lifespan events: this is called when Django's apps are ready). uvicorn loads its
+    WebSocket protocol after the application: its self-test runs at the first socket."""
+    if daphne.starting():
+        _checked("daphne", daphne.check)
 
 
-def _twisted_drives_the_loop() -> bool:
-    """Whether this event loop is run by Twisted's asyncio reactor (daphne)."""
-    reactor = sys.modules.get("twisted.internet.reactor")
-    if reactor is None:
-        return False
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return getattr(reactor, "_asyncioEventloop", None) is loop
+# Sends no seam knows -----------------------------------------------------------------------
+
+_unknown_reported = False
 
 
-_warned = False
+def _unknown(send: object, from_server: bool) -> Link:
+    """Serve a socket through ASGI alone; say so once per process. ``from_server``: ``send``
+    is the one ``SocketOriginValidator`` was given, outermost (the server's own)."""
+    global _unknown_reported
+    under_daphne = daphne.serving()
+    metrics.unprotected_socket(UNKNOWN_SEND)
+    if not _unknown_reported:
+        _unknown_reported = True
+        kind = _name(send)
+        if under_daphne:
+            lost = (
+                "sockets that stop reading go unnoticed until daphne's ping timeout, and "
+                "refusals and limits close with 1000 instead of the protocol's codes (1008, "
+                "1009, 1011, 1012)"
+            )
+        else:
+            lost = (
+                "what the server holds for them is not counted and their connection cannot be "
+                "cut, though a send that waits REALTIME_SEND_TIMEOUT still closes them"
+            )
+        if from_server:
+            logger.error(
+                "realtime: slow-socket protection is off: the server's own ASGI send (%s, as "
+                "SocketOriginValidator received it) is neither daphne's nor uvicorn's; %s.",
+                kind,
+                lost,
+            )
+        else:
+            logger.error(
+                "realtime: slow-socket protection %s off for sockets behind an ASGI send "
+                "of type %s, which realtime does not look inside: %s. Wrap the socket route "
+                "in realtime.origins.SocketOriginValidator, outermost, to hand realtime the "
+                "server's own send.",
+                "and the protocol's close codes are" if under_daphne else "is",
+                kind,
+                lost,
+            )
+    return Link(codes=not under_daphne)
 
 
-def _warn_once(send: Send) -> None:
-    global _warned
-    if _warned:
-        return
-    _warned = True
-    logger.warning(
-        "realtime: daphne's connection could not be found behind the ASGI send this "
-        "application was given (%s): sockets that stop reading are not noticed, and refusals "
-        "close with 1000 instead of 1008. Let the middleware keep the send it wraps as an "
-        "attribute, a closure or a functools.partial.",
-        type(send).__qualname__,
-    )
+def _name(send: object) -> str:
+    """The type of ``send`` and, for a function, a method or a partial, what it calls; read
+    without calling anything of it."""
+    kind = type(send)
+    function: object = None
+    if isinstance(send, types.MethodType):
+        function = send.__func__
+    elif isinstance(send, functools.partial):
+        function = send.func
+        if isinstance(function, types.MethodType):
+            function = function.__func__
+    elif isinstance(send, types.FunctionType):
+        function = send
+    if isinstance(function, types.FunctionType):
+        return f"{kind.__qualname__} {function.__module__}.{function.__qualname__}"
+    return f"{kind.__module__}.{kind.__qualname__}"
