@@ -2,12 +2,13 @@
 
 ``application`` routes the socket bare; ``wrapped`` routes it inside Channels'
 ``AuthMiddlewareStack``, as most Channels projects do: its session middleware hands the
-consumer a ``send`` of its own, a bound method of a wrapper object. ``opaque`` routes it
-behind a middleware whose ``send`` only queues messages for a task of its own to send, so
-nothing reachable from it leads to the server's connection.
+consumer a ``send`` of its own, a bound method of a wrapper object. ``opaque`` routes it behind
+a middleware of the test's own whose ``send`` is a closure around the server's, as tracing and
+logging middleware's are: realtime does not look inside it. ``guarded`` puts that same
+middleware inside ``SocketOriginValidator``, outermost, as the docs say to: the validator hands
+realtime the server's own ``send``.
 """
 
-import asyncio
 import os
 from typing import Any
 
@@ -19,39 +20,33 @@ http = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from realtime.origins import SocketOriginValidator  # noqa: E402
 from realtime.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter({"http": http, "websocket": URLRouter(websocket_urlpatterns)})
-wrapped = ProtocolTypeRouter(
-    {"http": http, "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns))}
-)
 
-
-class QueuedSend:
-    """Hand the application a ``send`` that queues; a task of its own drains the queue."""
+class PassThrough:
+    """Hand the application a ``send`` of its own: a closure that calls the server's."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        async def send_through(message: Any) -> None:
+            await send(message)
 
-        async def drain() -> None:
-            while True:
-                message = await queue.get()
-                try:
-                    await send(message)
-                finally:
-                    queue.task_done()
-
-        drainer = asyncio.ensure_future(drain())
-        try:
-            await self.inner(scope, receive, queue.put)
-            await queue.join()
-        finally:
-            drainer.cancel()
+        await self.inner(scope, receive, send_through)
 
 
+application = ProtocolTypeRouter({"http": http, "websocket": URLRouter(websocket_urlpatterns)})
+wrapped = ProtocolTypeRouter(
+    {"http": http, "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns))}
+)
 opaque = ProtocolTypeRouter(
-    {"http": http, "websocket": QueuedSend(URLRouter(websocket_urlpatterns))}
+    {"http": http, "websocket": PassThrough(URLRouter(websocket_urlpatterns))}
+)
+guarded = ProtocolTypeRouter(
+    {
+        "http": http,
+        "websocket": SocketOriginValidator(PassThrough(URLRouter(websocket_urlpatterns))),
+    }
 )

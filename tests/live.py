@@ -4,9 +4,10 @@
 per distinct set of setting overrides, server and stack, reused across the session: daphne by
 default, uvicorn (its default WebSocket implementation, websockets' sans-I/O one) when a test
 asks, each serving the socket router bare or wrapped in Channels' ``AuthMiddlewareStack`` (whose
-session middleware wraps ``send``). The ``each_stack`` fixture runs a test once per
-combination. ``Client`` wraps a ``websockets`` connection with the protocol's frames and
-bounded waits.
+session middleware wraps ``send``), or in the other stacks of ``tests.asgi``. The ``each_stack``
+fixture runs a test once per server and the first two stacks, ``each_server`` once per server.
+``Client`` wraps a ``websockets`` connection with the protocol's frames and bounded waits;
+``Server.metrics`` reads what a server's ``realtime.metrics`` hold.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ STACKS = {
     "bare": "tests.asgi:application",
     "wrapped": "tests.asgi:wrapped",
     "opaque": "tests.asgi:opaque",
+    "guarded": "tests.asgi:guarded",
 }
 #: The command line of each server, less the application.
 COMMANDS = {
@@ -79,6 +81,19 @@ class Server:
         """What the server printed so far."""
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """This server's metric samples, by name and sorted labels (``tests.urls``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=WAIT) as response:
+            text = response.read().decode()
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
 
     def state(self) -> dict[str, Any]:
         """The manager's state in that process (see ``tests.urls``)."""
@@ -184,6 +199,15 @@ def each_stack(request: pytest.FixtureRequest, live_servers: LiveServers) -> Ite
     live_servers.kind, live_servers.stack = "daphne", "bare"
 
 
+@pytest.fixture(params=["daphne", "uvicorn"])
+def each_server(request: pytest.FixtureRequest, live_servers: LiveServers) -> Iterator[str]:
+    """Run a test once per server (daphne, uvicorn): the servers it starts are of that kind,
+    serving the stack it sets on ``live_servers``."""
+    live_servers.kind = request.param
+    yield request.param
+    live_servers.kind, live_servers.stack = "daphne", "bare"
+
+
 class Client:
     """A WebSocket client speaking the protocol, with bounded waits."""
 
@@ -266,6 +290,21 @@ class Clients:
     async def connect(self, server: Server, **options: Any) -> Client:
         client = await Client.connect(server, **options)
         self.opened.append(client)
+        return client
+
+    async def not_reading(self, server: Server, token: str) -> Client:
+        """An authenticated client that will never read again: a one-frame queue and a small
+        receive window, so the server's output to it piles up."""
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: the window
+        raw.connect(("127.0.0.1", server.port))
+        client = Client(
+            await websockets.connect(
+                server.url, sock=raw, max_queue=1, max_size=None, open_timeout=WAIT
+            )
+        )
+        self.opened.append(client)
+        assert (await client.authenticate(token))["type"] == "auth_success"
         return client
 
     async def authenticated(self, server: Server, token: str, **ask: Any) -> Client:

@@ -1,220 +1,513 @@
-"""``find_link``: the server connection behind whatever middleware wrapped ``send``.
+"""``find_link``: the server connection behind a socket's ``send``, through known shapes only.
 
-The servers' objects are stand-ins with the attributes realtime reads (daphne's autobahn
-protocol over a Twisted transport, uvicorn's protocol over an asyncio transport); the wrappers
-are real: Channels' ``AuthMiddlewareStack`` run around an application that keeps the ``send``
-it is given, closures, ``functools.wraps`` and ``functools.partial``. Daphne and uvicorn
-themselves are covered end to end (``tests.live``'s ``each_stack``).
+The servers' parts are real: daphne's ``Server.handle_reply`` bound to a real
+``daphne.ws_protocol.WebSocketProtocol`` over a real Twisted TCP transport (on Twisted's
+in-memory reactor: what is written stays in its buffer), and uvicorn's
+``WebSocketsSansIOProtocol`` over a real asyncio connection to a peer in this process. So are
+the wrappers: Channels' ``AuthMiddlewareStack``, ``SocketOriginValidator``, and a middleware
+of the test's own. The self-tests are run against the installed versions, and against classes
+monkeypatched to lack what a seam reads. Each test starts as a new process would: no self-test
+run yet, nothing reported (``fresh_seams``). The servers end to end, with real clients, are in
+``test_socket_stacks`` and ``test_socket_slow``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+import importlib
+import logging
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from channels.auth import AuthMiddlewareStack
-from django.utils.functional import LazyObject
+from prometheus_client import REGISTRY
 
+from realtime.compat import channels, daphne, uvicorn
+from realtime.origins import SocketOriginValidator
 from realtime.sockets import link
-from realtime.sockets.link import AsyncioLink, Link, Send, TwistedLink, find_link
+from realtime.sockets.link import AsyncioLink, DaphneLink, Link, Send, find_link
+from tests.asgi import PassThrough
 
 Message = dict[str, Any]
+Scope = dict[str, Any]
+
+SCOPE: Scope = {"type": "websocket", "path": "/api/ws", "headers": []}
+#: What the ERROR line about a send realtime does not look inside says.
+NOT_LOOKED_INSIDE = "slow-socket protection is off for sockets behind an ASGI send"
+CURE = "Wrap the socket route in realtime.origins.SocketOriginValidator, outermost"
 
 
-class TwistedTransport:
-    dataBuffer = b""  # noqa: N815 - Twisted's name
-    offset = 0
-    _tempDataLen = 0  # noqa: N815 - Twisted's name
+@pytest.fixture(autouse=True)
+def fresh_seams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No self-test has run and nothing was reported, as in a new process."""
+    monkeypatch.setattr(link, "_verdicts", {})
+    monkeypatch.setattr(link, "_unknown_reported", False)
+    for seam in (daphne, uvicorn, channels):
+        monkeypatch.setattr(seam, "_verdict", None)
+    monkeypatch.setattr(daphne, "_unmeasured_reported", False)
+    monkeypatch.setattr(uvicorn, "_unknown_reported", False)
 
 
-class AutobahnProtocol:
-    STATE_OPEN = 3
-
-    def __init__(self) -> None:
-        self.state = self.STATE_OPEN
-        self.transport = TwistedTransport()
-        self.close_frames: list[int | None] = []
-
-    def sendCloseFrame(self, code: int | None = None, isReply: bool = False) -> None:  # noqa: N802, N803
-        self.close_frames.append(code)
+def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def handle_reply(protocol: AutobahnProtocol, message: Message) -> None:
-    """Daphne's ``Server.handle_reply``, bound to the protocol with ``functools.partial``."""
+def unprotected(reason: str) -> float:
+    return REGISTRY.get_sample_value("realtime_unprotected_sockets_total", {"reason": reason}) or 0
 
 
-def daphne_send() -> tuple[AutobahnProtocol, Send]:
-    protocol = AutobahnProtocol()
-    return protocol, functools.partial(handle_reply, protocol)
+def protection(library: str) -> float | None:
+    return REGISTRY.get_sample_value("realtime_slow_socket_protection", {"library": library})
 
 
-class AsyncioTransport:
-    def __init__(self) -> None:
-        self.buffered = 0
-        self.aborted = False
-
-    def get_write_buffer_size(self) -> int:
-        return self.buffered
-
-    def is_closing(self) -> bool:
-        return self.aborted
-
-    def abort(self) -> None:
-        self.aborted = True
+# Real servers' parts -------------------------------------------------------------------------
 
 
-class UvicornProtocol:
-    """uvicorn's WebSocket protocol: ``send`` is its bound method."""
+@dataclass
+class Daphne:
+    """One of daphne's connections, as daphne makes it."""
 
-    def __init__(self) -> None:
-        self.transport = AsyncioTransport()
-
-    async def send(self, message: Message) -> None:
-        return None
-
-
-def closure_around(send: Send) -> Send:
-    async def wrapped_send(message: Message) -> None:
-        await send(message)
-
-    return wrapped_send
+    protocol: Any
+    transport: Any
+    send: Send
 
 
-def wraps_around(send: Send) -> Send:
-    @functools.wraps(send)
-    async def wrapped_send(message: Message) -> None:
-        await send(message)
+@pytest.fixture
+def daphne_connection() -> Iterator[Daphne]:
+    """daphne's ``send``: a real ``Server``'s ``handle_reply`` bound with ``functools.partial``
+    to a real ``WebSocketProtocol``, over a Twisted TCP transport on one end of a socket pair.
+    The transport's reactor is Twisted's in-memory one: what is written stays in the
+    transport's buffer, as it does for a client that stops reading."""
+    from daphne.server import Server
+    from daphne.ws_protocol import WebSocketProtocol
+    from twisted.internet import tcp
+    from twisted.internet.testing import MemoryReactor
 
-    return wrapped_send
+    server = Server(application=None, endpoints=["tcp:port=0:interface=127.0.0.1"])
+    protocol = WebSocketProtocol()
+    ours, theirs = socket.socketpair()
+    no_port: Any = None  # the listening port, which a connection only names in its repr
+    reactor: Any = MemoryReactor()  # type: ignore[no-untyped-call]
+    transport = tcp.Server(ours, protocol, ("127.0.0.1", 1), no_port, 1, reactor)
+    protocol.transport = transport
+    protocol.state = protocol.STATE_OPEN
+    yield Daphne(protocol, transport, functools.partial(server.handle_reply, protocol))
+    transport.stopWriting()  # type: ignore[no-untyped-call]
+    ours.close()
+    theirs.close()
 
 
-class SlottedWrapper:
-    __slots__ = ("inner",)
+@dataclass
+class Peer:
+    """A TCP listener in this process whose connections are held open and never read."""
 
-    def __init__(self, inner: Send) -> None:
-        self.inner = inner
+    port: int
+    server: asyncio.Server
+    held: list[asyncio.StreamWriter] = field(default_factory=list)
 
-    async def __call__(self, message: Message) -> None:
-        await self.inner(message)
+    async def connect(self) -> asyncio.StreamWriter:
+        _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.held.append(writer)
+        return writer
 
 
-async def send_as_auth_middleware_stack_hands_it_on(send: Send) -> Send:
-    """Run Channels' ``AuthMiddlewareStack`` and return the ``send`` its inner app gets."""
-    kept: list[Send] = []
+@pytest.fixture
+async def peer() -> AsyncIterator[Peer]:
+    held: list[asyncio.StreamWriter] = []
 
-    async def inner(scope: dict[str, Any], receive: Any, inner_send: Send) -> None:
-        kept.append(inner_send)
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
 
-    scope = {"type": "websocket", "path": "/api/ws", "headers": []}
-    await AuthMiddlewareStack(inner)(scope, None, send)
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    found = Peer(server.sockets[0].getsockname()[1], server)
+    yield found
+    for writer in [*held, *found.held]:
+        writer.transport.abort()
+    server.close()
+    await server.wait_closed()
+
+
+async def _no_app(scope: Scope, receive: Any, send: Any) -> None:
+    return None
+
+
+@pytest.fixture
+async def uvicorn_protocol(peer: Peer) -> AsyncIterator[Any]:
+    """uvicorn's WebSocket protocol (its default implementation), connected over a real
+    asyncio transport; its ``send`` is what uvicorn hands an application."""
+    from uvicorn.config import Config
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+    from uvicorn.server import ServerState
+
+    config = Config(app=_no_app, lifespan="off", log_config=None)
+    protocol = WebSocketsSansIOProtocol(config=config, server_state=ServerState(), app_state={})
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_connection(lambda: protocol, "127.0.0.1", peer.port)
+    yield protocol
+    transport.abort()
+
+
+# Wrappers ------------------------------------------------------------------------------------
+
+
+async def handed_on(
+    wrap: Callable[[Any], Any], send: Send, scope: Scope | None = None
+) -> tuple[Send, Scope]:
+    """Run ``wrap(inner)`` with ``send``; return the ``send`` and scope ``inner`` was given."""
+    kept: list[tuple[Send, Scope]] = []
+
+    async def inner(inner_scope: Scope, receive: Any, inner_send: Send) -> None:
+        kept.append((inner_send, inner_scope))
+
+    await wrap(inner)(dict(scope or SCOPE), None, send)
     return kept[0]
 
 
+class Auditing:
+    """A middleware's ``send``: a method of an object that keeps an asyncio transport of its
+    own (to, say, an audit service) beside the ``send`` it wraps."""
+
+    def __init__(self, transport: asyncio.WriteTransport, inner: Send) -> None:
+        self.transport = transport
+        self.inner = inner
+
+    async def send(self, message: Message) -> None:
+        await self.inner(message)
+
+
+class AuditingMiddleware:
+    """Hand the application ``Auditing(transport, send).send``."""
+
+    def __init__(self, inner: Any, transport: asyncio.WriteTransport) -> None:
+        self.inner = inner
+        self.transport = transport
+
+    async def __call__(self, scope: Scope, receive: Any, send: Send) -> None:
+        await self.inner(scope, receive, Auditing(self.transport, send).send)
+
+
+# The known shapes ----------------------------------------------------------------------------
+
+
+def test_daphnes_send_is_found_bare_and_its_buffer_is_the_backlog(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture
+) -> None:
+    found = find_link(daphne_connection.send)
+
+    assert isinstance(found, DaphneLink)
+    assert found.connection.protocol is daphne_connection.protocol
+    assert found.buffered  # daphne's send never waits: frames are handed over in place
+    assert found.pending() == 0
+    daphne_connection.transport.write(b"x" * 70_000)
+    daphne_connection.transport.write(b"y" * 5)
+    assert found.pending() == 70_005
+    assert found.open()
+    assert errors(caplog) == []
+    assert protection("daphne") == 1
+
+
 @pytest.mark.django_db
-async def test_daphne_is_found_behind_channels_auth_middleware_stack() -> None:
-    protocol, send = daphne_send()
-    wrapped = await send_as_auth_middleware_stack_hands_it_on(send)
-    assert wrapped is not send
-
-    found = find_link(wrapped)
-
-    assert isinstance(found, TwistedLink)
-    assert found.protocol is protocol
-
-
-@pytest.mark.parametrize(
-    "wrap",
-    [
-        pytest.param(lambda send: send, id="bare"),
-        pytest.param(closure_around, id="closure"),
-        pytest.param(wraps_around, id="functools-wraps"),
-        pytest.param(lambda send: functools.partial(send), id="partial"),
-        pytest.param(SlottedWrapper, id="object-with-slots"),
-        pytest.param(
-            lambda send: closure_around(SlottedWrapper(wraps_around(closure_around(send)))),
-            id="four-layers",
-        ),
-    ],
-)
-def test_daphne_is_found_through_wrappers_of_every_kind(wrap: Callable[[Send], Send]) -> None:
-    protocol, send = daphne_send()
-    found = find_link(wrap(send))
-    assert isinstance(found, TwistedLink)
-    assert found.protocol is protocol
-
-
-@pytest.mark.parametrize(
-    "wrap",
-    [
-        pytest.param(lambda send: send, id="bare"),
-        pytest.param(closure_around, id="closure"),
-    ],
-)
-def test_an_asyncio_servers_transport_is_found_behind_its_protocols_send(
-    wrap: Callable[[Send], Send],
+async def test_daphnes_send_is_found_behind_auth_middleware_stack(
+    daphne_connection: Daphne,
 ) -> None:
-    protocol = UvicornProtocol()
-    found = find_link(wrap(protocol.send))
+    wrapped, scope = await handed_on(AuthMiddlewareStack, daphne_connection.send)
+    assert wrapped is not daphne_connection.send
+
+    found = find_link(wrapped, scope)
+
+    assert isinstance(found, DaphneLink)
+    assert found.connection.protocol is daphne_connection.protocol
+    assert found.buffered  # the session middleware's send waits for nothing either
+    assert protection("channels") == 1
+
+
+async def test_uvicorns_send_is_found_bare_and_its_transport_is_the_backlog(
+    uvicorn_protocol: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    found = find_link(uvicorn_protocol.send)
+
     assert isinstance(found, AsyncioLink)
-    assert found.transport is protocol.transport
-    protocol.transport.buffered = 1234
-    assert found.pending() == 1234
+    assert found.transport is uvicorn_protocol.transport
     assert not found.buffered  # uvicorn's send waits while its buffer is full
+    assert found.pending() == uvicorn_protocol.transport.get_write_buffer_size()
+    assert found.open()
+    found.abort()
+    assert uvicorn_protocol.transport.is_closing()
+    assert errors(caplog) == []
+    assert protection("uvicorn") == 1
 
 
-class Exploding(LazyObject):  # type: ignore[type-arg]  # generic in the stubs only
-    def _setup(self) -> None:
-        raise AssertionError("the search evaluated a lazy object")
+@pytest.mark.django_db
+async def test_uvicorns_send_is_found_behind_auth_middleware_stack(uvicorn_protocol: Any) -> None:
+    wrapped, scope = await handed_on(AuthMiddlewareStack, uvicorn_protocol.send)
+
+    found = find_link(wrapped, scope)
+
+    assert isinstance(found, AsyncioLink)
+    assert found.transport is uvicorn_protocol.transport
 
 
-def test_the_search_runs_no_code_of_the_objects_it_looks_at() -> None:
-    protocol, send = daphne_send()
-
-    class Wrapper:
-        def __init__(self) -> None:
-            self.session = Exploding()
-            self.real_send = send
-
-        @property
-        def transport(self) -> Any:
-            raise AssertionError("the search ran a property")
-
-        async def send(self, message: Message) -> None:
-            await self.real_send(message)
-
-    found = find_link(Wrapper().send)
-    assert isinstance(found, TwistedLink)
-    assert found.protocol is protocol
-
-
-def test_a_send_with_nothing_behind_it_gets_the_plain_link_without_a_warning(
-    caplog: pytest.LogCaptureFixture,
+async def test_the_validator_outermost_hands_on_daphnes_send_through_any_middleware(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def send(message: Message) -> None:
-        return None
+    send, scope = await handed_on(
+        lambda inner: SocketOriginValidator(PassThrough(inner)), daphne_connection.send
+    )
+    assert send is not daphne_connection.send
+
+    found = find_link(send, scope)
+
+    assert isinstance(found, DaphneLink)
+    assert found.connection.protocol is daphne_connection.protocol
+    # The middleware's send may wait: frames go through a writer task of their own.
+    assert not found.buffered
+    assert errors(caplog) == []
+
+
+async def test_the_validator_outermost_hands_on_uvicorns_send_through_any_middleware(
+    uvicorn_protocol: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    send, scope = await handed_on(
+        lambda inner: SocketOriginValidator(PassThrough(inner)), uvicorn_protocol.send
+    )
+
+    found = find_link(send, scope)
+
+    assert isinstance(found, AsyncioLink)
+    assert found.transport is uvicorn_protocol.transport
+    assert errors(caplog) == []
+
+
+async def test_the_outermost_validator_records_the_send_an_inner_one_does_not_replace(
+    uvicorn_protocol: Any,
+) -> None:
+    _, scope = await handed_on(
+        lambda inner: SocketOriginValidator(PassThrough(SocketOriginValidator(inner))),
+        uvicorn_protocol.send,
+    )
+    assert scope[link.SERVER_SEND] == uvicorn_protocol.send
+
+
+# Nothing else --------------------------------------------------------------------------------
+
+
+async def test_a_middleware_holding_an_asyncio_transport_of_its_own_is_never_measured_nor_cut(
+    uvicorn_protocol: Any, peer: Peer, caplog: pytest.LogCaptureFixture
+) -> None:
+    own = (await peer.connect()).transport
+    send, _ = await handed_on(lambda inner: AuditingMiddleware(inner, own), uvicorn_protocol.send)
 
     found = find_link(send)
 
     assert type(found) is Link
-    assert not found.buffered
+    own.write(b"x" * 1000)  # whatever its backlog, it is not this socket's
     assert found.pending() == 0
-    assert caplog.records == []  # no Twisted reactor runs this loop
+    found.abort()
+    assert not own.is_closing()
+    assert NOT_LOOKED_INSIDE in errors(caplog)[0]
+
+    # With the validator outermost: the server's transport, never the middleware's.
+    send, scope = await handed_on(
+        lambda inner: SocketOriginValidator(AuditingMiddleware(inner, own)),
+        uvicorn_protocol.send,
+    )
+    found = find_link(send, scope)
+    assert isinstance(found, AsyncioLink)
+    assert found.transport is uvicorn_protocol.transport
+    found.abort()
+    assert uvicorn_protocol.transport.is_closing()
+    assert not own.is_closing()
 
 
-def test_the_search_is_bounded_and_survives_cycles() -> None:
-    _, send = daphne_send()
-    deep: Send = send
-    for _ in range(link.SEARCH_STEPS):
-        deep = closure_around(deep)
-    assert type(find_link(deep)) is Link  # too deep to look at everything
+async def test_an_unknown_send_is_reported_once_in_an_error_and_counted_for_each_socket(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = unprotected("unknown_send")
+    first, _ = await handed_on(PassThrough, daphne_connection.send)
+    second, _ = await handed_on(PassThrough, daphne_connection.send)
 
-    class Cycle:
-        def __init__(self) -> None:
-            self.me: Callable[[Message], Awaitable[None]] = self.send
+    links = [find_link(first), find_link(second)]
 
-        async def send(self, message: Message) -> None:
-            await self.me(message)
+    assert [type(found) for found in links] == [Link, Link]
+    assert unprotected("unknown_send") == before + 2
+    (line,) = errors(caplog)
+    assert NOT_LOOKED_INSIDE in line
+    assert "function tests.asgi.PassThrough.__call__.<locals>.send_through" in line
+    assert CURE in line
 
-    assert type(find_link(Cycle().send)) is Link
+
+def test_a_server_realtime_does_not_know_is_reported_without_the_cure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def other_servers_send(message: Message) -> None:
+        return None
+
+    scope = link.record_server_send(SCOPE, other_servers_send)
+    found = find_link(other_servers_send, scope)
+
+    assert type(found) is Link
+    (line,) = errors(caplog)
+    assert "the server's own ASGI send" in line
+    assert "is neither daphne's nor uvicorn's" in line
+    assert CURE not in line
+
+
+def test_a_test_communicators_send_has_no_server_behind_it_and_is_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asgiref.testing  # noqa: F401 - Channels' WebsocketCommunicator loads it
+
+    before = unprotected("unknown_send")
+    found = find_link(asyncio.Queue[Message]().put)
+
+    assert type(found) is Link
+    assert found.codes
+    assert errors(caplog) == []
+    assert unprotected("unknown_send") == before
+
+
+def test_daphne_over_a_transport_it_cannot_measure_keeps_its_close_codes_and_says_so(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture
+) -> None:
+    from twisted.internet.testing import StringTransport
+
+    daphne_connection.protocol.transport = StringTransport()  # type: ignore[no-untyped-call]
+    before = unprotected("daphne")
+
+    found = find_link(daphne_connection.send)
+    find_link(daphne_connection.send)
+
+    assert isinstance(found, DaphneLink)
+    assert found.pending() == 0
+    assert unprotected("daphne") == before + 2
+    (line,) = errors(caplog)
+    assert "over a transport of type StringTransport" in line
+    assert "daphne 4." in line
+
+
+# The self-tests ------------------------------------------------------------------------------
+
+
+async def test_every_seam_passes_its_self_test_under_the_installed_versions(
+    daphne_connection: Daphne, uvicorn_protocol: Any
+) -> None:
+    assert daphne.loaded()
+    assert uvicorn.loaded()
+    assert channels.loaded()
+    assert daphne.missing() == []
+    assert uvicorn.missing() == []
+    assert channels.missing() == []
+
+
+def test_daphne_without_autobahns_close_frame_is_reported_and_closes_with_1000(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autobahn.websocket.protocol import WebSocketProtocol
+
+    monkeypatch.delattr(WebSocketProtocol, "sendCloseFrame")
+    before = unprotected("daphne")
+
+    found = find_link(daphne_connection.send)
+
+    assert type(found) is Link
+    assert not found.codes  # daphne's relay through sendClose refuses the protocol's codes
+    assert protection("daphne") == 0
+    assert unprotected("daphne") == before + 1
+    (line,) = errors(caplog)
+    assert "slow-socket protection is off under daphne 4." in line
+    assert "Twisted 2" in line
+    assert "autobahn's sendCloseFrame(code=..., isReply=...) is not there" in line
+
+
+def test_twisted_whose_buffer_is_elsewhere_fails_the_self_test(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from twisted.internet.abstract import FileDescriptor
+
+    def write_elsewhere(self: Any, data: bytes) -> None:
+        self.__dict__.setdefault("elsewhere", []).append(data)
+
+    monkeypatch.setattr(FileDescriptor, "write", write_elsewhere)
+
+    assert type(find_link(daphne_connection.send)) is Link
+    assert protection("daphne") == 0
+    (line,) = errors(caplog)
+    assert "Twisted's FileDescriptor buffer reads 0 bytes where 9 were written" in line
+
+
+async def test_uvicorn_whose_send_is_not_a_coroutine_fails_the_self_test(
+    uvicorn_protocol: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    def send(self: Any, message: Message) -> None:
+        return None
+
+    monkeypatch.setattr(WebSocketsSansIOProtocol, "send", send)
+    before = unprotected("uvicorn")
+
+    found = find_link(uvicorn_protocol.send)
+
+    assert type(found) is Link
+    assert found.codes  # uvicorn closes with any code it is given
+    assert protection("uvicorn") == 0
+    assert unprotected("uvicorn") == before + 1
+    (line,) = errors(caplog)
+    assert "slow-socket protection is off under uvicorn 0." in line
+    assert "WebSocketsSansIOProtocol.send is not a coroutine function" in line
+
+
+@pytest.mark.django_db
+async def test_channels_without_real_send_fails_the_self_test_and_its_wrapper_is_unknown(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from channels.sessions import InstanceSessionWrapper
+
+    wrapped, scope = await handed_on(AuthMiddlewareStack, daphne_connection.send)
+
+    async def send(self: Any, message: Message) -> None:
+        return None
+
+    monkeypatch.setattr(InstanceSessionWrapper, "send", send)
+    wrapped = wrapped.__self__.send  # type: ignore[attr-defined]  # the patched method
+
+    assert type(find_link(wrapped, scope)) is Link
+    assert protection("channels") == 0
+    channels_line, unknown_line = errors(caplog)
+    assert "routed inside Channels' AuthMiddlewareStack (or SessionMiddleware) under" in (
+        channels_line
+    )
+    assert "InstanceSessionWrapper.send does not use real_send" in channels_line
+    assert NOT_LOOKED_INSIDE in unknown_line
+
+
+def test_the_self_test_runs_once_per_process(
+    daphne_connection: Daphne, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autobahn.websocket.protocol import WebSocketProtocol
+
+    monkeypatch.delattr(WebSocketProtocol, "sendCloseFrame")
+    for _ in range(3):
+        find_link(daphne_connection.send)
+    assert len(errors(caplog)) == 1
+
+
+async def test_daphne_starting_runs_its_self_test_before_any_socket(
+    daphne_connection: Daphne, uvicorn_protocol: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(sys.modules, "daphne.cli", raising=False)
+    link.check_starting_server()
+    # daphne is loaded wherever it is installed, and starts a server only from its command
+    # line; uvicorn loads its WebSocket protocol after the application (checked at the first
+    # socket).
+    assert link._verdicts == {}
+
+    importlib.import_module("daphne.cli")
+    link.check_starting_server()
+    assert link._verdicts == {"daphne": True}
+    assert protection("daphne") == 1

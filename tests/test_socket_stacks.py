@@ -1,32 +1,49 @@
 """The socket behind the stacks real projects serve: daphne or uvicorn, bare or wrapped.
 
 One event reaches every subscribed socket of a workspace, exactly once, under each server and
-stack (``each_stack``). Behind a middleware whose ``send`` hides the server's connection
-(``tests.asgi.opaque``), daphne's sockets are still served, and the log says once that slow
-sockets go unnoticed and refusals cannot close 1008.
+stack (``each_stack``). Behind a middleware whose ``send`` realtime does not look inside
+(``tests.asgi.opaque``: a closure), sockets are still served, one ERROR line says once what is
+lost and what cures it, and the metrics count each such socket. Inside
+``SocketOriginValidator``, outermost (``tests.asgi.guarded``), the same middleware loses
+nothing: refusals close with the protocol's codes and a socket that stops reading is closed
+1011 while another hears everything. A worker reports its server's self-test when it starts,
+before any socket. Absence is proven after a marker frame came back.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import base64
+import os
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from realtime.auth import issue_token
-from realtime.broadcast import broadcast_to_user
+from realtime.broadcast import broadcast_to_user, broadcast_to_users
 from tests.helpers import off_loop
-from tests.live import Client, Clients, LiveServers, each_stack  # noqa: F401
+from tests.live import (  # noqa: F401
+    FAST,
+    Client,
+    Clients,
+    LiveServers,
+    Server,
+    each_server,
+    each_stack,
+    start_server,
+)
 from tests.testapp.models import Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Sockets one event fans out to.
 FAN_OUT = 30
-#: What the server logs once when it cannot find daphne's connection behind ``send``.
-NOT_FOUND = "daphne's connection could not be found behind the ASGI send"
+#: What a worker logs once when a socket's ``send`` is one realtime does not look inside.
+NOT_LOOKED_INSIDE = "slow-socket protection"
+CURE = "Wrap the socket route in realtime.origins.SocketOriginValidator, outermost"
+#: Events sent at most to fill a socket that stopped reading: 30 MB of 20,000-character frames.
+MAX_EVENTS = 1500
 
 
 def members(count: int) -> tuple[Workspace, list[Any], list[str]]:
@@ -42,6 +59,24 @@ def members(count: int) -> tuple[Workspace, list[Any], list[str]]:
 async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:
     await off_loop(broadcast_to_user, user_id, "test.marker", None)
     return await client.frames_until("test.marker")
+
+
+def noise(size: int) -> str:
+    """``size`` characters of random text (incompressible)."""
+    return base64.b64encode(os.urandom(size * 3 // 4 + 3)).decode()[:size]
+
+
+def sample(server: Server, name: str, **labels: str) -> float:
+    """The sum of a server's samples of ``name`` whose labels include ``labels``."""
+    return sum(
+        value
+        for (found, found_labels), value in server.metrics().items()
+        if found == name and set(labels.items()) <= set(found_labels)
+    )
+
+
+def unprotected_lines(server: Server) -> list[str]:
+    return [line for line in server.log_text().splitlines() if NOT_LOOKED_INSIDE in line]
 
 
 @pytest.mark.usefixtures("each_stack")
@@ -67,25 +102,120 @@ async def test_one_event_reaches_every_subscribed_socket_once(
         assert await marker_for(client, user.pk) == []
 
 
-async def test_a_send_hiding_daphnes_connection_is_reported_once_and_still_served(
+@pytest.mark.usefixtures("each_server")
+async def test_a_send_realtime_does_not_look_inside_is_reported_once_and_still_served(
     live_servers: LiveServers, ws: Clients
 ) -> None:
+    kind = live_servers.kind
     live_servers.stack = "opaque"
-    try:
-        server = live_servers.get("opaque")
-    finally:
-        live_servers.stack = "bare"
+    server = live_servers.get("unknown-send")
     _, users, tokens = await off_loop(members, 2)
     clients = [await ws.authenticated(server, token, scope="acme") for token in tokens]
     for client, user in zip(clients, users, strict=True):
         assert await marker_for(client, user.pk) == []
-    # A refusal still says why; the close code is the one autobahn lets through untold.
+    # A refusal still says why. Under daphne the close code is the one its relay lets
+    # through untold; uvicorn's send takes any code.
     refused = await ws.connect(server)
     await refused.authenticate("garbage")
-    assert await refused.closed_with() == 1000
+    assert await refused.closed_with() == (1000 if kind == "daphne" else 1008)
     assert refused.received == [
         {"type": "auth_error", "data": {"message": "Invalid authentication token"}}
     ]
-    log = await asyncio.to_thread(Path(server.log.name).read_text, errors="replace")
-    assert log.count(NOT_FOUND) == 1
-    assert "Exception inside application" not in log
+
+    (line,) = await asyncio.to_thread(unprotected_lines, server)
+    assert "PassThrough.__call__.<locals>.send_through" in line
+    assert CURE in line
+    assert ("close codes" in line) == (kind == "daphne")
+    assert "Exception inside application" not in server.log_text()
+    metrics = await asyncio.to_thread(sample, server, "realtime_unprotected_sockets_total")
+    assert metrics == 3  # each socket served so, the refused one too
+    # The server's own seam is fine: only what is wrapped around its send is unknown.
+    assert (
+        await asyncio.to_thread(sample, server, "realtime_slow_socket_protection", library=kind)
+        == 1
+    )
+
+
+@pytest.mark.usefixtures("each_server")
+async def test_the_validator_outermost_keeps_protection_through_any_middleware(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    live_servers.stack = "guarded"
+    server = live_servers.get("guarded")
+    users, tokens = await off_loop(accounts, "slow", "fast", "refused")
+    refused = await ws.connect(server)
+    await refused.authenticate("garbage")
+    assert await refused.closed_with() == 1008
+
+    slow = await ws.not_reading(server, tokens[0])
+    fast = await ws.authenticated(server, tokens[1])
+    dropped = asyncio.Event()
+    closing = asyncio.ensure_future(close_code_once_dropped(server, slow, users[0].pk, dropped))
+    sent = 0
+    try:
+        while not dropped.is_set() and sent < MAX_EVENTS:
+            await off_loop(
+                broadcast_to_users, [users[0].pk, users[1].pk], "big", {"b": noise(20_000)}
+            )
+            await fast.wait_for(lambda f: f["type"] == "big", timeout=30)
+            sent += 1
+        assert await closing == 1011
+    finally:
+        closing.cancel()
+
+    assert await marker_for(fast, users[1].pk) == []
+    assert await asyncio.to_thread(unprotected_lines, server) == []
+    assert await asyncio.to_thread(sample, server, "realtime_unprotected_sockets_total") == 0
+
+
+def accounts(*names: str) -> tuple[list[Any], list[str]]:
+    users = [get_user_model().objects.create_user(username=name) for name in names]
+    return users, [issue_token(user) for user in users]
+
+
+async def close_code_once_dropped(
+    server: Server, client: Client, user_id: Any, dropped: asyncio.Event
+) -> int | None:
+    """As soon as the server has let go of ``client``, set ``dropped`` and read again: what
+    was sent before the close, then the close."""
+
+    def held(state: dict[str, Any]) -> bool:
+        return any(s["user_id"] == user_id for s in state["sockets"])
+
+    await server.wait_for_state(lambda state: not held(state), timeout=120)
+    dropped.set()
+    return await client.closed_with(timeout=30)
+
+
+@pytest.mark.usefixtures("each_server")
+async def test_a_worker_reports_its_servers_self_test_at_start_or_its_first_socket(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    kind = live_servers.kind
+    server = await asyncio.to_thread(start_server, dict(FAST), kind)
+    try:
+        # daphne runs no lifespan events: its self-test runs when Django's apps are ready,
+        # before the worker serves anything. uvicorn loads its WebSocket protocol after the
+        # application: its self-test runs at the first socket.
+        at_start = await asyncio.to_thread(
+            sample, server, "realtime_slow_socket_protection", library=kind
+        )
+        assert at_start == (1 if kind == "daphne" else 0)
+        _, users, tokens = await off_loop(members, 1)
+        client = await ws.authenticated(server, tokens[0])
+        assert await marker_for(client, users[0].pk) == []
+        assert (
+            await asyncio.to_thread(sample, server, "realtime_slow_socket_protection", library=kind)
+            == 1
+        )
+        assert await asyncio.to_thread(sample, server, "realtime_unprotected_sockets_total") == 0
+        assert await asyncio.to_thread(unprotected_lines, server) == []
+    finally:
+        await client_closed(ws)
+        await asyncio.to_thread(server.stop)
+
+
+async def client_closed(ws: Clients) -> None:
+    """Close the test's clients before their server stops."""
+    await ws.close_all()
+    ws.opened.clear()
