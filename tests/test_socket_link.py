@@ -357,16 +357,23 @@ def test_a_server_realtime_does_not_know_is_reported_without_the_cure(
     assert CURE not in line
 
 
-def test_a_test_communicators_send_has_no_server_behind_it_and_is_not_reported(
+@pytest.mark.django_db
+async def test_a_test_communicators_send_has_no_server_behind_it_and_is_not_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     import asgiref.testing  # noqa: F401 - Channels' WebsocketCommunicator loads it
 
     before = unprotected("unknown_send")
-    found = find_link(asyncio.Queue[Message]().put)
+    put = asyncio.Queue[Message]().put
+    wrapped, scope = await handed_on(AuthMiddlewareStack, put)
+    validated, validated_scope = await handed_on(
+        lambda inner: SocketOriginValidator(PassThrough(inner)), put
+    )
 
-    assert type(found) is Link
-    assert found.codes
+    found = [find_link(put), find_link(wrapped, scope), find_link(validated, validated_scope)]
+
+    assert [type(each) for each in found] == [Link, Link, Link]
+    assert all(each.codes for each in found)
     assert errors(caplog) == []
     assert unprotected("unknown_send") == before
 

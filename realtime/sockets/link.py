@@ -152,16 +152,23 @@ def find_link(send: Send, scope: MutableMapping[str, Any] | None = None) -> Link
         found = _link_of(recorded, in_place=False)
         if found is not None:
             return found
-    if channels.in_test_communicator(send):
+    nearest = _peeled(send if recorded is None else recorded)
+    if channels.in_test_communicator(nearest):
         return Link()  # a test's socket in its own process: no server behind it
     return _unknown(send if recorded is None else recorded, recorded is not None)
+
+
+def _peeled(send: object) -> object:
+    """``send``, or the one behind Channels' session middleware when it is that."""
+    if channels.loaded() and _checked("channels", channels.check):
+        return channels.unwrap(send)
+    return send
 
 
 def _link_of(send: object, in_place: bool) -> Link | None:
     """The link of a ``send`` a seam knows (``in_place``: frames may be handed to it directly
     where the server's send never waits); ``None`` when none does."""
-    if channels.loaded() and _checked("channels", channels.check):
-        send = channels.unwrap(send)
+    send = _peeled(send)
     if daphne.loaded():
         connection = daphne.connection_of(send)
         if connection is not None:
