@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core import signing
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils.crypto import salted_hmac
 from pytest_django import DjangoAssertNumQueries
 
 from realtime import auth as auth_module
@@ -220,6 +221,26 @@ def test_a_token_issued_before_the_issue_time_was_in_its_payload_expires_on_time
         assert auth.users_of_tokens([token]) == [None]
     with override_settings(REALTIME_TOKEN_MAX_AGE=3600):
         assert auth.user_of_token(token) == alice
+
+
+@pytest.mark.parametrize("revoke_on_password", [False, True])
+def test_a_token_whose_fingerprint_django_made_still_stands(
+    auth: RealtimeAuth, make_user: MakeUser, revoke_on_password: bool
+) -> None:
+    """Earlier releases made the fingerprint with Django's ``salted_hmac``; it is made with
+    the standard library now, the same for the same account."""
+    alice = make_user("alice", email="alice@example.com", password="pw")
+    parts = [alice.get_username(), alice.email, *([alice.password] if revoke_on_password else [])]
+    with override_settings(
+        REALTIME_REVOKE_ON_PASSWORD_CHANGE=revoke_on_password,
+        SECRET_KEY="the-new-key-" + "y" * 40,
+        SECRET_KEY_FALLBACKS=["the-old-key-" + "x" * 40],
+    ):
+        for key in ("the-new-key-" + "y" * 40, "the-old-key-" + "x" * 40):
+            made = salted_hmac(TOKEN_SALT, "\0".join(parts), key, algorithm="sha256")
+            claims = {"u": alice.pk, "f": made.hexdigest()[:20]}
+            assert auth.user_of_token(signing.dumps(claims, salt=TOKEN_SALT)) == alice
+            assert token_fingerprint(alice, key) == claims["f"]
 
 
 def test_a_token_read_before_stands_for_nobody_once_the_secret_key_changes(
