@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
+from realtime.writes import snapshots
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Contact, Document, Workspace
 
@@ -249,4 +250,21 @@ def test_a_row_built_by_hand_over_a_loaded_one_counts_every_column(workspace: Wo
     forget_messages()
     # Once saved, what it wrote is what the row holds.
     by_hand.save()
+    assert changes() == []
+
+
+def test_a_row_read_again_and_again_in_a_transaction_keeps_what_it_knows_small(
+    workspace: Workspace,
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    with transaction.atomic():
+        held = [Contact.objects.get(pk=contact.pk) for _ in range(200)]
+        held[0].name = "v2"
+        held[0].save()
+        held += [Contact.objects.get(pk=contact.pk) for _ in range(200)]
+        # What was created, the reads before the save, the save, the reads after it (the
+        # latest is merged with them when the row is next read or saved).
+        assert len(held[0].__dict__[snapshots.ROW].layers) <= 5
+    forget_messages()
+    held[-1].save()
     assert changes() == []

@@ -70,7 +70,7 @@ UID = "realtime:snapshot"
 class Layer:
     """What one read or one save told of the row."""
 
-    __slots__ = ("db", "fates", "state", "values")
+    __slots__ = ("db", "fates", "state", "values", "wrote")
 
     def __init__(
         self,
@@ -78,14 +78,17 @@ class Layer:
         fates: tuple[Fate, ...],
         state: ModelState | None = None,
         db: str | None = None,
+        wrote: bool = False,
     ) -> None:
         self.values = values
         self.fates = fates
         #: A read: the state of the instance that read it (its ``db`` and whether it came
         #: from the database are known only once Django has finished building it).
         self.state = state
-        #: A save: the alias written.
+        #: Otherwise, the alias it is about.
         self.db = db
+        #: A save: reads made after it stand and fall with it.
+        self.wrote = wrote
 
     def alias(self) -> str | None:
         """The database this layer is about; ``None`` for what no database told."""
@@ -104,6 +107,9 @@ class Layer:
             if stands is None:
                 answer = None
         return answer
+
+    def settled(self) -> bool:
+        return all(made.settled() for made in self.fates)
 
 
 class Row:
@@ -126,46 +132,60 @@ class Row:
         return tuple(
             made
             for layer in self.layers
-            if layer.state is None
+            if layer.wrote
             for made in layer.fates
             if not made.settled()
         )
 
     def settle(self) -> None:
-        """Fold the leading layers whose fate is final into one, so that a long-lived row
-        keeps a few layers; drop the reads of instances that never came from the database."""
-        folded: dict[str, Any] = {}
-        alias: str | None = None
-        taken = 0
+        """Keep a few layers however long the row lives and however often it is read: a layer
+        whose fate is final becomes a plain one, and neighbours about the same database that
+        stand or fall together become one. What instances built by hand were built with is
+        dropped (it was never read)."""
+        kept: list[Layer] = []
         for layer in self.layers:
-            if layer.state is not None and layer.state.adding:
-                taken += 1
-                continue
-            if not all(made.settled() for made in layer.fates):
-                break
-            if alias is not None and layer.alias() != alias:
-                break
             alias = layer.alias()
-            if layer.stands():
-                folded.update(layer.values)
-            else:
-                for attname in layer.values:
-                    folded.setdefault(attname, _UNKNOWN)
-            taken += 1
-        if taken > 1 or (taken and alias is None):
-            self.layers[:taken] = [] if alias is None else [Layer(folded, (), db=alias)]
+            if alias is None:
+                continue
+            if layer.fates and layer.settled():
+                layer = Layer(_final(layer), (), db=alias)
+            last = kept[-1] if kept else None
+            if last is not None and last.alias() == alias:
+                if not last.fates and not layer.fates:
+                    kept[-1] = Layer(_over(last.values, layer.values), (), db=alias)
+                    continue
+                if last.fates == layer.fates and not (last.wrote or layer.wrote):
+                    kept[-1] = Layer(_over(last.values, layer.values), layer.fates, db=alias)
+                    continue
+            kept.append(layer)
+        self.layers = kept
 
     def forget_reads_of(self, state: ModelState) -> None:
         """Drop what an instance was built with (it was built by hand, not read)."""
         self.layers = [layer for layer in self.layers if layer.state is not state]
 
 
+def _final(layer: Layer) -> dict[str, Any]:
+    """What a layer whose fate is final says: its values, or nothing known if it fell."""
+    if layer.stands():
+        return layer.values
+    return dict.fromkeys(layer.values, _UNKNOWN)
+
+
+def _over(known: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """``known`` told again by a later layer: what the later one lost does not erase it."""
+    merged = dict(known)
+    for attname, value in then.items():
+        if value is not _UNKNOWN or attname not in merged:
+            merged[attname] = value
+    return merged
+
+
 class _Rows(threading.local):
     """This thread's rows by (concrete model, primary key), while an instance holds them."""
 
     def __init__(self) -> None:
-        self.by_key: dict[tuple[Any, Any], weakref.KeyedRef[Any, Row]] = {}
-        self.forget = partial(_forget, self.by_key)
+        self.by_key: dict[tuple[Any, Any], weakref.ref[Row]] = {}
 
     def get(self, key: tuple[Any, Any]) -> Row:
         by_key = self.by_key
@@ -173,15 +193,15 @@ class _Rows(threading.local):
         row = None if ref is None else ref()
         if row is None:
             row = Row()
-            by_key[key] = weakref.KeyedRef(row, self.forget, key)
+            by_key[key] = weakref.ref(row, partial(_forget, by_key, key))
         return row
 
 
 def _forget(
-    by_key: dict[tuple[Any, Any], weakref.KeyedRef[Any, Row]], ref: weakref.KeyedRef[Any, Row]
+    by_key: dict[tuple[Any, Any], weakref.ref[Row]], key: tuple[Any, Any], ref: weakref.ref[Row]
 ) -> None:
-    if by_key.get(ref.key) is ref:
-        del by_key[ref.key]
+    if by_key.get(key) is ref:
+        del by_key[key]
 
 
 _rows = _Rows()
@@ -189,7 +209,7 @@ _rows = _Rows()
 
 def _row_of(instance: models.Model, pk: Any) -> Row:
     try:
-        return _rows.get((instance._meta.concrete_model, pk))
+        return _rows.get((_shape(type(instance)).concrete, pk))
     except TypeError:  # a primary key that cannot be hashed: known to this instance only
         return Row()
 
@@ -208,17 +228,16 @@ def loaded(sender: type[models.Model], instance: models.Model, **kwargs: Any) ->
     """``post_init``: note what the instance was built with, to count once Django says it
     came from the database."""
     try:
-        pk = instance.pk
+        pk = instance.__dict__.get(_shape(sender).pk)
         if pk is None:
             return  # a new row: its first save starts what is known of it
         row = _row_of(instance, pk)
         instance.__dict__[ROW] = row
         fates = transactions.reads()
-        layers = row.layers
-        if layers:
+        if row.layers:
             row.settle()
             fates += row.pending_saves()
-        layers.append(Layer(_taken(instance, None), fates, instance._state))
+        row.layers.append(Layer(_taken(instance, None), fates, instance._state))
     except Exception:
         logger.exception("realtime: reading a loaded %s failed", type(instance).__name__)
         instance.__dict__.pop(ROW, None)
@@ -245,7 +264,8 @@ def saved(instance: models.Model, attnames: Iterable[str], using: str) -> None:
                 return
             row = instance.__dict__[ROW] = _row_of(instance, pk)
         row.settle()
-        row.layers.append(Layer(_taken(instance, attnames), (transactions.fate(using),), db=using))
+        made = (transactions.fate(using),)
+        row.layers.append(Layer(_taken(instance, attnames), made, db=using, wrote=True))
     except Exception:
         logger.exception("realtime: taking a snapshot of %s failed", type(instance).__name__)
         instance.__dict__.pop(ROW, None)
@@ -272,7 +292,7 @@ def before(instance: models.Model) -> dict[str, Any] | None:
             continue
         counted = True
         if layer.stands():
-            known.update(layer.values)
+            known = _over(known, layer.values)
         else:
             lost.update(layer.values)
     if not counted:
@@ -339,16 +359,31 @@ def _taken(instance: models.Model, attnames: Iterable[str] | None) -> dict[str, 
     return taken
 
 
-_attnames: dict[type[models.Model], tuple[str, ...]] = {}
+class _Shape:
+    """What every snapshot of a model reads, looked up once per model."""
+
+    __slots__ = ("columns", "concrete", "pk")
+
+    def __init__(self, model: type[models.Model]) -> None:
+        meta = model._meta
+        self.concrete = meta.concrete_model
+        self.pk = meta.pk.attname if meta.pk is not None else ""
+        self.columns = tuple(f.attname for f in meta.concrete_fields)
+
+
+_shapes: dict[type[models.Model], _Shape] = {}
+
+
+def _shape(model: type[models.Model]) -> _Shape:
+    try:
+        return _shapes[model]
+    except KeyError:
+        shape = _shapes[model] = _Shape(model)
+        return shape
 
 
 def _columns(model: type[models.Model]) -> tuple[str, ...]:
-    """The attnames of ``model``'s concrete fields (looked up once per model)."""
-    try:
-        return _attnames[model]
-    except KeyError:
-        found = _attnames[model] = tuple(f.attname for f in model._meta.concrete_fields)
-        return found
+    return _shape(model).columns
 
 
 def _frozen(value: Any) -> Any:

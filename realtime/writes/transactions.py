@@ -18,7 +18,9 @@ the row's own writes, which realtime sees, carry fates of their own (see ``snaps
 
 from __future__ import annotations
 
+import threading
 import weakref
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -86,12 +88,31 @@ def reads() -> tuple[Fate, ...]:
     (a read does not know its own alias until its row is built), made at the transaction's
     first read; none outside transactions, where what is read is what is stored."""
     found: tuple[Fate, ...] = ()
-    for alias in connections.settings:
-        connection = connections[alias]
+    for connection in _here():
         if not in_transaction(connection):
             continue
         current = _shared.get(connection)
         if current is None or current.settled():
-            current = _shared[connection] = fate(alias)
+            current = _shared[connection] = fate(connection.alias)
         found += (current,)
     return found
+
+
+class _Here(threading.local):
+    """This thread's connection of every alias, looked up once: a read is made for every row
+    loaded, and ``connections[alias]`` costs more than the rest of it."""
+
+    settings: dict[str, Any] | None = None
+    connections: tuple[BaseDatabaseWrapper, ...] = ()
+
+
+_here_cache = _Here()
+
+
+def _here() -> tuple[BaseDatabaseWrapper, ...]:
+    cache = _here_cache
+    settings = connections.settings
+    if cache.settings is not settings:  # DATABASES changed (tests): look them up again
+        cache.connections = tuple(connections[alias] for alias in settings)
+        cache.settings = settings
+    return cache.connections
