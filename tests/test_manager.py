@@ -4,8 +4,9 @@ How these tests stand in for the rest of the stack:
 
 * The sockets are real ``realtime.sockets.connection.Socket`` objects whose ASGI ``send`` is a
   fake that records what it is handed (or fails, hangs, or plays daphne's buffered ``send`` partial
-  with an autobahn-like protocol whose pending output the test controls). Fake sends are the
-  only fakes here.
+  with an autobahn-like protocol whose pending output the test controls, handed to the socket
+  as the ``DaphneLink`` the consumer would find behind daphne's real ``send``). Fake sends are
+  the only fakes here.
 * ``register`` and ``set_scopes`` follow the scopes a socket reads on the manager's
   transport. Rather than replacing those calls, each manager gets a real ``TableTransport``
   (fast polling, built by the ``make_table_transport`` fixture, which stops it afterwards):
@@ -35,10 +36,12 @@ from django.test import override_settings
 
 from realtime import signals
 from realtime.auth import Scope
+from realtime.compat import daphne
 from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
 from realtime.sockets.connection import STALL_BYTES, STALL_GAP, Send, Socket
 from realtime.sockets.delivery import Plan
+from realtime.sockets.link import DaphneLink, Link
 from realtime.sockets.manager import SocketManager
 from realtime.transports.table import TableTransport
 from realtime.writes.payload import recheck_messages, scope_messages, users_messages
@@ -183,6 +186,16 @@ async def stall_watch(
     await asyncio.gather(task, return_exceptions=True)
 
 
+def link_of(send: Send | None) -> Link | None:
+    """The link the consumer finds behind daphne's ``send``, for the autobahn-like protocol a
+    fake daphne ``send`` is bound to (``None``: the socket knows its connection only through
+    ``send``)."""
+    if isinstance(send, functools.partial) and isinstance(send.args[0], FakeAutobahnProtocol):
+        fake = send.args[0]
+        return DaphneLink(daphne.Connection(fake, fake.transport), buffered=True)
+    return None
+
+
 def make_socket(user: Any, *scope_ids: int, send: Send | None = None) -> Socket:
     socket = Socket(
         consumer=None,
@@ -191,6 +204,7 @@ def make_socket(user: Any, *scope_ids: int, send: Send | None = None) -> Socket:
         token="t",
         ask=protocol.read_scopes({}),
         scopes={scope_id: f"scope-{scope_id}" for scope_id in scope_ids},
+        link=link_of(send),
     )
     _made.append(socket)
     return socket

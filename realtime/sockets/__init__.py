@@ -7,9 +7,9 @@ The path of one frame::
 
 ``consumer`` serves one socket as a state machine over ``protocol``'s frames, reading them
 through ``inbox``; ``access`` asks the auth hooks who a socket is and which scopes it reads
-(handshake, watch, recheck); ``limits`` holds the per-socket limits; ``link`` finds the server's
-connection behind whatever wraps ``send``; ``manager`` owns this process's sockets (``index``),
-follows on the transport the scopes they read, and runs housekeeping (rechecks, stalled
-sockets). The socket side never imports the write side: it reads the messages of
-``realtime.messages`` that a transport carries.
+(handshake, watch, recheck); ``limits`` holds the per-socket limits; ``link`` reaches the
+server's connection behind ``send`` through the seams of ``realtime.compat``; ``manager`` owns
+this process's sockets (``index``), follows on the transport the scopes they read, and runs
+housekeeping (rechecks, stalled sockets). The socket side never imports the write side: it
+reads the messages of ``realtime.messages`` that a transport carries.
 """
