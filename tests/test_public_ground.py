@@ -1,0 +1,73 @@
+"""realtime reads other libraries' internals only inside ``realtime/compat``, one module per
+library: a name below, found anywhere else in the package, fails this test.
+
+The names are the internals realtime once leaned on (Django's transaction state and signing
+format, daphne's, Twisted's and autobahn's connection, Channels' session wrapper). A new use
+of another library's internals belongs in its compat module, checked there by a self-test.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "realtime"
+SEAMS = PACKAGE / "compat"
+
+#: Attributes no module outside the seams may read or assign.
+INTERNALS = {
+    # Django
+    "run_on_commit",
+    "savepoint_ids",
+    "in_atomic_block",
+    "errors_occurred",
+    "_iterable_class",
+    "settings_dict",
+    "b62_decode",
+    # daphne, Twisted, autobahn
+    "dataBuffer",
+    "_tempDataLen",
+    "offset",
+    "sendCloseFrame",
+    "closeHandshakeTimeout",
+    "STATE_OPEN",
+    "_asyncioEventloop",
+    "handle_reply",
+    # Channels
+    "real_send",
+}
+
+
+def modules_outside_the_seams() -> list[Path]:
+    return sorted(
+        path
+        for path in PACKAGE.rglob("*.py")
+        if SEAMS not in path.parents and "migrations" not in path.parts
+    )
+
+
+def internals_used(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in INTERNALS:
+            found.append(f"{path.name}:{node.lineno} .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in INTERNALS:
+            found.append(f"{path.name}:{node.lineno} {node.value!r}")  # getattr(x, "name")
+    return sorted(found)
+
+
+@pytest.mark.parametrize("path", modules_outside_the_seams(), ids=lambda path: path.name)
+def test_no_module_outside_the_seams_reads_another_librarys_internals(path: Path) -> None:
+    assert internals_used(path) == []
+
+
+def test_the_check_sees_an_internal_where_one_is_used(tmp_path: Path) -> None:
+    module = tmp_path / "example.py"
+    module.write_text(
+        "def f(connection):\n"
+        "    return connection.run_on_commit, getattr(connection, 'savepoint_ids')\n"
+    )
+    assert internals_used(module) == ["example.py:2 'savepoint_ids'", "example.py:2 .run_on_commit"]
