@@ -7,10 +7,12 @@ checks) get a small pool instead, and recheck rounds a thread of their own
 
 Each thread keeps its database connections from one call to the next, whatever the
 application's ``CONN_MAX_AGE``: opening a connection per handshake is what made a burst of
-sockets slow. A kept connection is checked (one cheap query) before a call when it sat unused
-for ``IDLE_CHECK`` seconds or an error occurred on it, and replaced when it no longer answers;
+sockets slow. A kept connection is checked (``SELECT 1``) before a call when it sat unused for
+``IDLE_CHECK`` seconds or a statement failed on it, and replaced when it no longer answers;
 one a call left with autocommit off is closed (nothing realtime runs leaves it so).
-``close_connections`` closes them all (a test database about to be dropped, say).
+``close_connections`` closes them all (a test database about to be dropped, say). Which
+connections a thread keeps, and which failed, realtime learns from its own execute wrapper
+(Django's documented instrumentation), not from the connections' internal state.
 
 A kept connection whose peer silently went away would block its thread, and after a few such
 calls every handshake, recheck and audience check, without a word. So each thread's
@@ -33,9 +35,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import connections
+from django.conf import settings
+from django.db import Error, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from realtime.compat.django import socket_of
 from realtime.conf import conf
 from realtime.statement_clock import StatementClock
 
@@ -51,10 +55,23 @@ IDLE_CHECK = 1.0
 _executor: ThreadPoolExecutor | None = None
 _background: ThreadPoolExecutor | None = None
 _lock = threading.Lock()
-#: Every connection a pool thread keeps -> when a call last finished with it.
-_kept: dict[Any, float] = {}
-#: The statement clock of each pool thread, by thread.
-_clocks: dict[int, StatementClock] = {}
+
+
+class _Thread:
+    """What one pool thread keeps: its statement clock, the connections realtime's statements
+    ran on (each with when a call last finished with it), and those a statement failed on
+    since they were last checked. Only that thread touches ``kept`` and ``failed``."""
+
+    __slots__ = ("clock", "failed", "kept")
+
+    def __init__(self) -> None:
+        self.clock = StatementClock()
+        self.kept: dict[BaseDatabaseWrapper, float] = {}
+        self.failed: set[BaseDatabaseWrapper] = set()
+
+
+#: Each pool thread's state, by thread.
+_threads: dict[int, _Thread] = {}
 
 
 def _pool(background: bool) -> ThreadPoolExecutor:
@@ -69,73 +86,89 @@ def _pool(background: bool) -> ThreadPoolExecutor:
         return _executor
 
 
-def _clock() -> StatementClock:
-    """This thread's statement clock."""
+def _thread() -> _Thread:
+    """This thread's state."""
     ident = threading.get_ident()
     with _lock:
-        clock = _clocks.get(ident)
-        if clock is None:
-            clock = _clocks[ident] = StatementClock()
-        return clock
+        state = _threads.get(ident)
+        if state is None:
+            state = _threads[ident] = _Thread()
+        return state
 
 
-def _ready_connections(clock: StatementClock) -> None:
-    """Drop this thread's kept connections that are broken, or idle and no longer answering."""
+def _ready_connections(state: _Thread) -> None:
+    """Drop this thread's kept connections that a statement failed on, or that sat idle, and
+    no longer answer."""
     now = time.monotonic()
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        with _lock:
-            last = _kept.get(conn, now)
-        suspect = conn.errors_occurred or now - last >= IDLE_CHECK
-        if not conn.get_autocommit() or (suspect and not _answers(conn, clock)):
-            conn.close()
+    for conn, last in list(state.kept.items()):
+        if (conn in state.failed or now - last >= IDLE_CHECK) and not _answers(conn, state):
+            _drop(conn, state)
+        state.failed.discard(conn)
+
+
+def _answers(conn: BaseDatabaseWrapper, state: _Thread) -> bool:
+    """Whether ``conn`` answers a query now (under the thread's clock: a silent one is cut)."""
+    try:
+        with state.clock.running(socket_of(conn)), conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Error:
+        return False
+    return True
+
+
+def _keep_connections(state: _Thread) -> None:
+    """Note this thread's connections as kept; close those left in a bad state: a
+    transaction left open (autocommit off), or a failed statement and no answer since."""
+    now = time.monotonic()
+    for conn in list(state.kept):
+        if not transaction.get_autocommit(conn.alias) or (
+            conn in state.failed and not _answers(conn, state)
+        ):
+            _drop(conn, state)
         else:
-            conn.errors_occurred = False
+            state.kept[conn] = now
+            state.failed.discard(conn)
 
 
-def _answers(conn: BaseDatabaseWrapper, clock: StatementClock) -> bool:
-    with clock.running(conn):
-        return bool(conn.is_usable())
-
-
-def _keep_connections(clock: StatementClock) -> None:
-    """Note this thread's connections as kept; close those left in a bad state."""
-    now = time.monotonic()
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        if not conn.get_autocommit() or (conn.errors_occurred and not _answers(conn, clock)):
-            conn.close()
-            continue
-        with _lock:
-            _kept[conn] = now
+def _drop(conn: BaseDatabaseWrapper, state: _Thread) -> None:
+    state.kept.pop(conn, None)
+    state.failed.discard(conn)
+    conn.close()
 
 
 def _with_kept_connections(function: Callable[[], T]) -> T:
-    clock = _clock()
-    _ready_connections(clock)
-    timed = functools.partial(_timed, clock)
+    state = _thread()
+    _ready_connections(state)
+    timed = functools.partial(_timed, state)
     try:
         with contextlib.ExitStack() as stack:
-            for conn in connections.all():
-                stack.enter_context(conn.execute_wrapper(timed))
+            for alias in settings.DATABASES:
+                stack.enter_context(connections[alias].execute_wrapper(timed))
             return function()
     finally:
-        _keep_connections(clock)
+        _keep_connections(state)
 
 
 def _timed(
-    clock: StatementClock,
+    state: _Thread,
     execute: Callable[..., Any],
     sql: str,
     params: Any,
     many: bool,
     context: dict[str, Any],
 ) -> Any:
-    """Django's execute wrapper: run the statement under the thread's clock."""
-    with clock.running(context["connection"]):
-        return execute(sql, params, many, context)
+    """Django's execute wrapper: run the statement under the thread's clock, and note the
+    connection as kept (and as failed, if the statement failed)."""
+    conn = context["connection"]
+    if conn not in state.kept:
+        state.kept[conn] = time.monotonic()
+    try:
+        with state.clock.running(socket_of(conn)):
+            return execute(sql, params, many, context)
+    except Error:
+        state.failed.add(conn)
+        raise
 
 
 def cut_stuck_statements() -> int:
@@ -147,7 +180,7 @@ def cut_stuck_statements() -> int:
     """
     bound, now = conf.HEARTBEAT_TIMEOUT, time.monotonic()
     with _lock:
-        clocks = list(_clocks.values())
+        clocks = [state.clock for state in _threads.values()]
     what = "a statement of a handshake, recheck or audience check"
     return sum(clock.cut_overdue(now, bound, what) for clock in clocks)
 
@@ -182,9 +215,10 @@ def close_connections(timeout: float = 10.0) -> None:
 
 
 def _close_own(barrier: threading.Barrier) -> None:
-    for conn in connections.all(initialized_only=True):
-        with _lock:
-            _kept.pop(conn, None)
-        conn.close()
+    state = _thread()
+    state.kept.clear()
+    state.failed.clear()
+    for alias in settings.DATABASES:
+        connections[alias].close()
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait()

@@ -5,7 +5,8 @@ flow, a frozen proxy, a failover) blocks its thread until the kernel gives up, w
 keepalives takes hours. A ``StatementClock`` notes when the statement under way began and
 which socket it waits on; a watchdog on another thread (a worker's housekeeping) reads how
 long it has run and, past a bound, shuts the socket down: the blocked read fails at once, and
-the connection is replaced like any broken one.
+the connection is replaced like any broken one. It knows sockets, not Django's connections:
+its callers find a connection's socket (``realtime.compat.django.socket_of``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +35,9 @@ class StatementClock:
         self._fd: int | None = None
 
     @contextmanager
-    def running(self, wrapper: BaseDatabaseWrapper) -> Iterator[None]:
-        """Time the statements of the block, run on ``wrapper`` (an open connection)."""
-        fd = _fileno(wrapper)
+    def running(self, fd: int | None) -> Iterator[None]:
+        """Time the statements of the block, which wait on socket ``fd`` (``None``: one that
+        cannot be cut, such as SQLite's, which has none)."""
         with self._lock:
             self._since, self._fd = time.monotonic(), fd
         try:
@@ -82,13 +81,3 @@ class StatementClock:
                 logger.debug("realtime: cutting a stuck connection failed", exc_info=True)
                 return False
             return True
-
-
-def _fileno(wrapper: BaseDatabaseWrapper) -> int | None:
-    """The socket of a networked connection; ``None`` for SQLite."""
-    if wrapper.vendor == "sqlite" or wrapper.connection is None:
-        return None
-    try:
-        return int(wrapper.connection.fileno())
-    except Exception:
-        return None

@@ -262,6 +262,57 @@ def test_user_models_whose_instances_may_hold_other_values_are_read_as_instances
 
 
 @isolate_apps("tests.testapp")
+def test_a_user_model_that_builds_or_reads_its_instances_its_own_way_is_read_as_instances() -> None:
+    class OwnLoader(User):  # type: ignore[misc,valid-type]
+        """Builds its instances with a ``from_db`` of its own (Django's documented hook)."""
+
+        class Meta:
+            proxy = True
+            app_label = "testapp"
+
+        @classmethod
+        def from_db(cls, db: Any, field_names: Any, values: Any) -> Any:
+            return super().from_db(db, field_names, values)
+
+    class Upper:
+        """A descriptor reading a field's value in capitals."""
+
+        def __init__(self, field: Any) -> None:
+            self.field = field
+
+        def __get__(self, instance: Any, owner: Any = None) -> Any:
+            if instance is None:
+                return self
+            return str(instance.__dict__[self.field.attname]).upper()
+
+        def __set__(self, instance: Any, value: Any) -> None:
+            instance.__dict__[self.field.attname] = value
+
+    class UpperField(models.CharField):  # type: ignore[type-arg]
+        descriptor_class = Upper
+
+    class Shouting(AbstractBaseUser):
+        """Its username field reads its column through a descriptor of its own."""
+
+        name = UpperField(max_length=50, unique=True)
+        USERNAME_FIELD = "name"
+
+        class Meta:
+            app_label = "testapp"
+
+    class Plain(AbstractBaseUser):
+        name = models.CharField(max_length=50, unique=True)
+        USERNAME_FIELD = "name"
+
+        class Meta:
+            app_label = "testapp"
+
+    assert standing.columns_of(OwnLoader) is None
+    assert standing.columns_of(Shouting) is None
+    assert standing.columns_of(Plain) == standing.Columns("name", None, None, "password")
+
+
+@isolate_apps("tests.testapp")
 def test_a_user_model_without_email_or_active_columns_is_read_as_its_instances_answer() -> None:
     class Key(AbstractBaseUser):
         """An account with a name and a password only: no email, always active."""

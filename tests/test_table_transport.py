@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from realtime.fields import naive_utc_now
 from realtime.transports import table_poller, table_store
@@ -317,6 +317,15 @@ class TestTrimming:
         finally:
             transport.close()
         assert remaining == [3, 1, 0]
+
+    @only_on("sqlite")
+    def test_a_sqlite_trim_inside_a_transaction_is_refused_and_deletes_nothing(self) -> None:
+        insert_row("old", b"old", age=3600)
+        transport = TableTransport(retention=60, auto_trim=False)
+        with transaction.atomic(), pytest.raises(RuntimeError, match="outside any transaction"):
+            transport.trim()
+        assert row_count() == 1
+        assert transport.trim() == 1
 
     def test_auto_trim_off_never_trims(self) -> None:
         insert_row("old", b"old", age=3600)

@@ -12,7 +12,8 @@ instead (``accounts_of_tokens`` answers ``None``) when the user model is not an
 ``AbstractBaseUser`` or has its own ``get_username``, ``__init__`` or ``from_db``; when the
 username, email, ``is_active`` or password is not a plain column (a property, a relation, a
 descriptor of its own); when its default manager annotates, adds ``extra`` columns or builds
-rows its own way; or when ``pre_init``/``post_init`` receivers may change an instance.
+rows its own way; or when ``pre_init``/``post_init`` receivers may change an instance (those
+last two Django does not document: ``realtime.compat.django`` tells them, or says it cannot).
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from typing import Any, NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models
-from django.db.models.query import ModelIterable
-from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init, pre_init
 
 from realtime import auth
 from realtime.auth import claims_of
 from realtime.chunks import id_chunks
+from realtime.compat.django import has_receivers, plain_instances
 
 logger = logging.getLogger(__name__)
 
@@ -101,9 +102,7 @@ def _columns_of(model: type[models.Model]) -> Columns | None:
         return None
     if model.get_username is not AbstractBaseUser.get_username:
         return None
-    from_db = model.from_db.__func__  # type: ignore[attr-defined]
-    loads = getattr(from_db, "_realtime_original", from_db)  # under realtime's snapshots
-    if model.__init__ is not models.Model.__init__ or loads is not _DJANGO_FROM_DB:
+    if model.__init__ is not models.Model.__init__ or _own_from_db(model):
         return None
     username = _column(model, model.USERNAME_FIELD)  # type: ignore[attr-defined]
     password = _column(model, "password")
@@ -119,24 +118,29 @@ def _columns_of(model: type[models.Model]) -> Columns | None:
     return Columns(username, email, active, password)
 
 
+def _own_from_db(model: type[models.Model]) -> bool:
+    """Whether ``model`` loads its rows with a ``from_db`` of its own (Django documents that
+    hook for customizing the instances a query builds)."""
+    method = getattr(model.from_db, "__func__", None)
+    return method is not getattr(models.Model.from_db, "__func__", None)
+
+
 def _column(model: type[models.Model], name: str) -> str | None:
     """``name`` if an instance of ``model`` reads it as its column's plain value: a concrete
-    field, no relation, Django's own descriptor (nothing of a subclass shadowing it)."""
-    field = next((f for f in model._meta.concrete_fields if f.name == name), None)
-    if field is None or field.is_relation:
+    field, no relation, read through the descriptor every Django field has by default
+    (``Field.descriptor_class``: nothing of a field class or a subclass shadowing it)."""
+    try:
+        field = model._meta.get_field(name)
+    except FieldDoesNotExist:
         return None
-    return name if type(getattr(model, name, None)) is DeferredAttribute else None
+    if not field.concrete or field.is_relation or field.name != name:
+        return None
+    return name if type(getattr(model, name, None)) is models.Field.descriptor_class else None
 
 
 def _loads_its_own_way(model: type[models.Model]) -> bool:
     """Whether ``model``'s default manager or its init receivers may make an instance hold
     other values than its columns (asked at every round: receivers come and go)."""
-    queryset = model._default_manager.all()
-    if queryset.query.annotations or queryset.query.extra:
+    if not plain_instances(model._default_manager.all()):
         return True
-    if queryset._iterable_class is not ModelIterable:
-        return True
-    return pre_init.has_listeners(model) or post_init.has_listeners(model)
-
-
-_DJANGO_FROM_DB = models.Model.from_db.__func__  # type: ignore[attr-defined]
+    return has_receivers(pre_init, model) or has_receivers(post_init, model)

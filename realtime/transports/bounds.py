@@ -22,6 +22,7 @@ fails at once.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,9 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from realtime.compat.django import driver_connection, use_options
 from realtime.conf import conf
+from realtime.transports.table_store import is_mariadb
 
 
 @dataclass(frozen=True)
@@ -72,19 +75,15 @@ class Bounds:
 def bounded_connection(using: str, bounds: Bounds) -> BaseDatabaseWrapper:
     """This thread's connection of ``using``, opened with ``bounds`` if it is not open yet.
 
-    Only this thread's wrapper gets the bounded options (a copy of the alias's settings taken
-    at each connect, so a changed host or port is followed); other threads are untouched.
+    Only this thread's connection gets the bounded options, on the alias's settings as they
+    are at each connect (a changed host or port is followed; see
+    ``realtime.compat.django.use_options``); other threads are untouched.
     """
     wrapper = connections[using]
-    if wrapper.connection is not None:
+    if driver_connection(wrapper) is not None:
         return wrapper
-    settings = connections.settings[using]
-    wrapper.settings_dict = {
-        **settings,
-        "OPTIONS": bounds.options(wrapper.vendor, dict(settings.get("OPTIONS") or {})),
-    }
-    wrapper.ensure_connection()
-    _limit_statements(wrapper, bounds.statement_timeout)
+    use_options(wrapper, functools.partial(bounds.options, wrapper.vendor))
+    _limit_statements(wrapper, bounds.statement_timeout)  # opens it
     return wrapper
 
 
@@ -94,7 +93,7 @@ def _limit_statements(wrapper: BaseDatabaseWrapper, seconds: float) -> None:
             cursor.execute(
                 "SELECT set_config('statement_timeout', %s, false)", [str(int(seconds * 1000))]
             )
-        elif wrapper.vendor == "mysql" and wrapper.mysql_is_mariadb:  # type: ignore[attr-defined]
+        elif wrapper.vendor == "mysql" and is_mariadb(cursor):
             cursor.execute("SET SESSION max_statement_time = %s", [seconds])
         elif wrapper.vendor == "mysql":
             cursor.execute("SET SESSION max_execution_time = %s", [int(seconds * 1000)])

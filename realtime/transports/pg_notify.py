@@ -29,6 +29,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, transaction
 
@@ -76,9 +77,9 @@ def conninfo_of(target: str | None) -> dict[str, Any]:
     """libpq parameters for a ``DATABASES`` alias (default: ``default``) or a DSN."""
     from psycopg.conninfo import conninfo_to_dict
 
-    if target is not None and target not in connections.settings:
+    if target is not None and target not in settings.DATABASES:
         return dict(conninfo_to_dict(target))
-    settings_dict = connections[target or "default"].settings_dict
+    settings_dict: dict[str, Any] = settings.DATABASES[target or "default"]
     if connections[target or "default"].vendor != "postgresql":
         raise ImproperlyConfigured("the pg_notify transport needs a PostgreSQL database")
     params: dict[str, Any] = {

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from realtime import metrics, statement_clock
+from realtime.compat.django import socket_of
 from realtime.statement_clock import StatementClock
 from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.outage import Outage
@@ -283,7 +284,7 @@ class Poller:
     def _read(self, generation: int, statement: Callable[[], T]) -> T:
         """Run ``statement`` on this thread's bounded connection, timed by the clock."""
         connection = bounded_connection(self.store.using, self.bounds)
-        with self.clock.running(connection):
+        with self.clock.running(socket_of(connection)):
             result = statement()
         if generation == self._generation:
             self.outage.recovered()

@@ -13,7 +13,6 @@ import datetime
 import functools
 import hashlib
 import logging
-import re
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from realtime.chunks import chunked
+from realtime.compat.django import driver_connection, driver_errors
 from realtime.exceptions import ChannelTooLongError
 from realtime.fields import to_naive_utc
 from realtime.transports.base import LogEntry
@@ -102,18 +102,32 @@ def db_now(connection: BaseDatabaseWrapper | str) -> str:
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
 
 
-def db_seconds_ago(connection: BaseDatabaseWrapper | str) -> str:
-    """SQL for the database's time ``%s`` seconds ago (one float parameter), as ``db_now``."""
+def db_seconds_ago(connection: BaseDatabaseWrapper | str, *, qmark: bool = False) -> str:
+    """SQL for the database's time some seconds ago (one float parameter), as ``db_now``.
+
+    Written for Django's cursors: ``%s`` placeholders, ``%%`` for a percent sign (the drivers
+    of PostgreSQL and MySQL take the same). With ``qmark``, for SQLite's own driver: ``?``
+    placeholders, the SQL taken as written (its paramstyle).
+    """
     vendor = _vendor(connection)
     if vendor == "postgresql":
         return f"({db_now(vendor)} - make_interval(secs => %s))"
     if vendor == "mysql":
         return "(UTC_TIMESTAMP(6) - INTERVAL ROUND(%s * 1000000) MICROSECOND)"
+    if qmark:
+        return "strftime('%Y-%m-%d %H:%M:%f', 'now', printf('-%.6f seconds', ?))"
     return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('-%%.6f seconds', %s))"
 
 
 def _vendor(connection: BaseDatabaseWrapper | str) -> str:
     return connection if isinstance(connection, str) else connection.vendor
+
+
+def is_mariadb(cursor: CursorWrapper) -> bool:
+    """Whether the MySQL-family server behind ``cursor`` is MariaDB (its version says so)."""
+    cursor.execute("SELECT VERSION()")
+    row = cursor.fetchone()
+    return row is not None and "mariadb" in str(row[0]).lower()
 
 
 #: The PostgreSQL advisory lock (and the MySQL named lock) publishers take: holding it from
@@ -142,41 +156,45 @@ def _window(
     """A poll's first statement: the ids above ``floor`` on these hashes, each with whether it
     is older than ``grace`` seconds.
 
-    It runs on the driver's own cursor, its SQL made once per database and number of hashes:
-    an idle worker polls ten times a second, and after each sleep Django's cursor wrapper
-    (the placeholders rewritten at every call, the query log, the wrappers) cost more than
-    the statement (measured on SQLite, caches cold: a poll took 400 µs, the same statement on
-    the driver's cursor 170 µs; a poll now takes 300 µs). The driver's errors are still
-    raised as Django's; what is skipped is what the poller's own thread, connection and clock
-    make moot: the query log and ``execute_wrapper`` hooks, the checks of thread sharing and
-    of a transaction left broken (it runs in autocommit).
+    It runs on the driver's own cursor (``realtime.compat.django``), its SQL written once per
+    database and number of hashes in the driver's own paramstyle: an idle worker polls ten
+    times a second, and after each sleep Django's cursor wrapper (the placeholders rewritten
+    at every call, the query log, the wrappers) cost more than the statement (measured on
+    SQLite, caches cold: a poll took 400 µs, the same statement on the driver's cursor
+    170 µs; a poll now takes 300 µs). The driver's errors are still raised as Django's; what
+    is skipped is what the poller's own thread, connection and clock make moot: the query log
+    and ``execute_wrapper`` hooks, the checks of thread sharing and of a transaction left
+    broken (it runs in autocommit). Where the driver's connection cannot be had (not open
+    yet, or a Django that keeps it elsewhere), Django's cursor runs it.
     """
-    if connection.connection is None:
-        connection.ensure_connection()
-    with connection.wrap_database_errors:
-        cursor = connection.connection.cursor()
+    params = [grace, *hashes, floor]
+    raw = driver_connection(connection)
+    errors = None if raw is None else driver_errors(connection)
+    if raw is None or errors is None:
+        with connection.cursor() as django_cursor:
+            django_cursor.execute(_window_sql(connection.vendor, len(hashes), False), params)
+            return list(django_cursor.fetchall())
+    with errors:
+        cursor = raw.cursor()
         try:
-            cursor.execute(_window_sql(connection.vendor, len(hashes)), [grace, *hashes, floor])
+            cursor.execute(_window_sql(connection.vendor, len(hashes), True), params)
             return list(cursor.fetchall())
         finally:
             cursor.close()
 
 
 @functools.lru_cache(maxsize=64)
-def _window_sql(vendor: str, hashes: int) -> str:
-    """The SQL of ``_window`` as ``vendor``'s driver takes it (SQLite: ``?`` placeholders)."""
-    older = db_seconds_ago(vendor)
-    sql = (
-        f"SELECT id, CASE WHEN created_at < {older} THEN 1 ELSE 0 END FROM {TABLE} "
-        f"WHERE channel_hash IN ({', '.join(['%s'] * hashes)}) AND id > %s ORDER BY id"
+def _window_sql(vendor: str, hashes: int, driver: bool) -> str:
+    """The SQL of ``_window`` for Django's cursor, or (``driver``) for the driver's own:
+    SQLite's takes ``?`` placeholders (paramstyle qmark), PostgreSQL's and MySQL's the ``%s``
+    of Django's (format)."""
+    qmark = driver and vendor == "sqlite"
+    mark = "?" if qmark else "%s"
+    return (
+        f"SELECT id, CASE WHEN created_at < {db_seconds_ago(vendor, qmark=qmark)} THEN 1 "
+        f"ELSE 0 END FROM {TABLE} WHERE channel_hash IN ({', '.join([mark] * hashes)}) "
+        f"AND id > {mark} ORDER BY id"
     )
-    if vendor == "sqlite":
-        # What Django's SQLite cursor does to every statement it is given.
-        sql = _FORMAT_PLACEHOLDER.sub("?", sql).replace("%%", "%")
-    return sql
-
-
-_FORMAT_PLACEHOLDER = re.compile(r"(?<!%)%s")
 
 
 class MessageStore:
@@ -324,7 +342,7 @@ class MessageStore:
                 last = cursor.fetchone()
             return int(last[0]) if last and last[1] else 0
         with self._serialized(), connection.cursor() as cursor:
-            if not connection.mysql_is_mariadb:  # type: ignore[attr-defined]
+            if not is_mariadb(cursor):
                 # MySQL 8 caches table statistics, AUTO_INCREMENT among them.
                 cursor.execute("SET SESSION information_schema_stats_expiry = 0")
             cursor.execute(
@@ -429,7 +447,7 @@ class MessageStore:
             with transaction.atomic(using=self.using), connection.cursor() as cursor:
                 yield cursor
             return
-        if connection.in_atomic_block:
+        if not transaction.get_autocommit(self.using):
             raise RuntimeError("a SQLite trim needs a connection outside any transaction")
         with connection.cursor() as cursor:
             cursor.execute("BEGIN IMMEDIATE")

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from django.core.exceptions import ImproperlyConfigured
 
 from realtime import metrics
+from realtime.compat.django import socket_of
 from realtime.statement_clock import StatementClock
 from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.outage import Outage
@@ -96,7 +97,7 @@ class Trimmer:
     def _trim_in_background(self) -> int:
         try:
             connection = bounded_connection(self.store.using, self.bounds)
-            with self.clock.running(connection):
+            with self.clock.running(socket_of(connection)):
                 trimmed = self.trim()
         except Exception as exc:
             # The next trim is submitted by a later publish: no retry of its own.

@@ -1,0 +1,254 @@
+"""Django: what realtime relies on that Django's documentation does not promise.
+
+Everything else realtime asks of Django is documented. These are not, and no public way gives
+them:
+
+* **Querysets that build plain instances** (``plain_instances``). A recheck reads the columns
+  a token remembers instead of building account instances, but only where an instance would
+  hold exactly those values: the default manager's queryset is built by Django's
+  ``ModelIterable`` (its ``_iterable_class``) with no annotation and no ``extra`` select (its
+  query's ``annotations`` and ``extra``). Fallback: instances.
+* **Whether a signal has receivers** (``has_receivers``): ``Signal.has_listeners``, asked of
+  ``pre_init`` and ``post_init`` for the same reason. Fallback: assume it has (instances).
+* **The driver connection behind a connection wrapper** (``driver_connection``, its socket
+  ``socket_of``, and ``driver_errors``, the context raising driver errors as Django's: the
+  wrapper's ``connection`` and ``wrap_database_errors``). The statement watchdog cuts a
+  statement that hangs by shutting its socket down; the table poller runs its window
+  statement on the driver's cursor (Django's wrapper cost more than the statement). Fallback:
+  no cut (keepalives and statement timeouts still bound a statement), Django's cursor, and a
+  held connection's bounds set again before each of its uses.
+* **Driver options for one thread's connection** (``use_options``): the connection wrapper's
+  ``settings_dict`` replaced, on realtime's own threads, by the alias's settings with more
+  driver options (keepalives, client timeouts). Fallback: the project's options alone.
+
+Each is checked by a self-test the first time a process uses it; the tests run no query and
+change nothing of the application's. Where one fails, one ERROR line names the Django version
+and what realtime does instead, and that use falls back for the life of the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django import get_version
+from django.conf import settings
+from django.db import DataError, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.dispatch import Signal
+
+logger = logging.getLogger(__name__)
+
+QUERYSETS = "queryset internals (_iterable_class, query.annotations, query.extra)"
+RECEIVERS = "Signal.has_listeners"
+CONNECTION = "the driver connection of a connection wrapper (its connection attribute)"
+SOCKET = "a driver connection's fileno()"
+ERRORS = "the translation of driver errors (wrap_database_errors)"
+OPTIONS = "per-thread driver options (settings_dict, get_connection_params)"
+
+#: What realtime does where each use does not fit.
+INSTEAD = {
+    QUERYSETS: "rechecks read accounts as instances",
+    RECEIVERS: "rechecks read accounts as instances",
+    CONNECTION: (
+        "statements that hang on realtime's threads are not cut (keepalives and statement "
+        "timeouts still bound them), polls use Django's cursor, and the poller's and the "
+        "trims' connections set their bounds again before each use"
+    ),
+    SOCKET: (
+        "statements that hang on realtime's threads are not cut (keepalives and statement "
+        "timeouts still bound them)"
+    ),
+    ERRORS: "polls use Django's cursor",
+    OPTIONS: (
+        "the poller's and the trims' connections open with the project's OPTIONS only (their "
+        "statement timeout and the watchdog still bound them)"
+    ),
+}
+
+#: Each use's self-test verdict, once it ran.
+_verdicts: dict[str, bool] = {}
+_lock = threading.Lock()
+_MISSING = object()
+
+
+def _fits(use: str, probe: Callable[..., None], *args: Any) -> bool:
+    """Whether ``use`` fits this Django: ``probe(*args)`` (which raises where it does not)
+    run once per process; where it does not, one ERROR line."""
+    verdict = _verdicts.get(use)
+    if verdict is not None:
+        return verdict
+    with _lock:
+        verdict = _verdicts.get(use)
+        if verdict is None:
+            try:
+                probe(*args)
+            except Exception as exc:
+                logger.error(
+                    "realtime: Django %s does not fit %s (%s: %s); %s",
+                    get_version(),
+                    use,
+                    type(exc).__name__,
+                    exc,
+                    INSTEAD[use],
+                )
+                verdict = False
+            else:
+                verdict = True
+            _verdicts[use] = verdict
+    return verdict
+
+
+# Querysets and signals ------------------------------------------------------------------------
+
+
+def plain_instances(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether ``queryset`` builds instances holding exactly their columns' values: Django's
+    own iterable of model instances, no annotation, no ``extra`` select. ``False`` where that
+    cannot be told."""
+    if not _fits(QUERYSETS, _probe_querysets, queryset.model):
+        return False
+    from django.db.models.query import ModelIterable
+
+    query = queryset.query
+    iterable = queryset._iterable_class
+    return iterable is ModelIterable and not query.annotations and not query.extra
+
+
+def _probe_querysets(model: type[models.Model]) -> None:
+    from django.db.models.query import ModelIterable
+
+    plain: models.QuerySet[Any, Any] = models.QuerySet(model)
+    if plain._iterable_class is not ModelIterable:
+        raise TypeError("a plain queryset is not read by ModelIterable")
+    if plain.query.annotations or plain.query.extra:
+        raise TypeError("a plain queryset has annotations or extra selects")
+    if plain.values("pk")._iterable_class is ModelIterable:
+        raise TypeError("values() is read by ModelIterable")
+    if not plain.annotate(realtime_probe=models.Value(1)).query.annotations:
+        raise TypeError("annotate() is not in query.annotations")
+    if not plain.extra(select={"realtime_probe": "1"}).query.extra:
+        raise TypeError("extra() is not in query.extra")
+
+
+def has_receivers(signal: Signal, sender: Any) -> bool:
+    """Whether ``signal`` has receivers for ``sender`` (those of every sender included);
+    ``True`` where that cannot be told."""
+    if not _fits(RECEIVERS, _probe_receivers):
+        return True
+    return bool(signal.has_listeners(sender))
+
+
+def _probe_receivers() -> None:
+    signal = Signal(use_caching=True)  # as the model signals are
+
+    class Sender:
+        pass
+
+    def receiver(**kwargs: Any) -> None:
+        return None
+
+    if signal.has_listeners(Sender):
+        raise TypeError("a signal without receivers has listeners")
+    signal.connect(receiver, sender=Sender, weak=False)
+    try:
+        if not signal.has_listeners(Sender) or signal.has_listeners(object):
+            raise TypeError("has_listeners() does not tell a sender's receivers")
+    finally:
+        signal.disconnect(receiver, sender=Sender)
+    if signal.has_listeners(Sender):
+        raise TypeError("a disconnected receiver still listens")
+
+
+# Connections ------------------------------------------------------------------------------
+
+
+def driver_connection(wrapper: BaseDatabaseWrapper) -> Any | None:
+    """``wrapper``'s open DB-API connection; ``None`` while it is closed, or where this
+    Django keeps it elsewhere."""
+    raw = getattr(wrapper, "connection", _MISSING)
+    if raw is None:
+        return None
+    if not _fits(CONNECTION, _probe_connection, raw):
+        return None
+    return raw
+
+
+def _probe_connection(raw: Any) -> None:
+    if raw is _MISSING:
+        raise AttributeError("a connection wrapper has no connection attribute")
+    for method in ("cursor", "commit", "rollback", "close"):
+        if not callable(getattr(raw, method, None)):
+            raise TypeError(f"a wrapper's connection has no {method}()")
+
+
+def socket_of(wrapper: BaseDatabaseWrapper) -> int | None:
+    """The socket of ``wrapper``'s open networked connection; ``None`` for SQLite, a closed
+    connection, or where it cannot be had."""
+    if wrapper.vendor == "sqlite":
+        return None
+    raw = driver_connection(wrapper)
+    if raw is None:
+        return None
+    try:
+        fd = int(raw.fileno())
+    except Exception:
+        return None  # closed since
+    return fd if _fits(SOCKET, _probe_socket, fd) else None
+
+
+def _probe_socket(fd: int) -> None:
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        raise TypeError(f"fileno() {fd} is not a socket")
+
+
+def driver_errors(wrapper: BaseDatabaseWrapper) -> contextlib.AbstractContextManager[Any] | None:
+    """The context in which ``wrapper``'s driver errors are raised as Django's, as its own
+    cursors raise them; ``None`` where it cannot be had (use Django's cursor)."""
+    if not _fits(ERRORS, _probe_errors, wrapper):
+        return None
+    errors: contextlib.AbstractContextManager[Any] = wrapper.wrap_database_errors
+    return errors
+
+
+def _probe_errors(wrapper: BaseDatabaseWrapper) -> None:
+    # A data error: the one class Django does not take for a broken connection.
+    driver_error = wrapper.Database.DataError  # type: ignore[attr-defined]
+    try:
+        with wrapper.wrap_database_errors:
+            raise driver_error("realtime: a probe of the error translation")
+    except DataError:
+        return
+    raise TypeError("a driver error was swallowed")
+
+
+def use_options(
+    wrapper: BaseDatabaseWrapper, options: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    """Have this thread's ``wrapper`` connect, from its next connection on, with the alias's
+    settings as they are now but ``options(its OPTIONS)`` as driver options; other threads are
+    untouched. Nothing where this Django does not take them."""
+    alias: dict[str, Any] = settings.DATABASES[wrapper.alias]
+    given: dict[str, Any] = dict(alias.get("OPTIONS") or {})
+    wanted = options(given)
+    proposed = {**alias, "OPTIONS": wanted}
+    added = wanted.keys() - given.keys()
+    if _fits(OPTIONS, _probe_options, wrapper, proposed, added):
+        wrapper.settings_dict = proposed
+
+
+def _probe_options(wrapper: BaseDatabaseWrapper, proposed: dict[str, Any], added: Any) -> None:
+    saved = wrapper.settings_dict
+    wrapper.settings_dict = proposed
+    try:
+        params = wrapper.get_connection_params()
+    finally:
+        wrapper.settings_dict = saved
+    missing = sorted(set(added) - params.keys())
+    if missing:
+        raise KeyError(f"options {missing} do not reach the driver")
