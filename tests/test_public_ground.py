@@ -26,6 +26,11 @@ INTERNALS = {
     "_iterable_class",
     "settings_dict",
     "b62_decode",
+    "ensure_connection",
+    "is_usable",
+    "wrap_database_errors",
+    "get_connection_params",
+    "mysql_is_mariadb",
     # daphne, Twisted, autobahn
     "dataBuffer",
     "_tempDataLen",
