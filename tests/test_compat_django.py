@@ -17,16 +17,18 @@ from typing import Any, TypeVar
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError, connection, connections, models
+from django.db import DatabaseError, connection, connections, models, transaction
 from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 
 from realtime.auth import RealtimeAuth, Scope, issue_token
 from realtime.compat import django as django_compat
 from realtime.compat.django import (
+    callbacks_released,
     driver_connection,
     driver_errors,
     has_receivers,
+    in_transaction,
     plain_instances,
     socket_of,
 )
@@ -332,3 +334,45 @@ def test_driver_options_that_cannot_be_given_leave_the_projects_and_the_statemen
     else:
         assert float(limit) == 0.5
     said_once(caplog, "with the project's OPTIONS only")
+
+
+# Transactions: the open-block flag, and the release of discarded callbacks ------------------
+
+
+def test_in_transaction_tells_an_atomic_block_without_connecting() -> None:
+    connection.close()
+    assert in_transaction(connection) is False
+    assert connection.connection is None  # asked without connecting (an instance built by hand)
+    with transaction.atomic():
+        assert in_transaction(connection) is True
+        with transaction.atomic():
+            assert in_transaction(connection) is True
+    assert in_transaction(connection) is False
+
+
+def test_in_transaction_that_cannot_be_told_asks_autocommit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing(monkeypatch, "_probe_transaction")
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        assert in_transaction(connection) is False
+        with transaction.atomic():
+            assert in_transaction(connection) is True
+    said_once(caplog, "in_atomic_block", "get_autocommit")
+
+
+def test_this_django_releases_the_callbacks_it_discards(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(django_compat, "_next_try", 0.0)
+    with transaction.atomic():
+        # Not checked inside a transaction of the application's: assumed, and asked again.
+        assert callbacks_released(connection) is True
+        assert django_compat.CALLBACKS not in django_compat._verdicts
+    with CaptureQueriesContext(connection) as queries:
+        assert callbacks_released(connection) is True
+    assert django_compat._verdicts[django_compat.CALLBACKS] is True
+    written = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper()[:6] in ("INSERT", "UPDATE", "DELETE")
+    ]
+    assert written == []

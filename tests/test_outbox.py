@@ -18,7 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 
-from realtime.compat import _django_callbacks as django_callbacks
+from realtime.compat import django as django_seam
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Company, Contact, Workspace
 
@@ -249,8 +249,8 @@ def django_keeping_discarded_callbacks(monkeypatch: pytest.MonkeyPatch) -> None:
         rollback(self, sid)
 
     monkeypatch.setattr(BaseDatabaseWrapper, "savepoint_rollback", keeping)
-    monkeypatch.setattr(django_callbacks, "_released", None)
-    monkeypatch.setattr(django_callbacks, "_next_try", 0.0)
+    monkeypatch.setattr(django_seam, "_verdicts", {})
+    monkeypatch.setattr(django_seam, "_next_try", 0.0)
 
 
 @pytest.mark.usefixtures("django_keeping_discarded_callbacks")
@@ -269,5 +269,5 @@ def test_where_django_keeps_discarded_callbacks_each_announcement_publishes_itse
     # Not coalesced, and published by each callback: never lost, never out of order.
     assert [event for event, _ in announced()] == ["contact.created", "contact.updated"]
     assert count == [2]
-    noticed = [r for r in caplog.records if "keeps the on_commit callbacks" in r.getMessage()]
+    noticed = [r for r in caplog.records if django_seam.CALLBACKS in r.getMessage()]
     assert len(noticed) == 1

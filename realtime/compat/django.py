@@ -20,10 +20,25 @@ them:
 * **Driver options for one thread's connection** (``use_options``): the connection wrapper's
   ``settings_dict`` replaced, on realtime's own threads, by the alias's settings with more
   driver options (keepalives, client timeouts). Fallback: the project's options alone.
+* **Whether a transaction is open, without opening a connection** (``in_transaction``): the
+  wrapper's ``in_atomic_block``. The documented ``transaction.get_autocommit()`` connects to
+  the database, and a model built by hand, which runs no query, must not. Fallback:
+  ``get_autocommit()``.
+* **That Django lets go of the on_commit callbacks it discards** (``callbacks_released``).
+  Django documents that a callback registered in a savepoint or transaction that rolls back
+  is never called; realtime learns *that it was discarded* — during the transaction, not only
+  at its end — by holding its callbacks weakly, Django keeping the only strong reference. The
+  self-test registers a callback in a savepoint (a transaction, where the database has none)
+  that rolls back, in a transaction of its own that writes nothing, the first time it is
+  asked while no transaction is open on the connection; until then it answers yes, as every
+  supported Django does. Fallback: each announcement published by its own callback, without
+  coalescing, and an update that cannot tell what was committed lists every column as
+  changed.
 
-Each is checked by a self-test the first time a process uses it; the tests run no query and
-change nothing of the application's. Where one fails, one ERROR line names the Django version
-and what realtime does instead, and that use falls back for the life of the process.
+Each is checked by a self-test the first time a process uses it; the tests change nothing of
+the application's, and only the last runs statements. Where one fails, one ERROR line names the
+Django version and what realtime does instead, and that use falls back for the life of the
+process.
 """
 
 from __future__ import annotations
@@ -33,12 +48,14 @@ import logging
 import os
 import stat
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from django import get_version
 from django.conf import settings
-from django.db import DataError, models
+from django.db import DatabaseError, DataError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import Signal
 
@@ -50,6 +67,8 @@ CONNECTION = "the driver connection of a connection wrapper (its connection attr
 SOCKET = "a driver connection's fileno()"
 ERRORS = "the translation of driver errors (wrap_database_errors)"
 OPTIONS = "per-thread driver options (settings_dict, get_connection_params)"
+TRANSACTION = "the open-transaction flag of a connection wrapper (in_atomic_block)"
+CALLBACKS = "the release of the on_commit callbacks of rolled-back savepoints"
 
 #: What realtime does where each use does not fit.
 INSTEAD = {
@@ -68,6 +87,11 @@ INSTEAD = {
     OPTIONS: (
         "the poller's and the trims' connections open with the project's OPTIONS only (their "
         "statement timeout and the watchdog still bound them)"
+    ),
+    TRANSACTION: "whether a transaction is open is asked with get_autocommit(), which connects",
+    CALLBACKS: (
+        "announcements are published one by one, without coalescing, and updates that cannot "
+        "tell what was committed list every column as changed"
     ),
 }
 
@@ -252,3 +276,79 @@ def _probe_options(wrapper: BaseDatabaseWrapper, proposed: dict[str, Any], added
     missing = sorted(set(added) - params.keys())
     if missing:
         raise KeyError(f"options {missing} do not reach the driver")
+
+
+# Transactions -------------------------------------------------------------------------------
+
+
+def in_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """Whether an atomic block is open on ``connection`` (this thread's, of its alias),
+    without connecting to the database."""
+    if _fits(TRANSACTION, _probe_transaction, connection):
+        return bool(connection.in_atomic_block)
+    return not transaction.get_autocommit(connection.alias)
+
+
+def _probe_transaction(connection: BaseDatabaseWrapper) -> None:
+    if not isinstance(getattr(connection, "in_atomic_block", None), bool):
+        raise AttributeError("a connection wrapper has no in_atomic_block flag")
+
+
+#: Seconds before a check of the callbacks that could not run (the database away) is tried
+#: again.
+RETRY_AFTER = 30.0
+_next_try = 0.0
+
+
+def callbacks_released(connection: BaseDatabaseWrapper) -> bool:
+    """Whether Django frees the ``on_commit`` callbacks it discards; checked on
+    ``connection`` the first time no transaction is open on it (see the module docstring)."""
+    global _next_try
+    verdict = _verdicts.get(CALLBACKS)
+    if verdict is not None:
+        return verdict
+    if in_transaction(connection) or time.monotonic() < _next_try:
+        return True
+    _next_try = time.monotonic() + RETRY_AFTER
+    try:
+        released = _discarded_and_freed(connection.alias)
+    except DatabaseError:
+        logger.debug("realtime: the on_commit check could not run yet", exc_info=True)
+        return True
+    return _fits(CALLBACKS, _judge_callbacks, released)
+
+
+class _Probe:
+    __slots__ = ("__weakref__",)
+
+    def __call__(self) -> None:
+        """Never called: it is registered in a savepoint that rolls back."""
+
+
+class _RollBackError(Exception):
+    """Raised to roll the probe's savepoint (or transaction) back."""
+
+
+def _discarded_and_freed(using: str) -> bool:
+    """Register a callback in a savepoint that rolls back (a transaction, where the database
+    has no savepoints) and tell whether Django freed it at once. Nothing is written."""
+    nested = connections[using].features.uses_savepoints
+    discarded = _Probe()
+    dropped: weakref.ref[_Probe] = weakref.ref(discarded)
+    freed = False
+    with transaction.atomic(using=using):
+        try:
+            with transaction.atomic(using=using):
+                transaction.on_commit(discarded, using=using, robust=True)
+                del discarded
+                raise _RollBackError
+        except _RollBackError:
+            pass
+        # Freed by reference counting when Django let go of it, not by a collection.
+        freed = dropped() is None
+    return freed if nested else dropped() is None
+
+
+def _judge_callbacks(released: bool) -> None:
+    if not released:
+        raise TypeError("a callback registered in a rolled-back savepoint is still alive")

@@ -15,7 +15,7 @@ from typing import ParamSpec, TypeVar
 
 from django.db import connections, transaction
 
-from realtime.compat._django_callbacks import in_transaction
+from realtime.compat.django import in_transaction
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
-from realtime.compat._django_callbacks import callbacks_released, in_transaction
+from realtime.compat.django import callbacks_released, in_transaction
 from realtime.writes.publish import publish
 
 logger = logging.getLogger(__name__)
