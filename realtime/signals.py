@@ -18,6 +18,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
+from realtime.compat.django import has_receivers
 from realtime.logs import log_failure
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ socket_disconnected = Signal()
 
 async def send_robustly(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` to every receiver (sync ones in a thread); log what a receiver raises."""
-    if not signal.has_listeners(sender):
+    if not has_receivers(signal, sender):
         return
     for receiver, result in await signal.asend_robust(sender, **kwargs):
         if isinstance(result, Exception):

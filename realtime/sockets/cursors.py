@@ -20,7 +20,6 @@ from functools import lru_cache
 from typing import Any, Final
 
 from django.conf import settings
-from django.utils.crypto import constant_time_compare
 
 from realtime.conf import conf
 
@@ -51,7 +50,7 @@ def position_of(user_id: Any, cursor: Any, now: float | None = None) -> int | No
     where, stamp, signature = parts
     message = f"{where}.{stamp}"
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
-    if not any(constant_time_compare(signature, _signature(s, user_id, message)) for s in secrets):
+    if not any(hmac.compare_digest(signature, _signature(s, user_id, message)) for s in secrets):
         return None
     try:
         handed_out = int(stamp, 36)

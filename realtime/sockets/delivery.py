@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from realtime import messages, metrics, signals
 from realtime.auth import RealtimeAuth, get_auth
 from realtime.blocking import run_blocking
+from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.sockets import protocol
@@ -310,7 +311,7 @@ class Dispatcher:
                 await asyncio.sleep(0)
 
     def _delivered(self, plan: Plan) -> None:
-        if plan.channels is None or not signals.event_delivered.has_listeners(self.sender):
+        if plan.channels is None or not has_receivers(signals.event_delivered, self.sender):
             return
         event_channels = set(plan.channels)
         watchers: dict[Any, set[str]] = {}

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from realtime import limits, messages
+from realtime import messages
+from realtime.chunks import id_chunks
 from realtime.encoding import encode, sorted_ids
 from realtime.messages import base_channel, new_mid, scope_channel
 
@@ -123,10 +124,8 @@ def recheck_messages(user_ids: Iterable[Any], budget: int | None) -> list[tuple[
 
 
 def _id_slices(ids: Iterable[Any]) -> Iterable[list[Any]]:
-    unique = sorted_ids(ids)
-    size = limits.MAX_IDS_PER_MESSAGE
-    for start in range(0, len(unique), size):
-        yield unique[start : start + size]
+    """The ids sorted, without duplicates, in slices of at most 200."""
+    return (list(chunk) for chunk in id_chunks(sorted_ids(ids)))
 
 
 def _fit_with_ids(
