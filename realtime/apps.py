@@ -29,7 +29,7 @@ def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
         reset_transport()
         reset_auth()
     if setting in SIGNING_SETTINGS:
-        from realtime.auth import forget_checked_tokens
+        from realtime.tokens import forget_checked_tokens
 
         forget_checked_tokens()
     if setting in RECHECK_SETTINGS:

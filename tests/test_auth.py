@@ -20,18 +20,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils.crypto import salted_hmac
 from pytest_django import DjangoAssertNumQueries
 
-from realtime import auth as auth_module
 from realtime import limits
-from realtime.auth import (
-    TOKEN_SALT,
-    RealtimeAuth,
-    Scope,
-    get_auth,
-    issue_token,
-    member_ids,
-    token_fingerprint,
-)
+from realtime import tokens as tokens_module
+from realtime.auth import RealtimeAuth, Scope, get_auth, issue_token, member_ids
 from realtime.sockets import standing
+from realtime.tokens import TOKEN_SALT, token_fingerprint
 from tests.testapp.models import (
     Company,
     Contact,
@@ -263,11 +256,11 @@ def test_tokens_that_fail_their_signature_check_are_not_kept(
     auth: RealtimeAuth, make_user: MakeUser
 ) -> None:
     token = issue_token(make_user("alice"))
-    kept = auth_module._signed.cache_info().currsize
+    kept = tokens_module._signed.cache_info().currsize
     for index in range(100):
         assert auth.user_of_token(f"{token}{index}") is None  # a signature that does not match
         assert auth.user_of_token("x" * 10_000 + str(index)) is None
-    assert auth_module._signed.cache_info().currsize == kept
+    assert tokens_module._signed.cache_info().currsize == kept
 
 
 @pytest.mark.parametrize(

@@ -22,20 +22,13 @@ from django.db.models.signals import post_init
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext, isolate_apps
 
-from realtime import auth as auth_module
-from realtime.auth import (
-    TOKEN_SALT,
-    RealtimeAuth,
-    Scope,
-    ScopeQuestion,
-    forget_checked_tokens,
-    issue_token,
-    token_fingerprint,
-)
+from realtime import tokens as tokens_module
+from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, issue_token
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.sockets import access, standing
 from realtime.sockets.protocol import read_scopes
+from realtime.tokens import TOKEN_SALT, forget_checked_tokens, token_fingerprint
 from tests.testapp.models import Membership, Workspace
 
 pytestmark = pytest.mark.django_db
@@ -344,7 +337,7 @@ def test_the_instance_and_column_paths_ask_the_one_standing_rule(
         asked.append(username)
         return bool(username != bob.username)
 
-    monkeypatch.setattr(auth_module, "stands", all_but_bob)
+    monkeypatch.setattr(tokens_module, "stands", all_but_bob)
     by_instances = RealtimeAuth().users_of_tokens(tokens)
     assert [getattr(user, "pk", None) for user in by_instances] == [ann.pk, None]
     assert standing_ids(tokens) == [ann.pk, None]

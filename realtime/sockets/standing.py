@@ -4,7 +4,7 @@ A recheck of the default ``RealtimeAuth`` only asks whether each socket's token 
 for the account it was opened as, and keeps no account. Building the instances
 ``users_of_tokens`` returns (and their snapshots) was half of a round's CPU, and handed the
 garbage collector a few objects per socket to promote. So a recheck reads the columns a token
-remembers (``auth.remembered_of``) and knows each account as an ``Account``, its id: all the
+remembers (``tokens.remembered_of``) and knows each account as an ``Account``, its id: all the
 default ``scopes_of_many`` reads of an account.
 
 Only where an instance would hold exactly those columns' values. Its instances are asked
@@ -29,10 +29,10 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models.signals import post_init, pre_init
 
-from realtime import auth
-from realtime.auth import claims_of
+from realtime import tokens
 from realtime.chunks import id_chunks
 from realtime.compat.django import has_receivers, plain_instances
+from realtime.tokens import claims_of
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +79,11 @@ def accounts_of_tokens(tokens: Sequence[str]) -> list[Account | None] | None:
 
 
 def _row_stands(row: dict[str, Any], columns: Columns, fingerprint: str) -> bool:
-    """Whether the token still stands for the account of ``row`` (``auth.stands``, read from
+    """Whether the token still stands for the account of ``row`` (``tokens.stands``, read from
     its columns as an instance would answer them)."""
     active = True if columns.is_active is None else row[columns.is_active]
     email = "" if columns.email is None else row[columns.email]
-    return auth.stands(fingerprint, active, row[columns.username], email, row[columns.password])
+    return tokens.stands(fingerprint, active, row[columns.username], email, row[columns.password])
 
 
 def columns_of(model: type[models.Model]) -> Columns | None:

@@ -1,0 +1,141 @@
+"""Tokens: the signed bearer ``issue_token`` makes and the default ``RealtimeAuth`` reads.
+
+A token holds an account id, a fingerprint of what it remembers of the account (username,
+email, and the password with ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``) and the second it was
+issued, signed with Django's ``signing``. It stands while it is younger than
+``REALTIME_TOKEN_MAX_AGE`` and the account is active and still what it remembers
+(``stands``: the one rule, whether an account is read as an instance or as columns). Its
+signature is checked once per worker and remembered; its age at every read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import hmac
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core import signing
+
+from realtime.conf import conf
+
+TOKEN_SALT = "realtime.token"  # noqa: S105 - a namespace for signing, not a secret
+
+#: Well-signed tokens kept once checked (least recently used dropped first): a socket's token
+#: is read again at every recheck, and checking a signature was a quarter of the cost. Only
+#: tokens this project signed get in (a failure raises, and is not kept), so their size is ours.
+CHECKED_TOKENS = 65_536
+
+
+def claims_of(token: str) -> tuple[Any, str] | None:
+    """The account id and fingerprint a well-signed, unexpired token holds, else ``None``.
+
+    Its age is checked at every read, its signature only at the first (``_signed``). A token
+    holds the second it was issued in its signed payload (``"t"``); one issued before it did
+    (without ``"t"``) is read as Django's signing reads its age, ``signing.loads`` with
+    ``max_age``, signature included, at every read: that lasts ``REALTIME_TOKEN_MAX_AGE`` at
+    most, until the last such token expires.
+    """
+    try:
+        user_id, fingerprint, issued = _signed(token)
+        if issued is None:
+            max_age = datetime.timedelta(seconds=conf.TOKEN_MAX_AGE)
+            signing.loads(token, salt=TOKEN_SALT, max_age=max_age)
+        elif time.time() - issued > conf.TOKEN_MAX_AGE:
+            return None  # expired as Django's signing tells it: older than the maximum age
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
+    return user_id, fingerprint
+
+
+@functools.lru_cache(maxsize=CHECKED_TOKENS)
+def _signed(token: str) -> tuple[Any, str, int | float | None]:
+    """What a token signed with this project's keys holds: its account id, its fingerprint
+    and the second it was issued (``None``: a token from before it was held); raises
+    ``BadSignature`` (or ``ValueError``) for any other."""
+    claims = signing.loads(token, salt=TOKEN_SALT)
+    if not isinstance(claims, dict) or "u" not in claims or "f" not in claims:
+        raise signing.BadSignature("not a realtime token")
+    issued = claims.get("t")
+    if issued is not None and (isinstance(issued, bool) or not isinstance(issued, int | float)):
+        raise signing.BadSignature("not a realtime token")
+    return claims["u"], str(claims["f"]), issued
+
+
+def forget_checked_tokens() -> None:
+    """Check every token's signature again (the project's signing keys changed)."""
+    _signed.cache_clear()
+
+
+def standing(user: Any | None, claims: tuple[Any, str]) -> Any | None:
+    """``user`` if the token still stands for it (``stands``, read from the instance)."""
+    if user is None:
+        return None
+    return (
+        user if stands(claims[1], getattr(user, "is_active", True), *remembered_of(user)) else None
+    )
+
+
+def stands(fingerprint: str, active: Any, username: Any, email: Any, password: Any) -> bool:
+    """Whether a token remembering ``fingerprint`` still stands for an account holding these
+    values: the account is active (``active``: its ``is_active``, ``True`` where it has none)
+    and still what the token remembers of it (``remembered``).
+
+    The one rule of a token's standing: the instance path (``user_of_token``,
+    ``users_of_tokens``) and the recheck's column path (``realtime.sockets.standing``) differ
+    only in where they read these values.
+    """
+    return bool(active) and remembered(fingerprint, username, email, password)
+
+
+def remembered(fingerprint: str, username: Any, email: Any, password: Any) -> bool:
+    """Whether a token's ``fingerprint`` is that of an account holding these values, under
+    the secret key or under a fallback key (a token issued before the key was rotated, as
+    Django's signing accepts)."""
+    return any(
+        hmac.compare_digest(fingerprint, fingerprint_of(username, email, password, key))
+        for key in (None, *settings.SECRET_KEY_FALLBACKS)
+    )
+
+
+def remembered_of(user: Any) -> tuple[Any, Any, Any]:
+    """What a token remembers of ``user``: its username, its email and its password."""
+    return user.get_username(), getattr(user, user.get_email_field_name(), ""), user.password
+
+
+def token_fingerprint(user: Any, secret: str | bytes | None = None) -> str:
+    """What a token remembers of its account: a change invalidates every token issued before.
+
+    Keyed with ``secret`` (default: the ``SECRET_KEY``), so that a token reveals nothing.
+    """
+    return fingerprint_of(*remembered_of(user), secret)
+
+
+def fingerprint_of(
+    username: Any, email: Any, password: Any, secret: str | bytes | None = None
+) -> str:
+    """``token_fingerprint`` of an account with these values (the password counts only with
+    ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``): the first 20 hex digits of their HMAC-SHA256,
+    keyed with the SHA-256 of ``TOKEN_SALT`` and ``secret`` (the construction Django's
+    ``salted_hmac`` makes, written with the standard library so that no change of Django's
+    revokes a token)."""
+    parts = [str(username), str(email)]
+    if conf.REVOKE_ON_PASSWORD_CHANGE:
+        parts.append(str(password))
+    key = settings.SECRET_KEY if secret is None else secret
+    salted = hashlib.sha256(TOKEN_SALT.encode() + _bytes(key)).digest()
+    return hmac.new(salted, "\0".join(parts).encode(), hashlib.sha256).hexdigest()[:20]
+
+
+def _bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def issue_token(user: Any) -> str:
+    """Sign a bearer for ``user`` that the default ``RealtimeAuth.user_of_token`` accepts."""
+    pk = user.pk if isinstance(user.pk, int | str) else str(user.pk)
+    claims = {"u": pk, "f": token_fingerprint(user), "t": int(time.time())}
+    return signing.dumps(claims, salt=TOKEN_SALT)
