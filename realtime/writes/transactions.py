@@ -10,7 +10,7 @@ transaction, because Django drops a discarded callback when it discards it. That
 checked once per process (``realtime.compat``); where it does not hold, a fate not yet run is
 *unknown*, and whoever asks assumes the worst.
 
-Reads share one fate per transaction (``shared``): a thousand rows loaded cost one callback.
+Reads share one fate per transaction (``reads``): a thousand rows loaded cost one callback.
 A read inside a savepoint opened after that fate was made is tied to it, and so outlives the
 savepoint's rollback: what such a read saw is undone only if the savepoint wrote the row, and
 the row's own writes, which realtime sees, carry fates of their own (see ``snapshots``).
@@ -22,6 +22,7 @@ import threading
 import weakref
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
@@ -100,9 +101,10 @@ def reads() -> tuple[Fate, ...]:
 
 class _Here(threading.local):
     """This thread's connection of every alias, looked up once: a read is made for every row
-    loaded, and ``connections[alias]`` costs more than the rest of it."""
+    loaded, and ``connections[alias]`` costs more than the rest of it. (The ORM runs in
+    synchronous code, where Django keeps one connection per alias and thread.)"""
 
-    settings: dict[str, Any] | None = None
+    databases: dict[str, Any] | None = None
     connections: tuple[BaseDatabaseWrapper, ...] = ()
 
 
@@ -111,8 +113,8 @@ _here_cache = _Here()
 
 def _here() -> tuple[BaseDatabaseWrapper, ...]:
     cache = _here_cache
-    settings = connections.settings
-    if cache.settings is not settings:  # DATABASES changed (tests): look them up again
-        cache.connections = tuple(connections[alias] for alias in settings)
-        cache.settings = settings
+    databases = settings.DATABASES
+    if cache.databases is not databases:  # DATABASES changed (tests): look them up again
+        cache.connections = tuple(connections[alias] for alias in databases)
+        cache.databases = databases
     return cache.connections
