@@ -319,8 +319,11 @@ def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
             return {}
         note = rows[-1]
         before = world.note_readers(note)
+        unchanged = note.author_id == world.users[author].pk
         note.author = world.users[author]
         note.save()
+        if unchanged:
+            return {}  # a save that changed nothing announces nothing
         return _views(before, world.note_readers(note), "private_note", note.pk)
     if kind == "contact_move":
         _, source, target, _ = operation
@@ -493,8 +496,9 @@ async def rechecked(server: Server, world: World) -> None:
         ),
     )
 )
-# A guarded note: private to its author, made public, private again, handed to another author;
-# an account event; a rolled-back write; a member leaving, another joining, writes there.
+# A guarded note: private to its author, made public, private again, handed to another author,
+# saved unchanged; an account event; a rolled-back write; a member leaving, another joining,
+# writes there.
 @example(
     plan=Plan(
         accounts=3,
@@ -506,6 +510,7 @@ async def rechecked(server: Server, world: World) -> None:
             ("note", "create", 0, 0, False, False),
             ("note", "update", 0, 0, True, False),
             ("note", "update", 0, 0, False, False),
+            ("note_author", 0, 1, False),
             ("note_author", 0, 1, False),
             ("notification", 2, False),
             ("contact", "create", 0, True),
