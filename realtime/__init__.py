@@ -1,7 +1,7 @@
 """realtime: tell WebSocket clients about the model writes they may read, after commit.
 
-``from realtime import realtime_model, announce, deleting`` is safe in ``models.py``: the names
-load on first use and touch neither the database nor the settings.
+``from realtime import realtime_model, announce, deleting, silent`` is safe in ``models.py``:
+the names load on first use and touch neither the database nor the settings.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from realtime.writes.decorator import realtime_model
     from realtime.writes.manual import announce, deleting
+    from realtime.writes.querysets import silent
 
-__all__ = ["announce", "deleting", "realtime_model"]
+__all__ = ["announce", "deleting", "realtime_model", "silent"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +25,8 @@ def __getattr__(name: str) -> Any:
         from realtime.writes import manual
 
         return getattr(manual, name)
+    if name == "silent":
+        from realtime.writes.querysets import silent
+
+        return silent
     raise AttributeError(f"module 'realtime' has no attribute {name!r}")

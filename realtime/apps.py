@@ -44,9 +44,16 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from realtime import checks  # noqa: F401 - registers the system checks
-        from realtime.writes import access, cascades, rechecks, unlinked
+        from django.apps import apps
 
+        from realtime import checks  # noqa: F401 - registers the system checks
+        from realtime.registry import options_for
+        from realtime.writes import access, cascades, querysets, rechecks, unlinked
+
+        for model in apps.get_models():
+            # Django rebuilt the managers it copies for each model once all were loaded.
+            if options_for(model) is not None:
+                querysets.extend(model)
         cascades.connect_database_cascades()
         unlinked.connect()
         access.connect()

@@ -85,6 +85,7 @@ class RealtimeSettings:
     FRAME_LIMIT = Setting(200, int)
     MAX_SOCKETS_PER_USER = Setting(20, int)
     CASCADE_LIMIT = Setting(1000, int)
+    BULK_LIMIT = Setting(1000, int)
     MAX_PAYLOAD = Setting(1048576, int)
     POLLING_INTERVAL = Setting(0.1, float)
     COMMIT_GRACE = Setting(5.0, float)

@@ -34,6 +34,27 @@ def jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, bytes | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, tuple):  # a composite primary key: its values, in the key's order
+        return [jsonable(part) for part in value]
+    return str(value)
+
+
+def record_channel(name: str, pk: Any) -> str:
+    """The channel of one record: ``contact:42``; for a composite key the values joined by
+    commas, ``line:12,3`` — what ``String([12, 3])`` gives in JavaScript, so a client builds
+    it from the ``id`` it was sent."""
+    if isinstance(pk, tuple | list):
+        return f"{name}:{','.join(_as_text(part) for part in pk)}"
+    return f"{name}:{pk}"
+
+
+def _as_text(part: Any) -> str:
+    """One value of a composite key as JavaScript's ``String()`` writes it in an array."""
+    value = jsonable(part)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return str(value)
 
 

@@ -290,6 +290,48 @@ def test_relation_pointing_at_an_undecorated_model_is_warning_w030() -> None:
     assert message.obj is model
 
 
+# W031: managers
+
+
+class NotAQuerySet:
+    """What a manager's get_queryset() should never return, but might."""
+
+    def update(self, **values: Any) -> int:
+        return 0
+
+
+class Odd(models.Manager[Any]):
+    def get_queryset(self) -> Any:
+        return NotAQuerySet()
+
+
+def test_a_manager_whose_queryset_realtime_cannot_extend_is_warning_w031() -> None:
+    @realtime_model()
+    class Odd_(Record):  # noqa: N801
+        objects = models.Manager()
+        odd = Odd()
+
+    [message] = messages()
+    assert isinstance(message, checks.Warning)
+    assert message.id == "realtime.W031"
+    assert message.obj is Odd_
+    assert "testapp.Odd_.odd" in message.msg
+    assert isinstance(Odd_._meta.managers_map["odd"].get_queryset(), NotAQuerySet)
+
+
+def test_managers_of_every_kind_give_no_warning() -> None:
+    from tests.testapp.models import OpenTickets, TicketQuerySet
+
+    @realtime_model()
+    class Kinds(Record):
+        done = models.BooleanField(default=False)
+        objects = TicketQuerySet.as_manager()
+        made = models.Manager.from_queryset(TicketQuerySet)()
+        narrowed = OpenTickets()
+
+    assert messages() == []
+
+
 # At decoration time
 
 

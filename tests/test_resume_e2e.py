@@ -17,6 +17,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
+from realtime import silent
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user
 from realtime.sockets.cursors import cursor_for, position_of
@@ -255,8 +256,9 @@ async def test_a_guarded_row_is_replayed_only_to_those_who_may_read_it_now(
 
     def while_away() -> int:
         note = PrivateNote.objects.create(workspace=acme, author=ann, title="t", public=True)
-        # Made private again without a signal: bob may not read it any more.
-        PrivateNote.objects.filter(pk=note.pk).update(public=False)
+        # Made private again unannounced: bob may not read it any more.
+        with silent():
+            PrivateNote.objects.filter(pk=note.pk).update(public=False)
         return note.pk
 
     note = await off_loop(while_away)

@@ -199,6 +199,24 @@ def test_a_value_set_back_after_a_refresh_is_announced(workspace: Workspace) -> 
     assert changes() == [("contact.updated", ["name"])]
 
 
+def test_an_instance_held_across_a_bulk_update_writes_its_value_back_as_a_change(
+    workspace: Workspace,
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    Contact.objects.filter(pk=contact.pk).update(name="bulk")
+    forget_messages()
+    contact.save()  # writes "v1" over "bulk"
+    assert changes() == [("contact.updated", ["name"])]
+
+
+def test_a_bulk_update_rolled_back_leaves_what_was_known(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    rolled_back(lambda: Contact.objects.filter(pk=contact.pk).update(name="bulk"))
+    forget_messages()
+    contact.save()
+    assert changes() == []
+
+
 def test_a_deferred_field_loaded_later_counts_from_what_was_loaded(workspace: Workspace) -> None:
     contact = Contact.objects.create(workspace=workspace, name="v1", email="a@x")
     loaded = Contact.objects.defer("email").get(pk=contact.pk)

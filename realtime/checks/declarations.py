@@ -41,7 +41,27 @@ def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> lis
         )
     for options in all_options():
         messages += _check_one(options)
+        messages += _check_managers(options.model)
     return messages
+
+
+def _check_managers(model: type[Any]) -> list[checks.CheckMessage]:
+    """``realtime.W031``: a manager whose bulk writes realtime cannot announce."""
+    from realtime.writes.querysets import extend, unextended
+
+    extend(model)  # the managers Django made since start-up
+    return [
+        checks.Warning(
+            f"{model._meta.label}.{name}: bulk writes through this manager (update(), "
+            "bulk_create, bulk_update) are not announced: its get_queryset() returns no "
+            "QuerySet realtime can extend.",
+            hint="Return a QuerySet (or a subclass) from get_queryset(), or announce such "
+            "writes with realtime.announce().",
+            obj=model,
+            id="realtime.W031",
+        )
+        for name in unextended(model)
+    ]
 
 
 def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:

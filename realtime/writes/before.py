@@ -21,7 +21,7 @@ from django.db.models import Q
 
 from realtime.audience import readers
 from realtime.auth import member_ids
-from realtime.encoding import normal_id, sorted_ids
+from realtime.encoding import normal_id, record_channel, sorted_ids
 from realtime.paths import split_path, values_on_path
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import snapshots
@@ -114,9 +114,10 @@ def plan_before(
     return Plan(past, queries=queries, readers=guard_asks)
 
 
-def take_before(options: ModelOptions, plan: Plan) -> Before | None:
+def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> Before | None:
     """Who could read the row before the save about to run, as ``plan`` says; ``None`` when
-    the stored row shows nothing can differ.
+    the stored row shows nothing can differ (``always``: taken even then, for a bulk write
+    whose new values are not known yet).
 
     Run in ``pre_save`` (the database still holds the row as it was), in a savepoint.
     """
@@ -133,6 +134,7 @@ def take_before(options: ModelOptions, plan: Plan) -> Before | None:
     old_root = past.value(root.attname) if root is not None else None
     moved = not _same(old_scope, instance, scope_att)
     rerooted = root is not None and not _same(old_root, instance, root.attname)
+    moved = moved or always
     if not (moved or rerooted or plan.readers):
         return None
     before = Before(scope_id=None if old_scope is None else normal_id(old_scope))
@@ -219,9 +221,26 @@ def _foreign_keys(options: ModelOptions, instance: models.Model) -> list[Any]:
 
 def _old_channels(options: ModelOptions, instance: models.Model, past: Past) -> list[str]:
     """The channels of the row as it was: its foreign-key relations read from the past."""
-    channels = [options.name, f"{options.name}:{instance.pk}"]
+    channels = [options.name, record_channel(options.name, instance.pk)]
     for field in _foreign_keys(options, instance):
         value = past.value(field.attname)
         if value is not None:
-            channels.append(f"{wire_name(field.related_model)}:{value}")
+            channels.append(record_channel(wire_name(field.related_model), value))
     return channels
+
+
+def moves_audience(options: ModelOptions, written: Iterable[str]) -> bool:
+    """Whether writing the columns ``written`` (attnames) may change who can read a row: the
+    rule ``plan_before`` applies to one save, for a bulk write whose values are not known."""
+    written = set(written)
+    model = options.model
+    if options.user_field is not None:
+        first = _first_hop(model, options.user_field)
+        return first is not None and first.attname in written
+    root = _first_hop(model, options.shared_via)
+    if options.scope_attname in written or (root is not None and root.attname in written):
+        return True
+    if options.guard is None:
+        return False
+    guarded = guard_attnames(options)
+    return guarded is None or bool(guarded & written)

@@ -19,7 +19,7 @@ from django.db.models.signals import class_prepared
 
 from realtime import registry
 from realtime.registry import ACTIONS, ModelOptions, default_name
-from realtime.writes import receivers
+from realtime.writes import querysets, receivers
 
 ModelT = TypeVar("ModelT", bound=type[models.Model])
 
@@ -106,6 +106,7 @@ def register(options: ModelOptions) -> None:
     """Record ``options`` and connect its model's receivers."""
     registry.record(options)
     receivers.connect(options.model)
+    querysets.extend(options.model)
 
 
 def unregister(model: type[models.Model]) -> None:
@@ -118,6 +119,7 @@ def _connect_subclass(sender: type[models.Model], **kwargs: Any) -> None:
     # A proxy or multi-table child defined after its decorated parent announces like it.
     if not registry.is_recorded(sender) and registry.options_for(sender) is not None:
         receivers.connect(sender)
+        querysets.extend(sender)
 
 
 class_prepared.connect(_connect_subclass, dispatch_uid="realtime.registry.subclasses")

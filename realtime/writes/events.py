@@ -16,7 +16,7 @@ from typing import Any
 from django.db import models
 
 from realtime import limits
-from realtime.encoding import jsonable
+from realtime.encoding import jsonable, record_channel
 from realtime.middleware import current_origin
 from realtime.paths import split_path, values_on_path
 from realtime.registry import ModelOptions, generic_fk, wire_name
@@ -121,7 +121,7 @@ def read_event(
         data=data,
         channels=[
             options.name,
-            f"{options.name}:{pk}",
+            record_channel(options.name, pk),
             *relation_channels(options, instance, created=action == "created"),
         ],
         scope_id=scope_id,
@@ -172,14 +172,14 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
         from django.contrib.contenttypes.models import ContentType
 
         model = ContentType.objects.get_for_id(type_id).model_class()
-        return [f"{wire_name(model)}:{object_id}"] if model is not None else []
+        return [record_channel(wire_name(model), object_id)] if model is not None else []
     relation = instance._meta.get_field(name)
     target = relation.related_model
     if not isinstance(target, type):
         return []
     if relation.concrete and (relation.many_to_one or relation.one_to_one):
         target_pk = values.get(relation.attname)
-        return [] if target_pk is None else [f"{wire_name(target)}:{target_pk}"]
+        return [] if target_pk is None else [record_channel(wire_name(target), target_pk)]
     if instance.pk is None or created:
         return []
     # To-many: one query, bounded so that a huge relation costs no more than 51 rows.
@@ -188,7 +188,7 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
         accessor = relation.get_accessor_name() or name
     manager = getattr(instance, accessor)
     pks = manager.order_by().values_list("pk", flat=True)[: limits.MAX_RELATION_CHANNELS + 1]
-    return [f"{wire_name(target)}:{pk}" for pk in pks]
+    return [record_channel(wire_name(target), pk) for pk in pks]
 
 
 def read_accounts(options: ModelOptions, instance: models.Model) -> list[Any]:

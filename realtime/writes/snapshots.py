@@ -48,6 +48,9 @@ NEW = "_realtime_new"
 _MISSING = object()
 #: Stands for a value nobody knows any more (its layer rolled back, or it could not be copied).
 _UNKNOWN = object()
+#: Stands for a value written without an instance (a bulk ``update()``): unknown from then on,
+#: erasing what earlier layers knew, if that write stands.
+_WRITTEN = object()
 #: Values of these types (and their subclasses) cannot change in place: kept, not copied.
 _IMMUTABLE = (
     str,
@@ -228,7 +231,7 @@ def loaded(sender: type[models.Model], instance: models.Model, **kwargs: Any) ->
     """``post_init``: note what the instance was built with, to count once Django says it
     came from the database."""
     try:
-        pk = instance.__dict__.get(_shape(sender).pk)
+        pk = _shape(sender).pk_of(instance.__dict__)
         if pk is None:
             return  # a new row: its first save starts what is known of it
         row = _row_of(instance, pk)
@@ -299,6 +302,9 @@ def before(instance: models.Model) -> dict[str, Any] | None:
         return None
     for attname in lost:
         known.setdefault(attname, _UNKNOWN)
+    for attname, value in known.items():
+        if value is _WRITTEN:
+            known[attname] = _UNKNOWN
     return known
 
 
@@ -362,13 +368,22 @@ def _taken(instance: models.Model, attnames: Iterable[str] | None) -> dict[str, 
 class _Shape:
     """What every snapshot of a model reads, looked up once per model."""
 
-    __slots__ = ("columns", "concrete", "pk")
+    __slots__ = ("columns", "concrete", "parts", "pk")
 
     def __init__(self, model: type[models.Model]) -> None:
         meta = model._meta
         self.concrete = meta.concrete_model
         self.pk = meta.pk.attname if meta.pk is not None else ""
+        #: A composite primary key's columns (its value is theirs, as a tuple).
+        self.parts = tuple(f.attname for f in getattr(meta.pk, "fields", ()))
         self.columns = tuple(f.attname for f in meta.concrete_fields)
+
+    def pk_of(self, values: dict[str, Any]) -> Any:
+        """The primary key held in an instance's ``values``; ``None`` while unset."""
+        if not self.parts:
+            return values.get(self.pk)
+        key = tuple(values.get(attname) for attname in self.parts)
+        return None if None in key else key
 
 
 _shapes: dict[type[models.Model], _Shape] = {}
@@ -394,3 +409,21 @@ def _frozen(value: Any) -> Any:
         return copy.deepcopy(value)
     except Exception:
         return _UNKNOWN
+
+
+def overwritten(
+    model: type[models.Model], pks: Iterable[Any], attnames: Iterable[str], using: str
+) -> None:
+    """Rows whose ``attnames`` were written without their instances (a bulk ``update()``):
+    if that write commits, what this thread knew of those columns no longer holds (a row read
+    again afterwards is known again)."""
+    concrete = _shape(model).concrete
+    by_key = _rows.by_key
+    values = dict.fromkeys(attnames, _WRITTEN)
+    made = (transactions.fate(using),)
+    for pk in pks:
+        ref = by_key.get((concrete, pk))
+        row = None if ref is None else ref()
+        if row is not None:
+            row.settle()
+            row.layers.append(Layer(dict(values), made, db=using, wrote=True))

@@ -19,8 +19,9 @@ from django.db import models
 from django.db.models.signals import post_delete, pre_delete
 
 from realtime.conf import conf
+from realtime.encoding import record_channel
 from realtime.registry import ModelOptions, all_options, wire_name
-from realtime.writes import outbox
+from realtime.writes import outbox, querysets
 from realtime.writes.cascades import folded_event
 from realtime.writes.events import Event, read_event
 from realtime.writes.failsafe import failsafe, never_raises
@@ -89,7 +90,12 @@ def _on_target_deleting(
         return found
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
-    instance.__dict__[PENDING] = failsafe(label, using, True, read) or []
+    pending = instance.__dict__[PENDING] = failsafe(label, using, True, read) or []
+    querysets.unlinking(_pairs(pending), True)
+
+
+def _pairs(pending: list[Any]) -> list[tuple[Any, str]]:
+    return [(options.model._meta.concrete_model, field.name) for options, field, *_ in pending]
 
 
 @never_raises
@@ -99,7 +105,8 @@ def _on_target_deleted(
     pending = instance.__dict__.pop(PENDING, [])
     if not pending:
         return
-    target_channel = f"{wire_name(sender)}:{instance.pk}"
+    querysets.unlinking(_pairs(pending), False)
+    target_channel = record_channel(wire_name(sender), instance.pk)
 
     def read() -> list[Event]:
         events: list[Event] = []

@@ -13,7 +13,7 @@ from django.db.models import Q
 from realtime import realtime_model
 
 
-class Workspace(models.Model):
+class Workspace(models.Model):  # type: ignore[django-manager-missing]
     """The scope: clients name it by slug; its members read what is announced in it."""
 
     name = models.CharField(max_length=100)
@@ -231,7 +231,7 @@ class Plain(models.Model):
 
 
 @realtime_model(scope_field="id", fields=["name"], name="workspace_view", create=False)
-class WorkspaceView(Workspace):
+class WorkspaceView(Workspace):  # type: ignore[django-manager-missing]
     """The scope model itself announcing its updates (a proxy of the scope)."""
 
     class Meta:
@@ -307,3 +307,64 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return self.label
+
+
+class TicketQuerySet(models.QuerySet):  # type: ignore[type-arg]
+    """A queryset of the application's own, with a method of its own."""
+
+    def still_open(self) -> TicketQuerySet:
+        return self.filter(done=False)
+
+
+class OpenTickets(models.Manager[Any]):
+    """A manager whose ``get_queryset`` narrows the rows."""
+
+    def get_queryset(self) -> models.QuerySet[Any]:
+        return super().get_queryset().filter(done=False)
+
+
+# django-stubs cannot type the managers made from this queryset (the ignores on
+# django-manager-missing here, and on the models related to Ticket, say so).
+TicketManager = models.Manager.from_queryset(TicketQuerySet)
+
+
+class TicketBase(models.Model):
+    """An abstract parent declaring a manager made with ``from_queryset``."""
+
+    everything = TicketManager()  # type: ignore[django-manager-missing]
+
+    class Meta:
+        abstract = True
+
+
+@realtime_model(fields=["title", "done", "points"])
+class Ticket(TicketBase):
+    """Written in bulk through managers of every kind."""
+
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, null=True, related_name="tickets"
+    )
+    title = models.CharField(max_length=100, unique=True)
+    done = models.BooleanField(default=False)
+    points = models.IntegerField(default=0)
+
+    objects = TicketManager()  # type: ignore[django-manager-missing]
+    as_manager = TicketQuerySet.as_manager()  # type: ignore[django-manager-missing]
+    open_tickets = OpenTickets()
+
+    def __str__(self) -> str:
+        return self.title
+
+
+@realtime_model(fields=["quantity"])
+class Line(models.Model):
+    """A composite primary key: the line ``position`` of order ``order_no``."""
+
+    pk = models.CompositePrimaryKey("order_no", "position")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="lines")
+    order_no = models.IntegerField()
+    position = models.IntegerField()
+    quantity = models.IntegerField(default=1)
+
+    def __str__(self) -> str:
+        return f"{self.order_no}/{self.position}"

@@ -1,0 +1,545 @@
+"""Bulk writes of decorated models announce themselves: ``update()``, ``bulk_create`` and
+``bulk_update``, through every manager and queryset, in a bounded number of statements."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
+from django.test.utils import CaptureQueriesContext
+
+from realtime import silent
+from tests.helpers import events, forget_messages
+from tests.testapp.models import (
+    Company,
+    Contact,
+    Notification,
+    Plain,
+    PrivateNote,
+    Ticket,
+    Workspace,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def acme() -> Workspace:
+    return Workspace.objects.create(name="Acme", slug="acme")
+
+
+@pytest.fixture
+def beta() -> Workspace:
+    return Workspace.objects.create(name="Beta", slug="beta")
+
+
+def tickets(workspace: Workspace, count: int, **values: Any) -> list[Ticket]:
+    made = [
+        Ticket.objects.create(workspace=workspace, title=f"{workspace.slug}-{i}", **values)
+        for i in range(count)
+    ]
+    forget_messages()
+    return made
+
+
+def ticket_data(ticket: Ticket, **changes: Any) -> dict[str, Any]:
+    data = {
+        "model": "ticket",
+        "id": ticket.pk,
+        "title": ticket.title,
+        "done": ticket.done,
+        "points": ticket.points,
+    }
+    return {**data, **changes}
+
+
+def kinds() -> list[tuple[str, Any, Any]]:
+    """(event type, scope, id) of each published scope event, in order."""
+    return [
+        (e["event_type"], e.get("scope_id"), (e["data"] or {}).get("id")) for e in events("scope")
+    ]
+
+
+# update() ------------------------------------------------------------------------------------
+
+
+def test_an_update_announces_each_row_it_changed_with_the_values_written(
+    acme: Workspace,
+) -> None:
+    first, second, _ = tickets(acme, 3)
+
+    changed = Ticket.objects.filter(pk__in=[first.pk, second.pk]).update(
+        points=F("points") + 5, done=True
+    )
+
+    assert changed == 2
+    assert events() == [
+        {
+            "target": "scope",
+            "scope_id": acme.pk,
+            "event_type": "ticket.updated",
+            "data": ticket_data(ticket, points=5, done=True),
+            "channels": ["ticket", f"ticket:{ticket.pk}"],
+            "meta": {"changed": ["done", "points"]},
+        }
+        for ticket in (first, second)
+    ]
+
+
+def test_an_update_through_an_expression_announces_its_result(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    Ticket.objects.update(title=Concat(F("title"), Value("!")))
+
+    (event,) = events()
+    assert event["data"]["title"] == f"{ticket.title}!"
+    assert event["meta"] == {"changed": ["title"]}
+
+
+def test_an_update_matching_nothing_announces_nothing(acme: Workspace) -> None:
+    tickets(acme, 2)
+
+    assert Ticket.objects.filter(title="nobody").update(points=1) == 0
+
+    assert events() == []
+
+
+def test_an_update_rolled_back_announces_nothing(acme: Workspace) -> None:
+    tickets(acme, 2)
+
+    def rolled_back() -> None:
+        with transaction.atomic():
+            Ticket.objects.update(points=7)
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        rolled_back()
+
+    assert events() == []
+    assert not Ticket.objects.filter(points=7).exists()
+
+
+def test_an_update_in_a_transaction_is_announced_after_its_commit(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    with transaction.atomic():
+        Ticket.objects.update(points=3)
+        assert events() == []
+        ticket.refresh_from_db()
+        ticket.title = "renamed"
+        ticket.save(update_fields=["title"])
+
+    # One row, two writes in one transaction: one event, the union of what changed.
+    (event,) = events()
+    assert event["data"] == ticket_data(ticket, title="renamed", points=3)
+    assert event["meta"] == {"changed": ["points", "title"]}
+
+
+def test_an_update_moving_rows_to_another_scope_leaves_one_and_enters_the_other(
+    acme: Workspace, beta: Workspace
+) -> None:
+    first, second = tickets(acme, 2)
+
+    Ticket.objects.filter(workspace=acme).update(workspace=beta)
+
+    assert kinds() == [
+        ("ticket.deleted", acme.pk, first.pk),
+        ("ticket.created", beta.pk, first.pk),
+        ("ticket.deleted", acme.pk, second.pk),
+        ("ticket.created", beta.pk, second.pk),
+    ]
+    left = events()[0]
+    assert left["data"] == {"model": "ticket", "id": first.pk}
+    assert left["meta"] == {"moved": True}
+
+
+def test_an_update_taking_rows_out_of_every_scope_tells_the_old_one(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    Ticket.objects.update(workspace=None)
+
+    assert kinds() == [("ticket.deleted", acme.pk, ticket.pk)]
+
+
+def test_an_update_of_an_account_path_leaves_and_enters_accounts() -> None:
+    ann = get_user_model().objects.create(username="ann")
+    bob = get_user_model().objects.create(username="bob")
+    note = Notification.objects.create(user=ann, text="hi")
+    forget_messages()
+
+    Notification.objects.filter(pk=note.pk).update(user=bob)
+
+    heard = [(e["event_type"], e["user_ids"], e["data"]) for e in events("users")]
+    assert heard == [
+        ("notification.deleted", [ann.pk], {"model": "notification", "id": note.pk}),
+        ("notification.created", [bob.pk], {"model": "notification", "id": note.pk, "text": "hi"}),
+    ]
+
+
+def test_an_update_of_a_guarded_column_tells_those_who_lose_sight(acme: Workspace) -> None:
+    from tests.testapp.models import Membership
+
+    ann = get_user_model().objects.create(username="ann")
+    bob = get_user_model().objects.create(username="bob")
+    for user in (ann, bob):
+        Membership.objects.create(workspace=acme, user=user)
+    note = PrivateNote.objects.create(workspace=acme, author=ann, title="t", public=True)
+    forget_messages()
+
+    PrivateNote.objects.update(public=False)
+
+    heard = [(e["event_type"], e.get("only"), e["data"]) for e in events("scope")]
+    assert heard == [
+        ("private_note.deleted", [bob.pk], {"model": "private_note", "id": note.pk}),
+        ("private_note.updated", [ann.pk], {"model": "private_note", "id": note.pk, "title": "t"}),
+    ]
+
+
+def test_an_update_of_an_undecorated_model_announces_nothing(acme: Workspace) -> None:
+    Plain.objects.create(workspace=acme, name="p")
+    forget_messages()
+
+    Plain.objects.update(name="q")
+
+    assert events() == []
+
+
+def test_an_update_of_a_model_that_announces_no_updates_announces_nothing() -> None:
+    from tests.testapp.models import WorkspaceView
+
+    Workspace.objects.create(name="A", slug="a")
+    forget_messages()
+
+    assert WorkspaceView.objects.update(name="B") == 1
+
+    assert [e["event_type"] for e in events()] == ["workspace_view.updated"]
+
+
+# Every manager -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "manager",
+    [
+        "objects (from_queryset)",
+        "as_manager",
+        "open_tickets (get_queryset narrowed)",
+        "everything (inherited)",
+        "_base_manager",
+        "_default_manager",
+        "workspace.tickets (related)",
+    ],
+)
+def test_an_update_through_any_manager_is_announced(acme: Workspace, manager: str) -> None:
+    (ticket,) = tickets(acme, 1)
+    name = manager.split(" ")[0]
+    through = acme.tickets if name == "workspace.tickets" else getattr(Ticket, name)
+
+    assert through.filter(pk=ticket.pk).update(points=9) == 1
+
+    assert kinds() == [("ticket.updated", acme.pk, ticket.pk)]
+
+
+def test_a_custom_queryset_method_keeps_working_and_announces(acme: Workspace) -> None:
+    first, second = tickets(acme, 2)
+    Ticket.objects.filter(pk=second.pk).update(done=True)
+    forget_messages()
+
+    assert Ticket.objects.still_open().update(points=1) == 1
+
+    assert kinds() == [("ticket.updated", acme.pk, first.pk)]
+
+
+def test_adding_rows_to_a_reverse_foreign_key_moves_them(acme: Workspace, beta: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    beta.tickets.add(ticket)  # Django updates the rows with the base manager
+
+    assert kinds() == [
+        ("ticket.deleted", acme.pk, ticket.pk),
+        ("ticket.created", beta.pk, ticket.pk),
+    ]
+
+
+def test_a_multi_table_child_updated_in_bulk_announces_as_its_parent(acme: Workspace) -> None:
+    from tests.testapp.models import VipContact
+
+    contact = Contact.objects.create(workspace=acme, name="Ann")
+    forget_messages()
+
+    VipContact.objects.filter(pk=contact.pk).update(name="Bea")
+
+    (event,) = events()
+    assert event["event_type"] == "contact.updated"
+    assert event["data"]["name"] == "Bea"
+
+
+# bulk_create ---------------------------------------------------------------------------------
+
+
+def test_bulk_create_announces_each_row_created(acme: Workspace) -> None:
+    made = Ticket.objects.bulk_create(
+        [Ticket(workspace=acme, title="a"), Ticket(workspace=acme, title="b", points=2)]
+    )
+
+    if connection.features.can_return_rows_from_bulk_insert:
+        assert events() == [
+            {
+                "target": "scope",
+                "scope_id": acme.pk,
+                "event_type": "ticket.created",
+                "data": ticket_data(ticket),
+                "channels": ["ticket", f"ticket:{ticket.pk}"],
+                "meta": {},
+            }
+            for ticket in made
+        ]
+    else:
+        assert kinds() == [("ticket.created", acme.pk, None)]
+
+
+def test_bulk_create_ignoring_conflicts_tells_each_scope_to_read_again(
+    acme: Workspace, beta: Workspace
+) -> None:
+    tickets(acme, 1)
+
+    Ticket.objects.bulk_create(
+        [
+            Ticket(workspace=acme, title="acme-0"),
+            Ticket(workspace=beta, title="new"),
+            Ticket(workspace=beta, title="newer"),
+        ],
+        ignore_conflicts=True,
+    )
+
+    folded = events()
+    assert [(e["event_type"], e["scope_id"], e["data"]) for e in folded] == [
+        ("ticket.created", acme.pk, None),
+        ("ticket.created", beta.pk, None),
+    ]
+    assert all(e["meta"] == {"truncated": True} for e in folded)
+
+
+@pytest.mark.skipif(
+    "not __import__('django.db').db.connection.features.supports_update_conflicts",
+    reason="needs update_conflicts",
+)
+def test_bulk_create_updating_conflicts_announces_updates(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+    target: dict[str, Any] = {"unique_fields": ["title"]}
+    if not connection.features.supports_update_conflicts_with_target:
+        target = {}  # MySQL and MariaDB update on any unique key
+
+    Ticket.objects.bulk_create(
+        [Ticket(workspace=acme, title=ticket.title, points=4)],
+        update_conflicts=True,
+        update_fields=["points"],
+        **target,
+    )
+
+    (event,) = events()
+    assert event["event_type"] == "ticket.updated"
+    assert event["meta"] == {"changed": ["points"]}
+
+
+def test_bulk_create_with_positional_batch_size_is_announced(acme: Workspace) -> None:
+    Ticket.objects.bulk_create([Ticket(workspace=acme, title=f"t{i}") for i in range(3)], 2)
+
+    assert {kind for kind, _, _ in kinds()} == {"ticket.created"}
+
+
+# bulk_update ---------------------------------------------------------------------------------
+
+
+def test_bulk_update_announces_the_objects_whose_fields_changed(acme: Workspace) -> None:
+    first, second, third = tickets(acme, 3)
+    first.points = 10
+    second.title = "renamed"
+    second.points = 0  # unchanged
+
+    assert Ticket.objects.bulk_update([first, second, third], ["points", "title"]) == 3
+
+    heard = [(e["data"]["id"], e["meta"]) for e in events()]
+    assert heard == [
+        (first.pk, {"changed": ["points"]}),
+        (second.pk, {"changed": ["title"]}),
+    ]
+
+
+def test_bulk_update_of_objects_without_snapshot_lists_every_field(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+    stranger = Ticket(pk=ticket.pk, workspace=acme, title=ticket.title, points=3)
+
+    Ticket.objects.bulk_update([stranger], ["points", "done"])
+
+    (event,) = events()
+    assert event["meta"] == {"changed": ["done", "points"]}
+
+
+def test_bulk_update_moving_objects_leaves_and_enters(acme: Workspace, beta: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+    ticket.workspace = beta
+
+    Ticket.objects.bulk_update([ticket], ["workspace"])
+
+    assert kinds() == [
+        ("ticket.deleted", acme.pk, ticket.pk),
+        ("ticket.created", beta.pk, ticket.pk),
+    ]
+
+
+def test_bulk_update_announces_once_though_django_runs_updates_inside(acme: Workspace) -> None:
+    made = tickets(acme, 4)
+    for ticket in made:
+        ticket.points = 1
+
+    Ticket.objects.bulk_update(made, ["points"], batch_size=2)
+
+    assert sorted(e["data"]["id"] for e in events()) == sorted(t.pk for t in made)
+
+
+# The limit -----------------------------------------------------------------------------------
+
+
+def test_past_the_bulk_limit_the_rest_folds_into_one_event_per_scope(
+    acme: Workspace, beta: Workspace, settings: Any
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 2
+    made = [*tickets(acme, 3), *tickets(beta, 2)]
+
+    Ticket.objects.update(points=1)
+
+    heard = events()
+    assert [(e["event_type"], e["data"]) for e in heard[:2]] == [
+        ("ticket.updated", ticket_data(ticket, points=1)) for ticket in made[:2]
+    ]
+    assert [(e["event_type"], e["scope_id"], e["data"], e["meta"]) for e in heard[2:]] == [
+        ("ticket.updated", acme.pk, None, {"truncated": True}),
+        ("ticket.updated", beta.pk, None, {"truncated": True}),
+    ]
+
+
+def test_past_the_limit_rows_moved_fold_into_both_scopes(
+    acme: Workspace, beta: Workspace, settings: Any
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 1
+    tickets(acme, 3)
+
+    Ticket.objects.update(workspace=beta)
+
+    folded = [(e["scope_id"], e["meta"]) for e in events() if e["data"] is None]
+    assert folded == [(acme.pk, {"truncated": True}), (beta.pk, {"truncated": True})]
+
+
+def test_past_the_limit_bulk_create_folds_the_rest(acme: Workspace, settings: Any) -> None:
+    settings.REALTIME_BULK_LIMIT = 1
+
+    Ticket.objects.bulk_create([Ticket(workspace=acme, title=f"t{i}") for i in range(3)])
+
+    assert [(kind, scope) for kind, scope, _ in kinds()][-1] == ("ticket.created", acme.pk)
+    assert events()[-1]["meta"] == {"truncated": True}
+
+
+def test_account_models_past_the_limit_fold_into_one_event_to_their_accounts(
+    settings: Any,
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 1
+    ann = get_user_model().objects.create(username="ann")
+    bob = get_user_model().objects.create(username="bob")
+    for user in (ann, bob, bob):
+        Notification.objects.create(user=user, text="x")
+    forget_messages()
+
+    Notification.objects.update(text="y")
+
+    heard = events("users")
+    assert len(heard) == 2
+    assert heard[1]["data"] is None
+    assert heard[1]["user_ids"] == [bob.pk]
+    assert heard[1]["meta"] == {"truncated": True}
+
+
+# Statements ----------------------------------------------------------------------------------
+
+
+def statements(run: Any) -> int:
+    """The statements ``run`` sends in its transaction (the publication after commit, one
+    INSERT per slice of messages, left out)."""
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        run()
+    return len(captured.captured_queries)
+
+
+@pytest.mark.parametrize("write", ["update", "move", "bulk_create", "bulk_update"])
+def test_a_bulk_write_costs_the_same_statements_for_10_rows_as_for_300(
+    acme: Workspace, beta: Workspace, write: str, settings: Any
+) -> None:
+    settings.REALTIME_TRANSPORT = "table"
+
+    def run(count: int, tag: str) -> int:
+        """The statements realtime adds to the write of ``count`` rows."""
+        added = 0
+        for quiet in (False, True):
+            made = tickets(acme, count) if write != "bulk_create" else []
+
+            def bulk(made: list[Ticket] = made) -> None:
+                if write == "update":
+                    Ticket.objects.filter(workspace=acme).update(points=F("points") + 1)
+                elif write == "move":
+                    Ticket.objects.filter(workspace=acme).update(workspace=beta)
+                elif write == "bulk_create":
+                    Ticket.objects.bulk_create(
+                        [Ticket(workspace=acme, title=f"{tag}{i}") for i in range(count)]
+                    )
+                else:
+                    for ticket in made:
+                        ticket.points += 1
+                    Ticket.objects.bulk_update(made, ["points"], batch_size=1000)
+
+            with silent() if quiet else contextlib.nullcontext():
+                used = statements(bulk)
+            added += -used if quiet else used
+            Ticket.objects.all().delete()
+        return added
+
+    assert run(10, "a") == run(300, "b")
+
+
+# silent() and the async forms ----------------------------------------------------------------
+
+
+def test_silent_turns_bulk_announcements_off_but_not_saves(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    with silent():
+        Ticket.objects.update(points=2)
+        Ticket.objects.bulk_create([Ticket(workspace=acme, title="quiet")])
+        ticket.points = 3
+        Ticket.objects.bulk_update([ticket], ["points"])
+        Company.objects.create(workspace=acme, name="loud")
+
+    assert [e["event_type"] for e in events()] == ["company.created"]
+
+
+def test_the_async_forms_announce_as_the_sync_ones(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    async def writes() -> None:
+        await Ticket.objects.filter(pk=ticket.pk).aupdate(points=5)
+        await Ticket.objects.abulk_create([Ticket(workspace=acme, title="async")])
+        ticket.points = 6
+        await Ticket.objects.abulk_update([ticket], ["points"])
+
+    async_to_sync(writes)()
+
+    assert [kind for kind, _, _ in kinds()] == [
+        "ticket.updated",
+        "ticket.created",
+        "ticket.updated",
+    ]

@@ -1,0 +1,109 @@
+"""Models with a composite primary key announce like any other: ``"id": [12, 3]`` and the
+record channel ``line:12,3`` (what ``String([12, 3])`` gives a JavaScript client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db.models import F
+
+from realtime import announce
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from realtime.encoding import record_channel
+from tests.helpers import events, forget_messages, off_loop
+from tests.live import Clients, LiveServers
+from tests.testapp.models import Line, Membership, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def acme() -> Workspace:
+    return Workspace.objects.create(name="Acme", slug="acme")
+
+
+def line_event(action: str, data: Any, scope: Workspace, **meta: Any) -> dict[str, Any]:
+    return {
+        "target": "scope",
+        "scope_id": scope.pk,
+        "event_type": f"line.{action}",
+        "data": data,
+        "channels": ["line", "line:12,3"],
+        "meta": meta,
+    }
+
+
+def test_a_composite_key_travels_as_an_array_and_names_its_channel_with_commas(
+    acme: Workspace,
+) -> None:
+    line = Line.objects.create(workspace=acme, order_no=12, position=3, quantity=2)
+    line.quantity = 5
+    line.save()
+    line.delete()
+
+    data = {"model": "line", "id": [12, 3], "quantity": 2}
+    assert events() == [
+        line_event("created", data, acme),
+        line_event("updated", {**data, "quantity": 5}, acme, changed=["quantity"]),
+        line_event("deleted", {**data, "quantity": 5}, acme),
+    ]
+
+
+def test_a_composite_key_row_knows_what_a_save_changed(acme: Workspace) -> None:
+    Line.objects.create(workspace=acme, order_no=12, position=3)
+    forget_messages()
+    line = Line.objects.get(pk=(12, 3))
+
+    line.save()  # nothing changed since it was read
+    line.quantity = 4
+    line.save()
+
+    assert [e["meta"] for e in events()] == [{"changed": ["quantity"]}]
+
+
+def test_bulk_writes_of_composite_keys_announce_each_row(acme: Workspace) -> None:
+    Line.objects.bulk_create([Line(workspace=acme, order_no=12, position=3)])
+    Line.objects.filter(order_no=12).update(quantity=F("quantity") + 1)
+
+    assert [(e["event_type"], e["data"]["id"], e["channels"]) for e in events()] == [
+        ("line.created", [12, 3], ["line", "line:12,3"]),
+        ("line.updated", [12, 3], ["line", "line:12,3"]),
+    ]
+
+
+def test_announce_takes_composite_key_rows(acme: Workspace) -> None:
+    line = Line.objects.create(workspace=acme, order_no=12, position=3)
+    forget_messages()
+
+    announce(line, "updated", changed=["quantity"])
+
+    (event,) = events()
+    assert event["data"]["id"] == [12, 3]
+
+
+def test_record_channels_are_what_javascript_builds() -> None:
+    assert record_channel("line", (12, 3)) == "line:12,3"
+    assert record_channel("line", ["a", True, None]) == "line:a,true,"
+    assert record_channel("contact", 42) == "contact:42"
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_reader_of_the_record_channel_hears_its_writes(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    user = await off_loop(get_user_model().objects.create_user, username="ann")
+    await off_loop(Membership.objects.create, workspace=acme, user=user)
+    token = await off_loop(issue_token, user)
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
+    await client.send("subscribe", {"channels": ["line:12,3"]})
+
+    await off_loop(Line.objects.create, workspace=acme, order_no=12, position=3)
+    await off_loop(Line.objects.create, workspace=acme, order_no=12, position=4)
+    await off_loop(broadcast_to_user, user.pk, "test.marker", None)
+
+    frames = await client.frames_until("test.marker")
+    assert [(frame["type"], frame["data"]["id"]) for frame in frames] == [("line.created", [12, 3])]
