@@ -59,7 +59,20 @@ else:
         f"REALTIME_TEST_DATABASE must be sqlite, postgresql or mariadb, not {DATABASE!r}"
     )
 
-DATABASES = {"default": default}
+# A second database, always SQLite (two SQLite files, or SQLite beside the server): decorated
+# models written there announce after its own commits (tests/test_databases.py).
+other = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": str(SQLITE_DIR / "realtime-other.sqlite3"),
+    "TEST": {"NAME": str(SQLITE_DIR / f"{TEST_NAME}-other.sqlite3")},
+    "OPTIONS": {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+    },
+}
+
+DATABASES = {"default": default, "other": other}
 
 SECRET_KEY = "tests-only-secret-key-of-realtime"
 USE_TZ = True

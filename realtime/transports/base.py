@@ -67,6 +67,10 @@ class Transport(abc.ABC):
 
     #: Bytes one serialized message may take; ``None`` when the transport has no cap.
     max_message_bytes: int | None = None
+    #: The database alias ``publish`` writes on, if any: while a transaction of the
+    #: application is open there, realtime publishes from a thread of its own (with its own
+    #: connection) rather than inside that transaction.
+    publishes_on: str | None = None
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []

@@ -115,7 +115,7 @@ class PgNotifyTransport(Transport):
         log: bool | None = None,
     ) -> None:
         super().__init__()
-        self.using = using
+        self.using = self.publishes_on = using
         self.log = conf.PG_NOTIFY_LOG if log is None else log
         self.max_message_bytes = conf.MAX_PAYLOAD if self.log else limits.PG_NOTIFY_BUDGET
         self.store = MessageStore(using)

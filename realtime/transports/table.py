@@ -39,6 +39,7 @@ class TableTransport(Transport):
     ) -> None:
         super().__init__()
         self.store = MessageStore(using)
+        self.publishes_on = using
         self.polling_interval = or_setting(polling_interval, conf.POLLING_INTERVAL)
         self.commit_grace = or_setting(commit_grace, conf.COMMIT_GRACE)
         self.max_message_bytes: int = or_setting(max_payload, conf.MAX_PAYLOAD)

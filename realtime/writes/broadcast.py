@@ -79,8 +79,10 @@ def broadcast_to_scope(
     exclude_user_ids: Iterable[Any] | None = None,
     about: tuple[type[models.Model] | str, Any] | None = None,
     audience: Iterable[Any] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> None:
-    """Send an event to the sockets of a scope (those subscribed to ``channels``, if given)."""
+    """Send an event to the sockets of a scope (those subscribed to ``channels``, if given),
+    after the current transaction on ``using`` commits."""
     only = None if audience is None else list(audience)
     if only == []:
         return
@@ -101,7 +103,7 @@ def broadcast_to_scope(
             budget=budget,
         )
 
-    _submit(lambda: outbox.add(Broadcast(build), DEFAULT_DB_ALIAS))
+    _submit(lambda: outbox.add(Broadcast(build), using))
 
 
 def broadcast_to_users(
@@ -112,8 +114,10 @@ def broadcast_to_users(
     channels: Iterable[str] | None = None,
     meta: dict[str, Any] | None = None,
     skip_scope: Any = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> None:
-    """Send an event to every socket of these accounts, whatever scope each one reads."""
+    """Send an event to every socket of these accounts, whatever scope each one reads, after
+    the current transaction on ``using`` commits."""
     ids = list(user_ids)
     if not ids:
         return
@@ -130,14 +134,19 @@ def broadcast_to_users(
             budget=budget,
         )
 
-    _submit(lambda: outbox.add(Broadcast(build), DEFAULT_DB_ALIAS))
+    _submit(lambda: outbox.add(Broadcast(build), using))
 
 
 def broadcast_to_user(
-    user_id: Any, event_type: str, data: Any, *, meta: dict[str, Any] | None = None
+    user_id: Any,
+    event_type: str,
+    data: Any,
+    *,
+    meta: dict[str, Any] | None = None,
+    using: str = DEFAULT_DB_ALIAS,
 ) -> None:
     """Send an event to every socket of one account."""
-    broadcast_to_users([user_id], event_type, data, meta=meta)
+    broadcast_to_users([user_id], event_type, data, meta=meta, using=using)
 
 
 def recheck_users(user_ids: Iterable[Any]) -> None:

@@ -1,7 +1,7 @@
 """Announcing writes no signal saw: ``announce`` and ``deleting``.
 
-``QuerySet.update()``, ``bulk_create``, ``bulk_update``, ``QuerySet.delete()`` of a model
-without receivers, and raw SQL send no model signals. ``announce`` announces such writes as
+Raw SQL and writes made by other programs send no model signals (bulk writes through the
+ORM announce themselves: ``realtime.writes.querysets``). ``announce`` announces such writes as
 the signals would have, after the current transaction commits. A delete is the special case:
 who may read a row (its guard's readers, the accounts of its path, readers of a shared root)
 can only be asked while the row exists, so ``deleting`` reads the rows and their readers
@@ -27,12 +27,14 @@ def announce(
     action: str,
     *,
     changed: Iterable[str] | None = None,
+    using: str | None = None,
 ) -> None:
-    """Announce writes no signal saw (``update()``, ``bulk_create``, raw SQL) as signals would.
+    """Announce writes no signal saw (raw SQL, another program) as signals would.
 
-    Published after the current transaction commits (at once outside one). ``changed`` names
-    the fields an ``"updated"`` wrote (default: every concrete field). For deletes, prefer
-    ``deleting``: a row already gone has no readers left to ask.
+    Published after the current transaction on ``using`` commits (at once outside one);
+    ``using`` defaults to the database each instance was read from, else ``"default"``.
+    ``changed`` names the fields an ``"updated"`` wrote (default: every concrete field). For
+    deletes, prefer ``deleting``: a row already gone has no readers left to ask.
     """
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
@@ -44,18 +46,18 @@ def announce(
             raise TypeError(f"{type(instance).__name__} is not a @realtime_model")
         if action not in options.actions:
             continue
-        using = instance._state.db or DEFAULT_DB_ALIAS
+        alias = using or instance._state.db or DEFAULT_DB_ALIAS
         event: Event | None
         if action == "deleted":
-            event = prepare_delete(options, instance, using)
+            event = prepare_delete(options, instance, alias)
         else:
             fields = None
             if action == "updated":
                 names = changed if changed is not None else snapshots.all_fields(instance)
                 fields = snapshots.changed_fields(instance, names)
-            event = prepare_write(options, instance, action, fields, using)
+            event = prepare_write(options, instance, action, fields, alias)
         if event is not None:
-            outbox.add(event, using)
+            outbox.add(event, alias)
 
 
 @contextmanager

@@ -11,12 +11,19 @@ reaches the write that committed: failures are logged, and cost only what failed
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from django.db import OperationalError, close_old_connections, connections
+
+from realtime.compat.django import in_transaction
 from realtime.encoding import sorted_ids
 from realtime.transports import get_transport
+from realtime.transports.base import Transport
 from realtime.writes.audiences import outside_recipients, recipients, shared_readers
 from realtime.writes.events import Event
 from realtime.writes.payload import recheck_messages, scope_messages, users_messages
@@ -63,9 +70,71 @@ def publish(items: Iterable[Event | Announcement]) -> None:
         if rechecks:
             messages += recheck_messages(rechecks, budget)
         if messages:
-            transport.publish(messages)
+            _send(transport, messages)
     except Exception:
         logger.exception("realtime: publishing %d announcement(s) failed", len(items))
+
+
+def _send(transport: Transport, messages: list[tuple[str, bytes]]) -> None:
+    """``transport.publish(messages)``, never inside a transaction realtime did not open.
+
+    A write on one database can commit while the application holds a transaction open on the
+    database the transport writes to (several databases, nested atomic blocks). That publish
+    is handed to realtime's own thread, whose connection is its own: it neither joins the
+    application's transaction nor waits for it here (on SQLite it must wait for that
+    transaction's write lock, which only the application's thread can release). Later
+    publishes follow it through that thread while it has any, so the log keeps their order.
+    """
+    alias = transport.publishes_on
+    with _aside_lock:
+        queued = _aside_pending[0] > 0
+        if not queued and (alias is None or not in_transaction(connections[alias])):
+            direct = True
+        else:
+            direct = False
+            _aside_pending[0] += 1
+    if direct:
+        transport.publish(messages)
+    else:
+        _aside().submit(_publish_aside, transport, messages)
+
+
+def _publish_aside(transport: Transport, messages: list[tuple[str, bytes]]) -> None:
+    """Publish on realtime's thread; a database still locked by the application's open
+    transaction (SQLite) is waited for, within ``ASIDE_WAIT`` seconds."""
+    deadline = time.monotonic() + ASIDE_WAIT
+    try:
+        while True:
+            try:
+                transport.publish(messages)
+                return
+            except OperationalError as exc:
+                # Only SQLite's "database is locked" is known to have written nothing.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    except Exception:
+        logger.exception("realtime: publishing %d message(s) failed", len(messages))
+    finally:
+        close_old_connections()
+        with _aside_lock:
+            _aside_pending[0] -= 1
+
+
+#: Seconds realtime's publishing thread waits for a database the application keeps locked.
+ASIDE_WAIT = 60.0
+_executor: ThreadPoolExecutor | None = None
+_aside_lock = threading.Lock()
+#: Publishes handed to realtime's thread and not done yet.
+_aside_pending = [0]
+
+
+def _aside() -> ThreadPoolExecutor:
+    global _executor
+    with _aside_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(1, thread_name_prefix="realtime-publish")
+        return _executor
 
 
 def _label(item: Any) -> str:
