@@ -40,6 +40,8 @@ class ModelOptions:
     guard: Callable[[Any], Q] | None
     shared_via: str | None
     cascade: tuple[str, ...]
+    #: The fields whose change may change the guard's answer; ``None``: not declared.
+    guard_fields: tuple[str, ...] | None = None
 
     @cached_property
     def field_attnames(self) -> dict[str, str]:
@@ -48,6 +50,17 @@ class ModelOptions:
             wire: self.model._meta.get_field(name).attname  # type: ignore[union-attr]
             for wire, name in self.fields.items()
         }
+
+    @cached_property
+    def guard_attnames(self) -> frozenset[str] | None:
+        """The columns named by ``guard_fields`` (a many-to-many by its name: it has none)."""
+        if self.guard_fields is None:
+            return None
+        meta = self.model._meta
+        return frozenset(
+            str(getattr(meta.get_field(name), "attname", None) or name)
+            for name in self.guard_fields
+        )
 
     @cached_property
     def scope_attname(self) -> str | None:

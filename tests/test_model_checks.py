@@ -368,7 +368,28 @@ def test_fields_naming_no_column_raise_value_error(fields: Any) -> None:
     assert options_for(model) is None
 
 
-@pytest.mark.parametrize("option", ["fields", "relations", "cascade"])
+def test_guard_fields_naming_no_field_raise_value_error() -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match="no field 'titel' for guard_fields"):
+        realtime_model(guard=everyone, guard_fields=["titel"])(model)
+    assert options_for(model) is None
+
+
+def test_guard_fields_without_a_guard_raise_value_error() -> None:
+    with pytest.raises(ValueError, match="give a guard too"):
+        realtime_model(guard_fields=["title"])
+
+
+def test_guard_fields_name_columns_and_links() -> None:
+    model = declare(guard=everyone, guard_fields=["owner", "title", "tags"])
+
+    options = options_for(model)
+    assert options is not None
+    assert options.guard_attnames == {"owner_id", "title", "tags"}
+
+
+@pytest.mark.parametrize("option", ["fields", "relations", "cascade", "guard_fields"])
 def test_a_string_instead_of_a_list_raises_value_error(option: str) -> None:
     options: dict[str, Any] = {option: "company"}
 

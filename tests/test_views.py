@@ -172,6 +172,33 @@ def test_a_guarded_row_made_private_leaves_the_others_and_stays_with_its_author(
     ]
 
 
+def test_a_guard_whose_shape_depends_on_the_account_tells_every_reader_who_leaves(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    from tests.testapp.models import Report
+
+    ann = make_user("ann", member_of=workspace)  # in team "red": reads its reports
+    ann.last_name = "red"
+    ann.save()
+    bob = make_user("bob", member_of=workspace)  # in no team: reads his own
+    report = Report.objects.create(workspace=workspace, owner=bob, team="red", title="q3")
+    forget_messages()
+
+    report.team = "blue"  # without guard_fields, the readers before are taken all the same
+    report.save()
+
+    assert summary() == [
+        ("report.deleted", workspace.pk, (ann.pk,), identity("report", report.pk), True),
+        (
+            "report.updated",
+            workspace.pk,
+            (bob.pk,),
+            {"model": "report", "id": report.pk, "title": "q3", "team": "blue"},
+            False,
+        ),
+    ]
+
+
 def test_a_guarded_update_of_a_field_the_guard_does_not_read_takes_no_readers(
     workspace: Workspace, make_user: MakeUser
 ) -> None:

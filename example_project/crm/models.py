@@ -97,7 +97,12 @@ def readable_notes(user: Any) -> Q:
     return Q(author=user)
 
 
-@realtime_model(fields=["text", "contact"], relations=["contact"], guard=readable_notes)
+@realtime_model(
+    fields=["text", "contact"],
+    relations=["contact"],
+    guard=readable_notes,
+    guard_fields=["author"],
+)
 class PrivateNote(models.Model):
     objects: models.Manager[PrivateNote] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)

@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import models
-from django.db.models import Q
 
 from realtime.audience import readers
 from realtime.auth import member_ids
@@ -161,51 +159,11 @@ def _first_hop(model: type[models.Model], path: str | None) -> Any:
     return field if field.concrete and field.many_to_one else None
 
 
-_guard_columns: dict[type[models.Model], frozenset[str] | None] = {}
-
-
 def guard_attnames(options: ModelOptions) -> frozenset[str] | None:
-    """The columns of the row a ``guard`` reads; ``None`` when it reads across relations or
-    in a way that cannot be told (then every save of the row may change its readers).
-
-    The guard is asked once, for a blank account, and its ``Q`` read: a guard whose lookups
-    depend on the account should read the same columns for every account.
-    """
-    if options.model not in _guard_columns:
-        _guard_columns[options.model] = _read_guard(options)
-    return _guard_columns[options.model]
-
-
-def _read_guard(options: ModelOptions) -> frozenset[str] | None:
-    found: set[str] = set()
-    try:
-        if options.guard is None:
-            return frozenset()
-        if not _lookups(options.guard(get_user_model()()), found) or not found:
-            return None
-        meta = options.model._meta
-        fields = [meta.get_field(name) for name in found]
-    except Exception:
-        return None
-    attnames = [getattr(field, "attname", None) for field in fields if field.concrete]
-    if len(attnames) != len(fields):
-        return None
-    return frozenset(str(attname) for attname in attnames)
-
-
-def _lookups(condition: Any, found: set[str]) -> bool:
-    """Collect the first part of every lookup of a ``Q``; ``False`` for anything else."""
-    if not isinstance(condition, Q):
-        return False
-    for child in condition.children:
-        if isinstance(child, Q):
-            if not _lookups(child, found):
-                return False
-        elif isinstance(child, tuple) and isinstance(child[0], str):
-            found.add(child[0].split("__")[0])
-        else:
-            return False
-    return True
+    """The columns of the row whose change may change a ``guard``'s answer: those named by
+    ``guard_fields``; ``None`` when the model declares none (then every update of the row may
+    change its readers, and they are taken before it)."""
+    return options.guard_attnames
 
 
 def _foreign_keys(options: ModelOptions, instance: models.Model) -> list[Any]:

@@ -34,6 +34,7 @@ def realtime_model(
     scope_field: str = "workspace",
     user_field: str | None = None,
     guard: Callable[[Any], Q] | None = None,
+    guard_fields: Sequence[str] | None = None,
     shared_via: str | None = None,
     cascade: Sequence[str] | None = None,
     name: str | None = None,
@@ -45,8 +46,12 @@ def realtime_model(
     """
     if unknown:
         raise ValueError(f"unknown @realtime_model option(s): {', '.join(sorted(unknown))}")
-    if isinstance(fields, str) or isinstance(relations, str) or isinstance(cascade, str):
-        raise ValueError("fields, relations and cascade take a list of names, not a string")
+    if any(isinstance(names, str) for names in (fields, relations, cascade, guard_fields)):
+        raise ValueError(
+            "fields, relations, cascade and guard_fields take a list of names, not a string"
+        )
+    if guard_fields is not None and guard is None:
+        raise ValueError("guard_fields names what a guard reads: give a guard too")
     if guard is not None and not callable(guard):
         raise ValueError("guard must be a callable taking a user and returning a Q")
     if name is not None and not re.fullmatch(r"[a-z][a-z0-9_]*", name):
@@ -73,6 +78,7 @@ def realtime_model(
             guard=guard,
             shared_via=shared_via,
             cascade=tuple(cascade or ()),
+            guard_fields=None if guard_fields is None else tuple(guard_fields),
         )
         _validate_columns(options)
         register(options)
@@ -95,6 +101,9 @@ def _validate_columns(options: ModelOptions) -> None:
     for column in options.fields.values():
         if column not in columns:
             raise ValueError(f"{meta.label} has no column {column!r} to announce")
+    for name in options.guard_fields or ():
+        if name not in own:
+            raise ValueError(f"{meta.label} has no field {name!r} for guard_fields")
     for fk_name in options.cascade:
         if fk_name not in own:
             raise ValueError(f"{meta.label} has no foreign key {fk_name!r} to cascade from")

@@ -64,16 +64,17 @@ class _Callback:
     """What Django holds; it holds the outbox weakly, so that the outbox dies with its
     connection."""
 
-    __slots__ = ("__weakref__", "entry", "outbox")
+    __slots__ = ("__weakref__", "entry", "outbox", "using")
 
     def __init__(self, outbox: _Outbox, entry: _Entry) -> None:
         self.outbox = weakref.ref(outbox)
         self.entry = entry
+        self.using = outbox.using
 
     def __call__(self) -> None:
         outbox = self.outbox()
         if outbox is None:
-            publish([self.entry.item])
+            publish([self.entry.item], self.using)
         else:
             outbox.ran(self.entry)
 
@@ -139,7 +140,7 @@ class _Outbox:
         self.held.clear()
         # What ran is published; what neither ran nor is held by Django never will run.
         self.entries = [entry for entry in self.entries if entry.pending()]
-        publish([entry.item for entry in held])
+        publish([entry.item for entry in held], self.using)
 
 
 _outboxes: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Outbox] = weakref.WeakKeyDictionary()

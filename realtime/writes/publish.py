@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from django.db import OperationalError, close_old_connections, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections, connections
 
 from realtime.compat.django import in_transaction
 from realtime.encoding import sorted_ids
@@ -48,8 +48,9 @@ class Recheck:
         return recheck_messages(self.user_ids, budget)
 
 
-def publish(items: Iterable[Event | Announcement]) -> None:
-    """Publish committed announcements in one transport call, in write order; never raise."""
+def publish(items: Iterable[Event | Announcement], using: str = DEFAULT_DB_ALIAS) -> None:
+    """Publish committed announcements of writes on ``using`` in one transport call, in write
+    order; never raise."""
     items = list(items)
     try:
         transport = get_transport()
@@ -70,25 +71,29 @@ def publish(items: Iterable[Event | Announcement]) -> None:
         if rechecks:
             messages += recheck_messages(rechecks, budget)
         if messages:
-            _send(transport, messages)
+            _send(transport, messages, using)
     except Exception:
         logger.exception("realtime: publishing %d announcement(s) failed", len(items))
 
 
-def _send(transport: Transport, messages: list[tuple[str, bytes]]) -> None:
+def _send(transport: Transport, messages: list[tuple[str, bytes]], using: str) -> None:
     """``transport.publish(messages)``, never inside a transaction realtime did not open.
 
-    A write on one database can commit while the application holds a transaction open on the
-    database the transport writes to (several databases, nested atomic blocks). That publish
-    is handed to realtime's own thread, whose connection is its own: it neither joins the
-    application's transaction nor waits for it here (on SQLite it must wait for that
-    transaction's write lock, which only the application's thread can release). Later
+    A write on one database (``using``) can commit while the application holds a transaction
+    open on the database the transport writes to (several databases, nested atomic blocks).
+    That publish is handed to realtime's own thread, whose connection is its own: it neither
+    joins the application's transaction nor waits for it here (on SQLite it must wait for
+    that transaction's write lock, which only the application's thread can release). Later
     publishes follow it through that thread while it has any, so the log keeps their order.
+    A write on the transport's own database commits with no transaction open there — except
+    in a test that runs inside one (``captureOnCommitCallbacks``): it publishes inline, as
+    ever.
     """
     alias = transport.publishes_on
     with _aside_lock:
         queued = _aside_pending[0] > 0
-        if not queued and (alias is None or not in_transaction(connections[alias])):
+        open_there = alias is not None and alias != using and in_transaction(connections[alias])
+        if not queued and not open_there:
             direct = True
         else:
             direct = False

@@ -130,7 +130,7 @@ def may_read_note(user: Any) -> Q:
     return Q(author=user) | Q(public=True)
 
 
-@realtime_model(fields=["title"], guard=may_read_note)
+@realtime_model(fields=["title"], guard=may_read_note, guard_fields=["author", "public"])
 class PrivateNote(models.Model):
     """Guarded: only its author (or everyone, once public) may read it."""
 
@@ -368,3 +368,24 @@ class Line(models.Model):
 
     def __str__(self) -> str:
         return f"{self.order_no}/{self.position}"
+
+
+def may_read_report(user: Any) -> Q:
+    """A guard whose shape depends on the account: a team's reports for an account in a team
+    (its last name, here), else the account's own."""
+    if user.last_name:
+        return Q(team=user.last_name)
+    return Q(owner=user)
+
+
+@realtime_model(fields=["title", "team"], guard=may_read_report)
+class Report(models.Model):
+    """Guarded without ``guard_fields``: every update takes the readers before."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    team = models.CharField(max_length=50, blank=True)
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title
