@@ -386,7 +386,7 @@ def test_guard_fields_name_columns_and_links() -> None:
 
     options = options_for(model)
     assert options is not None
-    assert options.guard_attnames == {"owner_id", "title", "tags"}
+    assert options.guard_attnames == frozenset({"owner_id", "title", "tags"})
 
 
 @pytest.mark.parametrize("option", ["fields", "relations", "cascade", "guard_fields"])
