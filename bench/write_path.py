@@ -51,6 +51,12 @@ Two parts:
   counted, so that caches (content types, resolved paths) are warm. The same write is also
   counted with realtime's receivers disconnected: the difference is what realtime adds.
   ``--verbose`` prints the statements.
+
+* **bulk** (``--skip-bulk`` to leave out): ``update()`` of 1, 100 and 10,000 rows,
+  ``bulk_create`` and ``bulk_update`` of 1,000, of ``Company`` beside ``Plain`` in the same run,
+  each in its own ``transaction.atomic()`` (commit and publication included), with the
+  statements each sent; then a save of a guarded row (``PrivateNote``, 200 members) that writes
+  no field its guard reads, with its ``guard_fields`` and with them taken away.
 """
 
 from __future__ import annotations
@@ -197,14 +203,15 @@ def views_off() -> Iterator[None]:
     from django.db.models.signals import m2m_changed, pre_save
 
     from realtime import registry
-    from realtime.writes import access, receivers
+    from realtime.writes import access, memberships, receivers
 
     models_ = [options.model for options in registry.all_options()]
     for model in models_:
         pre_save.disconnect(sender=model, dispatch_uid=f"realtime:{model._meta.label}")
-    watched = list({*access._paths, *access._roots})
-    for through in watched:
+    for through in list(access._roots):
         m2m_changed.disconnect(sender=through, dispatch_uid=access.UID)
+    watches = dict(memberships._watches)
+    memberships._watches.clear()  # membership rows written now tell nobody
     try:
         yield
     finally:
@@ -213,6 +220,7 @@ def views_off() -> Iterator[None]:
                 receivers.on_pre_save, sender=model, dispatch_uid=f"realtime:{model._meta.label}"
             )
         access.connect()
+        memberships._watches.update(watches)
 
 
 def announced(on: bool) -> contextlib.AbstractContextManager[None]:
@@ -834,6 +842,159 @@ def report_queries(results: Sequence[Counted], verbose: bool) -> list[dict[str, 
     return summary
 
 
+# --- Part 3: bulk writes and guards -------------------------------------------------------------
+
+#: Rows of the update() timings, and of the bulk_create and bulk_update ones.
+UPDATE_SIZES = (1, 100, 10_000)
+BULK_SIZE = 1000
+
+
+def timed_block(write: Write) -> float:
+    """Seconds for ``write`` in its own ``atomic()``, commit and publication included."""
+    gc.collect()
+    start = time.perf_counter()
+    with transaction_atomic():
+        write()
+    return time.perf_counter() - start
+
+
+def measure_bulk(fixture: Fixture, repeat: int) -> dict[str, Any]:
+    """``update()`` of 1, 100 and 10,000 rows, ``bulk_create`` and ``bulk_update`` of 1,000,
+    each of ``Company`` (decorated) beside ``Plain`` (its undecorated twin), in the same run;
+    the statements each sends; and a guarded save with and without ``guard_fields``."""
+    from django.db import connection
+    from django.db.models import F
+    from django.test.utils import CaptureQueriesContext
+
+    from realtime import silent
+    from tests.testapp.models import Company, Plain
+
+    workspace = fixture.workspace
+    results: dict[str, Any] = {}
+    print("\nbulk writes, one atomic() block each, commit and publication included;")
+    print("  median [min - max] over the repeats, and the statements each sent")
+    print(f"  {'write':<34} {'Plain':>24} {'Company':>24} {'ratio':>7} {'statements':>12}")
+
+    def row(label: str, run: Callable[[type[models.Model]], Write]) -> None:
+        seconds: dict[str, list[float]] = {"Plain": [], "Company": []}
+        statements: dict[str, int] = {}
+        for index in range(repeat + 1):  # the first is a warm-up
+            for model in (Plain, Company) if index % 2 else (Company, Plain):
+                write = run(model)
+                with CaptureQueriesContext(connection) as captured:
+                    elapsed = timed_block(write)
+                if index:
+                    seconds[model.__name__].append(elapsed)
+                statements[model.__name__] = len(captured.captured_queries)
+                with silent():
+                    made = model._default_manager.filter(workspace=workspace)
+                    made.filter(name__startswith="bulk").delete()
+        plain, company = Spread.of(seconds["Plain"]), Spread.of(seconds["Company"])
+        ratio = company.median / plain.median
+        print(
+            f"  {label:<34} {plain.median * 1e3:>9.2f} ms [{plain.low * 1e3:.2f}-"
+            f"{plain.high * 1e3:.2f}] {company.median * 1e3:>9.2f} ms [{company.low * 1e3:.2f}-"
+            f"{company.high * 1e3:.2f}] {ratio:>6.2f}x {statements['Plain']:>5} / "
+            f"{statements['Company']:<5}",
+            flush=True,
+        )
+        results[label] = {
+            "plain_seconds": asdict(plain),
+            "company_seconds": asdict(company),
+            "ratio": ratio,
+            "statements": statements,
+        }
+
+    def rows_of(model: type[models.Model], count: int) -> list[Any]:
+        with silent():
+            return model._default_manager.bulk_create(
+                [model(workspace=workspace, name=f"bulk {n}") for n in range(count)]
+            )
+
+    for size in UPDATE_SIZES:
+
+        def update(model: type[models.Model], size: int = size) -> Write:
+            rows_of(model, size)
+            matching = model._default_manager.filter(workspace=workspace, name__startswith="bulk")
+            return lambda: matching.update(name=F("name"))
+
+        row(f"update() of {size:,} rows", update)
+
+    def create(model: type[models.Model]) -> Write:
+        made = [model(workspace=workspace, name=f"bulk {n}") for n in range(BULK_SIZE)]
+        return lambda: model._default_manager.bulk_create(made)
+
+    row(f"bulk_create of {BULK_SIZE:,}", create)
+
+    def bulk_update(model: type[models.Model]) -> Write:
+        made: list[Any] = list(
+            model._default_manager.filter(pk__in=[r.pk for r in rows_of(model, BULK_SIZE)])
+        )
+        for n, item in enumerate(made):
+            item.name = f"bulk changed {n}"  # read, so the snapshot knows what changed
+        return lambda: model._default_manager.bulk_update(made, ["name"], batch_size=BULK_SIZE)
+
+    row(f"bulk_update of {BULK_SIZE:,}", bulk_update)
+    results["guarded_save"] = measure_guarded_save(fixture, repeat)
+    return results
+
+
+def measure_guarded_save(fixture: Fixture, repeat: int) -> dict[str, Any]:
+    """A save of a guarded row that writes no field its guard reads, in a workspace of 200
+    members: with ``guard_fields`` (the readers before are not taken) and without (taken)."""
+    import dataclasses
+
+    from realtime import registry
+    from realtime.writes import decorator
+    from tests.testapp.models import PrivateNote
+
+    declared = registry.options_for(PrivateNote)
+    assert declared is not None
+    workspace = fixture.audiences.get(200) or fixture.workspace
+    author = fixture.users[0]
+    notes = [
+        PrivateNote.objects.create(workspace=workspace, author=author, title=f"n{n}", public=True)
+        for n in range(100)
+    ]
+    print(f"\na guarded save (title only) in a workspace of {workspace.members.count()} members,")
+    print("  one atomic() block per save, per save: median [min - max] over the repeats")
+    found: dict[str, Any] = {}
+    for label, options in (
+        ("with guard_fields", declared),
+        ("without guard_fields", dataclasses.replace(declared, guard_fields=None)),
+    ):
+        decorator.unregister(PrivateNote)
+        decorator.register(options)
+        try:
+            per_save = []
+            for index in range(repeat + 1):
+                writes = saves_of(notes, index)
+                whole, _ = block_per_write(writes)
+                if index:
+                    per_save.append(whole)
+        finally:
+            decorator.unregister(PrivateNote)
+            decorator.register(declared)
+        spread = Spread.of(per_save)
+        low, high = micros(spread.low), micros(spread.high)
+        print(f"  {label:<22} {micros(spread.median)} [{low} - {high}]")
+        found[label] = asdict(spread)
+    for note in notes:
+        note.delete()
+    return found
+
+
+def saves_of(notes: Sequence[Any], index: int) -> list[Write]:
+    def save(note: Any, n: int) -> Write:
+        def write() -> None:
+            note.title = f"title {index} {n}"
+            note.save()
+
+        return write
+
+    return [save(note, n) for n, note in enumerate(notes)]
+
+
 # --- Main -------------------------------------------------------------------------------------
 
 
@@ -856,6 +1017,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-time", action="store_true")
     parser.add_argument("--skip-queries", action="store_true")
+    parser.add_argument("--skip-bulk", action="store_true")
     parser.add_argument("--verbose", action="store_true", help="print each counted statement")
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     args = parser.parse_args(argv)
@@ -903,6 +1065,8 @@ def main() -> None:
         if not args.skip_queries:
             results = measure_queries(fixture, args.members)
             summary["queries"] = report_queries(results, args.verbose)
+        if not args.skip_bulk:
+            summary["bulk"] = measure_bulk(fixture, args.repeat)
     finally:
         scope_ids = cleanup()
         get_transport().close()

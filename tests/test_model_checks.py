@@ -290,6 +290,27 @@ def test_relation_pointing_at_an_undecorated_model_is_warning_w030() -> None:
     assert message.obj is model
 
 
+# W032: membership paths
+
+
+def test_an_account_path_with_a_many_to_many_before_its_membership_is_warning_w032() -> None:
+    model = declare(user_field="tags.workspace.members")
+
+    [message] = messages()
+    assert message.id == "realtime.W032"
+    assert message.obj is model
+    assert "tags.workspace.members" in message.msg
+
+
+@pytest.mark.parametrize(
+    "path", ["owner", "workspace.members", "company.workspace.members", "workspace.membership.user"]
+)
+def test_account_paths_realtime_follows_give_no_warning(path: str) -> None:
+    declare(user_field=path)
+
+    assert messages() == []
+
+
 # W031: managers
 
 

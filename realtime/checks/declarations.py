@@ -23,6 +23,7 @@ from realtime.registry import (
     options_for,
     relation_target,
 )
+from realtime.writes.memberships import watch_of
 
 
 @checks.register()
@@ -80,6 +81,20 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
                     f"user_field {options.user_field!r} does not lead to "
                     f"{get_user_model()._meta.label}.",
                     'Write a path of relations ending on the account, e.g. "thread.members.user".',
+                )
+            )
+        elif watch_of(options) is False:
+            out.append(
+                checks.Warning(
+                    f"{model._meta.label}: realtime cannot follow the links of user_field "
+                    f"{options.user_field!r}: accounts that gain or lose its rows without a "
+                    "write of the row itself are not told.",
+                    hint="Write the path as foreign keys, then one many-to-many to the account "
+                    'or a reverse foreign key to membership rows and their account ("thread.'
+                    'members", "chat.seats.user"); or call realtime.broadcast.recheck_users() '
+                    "and tell the accounts yourself.",
+                    obj=model,
+                    id="realtime.W032",
                 )
             )
     else:

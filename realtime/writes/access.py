@@ -1,17 +1,13 @@
-"""Readers gained or lost without a write of the row: the links of a path or of a shared root.
+"""Readers gained or lost without a write of the row: the links of a shared root.
 
-A message addressed to ``thread.members`` is read by the thread's members: adding an account
-to the thread lets it read the thread's messages, removing one takes them away, and neither
-writes a message. The same holds for a shared record's root: sharing a project with another
-workspace gives its members the project's tasks. So realtime also watches
-
-* for each decorated model whose ``user_field`` path ends in a many-to-many hop to the account
-  model (the hops before it foreign keys), that many-to-many's links: accounts added hear
-  ``<name>.created`` of each row the changed record leads to, accounts removed hear
-  ``<name>.deleted`` with only the model and the id;
-* for each decorated model with ``shared_via``, the many-to-many fields of its root: the
-  root's readers outside each scope of its rows are asked before and after the change
-  (``RealtimeAuth.shared_readers``), and those gained or lost hear the same.
+A shared record's root gives its rows readers outside their scope: sharing a project with
+another workspace gives its members the project's tasks, and writes no task. So realtime
+watches, for each decorated model with ``shared_via``, the many-to-many fields of its root: the
+root's readers outside each scope of its rows are asked before and after the change
+(``RealtimeAuth.shared_readers``), and those gained hear ``<name>.created`` of each row, those
+lost ``<name>.deleted`` with only the model and the id. (Account paths, whose links are
+membership rows, are watched by ``realtime.writes.memberships``, which tells their accounts
+the same way, through ``row_events``.)
 
 Both frames carry ``"moved": true``. At most ``REALTIME_CASCADE_LIMIT`` rows are announced per
 change; past it one truncated event with no data tells the accounts to read again. The reads
@@ -22,16 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import models
-from django.db.models import ForeignObjectRel
 from django.db.models.signals import m2m_changed
 
 from realtime.audience import readers
 from realtime.auth import get_auth, member_ids
 from realtime.conf import conf
 from realtime.encoding import normal_id, sorted_ids
-from realtime.paths import path_target, resolve_path, split_path, to_lookup
+from realtime.paths import path_target, to_lookup
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import outbox
 from realtime.writes.events import Event, read_event
@@ -40,22 +34,16 @@ from realtime.writes.failsafe import failsafe, never_raises
 UID = "realtime:access"
 PENDING = "_realtime_access_before"
 
-#: through model -> (options, the m2m field's owner model, lookup from the row to the owner)
-_paths: dict[type[models.Model], list[tuple[ModelOptions, type[models.Model], str]]] = {}
 #: through model -> (options, the root model)
 _roots: dict[type[models.Model], list[tuple[ModelOptions, type[models.Model]]]] = {}
 
 
 def connect() -> None:
     """Watch the links of every path and shared root. Called once models are ready."""
-    for watched in {*_paths, *_roots}:
+    for watched in _roots:
         m2m_changed.disconnect(sender=watched, dispatch_uid=UID)
-    _paths.clear()
     _roots.clear()
-    user_model = get_user_model()
     for options in all_options():
-        if options.user_field is not None:
-            _watch_path(options, user_model)
         if options.shared_via is not None:
             root = path_target(options.model, options.shared_via)
             if root is not None:
@@ -63,26 +51,8 @@ def connect() -> None:
                     links = field.remote_field.through
                     if isinstance(links, type):
                         _roots.setdefault(links, []).append((options, root))
-    for watched in {*_paths, *_roots}:
+    for watched in _roots:
         m2m_changed.connect(_on_links_changed, sender=watched, dispatch_uid=UID)
-
-
-def _watch_path(options: ModelOptions, user_model: type[models.Model]) -> None:
-    path = options.user_field or ""
-    fields = resolve_path(options.model, path)
-    last, hops = fields[-1], fields[:-1]
-    if not hops or not all(f.concrete and f.many_to_one for f in hops):
-        return
-    if not (last.many_to_many and last.related_model is user_model):
-        return
-    # A reverse relation holds the through model; a forward field, its remote_field
-    # (Django 6.1 no longer counts a ManyToManyField as concrete: it has no column).
-    reverse = isinstance(last, ForeignObjectRel)
-    through = last.through if reverse else last.remote_field.through  # type: ignore[union-attr]
-    owner = hops[-1].related_model
-    if isinstance(owner, type):
-        lookup = to_lookup(".".join(split_path(path)[:-1]))
-        _paths.setdefault(through, []).append((options, owner, lookup))
 
 
 @never_raises
@@ -97,78 +67,24 @@ def _on_links_changed(
     label = f"the readers {sender._meta.label} links give"
     if action in ("pre_add", "pre_remove", "pre_clear"):
         before = failsafe(label, using, True, lambda: _readers_of_roots(sender, instance, pk_set))
-        instance.__dict__[PENDING] = (before or {}, _linked(sender, instance, action))
+        instance.__dict__[PENDING] = before or {}
         return
     if action not in ("post_add", "post_remove", "post_clear"):
         return
-    before, cleared = instance.__dict__.pop(PENDING, ({}, {}))
+    before = instance.__dict__.pop(PENDING, {})
 
     def changes() -> list[Event]:
-        events = _path_events(sender, instance, action, pk_set, cleared)
         after = _readers_of_roots(sender, instance, pk_set)
-        return events + _root_events(sender, before, after)
+        return _root_events(sender, before, after)
 
     for event in failsafe(label, using, True, changes) or []:
         outbox.add(event, using)
 
 
-# Paths ending in a many-to-many --------------------------------------------------------------
+# Who hears a row enter or leave --------------------------------------------------------------
 
 
-def _linked(through: type[models.Model], instance: models.Model, action: str) -> dict[Any, Any]:
-    """Before ``clear()``: the accounts each owner is linked to (clear sends no ids)."""
-    if action != "pre_clear" or through not in _paths:
-        return {}
-    user_model = get_user_model()
-    owner_fk, user_fk = _ends(through)
-    rows = through._base_manager.filter(
-        **{(user_fk if isinstance(instance, user_model) else owner_fk): instance.pk}
-    ).values_list(owner_fk, user_fk)
-    linked: dict[Any, set[Any]] = {}
-    for owner, account in rows:
-        linked.setdefault(owner, set()).add(account)
-    return linked
-
-
-def _ends(through: type[models.Model]) -> tuple[str, str]:
-    """The attnames of a through model's foreign keys to the owner and to the account."""
-    user_model = get_user_model()
-    owner_fk = user_fk = ""
-    for field in through._meta.concrete_fields:
-        if field.many_to_one:
-            if field.related_model is user_model and not user_fk:
-                user_fk = field.attname
-            else:
-                owner_fk = field.attname
-    return owner_fk, user_fk
-
-
-def _path_events(
-    through: type[models.Model],
-    instance: models.Model,
-    action: str,
-    pk_set: set[Any] | None,
-    cleared: dict[Any, set[Any]],
-) -> list[Event]:
-    """The rows whose path goes through the changed links, to the accounts added or removed."""
-    events: list[Event] = []
-    is_account = isinstance(instance, get_user_model())
-    for options, _owner, lookup in _paths.get(through, ()):
-        changed: dict[Any, set[Any]]
-        if action == "post_clear":
-            changed = cleared
-        elif is_account:
-            changed = {owner: {instance.pk} for owner in pk_set or ()}
-        else:
-            changed = {instance.pk: set(pk_set or ())}
-        entered = action == "post_add"
-        for owner, accounts in changed.items():
-            rows = options.model._base_manager.filter(**{lookup: owner})
-            events += _row_events(options, rows, sorted_ids(accounts), entered)
-    return events
-
-
-def _row_events(
+def row_events(
     options: ModelOptions, rows: models.QuerySet[Any, Any], accounts: list[Any], entered: bool
 ) -> list[Event]:
     """Enter (or leave) events of ``rows`` for ``accounts``: at most the cascade limit, then
@@ -246,7 +162,7 @@ def _root_events(through: type[models.Model], before: Readers, after: Readers) -
                 if options.guard is not None and entered:
                     events += _guarded_entries(options, rows, accounts)
                 else:
-                    events += _row_events(options, rows, sorted_ids(accounts), entered)
+                    events += row_events(options, rows, sorted_ids(accounts), entered)
     return events
 
 
@@ -257,7 +173,5 @@ def _guarded_entries(
     events: list[Event] = []
     for row in rows.order_by("pk")[: conf.CASCADE_LIMIT]:
         admitted = sorted_ids(readers(options, row.pk, accounts)) if accounts else []
-        events += _row_events(
-            options, options.model._base_manager.filter(pk=row.pk), admitted, True
-        )
+        events += row_events(options, options.model._base_manager.filter(pk=row.pk), admitted, True)
     return events

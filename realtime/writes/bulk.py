@@ -104,7 +104,8 @@ def created(
             changed = sorted({meta.get_field(name).name for name in kwargs["update_fields"]})
         for obj in exact[: conf.BULK_LIMIT]:
             _add(prepare_write(options, obj, action, changed, db), db)
-        rest = [*exact[conf.BULK_LIMIT :], *(obj for obj in objs if obj not in exact)]
+        told = {id(obj) for obj in exact}
+        rest = [*exact[conf.BULK_LIMIT :], *(obj for obj in objs if id(obj) not in told)]
         _fold(options, action, [_audience_of(options, obj) for obj in rest], db)
 
     failsafe(f"a bulk create of {options.name}", db, True, announce)

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, models
 
 from realtime.compat.django import in_transaction, managers_of
 from realtime.registry import options_for
-from realtime.writes import bulk
+from realtime.writes import bulk, memberships
 
 _silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("realtime_silent", default=False)
 #: The models whose ``bulk_update`` is running here: the ``update()`` calls Django makes inside
@@ -50,10 +51,15 @@ def silent() -> Iterator[None]:
         _silenced.reset(token)
 
 
+def _active(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether bulk writes of ``queryset`` are announced here and now (not ``silent()``, and
+    not the ``update()`` calls Django makes inside a ``bulk_update`` announced by itself)."""
+    return not _silenced.get() and queryset.model not in _updating.get()
+
+
 def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:
-    """Whether a bulk write of ``queryset`` is to be announced, here and now."""
-    model = queryset.model
-    return not _silenced.get() and model not in _updating.get() and options_for(model) is not None
+    """Whether a bulk write of ``queryset`` announces its rows (its model is decorated)."""
+    return _active(queryset) and options_for(queryset.model) is not None
 
 
 #: (model, foreign key) pairs a delete in progress is unlinking (``on_delete=SET_NULL`` and
@@ -88,24 +94,39 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
     """Mixed in before a decorated model's queryset class: its bulk writes announce."""
 
     def update(self, **kwargs: Any) -> int:
+        run = super().update
+        if _active(self) and memberships.watched(self.model):
+            written = _attnames(self.model, kwargs)
+            plain = run
+
+            def run(**values: Any) -> int:
+                return memberships.around_update(self, lambda: plain(**values), written)
+
         if not _announcing(self) or _left_to_unlinked(self, kwargs):
-            return super().update(**kwargs)
-        return bulk.update(self, kwargs, super().update)
+            return run(**kwargs)
+        return bulk.update(self, kwargs, run)
 
     def bulk_create(
         self, objs: Iterable[models.Model], *args: Any, **kwargs: Any
     ) -> list[models.Model]:
-        if not _announcing(self):
+        links = _active(self) and memberships.watched(self.model)
+        if not (links or _announcing(self)):
             return super().bulk_create(objs, *args, **kwargs)
+        objs = list(objs)
+        existing = memberships.existing_pairs(self.model, objs, self.db) if links else {}
         created = super().bulk_create(objs, *args, **kwargs)
-        given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
-        bulk.created(self, created, given)
+        if links:
+            memberships.created_in_bulk(self.model, created, self.db, existing)
+        if _announcing(self):
+            given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
+            bulk.created(self, created, given)
         return created
 
     def bulk_update(
         self, objs: Iterable[Any], fields: Iterable[str], *args: Any, **kwargs: Any
     ) -> int:
-        if not _announcing(self):
+        links = _active(self) and memberships.watched(self.model)
+        if not (links or _announcing(self)):
             return super().bulk_update(objs, fields, *args, **kwargs)
         objs, fields = list(objs), list(fields)
 
@@ -116,7 +137,30 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
             finally:
                 _updating.reset(token)
 
+        if links:
+            rows = self.model._base_manager.using(self.db).filter(pk__in=[o.pk for o in objs])
+            written = _attnames(self.model, dict.fromkeys(fields))
+            plain = run
+
+            def run() -> int:
+                return memberships.around_update(rows, plain, written)
+
+        if not _announcing(self):
+            return run()
         return bulk.updated(self, objs, fields, run)
+
+
+def _attnames(model: type[models.Model], values: dict[str, Any]) -> set[str]:
+    """The columns ``values`` (field names) write; names that are no field are left out (the
+    write raises its own error)."""
+    found = set()
+    for name in values:
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            continue
+        found.add(str(getattr(field, "attname", name)))
+    return found
 
 
 class AnnouncingManager:

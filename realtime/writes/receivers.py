@@ -19,9 +19,12 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
-from realtime.registry import options_for
+from realtime.conf import conf
+from realtime.paths import split_path
+from realtime.registry import ModelOptions, options_for
 from realtime.writes import cascades, outbox, snapshots
-from realtime.writes.before import plan_before, take_before
+from realtime.writes.before import Past, Plan, plan_before, take_before
+from realtime.writes.events import Before
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.preparing import prepare_delete, prepare_write
 
@@ -141,7 +144,7 @@ def on_m2m_changed(
     using: str,
     **kwargs: Any,
 ) -> None:
-    if action not in ("pre_clear", "post_add", "post_remove", "post_clear"):
+    if action not in ("pre_add", "pre_remove", "pre_clear", *AFTER):
         return
     field = _m2m_field(sender, instance, model, reverse)
     if field is None:
@@ -150,32 +153,72 @@ def on_m2m_changed(
     options = options_for(owner_model)
     if options is None or "updated" not in options.actions:
         return
-    clearing = f"_realtime_clearing_{field.name}"
+    if options.user_field is not None and split_path(options.user_field)[0] == field.name:
+        return  # the accounts it adds or removes are told by realtime.writes.memberships
+    pending = f"_realtime_m2m_{field.name}"
     links = f"{options.name} {field.name} links"
-    if action == "pre_clear":
-        # clear() sends no ids: read the links it is about to remove.
-        instance.__dict__[clearing] = failsafe(
-            links, using, True, lambda: _linked_owners(field, instance, reverse)
-        )
+    if not action.startswith("post_"):
+        # clear() sends no ids: read the links it is about to remove; a guard that may read
+        # the links has its readers taken now, before they change.
+        clearing, guarded = action == "pre_clear", _guard_reads(options, field)
+        if not (clearing or guarded):
+            return
+
+        def read() -> tuple[list[models.Model], dict[Any, Before]]:
+            owners = _owners(field, instance, reverse, pk_set, clearing)
+            return owners, _readers_before(options, owners) if guarded else {}
+
+        instance.__dict__[pending] = failsafe(links, using, True, read)
         return
-    if action == "post_clear":
-        owners = instance.__dict__.pop(clearing, None) or []
-    elif reverse:
-        owners = (
-            failsafe(
-                links,
-                using,
-                True,
-                lambda: list(owner_model._base_manager.filter(pk__in=pk_set or ()).order_by("pk")),
-            )
-            or []
+    owners, befores = instance.__dict__.pop(pending, None) or ([], {})
+    if action != "post_clear":
+        owners = failsafe(links, using, True, lambda: _owners(field, instance, reverse, pk_set))
+    for owner in owners or []:
+        before = befores.get(owner.pk)
+        event = prepare_write(
+            options, owner, "updated", [field.name], using, scopeless=before is not None
         )
-    else:
-        owners = [instance] if pk_set else []
-    for owner in owners:
-        event = prepare_write(options, owner, "updated", [field.name], using)
         if event is not None:
+            event.before = before
             outbox.add(event, using)
+
+
+AFTER = ("post_add", "post_remove", "post_clear")
+
+
+def _owners(
+    field: models.ManyToManyField[Any, Any],
+    instance: models.Model,
+    reverse: bool,
+    pk_set: set[Any] | None,
+    clearing: bool = False,
+) -> list[models.Model]:
+    """The rows of the decorated model whose links change: the instance itself, or (from the
+    other side) the rows named by ``pk_set``; for ``clear()``, those linked now."""
+    if clearing:
+        return _linked_owners(field, instance, reverse)
+    if not reverse:
+        return [instance] if pk_set else []
+    owner_model = field.model
+    return list(owner_model._base_manager.filter(pk__in=pk_set or ()).order_by("pk"))
+
+
+def _guard_reads(options: ModelOptions, field: models.ManyToManyField[Any, Any]) -> bool:
+    """Whether the model's guard may read the links of ``field`` (``guard_fields`` names it,
+    or names nothing)."""
+    guarded = options.guard_attnames
+    return options.guard is not None and (guarded is None or field.name in guarded)
+
+
+def _readers_before(options: ModelOptions, owners: list[models.Model]) -> dict[Any, Before]:
+    """Who could read each owner before its links change."""
+    befores = {}
+    for owner in owners[: conf.CASCADE_LIMIT]:
+        plan = Plan(Past(owner, None), queries=True, readers=True)
+        before = take_before(options, plan, always=True)
+        if before is not None:
+            befores[owner.pk] = before
+    return befores
 
 
 def _m2m_field(

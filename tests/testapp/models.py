@@ -389,3 +389,70 @@ class Report(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+@realtime_model(fields=["name"], user_field="participants")
+class Room(models.Model):
+    """Read by its participants: a direct many-to-many (an auto-created through table)."""
+
+    name = models.CharField(max_length=100)
+    participants = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="rooms")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Chat(models.Model):
+    """Members kept in a through model of the application's own: ``Seat``."""
+
+    title = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Seat", related_name="chats")
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Seat(models.Model):
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="seats")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.chat_id}"
+
+
+@realtime_model(fields=["text"], user_field="chat.members")
+class ChatLine(models.Model):
+    """Read by the chat's members, through the many-to-many and its ``through`` model."""
+
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE)
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@realtime_model(fields=["text"], user_field="chat.seats.user")
+class ChatPin(models.Model):
+    """Read by the chat's members, through the reverse foreign key of its seats."""
+
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE)
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def may_read_board(user: Any) -> Q:
+    return Q(members=user)
+
+
+@realtime_model(fields=["name"], guard=may_read_board, guard_fields=["members"])
+class Board(models.Model):
+    """Guarded by its links: only its members read it."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="boards")
+
+    def __str__(self) -> str:
+        return self.name

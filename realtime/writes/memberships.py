@@ -1,0 +1,395 @@
+"""Memberships of every shape: accounts gain or lose rows when the links that lead to them change.
+
+A ``user_field`` path reaches its accounts through a *membership row*: the through row of a
+many-to-many (auto-created or the application's own ``through`` model: ``participants``,
+``thread.members``) or a row of the application's behind a reverse foreign key
+(``chat.seats.user``). The hops before it, if any, are foreign keys; the row they lead to is the
+*owner* (the record itself when there are none). Changing membership rows changes who reads
+the records reached from their owner, and they change in every way a row can: through the
+many-to-many manager (``add``, ``remove``, ``clear``, ``set``), by ``save()`` and ``delete()``,
+and in bulk. So realtime watches the membership model itself, whichever way it is written:
+
+* rows created (``save``, ``bulk_create``, the manager's ``add``): an (owner, account) pair
+  that did not exist before the write *enters* — the account hears ``<name>.created`` of each
+  record reached from the owner;
+* rows deleted (``delete``, ``QuerySet.delete``, the manager's ``remove`` and ``clear``): a
+  pair that no longer exists after the write *leaves* — ``<name>.deleted`` with the model and
+  the id only;
+* rows updated (``save``, ``update()``, ``bulk_update``): the pairs before and after are
+  compared, counting the rows the write did not touch.
+
+Both frames carry ``"moved": true``. At most ``REALTIME_CASCADE_LIMIT`` records are announced
+per owner and account batch; past it, one truncated event. Reads run in savepoints; nothing
+here fails the write. A path realtime cannot follow this way is named by a system check
+(``realtime.W032``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import models
+from django.db.models import ForeignObjectRel
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
+
+from realtime.chunks import chunked
+from realtime.encoding import normal_id, sorted_ids
+from realtime.paths import resolve_path, split_path, to_lookup
+from realtime.registry import ModelOptions, all_options
+from realtime.writes import outbox
+from realtime.writes.access import row_events
+from realtime.writes.events import Event
+from realtime.writes.failsafe import failsafe, never_raises
+
+logger = logging.getLogger(__name__)
+
+UID = "realtime:memberships"
+PENDING = "_realtime_membership_before"
+#: Rows read in one statement by primary key (and pairs by owner and account).
+CHUNK = 500
+
+Pair = tuple[Any, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class Watch:
+    """One path through one membership model (compared and hashed by identity)."""
+
+    options: ModelOptions
+    membership: type[models.Model]
+    #: Attnames, on the membership model, of the foreign keys to the owner and to the account.
+    owner: str
+    account: str
+    #: From a record to its owner's primary key (``"thread"``); ``None``: the record itself.
+    lookup: str | None
+
+
+_watches: dict[type[models.Model], list[Watch]] = {}
+
+
+def watch_of(options: ModelOptions) -> Watch | bool:
+    """How the ``user_field`` path of ``options`` is watched: a ``Watch``; ``True`` when it
+    needs none (no path, or a one-hop foreign key written on the record itself); ``False``
+    when realtime cannot follow its links (``realtime.W032`` names it)."""
+    path = options.user_field
+    if path is None:
+        return True
+    try:
+        fields: list[Any] = list(resolve_path(options.model, path))
+    except ValueError:
+        return True  # named by realtime.E031
+    if all(f.concrete and f.many_to_one for f in fields):
+        return len(fields) == 1
+    found = _membership(fields)
+    if found is None:
+        return False
+    hops, membership, owner, account = found
+    if not all(f.concrete and f.many_to_one for f in hops):
+        return False
+    lookup = to_lookup(".".join(split_path(path)[: len(hops)])) if hops else None
+    return Watch(options, membership, owner, account, lookup)
+
+
+def _membership(fields: list[Any]) -> tuple[list[Any], type[models.Model], str, str] | None:
+    """The hops before the membership row, its model, and the attnames of its keys to the
+    owner and to the account; ``None`` for a path that ends some other way."""
+    user_model = get_user_model()
+    last = fields[-1]
+    if last.many_to_many and last.related_model is user_model:
+        if isinstance(last, ForeignObjectRel):  # the many-to-many is declared on the account
+            m2m: Any = last.field
+            owner_name, account_name = m2m.m2m_reverse_field_name(), m2m.m2m_field_name()
+        else:
+            m2m = last
+            owner_name, account_name = m2m.m2m_field_name(), m2m.m2m_reverse_field_name()
+        through = m2m.remote_field.through
+        if not (isinstance(through, type) and issubclass(through, models.Model)):
+            return None
+        keys: dict[str, Any] = {f.name: f for f in through._meta.concrete_fields}
+        return fields[:-1], through, keys[owner_name].attname, keys[account_name].attname
+    before_last = fields[-2] if len(fields) >= 2 else None
+    if (
+        last.concrete
+        and last.many_to_one
+        and last.related_model is user_model
+        and isinstance(before_last, ForeignObjectRel)
+        and before_last.one_to_many
+    ):
+        rows = before_last.related_model
+        if not isinstance(rows, type):
+            return None
+        return fields[:-2], rows, before_last.field.attname, last.attname
+    return None
+
+
+def connect() -> None:
+    """Watch the membership model of every account path. Called once models are ready (its
+    managers are then extended: ``memberships()``)."""
+    for membership in _watches:
+        for signal in (pre_save, post_save, pre_delete, post_delete, m2m_changed):
+            signal.disconnect(sender=membership, dispatch_uid=UID)
+    _watches.clear()
+    for options in all_options():
+        found = watch_of(options)
+        if isinstance(found, Watch):
+            _watches.setdefault(found.membership, []).append(found)
+    for membership in _watches:
+        pre_save.connect(_on_pre_save, sender=membership, dispatch_uid=UID)
+        post_save.connect(_on_post_save, sender=membership, dispatch_uid=UID)
+        pre_delete.connect(_on_pre_delete, sender=membership, dispatch_uid=UID)
+        post_delete.connect(_on_post_delete, sender=membership, dispatch_uid=UID)
+        if membership._meta.auto_created:
+            # Django sends no save or delete signal for the rows of an auto-created through
+            # table: its manager's removals are seen here (its additions are a bulk_create).
+            m2m_changed.connect(_on_links_removed, sender=membership, dispatch_uid=UID)
+
+
+def membership_models() -> list[type[models.Model]]:
+    """The models holding the membership rows realtime watches."""
+    return list(_watches)
+
+
+def watched(model: type[models.Model]) -> bool:
+    """Whether ``model`` holds membership rows of some account path."""
+    return bool(_watches) and model._meta.concrete_model in _watches
+
+
+def _watches_of(model: type[models.Model]) -> list[Watch]:
+    return _watches.get(model._meta.concrete_model, [])  # type: ignore[arg-type]
+
+
+# Single rows ---------------------------------------------------------------------------------
+
+
+@never_raises
+def _on_pre_save(
+    sender: type[models.Model], instance: models.Model, raw: bool, using: str, **kwargs: Any
+) -> None:
+    if raw:
+        return
+
+    def old() -> dict[Watch, set[Pair]]:
+        if instance._state.adding or instance.pk is None:
+            return {watch: set() for watch in _watches_of(sender)}
+        stored = sender._base_manager.using(using).filter(pk=instance.pk)
+        return {watch: _pairs_of(stored, watch) for watch in _watches_of(sender)}
+
+    instance.__dict__[PENDING] = failsafe(_label(sender), using, True, old)
+
+
+@never_raises
+def _on_post_save(
+    sender: type[models.Model], instance: models.Model, raw: bool, using: str, **kwargs: Any
+) -> None:
+    before = instance.__dict__.pop(PENDING, None)
+    if raw or before is None:
+        return
+    for watch in _watches_of(sender):
+        new = _pair(instance, watch)
+        now = {new} if None not in new else set()
+        _changed(watch, using, before.get(watch, set()), now, [instance.pk])
+
+
+@never_raises
+def _on_pre_delete(
+    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+) -> None:
+    instance.__dict__[PENDING] = {watch: {_pair(instance, watch)} for watch in _watches_of(sender)}
+
+
+@never_raises
+def _on_post_delete(
+    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+) -> None:
+    before = instance.__dict__.pop(PENDING, None) or {}
+    for watch, pairs in before.items():
+        _changed(watch, using, {p for p in pairs if None not in p}, set(), [instance.pk])
+
+
+@never_raises
+def _on_links_removed(
+    sender: type[models.Model],
+    instance: models.Model,
+    action: str,
+    pk_set: set[Any] | None,
+    using: str,
+    **kwargs: Any,
+) -> None:
+    """``remove()`` and ``clear()`` of an auto-created through table: the rows about to go are
+    read before, and what they linked is told after."""
+    pending = f"{PENDING}_{sender._meta.label}"
+    if action in ("pre_remove", "pre_clear"):
+
+        def doomed() -> dict[Watch, tuple[set[Pair], list[Any]]]:
+            found = {}
+            for watch in _watches_of(sender):
+                rows = _links_of(watch, instance, None if action == "pre_clear" else pk_set)
+                listed = list(rows.values_list("pk", watch.owner, watch.account))
+                pairs = {(normal_id(o), normal_id(a)) for _, o, a in listed}
+                found[watch] = (pairs, [pk for pk, _, _ in listed])
+            return found
+
+        instance.__dict__[pending] = failsafe(_label(sender), using, True, doomed)
+    elif action in ("post_remove", "post_clear"):
+        for watch, (pairs, pks) in (instance.__dict__.pop(pending, None) or {}).items():
+            failsafe(
+                _label(sender),
+                using,
+                True,
+                functools.partial(_changed, watch, using, pairs, set(), pks),
+            )
+
+
+def _links_of(
+    watch: Watch, instance: models.Model, others: set[Any] | None
+) -> models.QuerySet[Any, Any]:
+    """The rows of ``watch``'s through table linking ``instance`` (to ``others`` only, if
+    given), from whichever side ``instance`` is on."""
+    keys = {f.attname: f for f in watch.membership._meta.concrete_fields}
+    owner_model = keys[watch.owner].related_model
+    mine, theirs = (watch.owner, watch.account)
+    if not isinstance(instance, owner_model):  # type: ignore[arg-type]
+        mine, theirs = theirs, mine
+    rows = watch.membership._base_manager.filter(**{mine: instance.pk})
+    if others is not None:
+        rows = rows.filter(**{f"{theirs}__in": others})
+    return rows
+
+
+# Bulk writes -----------------------------------------------------------------------------------
+
+
+def around_update(
+    queryset: models.QuerySet[Any, Any], run: Callable[[], int], written: Iterable[str]
+) -> int:
+    """Run an ``update()`` (or ``bulk_update``) of membership rows, and tell the accounts whose
+    rows it changed: the rows' pairs read before it, and again after it by primary key."""
+    model, db = queryset.model, queryset.db
+    watches = [w for w in _watches_of(model) if {w.owner, w.account} & set(written)]
+    if not watches:
+        return run()
+
+    def before() -> tuple[list[Any], dict[Watch, set[Pair]]]:
+        rows = list(queryset.order_by().values_list("pk", flat=True))
+        stored = model._base_manager.using(db)
+        return rows, {w: _pairs_in(stored, rows, w) for w in watches}
+
+    found = failsafe(_label(model), db, True, before)
+    count = run()
+    if found is not None:
+        pks, pairs = found
+        stored = model._base_manager.using(db)
+        for watch in watches:
+
+            def tell(watch: Watch = watch) -> None:
+                _changed(watch, db, pairs[watch], _pairs_in(stored, pks, watch), pks)
+
+            failsafe(_label(model), db, True, tell)
+    return count
+
+
+def created_in_bulk(
+    model: type[models.Model], objs: Sequence[models.Model], db: str, before: dict[Watch, set[Pair]]
+) -> None:
+    """Tell the accounts ``bulk_create`` linked (``before``: the pairs that existed already)."""
+    for watch in _watches_of(model):
+        made = {_pair(obj, watch) for obj in objs}
+        made = {pair for pair in made if None not in pair} - before.get(watch, set())
+        failsafe(_label(model), db, True, functools.partial(_announce, watch, db, made, set()))
+
+
+def existing_pairs(
+    model: type[models.Model], objs: Sequence[models.Model], db: str
+) -> dict[Watch, set[Pair]]:
+    """Of the pairs ``objs`` would link, those that exist already (read before a bulk_create)."""
+
+    def read() -> dict[Watch, set[Pair]]:
+        found: dict[Watch, set[Pair]] = {}
+        for watch in _watches_of(model):
+            wanted = {_pair(obj, watch) for obj in objs}
+            found[watch] = _existing(model._base_manager.using(db), watch, wanted, ())
+        return found
+
+    return failsafe(_label(model), db, True, read) or {}
+
+
+# What changed, and who hears it -----------------------------------------------------------------
+
+
+def _changed(watch: Watch, db: str, was: set[Pair], now: set[Pair], touched: Sequence[Any]) -> None:
+    """Announce what a write that changed the rows ``touched`` did to the pairs it held:
+    ``was`` before, ``now`` after; pairs other rows still hold (or held) change nothing."""
+    gained, lost = now - was, was - now
+    if not (gained or lost):
+        return
+    stored = watch.membership._base_manager.using(db)
+    others = _existing(stored, watch, gained | lost, touched)
+    _announce(watch, db, gained - others, lost - others)
+
+
+def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> None:
+    events: list[Event] = []
+    for pairs, entering in ((left, False), (entered, True)):
+        by_owner: dict[Any, set[Any]] = {}
+        for owner, account in pairs:
+            by_owner.setdefault(owner, set()).add(account)
+        for owner in sorted(by_owner, key=str):
+            rows = _records_of(watch, owner)
+            events += row_events(watch.options, rows, sorted_ids(by_owner[owner]), entering)
+    for event in events:
+        outbox.add(event, db)
+
+
+def _records_of(watch: Watch, owner: Any) -> models.QuerySet[Any, Any]:
+    manager = watch.options.model._base_manager
+    if watch.lookup is None:
+        return manager.filter(pk=owner)
+    return manager.filter(**{watch.lookup: owner})
+
+
+def _pair(obj: models.Model, watch: Watch) -> Pair:
+    values = obj.__dict__
+    return (normal_id(values.get(watch.owner)), normal_id(values.get(watch.account)))
+
+
+def _pairs_of(rows: models.QuerySet[Any, Any], watch: Watch) -> set[Pair]:
+    return {
+        (normal_id(owner), normal_id(account))
+        for owner, account in rows.values_list(watch.owner, watch.account)
+        if owner is not None and account is not None
+    }
+
+
+def _pairs_in(stored: models.QuerySet[Any, Any], pks: Sequence[Any], watch: Watch) -> set[Pair]:
+    found: set[Pair] = set()
+    for chunk in chunked(pks, CHUNK):
+        found |= _pairs_of(stored.filter(pk__in=chunk), watch)
+    return found
+
+
+def _existing(
+    stored: models.QuerySet[Any, Any], watch: Watch, pairs: set[Pair], touched: Sequence[Any]
+) -> set[Pair]:
+    """Of ``pairs``, those a row other than ``touched`` holds (one statement per 500 owners)."""
+    pairs = {pair for pair in pairs if None not in pair}
+    if not pairs:
+        return set()
+    skip = {normal_id(pk) for pk in touched}
+    owners = sorted({owner for owner, _ in pairs}, key=str)
+    accounts = sorted({account for _, account in pairs}, key=str)
+    found: set[Pair] = set()
+    for chunk in chunked(owners, CHUNK):
+        rows = stored.filter(**{f"{watch.owner}__in": chunk, f"{watch.account}__in": accounts})
+        for pk, owner, account in rows.values_list("pk", watch.owner, watch.account):
+            if normal_id(pk) not in skip:
+                found.add((normal_id(owner), normal_id(account)))
+    return found & pairs
+
+
+def _label(model: type[models.Model]) -> str:
+    return f"the readers {model._meta.label} links give"

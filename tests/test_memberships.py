@@ -1,0 +1,232 @@
+"""Memberships of every shape: however the links that lead to an account change — the
+many-to-many manager, the rows of a ``through`` model saved, deleted or written in bulk, a
+reverse foreign key to membership rows — the accounts that gain a row hear it ``created``,
+those that lose it hear it ``deleted``, and nobody else hears anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from tests.helpers import events, forget_messages
+from tests.testapp.models import Board, Chat, ChatLine, ChatPin, Membership, Room, Seat, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+User = get_user_model()
+
+
+def heard() -> list[tuple[str, tuple[Any, ...], Any, bool]]:
+    """(event type, accounts, id, moved) of each account message published."""
+    return [
+        (
+            m["event_type"],
+            tuple(m["user_ids"]),
+            (m["data"] or {}).get("id"),
+            m["meta"].get("moved", False),
+        )
+        for m in events("users")
+    ]
+
+
+@pytest.fixture
+def ann() -> Any:
+    return User.objects.create_user(username="ann")
+
+
+@pytest.fixture
+def bob() -> Any:
+    return User.objects.create_user(username="bob")
+
+
+# A direct many-to-many (auto-created through table) ----------------------------------------
+
+
+def test_an_account_added_to_a_room_hears_it_created_and_one_removed_hears_it_deleted(
+    ann: Any, bob: Any
+) -> None:
+    room = Room.objects.create(name="r")
+    room.participants.add(ann)
+    forget_messages()
+
+    room.participants.add(bob)
+    assert heard() == [("room.created", (bob.pk,), room.pk, True)]
+    forget_messages()
+
+    room.participants.remove(ann)
+    assert heard() == [("room.deleted", (ann.pk,), room.pk, True)]
+
+
+def test_a_room_changed_from_the_accounts_side_tells_the_same(ann: Any, bob: Any) -> None:
+    room = Room.objects.create(name="r")
+    forget_messages()
+
+    ann.rooms.add(room)
+    bob.rooms.add(room)
+    ann.rooms.remove(room)
+
+    assert heard() == [
+        ("room.created", (ann.pk,), room.pk, True),
+        ("room.created", (bob.pk,), room.pk, True),
+        ("room.deleted", (ann.pk,), room.pk, True),
+    ]
+
+
+def test_clear_and_set_tell_exactly_who_left_and_who_came(ann: Any, bob: Any) -> None:
+    room = Room.objects.create(name="r")
+    room.participants.set([ann])
+    forget_messages()
+
+    room.participants.set([bob])
+    assert sorted(heard()) == [
+        ("room.created", (bob.pk,), room.pk, True),
+        ("room.deleted", (ann.pk,), room.pk, True),
+    ]
+    forget_messages()
+
+    room.participants.clear()
+    assert heard() == [("room.deleted", (bob.pk,), room.pk, True)]
+
+
+def test_a_link_added_in_a_rolled_back_transaction_tells_nobody(ann: Any) -> None:
+    room = Room.objects.create(name="r")
+    forget_messages()
+
+    try:
+        with transaction.atomic():
+            room.participants.add(ann)
+            raise LookupError
+    except LookupError:
+        pass
+
+    assert heard() == []
+
+
+# A through model of the application's own --------------------------------------------------------
+
+
+@pytest.fixture
+def chat() -> Chat:
+    chat = Chat.objects.create(title="c")
+    ChatLine.objects.create(chat=chat, text="line")
+    ChatPin.objects.create(chat=chat, text="pin")
+    forget_messages()
+    return chat
+
+
+def lines_and_pins(event_type: str, account: Any, chat: Chat) -> list[tuple[str, Any, Any, bool]]:
+    line = ChatLine.objects.get(chat=chat)
+    pin = ChatPin.objects.get(chat=chat)
+    kind = event_type.split(".")[1]
+    return [
+        (f"chat_line.{kind}", (account.pk,), line.pk, True),
+        (f"chat_pin.{kind}", (account.pk,), pin.pk, True),
+    ]
+
+
+def test_a_seat_created_and_deleted_tells_its_account(chat: Chat, ann: Any) -> None:
+    seat = Seat.objects.create(chat=chat, user=ann)
+    assert sorted(heard()) == lines_and_pins(".created", ann, chat)
+    forget_messages()
+
+    seat.delete()
+    assert sorted(heard()) == lines_and_pins(".deleted", ann, chat)
+
+
+def test_a_seat_handed_to_another_account_leaves_one_and_enters_the_other(
+    chat: Chat, ann: Any, bob: Any
+) -> None:
+    seat = Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    seat.user = bob
+    seat.save()
+
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+
+
+def test_seats_moved_in_bulk_tell_both_accounts(chat: Chat, ann: Any, bob: Any) -> None:
+    Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    Seat.objects.filter(user=ann).update(user=bob)
+
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+
+
+def test_seats_created_and_updated_in_bulk_tell_their_accounts(
+    chat: Chat, ann: Any, bob: Any
+) -> None:
+    (seat,) = Seat.objects.bulk_create([Seat(chat=chat, user=ann)])
+    assert sorted(heard()) == lines_and_pins(".created", ann, chat)
+    forget_messages()
+
+    seat = Seat.objects.get(chat=chat, user=ann)
+    seat.user = bob
+    Seat.objects.bulk_update([seat], ["user"])
+
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+
+
+def test_the_many_to_many_manager_over_a_through_model_tells_the_same(chat: Chat, ann: Any) -> None:
+    chat.members.add(ann)
+    assert sorted(heard()) == lines_and_pins(".created", ann, chat)
+    forget_messages()
+
+    chat.members.remove(ann)
+    assert sorted(heard()) == lines_and_pins(".deleted", ann, chat)
+
+
+def test_an_account_with_two_seats_keeps_the_chat_when_one_goes(chat: Chat, ann: Any) -> None:
+    first = Seat.objects.create(chat=chat, user=ann)
+    Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    first.delete()
+
+    ChatLine.objects.create(chat=chat, text="marker")
+    assert [kind for kind, *_ in heard()] == ["chat_line.created"]
+
+
+def test_a_seat_saved_without_a_change_of_account_tells_nobody(chat: Chat, ann: Any) -> None:
+    seat = Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    seat.save()
+
+    assert heard() == []
+
+
+# A guard that reads links ---------------------------------------------------------------------
+
+
+def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_leaves(
+    ann: Any, bob: Any
+) -> None:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    for user in (ann, bob):
+        Membership.objects.create(workspace=workspace, user=user)
+    board = Board.objects.create(workspace=workspace, name="b")
+    board.members.add(ann)
+    forget_messages()
+
+    board.members.add(bob)
+    added = [(m["event_type"], m.get("only")) for m in events("scope")]
+    assert added == [("board.created", [bob.pk]), ("board.updated", [ann.pk])]
+    forget_messages()
+
+    board.members.remove(ann)
+    removed = [(m["event_type"], m.get("only"), m["data"]) for m in events("scope")]
+    assert removed == [
+        ("board.deleted", [ann.pk], {"model": "board", "id": board.pk}),
+        ("board.updated", [bob.pk], {"model": "board", "id": board.pk, "name": "b"}),
+    ]
