@@ -5,7 +5,10 @@ Each example builds a world — accounts, scopes, memberships, a project shared 
 scopes, a thread — connects one real socket per account to a real daphne worker (each asks
 for every scope of the world and subscribes to every model), then plays a random sequence of
 operations: creates, updates and deletes of scoped, guarded, shared and account-addressed
-rows, some rolled back, and memberships added and removed mid-run. After every operation a
+rows, some rolled back, bulk writes (``update()`` moving rows between scopes or changing what
+a guard admits, ``bulk_create``), rows written on a second database inside a transaction on
+the first, and memberships added and removed mid-run (scopes, a thread's links through its
+manager and as rows of its through table). After every operation a
 marker goes to every account; what each socket received before its marker must be exactly
 what a model of the rules says that account may read at that moment: nothing foreign,
 nothing missing, nothing twice.
@@ -22,12 +25,15 @@ import asyncio
 import itertools
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -36,23 +42,26 @@ from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_users
 from tests.helpers import ROOT, WAIT, off_loop
 from tests.live import Client, Clients, LiveServers, Server
-from tests.testapp.models import Contact as ContactRow
 from tests.testapp.models import (
+    Chat,
+    ChatLine,
     Membership,
     Message,
     Notification,
     PrivateNote,
     Project,
+    Seat,
     Task,
     Thread,
     Workspace,
 )
+from tests.testapp.models import Contact as ContactRow
 
 EXAMPLES = int(os.environ.get("REALTIME_PROPERTY_EXAMPLES", "4"))
 RANDOM = os.environ.get("REALTIME_PROPERTY_RANDOM") == "1"
 
 pytestmark = [
-    pytest.mark.django_db(transaction=True),
+    pytest.mark.django_db(transaction=True, databases=["default", "other"]),
     pytest.mark.usefixtures("each_transport"),
     # The suite's timeout is per test, and all the examples run in one test: a few seconds
     # each (an example takes half a second at most on two busy cores).
@@ -112,6 +121,18 @@ def plans(draw: st.DrawFn) -> Plan:
                 st.tuples(st.just("thread_leave"), account),
                 st.tuples(st.just("share"), st.integers(1, scopes - 1)),
                 st.tuples(st.just("unshare"), st.integers(1, scopes - 1)),
+                # Bulk writes, links kept as rows, and a second database.
+                st.tuples(st.just("contacts_renamed"), scope, rolled_back),
+                st.tuples(st.just("contacts_moved"), scope, scope, rolled_back),
+                st.tuples(st.just("contacts_made"), scope, rolled_back),
+                st.tuples(st.just("notes_made_public"), scope, st.booleans(), rolled_back),
+                st.tuples(st.just("thread_rows_join"), account),
+                st.tuples(st.just("thread_rows_leave"), account),
+                st.tuples(st.just("contact_elsewhere"), scope, st.booleans(), st.booleans()),
+                st.tuples(st.just("seat_join"), account),
+                st.tuples(st.just("seat_leave"), account),
+                st.tuples(st.just("seat_handover"), account, account),
+                st.tuples(st.just("chat_line"), rolled_back),
             ),
             # Each example pays for its world and its sockets, an operation only for a write
             # and a marker: a few operations at least, so that most examples mix several.
@@ -137,6 +158,10 @@ class World:
     notes: list[Any] = field(default_factory=list)
     tasks: list[Any] = field(default_factory=list)
     messages: list[Any] = field(default_factory=list)
+    #: A chat whose members are kept as rows of a through model of its own (``Seat``).
+    chat: Any = None
+    seated: set[int] = field(default_factory=set)
+    lines: list[Any] = field(default_factory=list)
 
     def scope_readers(self, scope: int) -> set[int]:
         return set(self.members[scope])
@@ -180,9 +205,15 @@ def build(plan: Plan) -> World:
     project.shared_with.set([workspaces[s] for s in plan.shared_with])
     thread = Thread.objects.create(title="thread")
     thread.members.set([users[a] for a in plan.thread])
-    return World(
+    for workspace in workspaces:  # the scopes of the rows written on the second database
+        Workspace.objects.using("other").create(
+            pk=workspace.pk, name=workspace.name, slug=workspace.slug
+        )
+    world = World(
         users, workspaces, members, project, set(plan.shared_with), thread, set(plan.thread)
     )
+    world.chat = Chat.objects.create(title="chat")
+    return world
 
 
 # Playing one operation ---------------------------------------------------------------------
@@ -196,7 +227,21 @@ Heard = Counter[tuple[str, Any]]
 
 
 #: Operations that change who reads what without a write of the rows read.
-ACCESS = {"join", "leave", "move", "handover", "thread_join", "thread_leave", "share", "unshare"}
+ACCESS = {
+    "join",
+    "leave",
+    "move",
+    "handover",
+    "thread_join",
+    "thread_leave",
+    "thread_rows_join",
+    "thread_rows_leave",
+    "seat_join",
+    "seat_leave",
+    "seat_handover",
+    "share",
+    "unshare",
+}
 #: Those of them that change which scopes a socket reads (the worker rechecks it).
 MEMBERSHIP = {"join", "leave", "move", "handover"}
 
@@ -205,6 +250,8 @@ def play(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
     """Carry out one operation; return what each account may hear because of it."""
     if operation[0] in ACCESS:
         return _change_access(world, operation)
+    if operation[0] == "contact_elsewhere":
+        return _write_elsewhere(world, operation)
     rolled_back = operation[-1]
     try:
         with transaction.atomic():
@@ -260,16 +307,25 @@ def _change_access(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]
                 members[scope].discard(member)
                 members[scope].add(taker)
         return {}
-    if kind in ("thread_join", "thread_leave"):
+    if kind.startswith("seat_"):
+        return _seats(world, operation)
+    if kind in ("thread_join", "thread_leave", "thread_rows_join", "thread_rows_leave"):
         account = args[0]
-        joins = kind == "thread_join"
+        joins = kind.endswith("_join")
         if (account in world.thread_members) == joins:
             return {}
-        if joins:
+        links = Thread.members.through
+        if kind == "thread_rows_join":  # the through table's rows written in bulk
+            links.objects.bulk_create([links(thread=world.thread, user=users[account])])
+        elif kind == "thread_rows_leave":
+            links.objects.filter(thread=world.thread, user=users[account]).delete()
+        elif joins:
             world.thread.members.add(users[account])
-            world.thread_members.add(account)
         else:
             world.thread.members.remove(users[account])
+        if joins:
+            world.thread_members.add(account)
+        else:
             world.thread_members.discard(account)
         action = "created" if joins else "deleted"
         return {account: Counter((f"message.{action}", m.pk) for m in world.messages)}
@@ -340,6 +396,52 @@ def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
         ).items():
             expected[account] = expected.get(account, Counter()) + heard
         return expected
+    if kind == "contacts_renamed":
+        _, scope, _ = operation
+        rows = world.contacts.get(scope) or []
+        ContactRow.objects.filter(workspace=world.workspaces[scope]).update(
+            name=Concat(F("name"), Value("!"))
+        )
+        return _merged(
+            _expect(world.scope_readers(scope), "contact", "updated", r.pk) for r in rows
+        )
+    if kind == "contacts_moved":
+        _, source, target, _ = operation
+        rows = world.contacts.get(source) or []
+        if source == target:
+            return {}
+        ContactRow.objects.filter(workspace=world.workspaces[source]).update(
+            workspace=world.workspaces[target]
+        )
+        world.contacts[source] = []
+        world.contacts.setdefault(target, []).extend(rows)
+        return _merged(
+            heard
+            for row in rows
+            for heard in (
+                _expect(world.scope_readers(source), "contact", "deleted", row.pk),
+                _expect(world.scope_readers(target), "contact", "created", row.pk),
+            )
+        )
+    if kind == "contacts_made":
+        _, scope, _ = operation
+        made = ContactRow.objects.bulk_create(
+            [ContactRow(workspace=world.workspaces[scope], name=f"bulk {n}") for n in range(2)]
+        )
+        world.contacts.setdefault(scope, []).extend(made)
+        return _merged(
+            _expect(world.scope_readers(scope), "contact", "created", r.pk) for r in made
+        )
+    if kind == "notes_made_public":
+        _, scope, public, _ = operation
+        rows = [note for note in world.notes if world.scope_of(note.workspace_id) == scope]
+        was = {note.pk: world.note_readers(note) for note in rows}
+        PrivateNote.objects.filter(workspace=world.workspaces[scope]).update(public=public)
+        for note in rows:
+            note.public = public
+        return _merged(
+            _views(was[note.pk], world.note_readers(note), "private_note", note.pk) for note in rows
+        )
     if kind == "task":
         _, action, _ = operation
 
@@ -352,6 +454,10 @@ def _write(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
         _, account, _ = operation
         row = Notification.objects.create(user=world.users[account], text="n")
         return _expect({account}, "notification", "created", row.pk)
+    if kind == "chat_line":
+        line = ChatLine.objects.create(chat=world.chat, text="l")
+        world.lines.append(line)
+        return _expect(set(world.seated), "chat_line", "created", line.pk)
     _, _ = operation
     row = Message.objects.create(thread=world.thread, text="m")
     world.messages.append(row)
@@ -382,6 +488,66 @@ def _act(rows: list[Any], action: str, new: Any, **values: Any) -> tuple[Any, st
     return row, "deleted"
 
 
+def _seats(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
+    """A seat of the chat created, deleted or handed to another account (one each at most):
+    the account that gains the chat hears its lines created, the one that loses it deleted."""
+    kind, account, *rest = operation
+    users, chat = world.users, world.chat
+    gained: set[int] = set()
+    lost: set[int] = set()
+    if kind == "seat_join" and account not in world.seated:
+        Seat.objects.create(chat=chat, user=users[account])
+        gained.add(account)
+    elif kind == "seat_leave" and account in world.seated:
+        Seat.objects.get(chat=chat, user=users[account]).delete()
+        lost.add(account)
+    elif kind == "seat_handover" and account in world.seated and rest[0] not in world.seated:
+        seat = Seat.objects.get(chat=chat, user=users[account])
+        seat.user = users[rest[0]]
+        seat.save()
+        lost.add(account)
+        gained.add(rest[0])
+    world.seated = (world.seated | gained) - lost
+    return _merged(
+        _expect(accounts, "chat_line", action, line.pk)
+        for accounts, action in ((gained, "created"), (lost, "deleted"))
+        for line in world.lines
+    )
+
+
+def _write_elsewhere(world: World, operation: tuple[Any, ...]) -> dict[int, Heard]:
+    """A contact written on the second database, in a transaction of its own there, inside a
+    transaction on ``default``: announced once ``other`` commits, whatever ``default`` does."""
+    _, scope, other_rolls_back, default_rolls_back = operation
+    expected: dict[int, Heard] = {}
+    try:
+        with transaction.atomic():
+            try:
+                with transaction.atomic(using="other"):
+                    row = ContactRow.objects.using("other").create(
+                        workspace_id=world.workspaces[scope].pk, name="elsewhere"
+                    )
+                    if other_rolls_back:
+                        raise RollBackError
+                expected = _expect(world.scope_readers(scope), "contact", "created", row.pk)
+            except RollBackError:
+                pass
+            if default_rolls_back:
+                raise RollBackError
+    except RollBackError:
+        pass
+    return expected
+
+
+def _merged(parts: Iterable[dict[int, Heard]]) -> dict[int, Heard]:
+    """What each account hears of several rows written together."""
+    merged: dict[int, Heard] = {}
+    for part in parts:
+        for account, heard in part.items():
+            merged[account] = merged.get(account, Counter()) + heard
+    return merged
+
+
 def _forget_rolled_back(world: World) -> None:
     """Read the model of the rows again from the database after a rollback."""
     world.contacts = {
@@ -391,6 +557,7 @@ def _forget_rolled_back(world: World) -> None:
     world.notes = list(PrivateNote.objects.filter(workspace__in=world.workspaces).order_by("pk"))
     world.tasks = list(Task.objects.filter(project=world.project).order_by("pk"))
     world.messages = list(Message.objects.filter(thread=world.thread).order_by("pk"))
+    world.lines = list(ChatLine.objects.filter(chat=world.chat).order_by("pk"))
 
 
 def _expect(readers: set[int], model: str, action: str, pk: Any) -> dict[int, Heard]:
@@ -518,6 +685,39 @@ async def rechecked(server: Server, world: World) -> None:
             ("join", 0, 1),
             ("contact", "create", 0, False),
             ("contact", "create", 1, False),
+        ),
+    )
+)
+# Bulk writes with rows to write (renamed, made, moved; notes made public and private again),
+# a thread's links written as rows of its through table, and contacts on the second database
+# (committed there while default rolls back; rolled back there while default commits).
+@example(
+    plan=Plan(
+        accounts=3,
+        scopes=2,
+        memberships=(frozenset({0}), frozenset({0, 1}), frozenset({1})),
+        shared_with=frozenset(),
+        thread=frozenset({0}),
+        operations=(
+            ("contact", "create", 0, False),
+            ("contact", "create", 0, False),
+            ("contacts_renamed", 0, False),
+            ("contacts_made", 1, False),
+            ("contacts_moved", 0, 1, False),
+            ("note", "create", 0, 0, False, False),
+            ("notes_made_public", 0, True, False),
+            ("notes_made_public", 0, False, False),
+            ("message", False),
+            ("thread_rows_join", 1),
+            ("thread_rows_leave", 0),
+            ("contact_elsewhere", 1, False, True),
+            ("contact_elsewhere", 0, True, False),
+            ("seat_join", 0),
+            ("chat_line", False),
+            ("seat_join", 1),
+            ("seat_handover", 0, 2),
+            ("seat_leave", 1),
+            ("chat_line", True),
         ),
     )
 )

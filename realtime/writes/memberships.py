@@ -14,7 +14,8 @@ and in bulk. So realtime watches the membership model itself, whichever way it i
   record reached from the owner;
 * rows deleted (``delete``, ``QuerySet.delete``, the manager's ``remove`` and ``clear``): a
   pair that no longer exists after the write *leaves* — ``<name>.deleted`` with the model and
-  the id only;
+  the id only (Django sends no signal for the rows of an auto-created through table: their
+  ``QuerySet.delete()`` is watched instead);
 * rows updated (``save``, ``update()``, ``bulk_update``): the pairs before and after are
   compared, counting the rows the write did not touch.
 
@@ -35,7 +36,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import models
 from django.db.models import ForeignObjectRel
-from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from realtime.chunks import chunked
 from realtime.encoding import normal_id, sorted_ids
@@ -131,7 +132,7 @@ def connect() -> None:
     """Watch the membership model of every account path. Called once models are ready (its
     managers are then extended: ``memberships()``)."""
     for membership in _watches:
-        for signal in (pre_save, post_save, pre_delete, post_delete, m2m_changed):
+        for signal in (pre_save, post_save, pre_delete, post_delete):
             signal.disconnect(sender=membership, dispatch_uid=UID)
     _watches.clear()
     for options in all_options():
@@ -143,10 +144,6 @@ def connect() -> None:
         post_save.connect(_on_post_save, sender=membership, dispatch_uid=UID)
         pre_delete.connect(_on_pre_delete, sender=membership, dispatch_uid=UID)
         post_delete.connect(_on_post_delete, sender=membership, dispatch_uid=UID)
-        if membership._meta.auto_created:
-            # Django sends no save or delete signal for the rows of an auto-created through
-            # table: its manager's removals are seen here (its additions are a bulk_create).
-            m2m_changed.connect(_on_links_removed, sender=membership, dispatch_uid=UID)
 
 
 def membership_models() -> list[type[models.Model]]:
@@ -211,56 +208,6 @@ def _on_post_delete(
         _changed(watch, using, {p for p in pairs if None not in p}, set(), [instance.pk])
 
 
-@never_raises
-def _on_links_removed(
-    sender: type[models.Model],
-    instance: models.Model,
-    action: str,
-    pk_set: set[Any] | None,
-    using: str,
-    **kwargs: Any,
-) -> None:
-    """``remove()`` and ``clear()`` of an auto-created through table: the rows about to go are
-    read before, and what they linked is told after."""
-    pending = f"{PENDING}_{sender._meta.label}"
-    if action in ("pre_remove", "pre_clear"):
-
-        def doomed() -> dict[Watch, tuple[set[Pair], list[Any]]]:
-            found = {}
-            for watch in _watches_of(sender):
-                rows = _links_of(watch, instance, None if action == "pre_clear" else pk_set)
-                listed = list(rows.values_list("pk", watch.owner, watch.account))
-                pairs = {(normal_id(o), normal_id(a)) for _, o, a in listed}
-                found[watch] = (pairs, [pk for pk, _, _ in listed])
-            return found
-
-        instance.__dict__[pending] = failsafe(_label(sender), using, True, doomed)
-    elif action in ("post_remove", "post_clear"):
-        for watch, (pairs, pks) in (instance.__dict__.pop(pending, None) or {}).items():
-            failsafe(
-                _label(sender),
-                using,
-                True,
-                functools.partial(_changed, watch, using, pairs, set(), pks),
-            )
-
-
-def _links_of(
-    watch: Watch, instance: models.Model, others: set[Any] | None
-) -> models.QuerySet[Any, Any]:
-    """The rows of ``watch``'s through table linking ``instance`` (to ``others`` only, if
-    given), from whichever side ``instance`` is on."""
-    keys = {f.attname: f for f in watch.membership._meta.concrete_fields}
-    owner_model = keys[watch.owner].related_model
-    mine, theirs = (watch.owner, watch.account)
-    if not isinstance(instance, owner_model):  # type: ignore[arg-type]
-        mine, theirs = theirs, mine
-    rows = watch.membership._base_manager.filter(**{mine: instance.pk})
-    if others is not None:
-        rows = rows.filter(**{f"{theirs}__in": others})
-    return rows
-
-
 # Bulk writes -----------------------------------------------------------------------------------
 
 
@@ -291,6 +238,30 @@ def around_update(
 
             failsafe(_label(model), db, True, tell)
     return count
+
+
+def around_delete(
+    queryset: models.QuerySet[Any, Any], run: Callable[[], tuple[int, dict[str, int]]]
+) -> tuple[int, dict[str, int]]:
+    """Run a ``QuerySet.delete()`` of the rows of an auto-created through table (the
+    many-to-many manager's ``remove()`` and ``clear()``, or the application's own), for which
+    Django sends no delete signal, and tell the accounts whose links went."""
+    model, db = queryset.model, queryset.db
+
+    def doomed() -> dict[Watch, tuple[set[Pair], list[Any]]]:
+        found = {}
+        for watch in _watches_of(model):
+            listed = list(queryset.order_by().values_list("pk", watch.owner, watch.account))
+            pairs = {(normal_id(o), normal_id(a)) for _, o, a in listed}
+            found[watch] = (pairs, [pk for pk, _, _ in listed])
+        return found
+
+    before = failsafe(_label(model), db, True, doomed)
+    result = run()
+    for watch, (pairs, pks) in (before or {}).items():
+        tell = functools.partial(_changed, watch, db, pairs, set(), pks)
+        failsafe(_label(model), db, True, tell)
+    return result
 
 
 def created_in_bulk(

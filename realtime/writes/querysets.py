@@ -106,6 +106,15 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
             return run(**kwargs)
         return bulk.update(self, kwargs, run)
 
+    def delete(self) -> tuple[int, dict[str, int]]:
+        meta = self.model._meta
+        if meta.auto_created and _active(self) and memberships.watched(self.model):
+            return memberships.around_delete(self, super().delete)
+        return super().delete()
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
     def bulk_create(
         self, objs: Iterable[models.Model], *args: Any, **kwargs: Any
     ) -> list[models.Model]:
@@ -148,6 +157,11 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
         if not _announcing(self):
             return run()
         return bulk.updated(self, objs, fields, run)
+
+    # Like Django's own: never called from a template.
+    update.alters_data = True  # type: ignore[attr-defined]
+    bulk_create.alters_data = True  # type: ignore[attr-defined]
+    bulk_update.alters_data = True  # type: ignore[attr-defined]
 
 
 def _attnames(model: type[models.Model], values: dict[str, Any]) -> set[str]:
