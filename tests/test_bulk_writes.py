@@ -543,3 +543,23 @@ def test_the_async_forms_announce_as_the_sync_ones(acme: Workspace) -> None:
         "ticket.created",
         "ticket.updated",
     ]
+
+
+def test_every_async_form_announces_as_its_sync_form(acme: Workspace) -> None:
+    async def writes() -> None:
+        ticket = await Ticket.objects.acreate(workspace=acme, title="a")
+        ticket.points = 1
+        await ticket.asave()
+        await Ticket.objects.aget_or_create(title="b", defaults={"workspace": acme})
+        await Ticket.objects.aupdate_or_create(title="b", defaults={"points": 2})
+        await ticket.adelete()
+
+    async_to_sync(writes)()
+
+    assert [(e["event_type"], e["data"]["title"]) for e in events()] == [
+        ("ticket.created", "a"),
+        ("ticket.updated", "a"),
+        ("ticket.created", "b"),
+        ("ticket.updated", "b"),
+        ("ticket.deleted", "a"),
+    ]

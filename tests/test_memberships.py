@@ -11,7 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from tests.helpers import events, forget_messages
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from tests.helpers import events, forget_messages, off_loop
+from tests.live import Clients, LiveServers
 from tests.testapp.models import Board, Chat, ChatLine, ChatPin, Membership, Room, Seat, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -230,3 +233,36 @@ def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_le
         ("board.deleted", [ann.pk], {"model": "board", "id": board.pk}),
         ("board.updated", [bob.pk], {"model": "board", "id": board.pk, "name": "b"}),
     ]
+
+
+# Over real sockets ----------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_over_sockets_a_participant_added_hears_the_room_and_one_removed_hears_it_go(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    ann = await off_loop(User.objects.create_user, username="ann")
+    bob = await off_loop(User.objects.create_user, username="bob")
+    clients = {}
+    for user in (ann, bob):
+        token = await off_loop(issue_token, user)
+        client = await ws.authenticated(live_servers.get(), token)
+        await client.send("subscribe", {"channels": ["room", "chat_line"]})
+        clients[user] = client
+    room = await off_loop(Room.objects.create, name="r")
+    await off_loop(room.participants.add, ann)
+
+    await off_loop(room.participants.add, bob)
+    await off_loop(room.participants.remove, ann)
+    chat = await off_loop(Chat.objects.create, title="c")
+    line = await off_loop(ChatLine.objects.create, chat=chat, text="hi")
+    await off_loop(Seat.objects.create, chat=chat, user=bob)
+
+    async def frames(user: Any) -> list[tuple[str, Any]]:
+        await off_loop(broadcast_to_user, user.pk, "test.marker", None)
+        got = await clients[user].frames_until("test.marker")
+        return [(frame["type"], frame["data"]["id"]) for frame in got]
+
+    assert await frames(ann) == [("room.created", room.pk), ("room.deleted", room.pk)]
+    assert await frames(bob) == [("room.created", room.pk), ("chat_line.created", line.pk)]
