@@ -8,7 +8,7 @@ built as an ``EXISTS`` subquery and all of them go to the database in one statem
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -17,6 +17,7 @@ from django.db.models import Exists, Model, OuterRef
 
 from realtime import limits
 from realtime.chunks import chunked
+from realtime.encoding import normal_id
 from realtime.registry import ModelOptions
 
 
@@ -29,9 +30,22 @@ def readers(
     One query for the accounts (``user_ids`` may be a lazy query: it becomes a subquery),
     then one statement per 200 accounts.
     """
+    return readers_of_rows(options, [pk], user_ids, active_only=active_only)[row_key(pk)]
+
+
+def readers_of_rows(
+    options: ModelOptions,
+    pks: Sequence[Any],
+    user_ids: Iterable[Any],
+    *,
+    active_only: bool = False,
+) -> dict[Any, list[Any]]:
+    """``readers`` of several rows at once, by ``row_key`` (a row that is gone: none): one
+    query for the accounts, then one statement per 200 accounts and 500 rows."""
     guard = options.guard
     if guard is None:
-        return list(user_ids)
+        everyone = list(user_ids)
+        return {row_key(pk): list(everyone) for pk in pks}
     accounts = get_user_model()._default_manager.filter(pk__in=user_ids)
     if active_only and _has_field(accounts.model, "is_active"):
         # Checked at delivery too, not only by rechecks: an account made inactive by an
@@ -39,17 +53,31 @@ def readers(
         accounts = accounts.filter(is_active=True)
     users = list(accounts.order_by("pk"))
     model = options.model
-    allowed: list[Any] = []
-    for chunk in chunked(users, limits.MAX_IDS_PER_MESSAGE):
-        checks = {
-            f"r{index}": Exists(model._base_manager.filter(pk=OuterRef("pk")).filter(guard(user)))
-            for index, user in enumerate(chunk)
-        }
-        row = model._base_manager.filter(pk=pk).annotate(**checks).values_list(*checks).first()
-        if row is None:
-            return []
-        allowed += [user.pk for user, may_read in zip(chunk, row, strict=True) if may_read]
-    return allowed
+    allowed: dict[Any, list[Any]] = {}
+    for rows in chunked(list(pks), ROWS_PER_STATEMENT):
+        for chunk in chunked(users, limits.MAX_IDS_PER_MESSAGE):
+            checks = {
+                f"r{index}": Exists(
+                    model._base_manager.filter(pk=OuterRef("pk")).filter(guard(user))
+                )
+                for index, user in enumerate(chunk)
+            }
+            found = model._base_manager.filter(pk__in=rows).annotate(**checks)
+            for pk, *may_read in found.values_list("pk", *checks):
+                admitted = allowed.setdefault(row_key(pk), [])
+                admitted += [user.pk for user, yes in zip(chunk, may_read, strict=True) if yes]
+    return {row_key(pk): allowed.get(row_key(pk), []) for pk in pks}
+
+
+def row_key(pk: Any) -> Any:
+    """A primary key as a dict key, whatever form it came in (a UUID or its text, a composite
+    key as a tuple or as its JSON array)."""
+    value = normal_id(pk)
+    return tuple(value) if isinstance(value, list) else value
+
+
+#: Rows asked about in one statement.
+ROWS_PER_STATEMENT = 500
 
 
 def _has_field(model: type[Model], name: str) -> bool:

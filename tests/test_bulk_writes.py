@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import pytest
@@ -563,3 +564,37 @@ def test_every_async_form_announces_as_its_sync_form(acme: Workspace) -> None:
         ("ticket.updated", "b"),
         ("ticket.deleted", "a"),
     ]
+
+
+@pytest.mark.parametrize("write", ["guarded", "account"])
+def test_a_bulk_move_of_guarded_or_account_rows_costs_the_same_for_10_rows_as_for_300(
+    acme: Workspace, write: str
+) -> None:
+    from tests.testapp.models import Membership
+
+    ann = get_user_model().objects.create(username="ann")
+    bob = get_user_model().objects.create(username="bob")
+    for user in (ann, bob):
+        Membership.objects.create(workspace=acme, user=user)
+
+    def run(count: int) -> int:
+        added = 0
+        for quiet in (False, True):
+            if write == "guarded":
+                PrivateNote.objects.bulk_create(
+                    PrivateNote(workspace=acme, author=ann, title=f"n{n}") for n in range(count)
+                )
+                rows: Any = PrivateNote.objects.all()
+                values: dict[str, Any] = {"public": True}
+            else:
+                Notification.objects.bulk_create(
+                    Notification(user=ann, text=f"n{n}") for n in range(count)
+                )
+                rows, values = Notification.objects.all(), {"user": bob}
+            with silent() if quiet else contextlib.nullcontext():
+                used = statements(functools.partial(rows.update, **values))
+            added += -used if quiet else used
+            rows.model.objects.all().delete()
+        return added
+
+    assert run(10) == run(300)

@@ -30,6 +30,8 @@ from typing import Any
 
 from django.db import connections, models, transaction
 
+from realtime.audience import readers_of_rows, row_key
+from realtime.auth import member_ids
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
 from realtime.conf import conf
@@ -246,14 +248,39 @@ def _matched(queryset: models.QuerySet[Any, Any], options: ModelOptions, moving:
     if options.user_field is not None and column is not None:
         rows = _by_row(rows)
     befores: dict[Any, Before] = {}
-    if moving:
-        pks = [pk for pk, _ in rows[: conf.BULK_LIMIT]]
-        for chunk in chunked(pks, READ_CHUNK):
-            for old in model._base_manager.using(queryset.db).filter(pk__in=chunk):
-                before = take_before(options, _plan_of(options, old), always=True)
-                if before is not None:
-                    befores[old.pk] = before
+    if moving and options.user_field is not None:
+        # The accounts each row reached were read with its id.
+        first = rows[: conf.BULK_LIMIT]
+        befores = {pk: Before(accounts=sorted_ids(found or ())) for pk, found in first}
+    elif moving:
+        befores = _scoped_befores(options, queryset, [pk for pk, _ in rows[: conf.BULK_LIMIT]])
     return _Matched(options, model, queryset.db, rows, befores)
+
+
+def _scoped_befores(
+    options: ModelOptions, queryset: models.QuerySet[Any, Any], pks: list[Any]
+) -> dict[Any, Before]:
+    """Who could read each row before the update: its scope and channels (one statement per
+    500 rows), a guard's readers (asked for all the rows of a scope together), the readers of
+    a shared root (asked of the application's hook, row by row)."""
+    befores: dict[Any, Before] = {}
+    stored = queryset.model._base_manager.using(queryset.db)
+    for chunk in chunked(pks, READ_CHUNK):
+        for old in stored.filter(pk__in=chunk):
+            plan = Plan(Past(old, None), queries=True)
+            before = take_before(options, plan, always=True)
+            if before is not None:
+                befores[old.pk] = before
+    if options.guard is not None:
+        by_scope: dict[Any, list[Any]] = {}
+        for pk, before in befores.items():
+            if before.scope_id is not None:
+                by_scope.setdefault(before.scope_id, []).append(pk)
+        for scope, rows in by_scope.items():
+            found = readers_of_rows(options, rows, member_ids(scope))
+            for pk in rows:
+                befores[pk].readers = sorted_ids(found[row_key(pk)])
+    return befores
 
 
 def _by_row(rows: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
@@ -265,16 +292,6 @@ def _by_row(rows: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         if account is not None:
             accounts.append(account)
     return [(pk, accounts) for pk, accounts in merged.items()]
-
-
-def _plan_of(options: ModelOptions, old: models.Model) -> Plan:
-    """A plan to read everything about who reads ``old`` (a row about to be updated in bulk)."""
-    return Plan(
-        Past(old, None),
-        queries=True,
-        accounts=options.user_field is not None,
-        readers=options.guard is not None,
-    )
 
 
 def _audience_column(options: ModelOptions) -> str | None:
