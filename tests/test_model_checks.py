@@ -311,6 +311,29 @@ def test_account_paths_realtime_follows_give_no_warning(path: str) -> None:
     assert messages() == []
 
 
+# W033: guards reading links kept in a through model
+
+
+def test_a_guard_that_may_read_links_of_an_own_through_model_is_warning_w033() -> None:
+    from tests.testapp.models import Membership
+
+    @realtime_model(guard=everyone)
+    class Guarded(Record):
+        members = models.ManyToManyField(get_user_model(), through=Membership, related_name="+")
+
+    [message] = messages()
+    assert message.id == "realtime.W033"
+    assert message.obj is Guarded
+
+
+def test_a_guard_whose_fields_leave_such_links_out_gives_no_warning() -> None:
+    @realtime_model(guard=everyone, guard_fields=["title"])
+    class Guarded(Record):
+        members = models.ManyToManyField(get_user_model(), related_name="+")
+
+    assert messages() == []
+
+
 # W031: managers
 
 

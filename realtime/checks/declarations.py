@@ -43,7 +43,37 @@ def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> lis
     for options in all_options():
         messages += _check_one(options)
         messages += _check_managers(options.model)
+        messages += _check_guard_links(options)
     return messages
+
+
+def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
+    """``realtime.W033``: a guard that may read links kept as rows of a ``through`` model of
+    the application's own: rows written directly (not through the many-to-many manager) change
+    its readers unseen."""
+    if options.guard is None:
+        return []
+    named = options.guard_attnames
+    out: list[checks.CheckMessage] = []
+    for field in options.model._meta.many_to_many:
+        through = field.remote_field.through
+        if named is not None and field.name not in named:
+            continue
+        if not isinstance(through, type) or through._meta.auto_created:
+            continue
+        out.append(
+            checks.Warning(
+                f"{options.model._meta.label}: its guard may read {field.name!r}, whose links "
+                f"are rows of {through._meta.label}: readers gained or lost by writing those "
+                "rows directly (not through the many-to-many manager) are not told.",
+                hint=f"Change the links with {options.model.__name__}.{field.name}.add(), "
+                ".remove() or .set(); or, if the guard does not read them, leave the field out "
+                "of guard_fields.",
+                obj=options.model,
+                id="realtime.W033",
+            )
+        )
+    return out
 
 
 def _check_managers(model: type[Any]) -> list[checks.CheckMessage]:
