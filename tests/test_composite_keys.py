@@ -107,3 +107,20 @@ async def test_a_reader_of_the_record_channel_hears_its_writes(
 
     frames = await client.frames_until("test.marker")
     assert [(frame["type"], frame["data"]["id"]) for frame in frames] == [("line.created", [12, 3])]
+
+
+def test_a_composite_key_row_moved_to_another_scope_leaves_and_enters(acme: Workspace) -> None:
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    line = Line.objects.create(workspace=acme, order_no=12, position=3)
+    forget_messages()
+
+    line.workspace = beta
+    line.save()
+    Line.objects.filter(order_no=12).update(workspace=acme)
+
+    assert [(e["event_type"], e["scope_id"], e["data"]["id"]) for e in events()] == [
+        ("line.deleted", acme.pk, [12, 3]),
+        ("line.created", beta.pk, [12, 3]),
+        ("line.deleted", beta.pk, [12, 3]),
+        ("line.created", acme.pk, [12, 3]),
+    ]
