@@ -44,6 +44,9 @@ def test_default_settings_give_no_errors_or_warnings() -> None:
     assert check_settings() == []
 
 
+# Django 6.1 runs the model checks against every alias, and a JSONField's
+# check asks SQLite's features, which opens a connection.
+@pytest.mark.django_db(databases=["default", "other"])
 def test_manage_py_check_fails_on_a_bad_realtime_setting() -> None:
     with (
         override_settings(REALTIME_POLLING_INTERVAL=0),
@@ -406,6 +409,9 @@ def test_long_unknown_setting_name_is_warning_w001_without_suggestion() -> None:
     assert messages[0].hint == "See the settings documentation."
 
 
+# Django 6.1 runs the model checks against every alias, and a JSONField's
+# check asks SQLite's features, which opens a connection.
+@pytest.mark.django_db(databases=["default", "other"])
 def test_only_a_warning_does_not_fail_manage_py_check() -> None:
     stdout, stderr = io.StringIO(), io.StringIO()
     with override_settings(REALTIME_POLING_INTERVAL=0.5):
