@@ -17,7 +17,7 @@ from django.db.models import Exists, Model, OuterRef
 
 from realtime import limits
 from realtime.chunks import chunked
-from realtime.encoding import normal_id
+from realtime.encoding import row_key
 from realtime.registry import ModelOptions
 
 
@@ -67,13 +67,6 @@ def readers_of_rows(
                 admitted = allowed.setdefault(row_key(pk), [])
                 admitted += [user.pk for user, yes in zip(chunk, may_read, strict=True) if yes]
     return {row_key(pk): allowed.get(row_key(pk), []) for pk in pks}
-
-
-def row_key(pk: Any) -> Any:
-    """A primary key as a dict key, whatever form it came in (a UUID or its text, a composite
-    key as a tuple or as its JSON array)."""
-    value = normal_id(pk)
-    return tuple(value) if isinstance(value, list) else value
 
 
 #: Rows asked about in one statement.

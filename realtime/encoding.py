@@ -97,3 +97,10 @@ def storable(value: Any) -> TypeGuard[str]:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def row_key(pk: Any) -> Any:
+    """A primary key as a dict key, whatever form it came in (a UUID or its text, a composite
+    key as a tuple or as its JSON array)."""
+    value = normal_id(pk)
+    return tuple(value) if isinstance(value, list) else value

@@ -75,12 +75,26 @@ class ModelOptions:
     def write_queries(self) -> bool:
         """Whether reading a create or update may query: to-many or generic relations, or a
         multi-hop account path. Such reads run in a savepoint inside a transaction."""
+        return bool(self.to_many) or self.queries_besides_to_many
+
+    @cached_property
+    def to_many(self) -> tuple[str, ...]:
+        """The declared relations that are to-many (their channels are read with a query)."""
+        found = []
         for relation in self.relations:
             if is_generic_fk(self.model, relation):
-                return True
+                continue
             field = self.model._meta.get_field(relation)
             if not (field.concrete and (field.many_to_one or field.one_to_one)):
-                return True
+                found.append(relation)
+        return tuple(found)
+
+    @cached_property
+    def queries_besides_to_many(self) -> bool:
+        """Whether reading a write may query for anything but to-many channels: a generic
+        relation's content type, a multi-hop account path."""
+        if any(is_generic_fk(self.model, relation) for relation in self.relations):
+            return True
         if self.user_field is not None:
             first = self.model._meta.get_field(self.user_field.replace("__", ".").split(".")[0])
             multi_hop = "." in self.user_field.replace("__", ".")
@@ -91,9 +105,7 @@ class ModelOptions:
     def create_queries(self) -> bool:
         """Whether reading a create may query: a row just created has no to-many links yet,
         so only generic relations and account paths can."""
-        if any(is_generic_fk(self.model, relation) for relation in self.relations):
-            return True
-        return self.user_field is not None and self.write_queries
+        return self.queries_besides_to_many
 
     @cached_property
     def delete_queries(self) -> bool:

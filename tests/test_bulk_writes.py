@@ -598,3 +598,33 @@ def test_a_bulk_move_of_guarded_or_account_rows_costs_the_same_for_10_rows_as_fo
         return added
 
     assert run(10) == run(300)
+
+
+def test_to_many_channels_of_a_bulk_update_are_read_for_all_rows_at_once(
+    acme: Workspace,
+) -> None:
+    from tests.testapp.models import Tag
+
+    tag = Tag.objects.create(workspace=acme, name="vip")
+
+    def run(count: int) -> int:
+        added = 0
+        for quiet in (False, True):
+            contacts = Contact.objects.bulk_create(
+                Contact(workspace=acme, name=f"c{n}") for n in range(count)
+            )
+            for contact in contacts[:3]:
+                contact.tags.add(tag)
+            forget_messages()
+            rows = Contact.objects.filter(workspace=acme)
+            with silent() if quiet else contextlib.nullcontext():
+                used = statements(functools.partial(rows.update, name="renamed"))
+            if not quiet:
+                channels = {e["data"]["id"]: e["channels"] for e in events()}
+                assert channels[contacts[0].pk][-1] == f"tag:{tag.pk}"
+                assert channels[contacts[-1].pk] == ["contact", f"contact:{contacts[-1].pk}"]
+            added += -used if quiet else used
+            Contact.objects.all().delete()
+        return added
+
+    assert run(10) == run(300)

@@ -30,18 +30,18 @@ from typing import Any
 
 from django.db import connections, models, transaction
 
-from realtime.audience import readers_of_rows, row_key
+from realtime.audience import readers_of_rows
 from realtime.auth import member_ids
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
 from realtime.conf import conf
-from realtime.encoding import normal_id, sorted_ids
+from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.paths import split_path, to_lookup
 from realtime.registry import ModelOptions, options_for
 from realtime.writes import outbox, snapshots
 from realtime.writes.before import Past, Plan, moves_audience, plan_before, take_before
 from realtime.writes.cascades import folded_event
-from realtime.writes.events import Before, Event
+from realtime.writes.events import Before, Event, to_many_of_rows
 from realtime.writes.failsafe import failsafe
 from realtime.writes.preparing import prepare_write
 
@@ -196,10 +196,17 @@ class _Matched:
         snapshots.overwritten(self.model, pks, written, db)
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
             rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
+            to_many = to_many_of_rows(options, self.model, chunk, db)
             for instance in rows:
                 before = self.befores.get(instance.pk)
                 event = prepare_write(
-                    options, instance, "updated", changed, db, scopeless=before is not None
+                    options,
+                    instance,
+                    "updated",
+                    changed,
+                    db,
+                    scopeless=before is not None,
+                    to_many=to_many[row_key(instance.pk)],
                 )
                 if event is not None:
                     event.before = before
@@ -344,12 +351,22 @@ def _announce_changes(
     db: str,
 ) -> None:
     audiences = []
+    announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
+    to_many = to_many_of_rows(options, options.model, announced, db)
     for index, (obj, names, before) in enumerate(changes):
         snapshots.saved(obj, snapshots.written_attnames(obj, fields), db)
         if index >= conf.BULK_LIMIT:
             audiences.append(_audience_of(options, obj))
             continue
-        event = prepare_write(options, obj, "updated", names, db, scopeless=before is not None)
+        event = prepare_write(
+            options,
+            obj,
+            "updated",
+            names,
+            db,
+            scopeless=before is not None,
+            to_many=to_many[row_key(obj.pk)],
+        )
         if event is not None:
             event.before = before
         _add(event, db)

@@ -10,13 +10,16 @@ multi-hop account path — costs at most one each.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import models
 
 from realtime import limits
-from realtime.encoding import jsonable, record_channel
+from realtime.audience import ROWS_PER_STATEMENT
+from realtime.chunks import chunked
+from realtime.encoding import jsonable, record_channel, row_key
 from realtime.middleware import current_origin
 from realtime.paths import split_path, values_on_path
 from realtime.registry import ModelOptions, generic_fk, wire_name
@@ -97,6 +100,7 @@ def read_event(
     changed: list[str] | None = None,
     *,
     scopeless: bool = False,
+    to_many: dict[str, list[Any]] | None = None,
 ) -> Event | None:
     """Prepare the event of one write; ``None`` when the row announces nothing (no scope,
     unless ``scopeless``: an update that took the row out of every scope still tells the
@@ -122,7 +126,7 @@ def read_event(
         channels=[
             options.name,
             record_channel(options.name, pk),
-            *relation_channels(options, instance, created=action == "created"),
+            *relation_channels(options, instance, created=action == "created", known=to_many),
         ],
         scope_id=scope_id,
         user_ids=user_ids,
@@ -146,16 +150,25 @@ def _column_of_path(instance: models.Model, path: str) -> Any:
 
 
 def relation_channels(
-    options: ModelOptions, instance: models.Model, *, created: bool = False
+    options: ModelOptions,
+    instance: models.Model,
+    *,
+    created: bool = False,
+    known: dict[str, list[Any]] | None = None,
 ) -> list[str]:
     """``<target>:<pk>`` for each declared relation; none at all past 50 of them.
 
     A row just created has no to-many links yet (nothing could point at it before it
-    existed), so those are not queried for.
+    existed), so those are not queried for; nor are those ``known`` (the targets of each
+    to-many relation, read for many rows at once: ``to_many_of_rows``).
     """
     channels: list[str] = []
     for name in options.relations:
-        channels += _channels_of(instance, name, created)
+        if known is not None and name in known:
+            target = options.model._meta.get_field(name).related_model
+            channels += [record_channel(wire_name(target), pk) for pk in known[name]]  # type: ignore[arg-type]
+        else:
+            channels += _channels_of(instance, name, created)
         if len(channels) > limits.MAX_RELATION_CHANNELS:
             return []
     return channels
@@ -189,6 +202,22 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
     manager = getattr(instance, accessor)
     pks = manager.order_by().values_list("pk", flat=True)[: limits.MAX_RELATION_CHANNELS + 1]
     return [record_channel(wire_name(target), pk) for pk in pks]
+
+
+def to_many_of_rows(
+    options: ModelOptions, model: type[models.Model], pks: Sequence[Any], using: str
+) -> dict[Any, dict[str, list[Any]]]:
+    """The targets of each to-many relation of the rows ``pks``, by ``row_key``: one statement
+    per relation and 500 rows (each row's list cut past 50, as one row's read is)."""
+    found: dict[Any, dict[str, list[Any]]] = {row_key(pk): {} for pk in pks}
+    for name in options.to_many:
+        for chunk in chunked(list(pks), ROWS_PER_STATEMENT):
+            rows = model._base_manager.using(using).filter(pk__in=chunk).order_by()
+            for pk, target in rows.values_list("pk", name):
+                targets = found[row_key(pk)].setdefault(name, [])
+                if target is not None and len(targets) <= limits.MAX_RELATION_CHANNELS:
+                    targets.append(target)
+    return found
 
 
 def read_accounts(options: ModelOptions, instance: models.Model) -> list[Any]:

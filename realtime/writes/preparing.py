@@ -13,6 +13,8 @@ nothing left to ask about.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from realtime.auth import RealtimeAuth, get_auth
@@ -38,15 +40,24 @@ def prepare_write(
     using: str,
     *,
     scopeless: bool = False,
+    to_many: dict[str, list[Any]] | None = None,
 ) -> Event | None:
     """The event of a create or an update, read in the write's transaction (``scopeless``:
-    also when the row is in no scope, for an update that may have taken it out of one)."""
-    queries = options.create_queries if action == "created" else options.write_queries
+    also when the row is in no scope, for an update that may have taken it out of one;
+    ``to_many``: its to-many relations' targets, read already for many rows at once)."""
+    if action == "created":
+        queries = options.create_queries
+    elif to_many is not None:
+        queries = options.queries_besides_to_many
+    else:
+        queries = options.write_queries
     return failsafe(
         f"{options.name}:{instance.pk}",
         using,
         queries,
-        lambda: read_event(options, instance, action, changed, scopeless=scopeless),
+        lambda: read_event(
+            options, instance, action, changed, scopeless=scopeless, to_many=to_many
+        ),
     )
 
 
