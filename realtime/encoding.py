@@ -74,11 +74,11 @@ def normal_id(value: Any) -> Any:
 
 def sorted_ids(ids: Iterable[Any]) -> list[Any]:
     """Normalise, deduplicate and sort ids (integers by value; other ids by their text)."""
-    return sorted({normal_id(value) for value in ids}, key=_sort_key)
+    return sorted({normal_id(value) for value in ids}, key=id_order)
 
 
-def _sort_key(value: Any) -> tuple[int, Any]:
-    # Ids are usually integers; keep a total order if an application uses text or UUIDs.
+def id_order(value: Any) -> tuple[int, Any]:
+    """Sort key for ids: integers by value; text, UUIDs and composite keys by their text."""
     return (0, value) if isinstance(value, int) else (1, str(value))
 
 

@@ -327,6 +327,19 @@ def test_bulk_create_ignoring_conflicts_tells_each_scope_to_read_again(
     assert all(e["meta"] == {"truncated": True} for e in folded)
 
 
+def test_folded_scopes_are_announced_in_the_order_of_their_ids_not_their_text() -> None:
+    nine = Workspace.objects.create(pk=9, name="Nine", slug="nine")
+    ten = Workspace.objects.create(pk=10, name="Ten", slug="ten")
+    forget_messages()
+
+    Ticket.objects.bulk_create(
+        [Ticket(workspace=ten, title="ten"), Ticket(workspace=nine, title="nine")],
+        ignore_conflicts=True,
+    )
+
+    assert [e["scope_id"] for e in events()] == [9, 10]
+
+
 @pytest.mark.skipif(
     "not __import__('django.db').db.connection.features.supports_update_conflicts",
     reason="needs update_conflicts",

@@ -37,7 +37,7 @@ from realtime.auth import RealtimeAuth, get_auth
 from realtime.blocking import run_blocking
 from realtime.compat.django import has_receivers
 from realtime.conf import conf
-from realtime.encoding import normal_id
+from realtime.encoding import id_order, normal_id
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for
@@ -246,7 +246,7 @@ class Dispatcher:
         event_type, data = message.get("event_type"), message.get("data")
         auth = get_auth()
         if targets and (message.get("about") is not None or _overrides_audience(auth)):
-            asked = sorted({s.user_id for s in targets}, key=str)
+            asked = sorted({s.user_id for s in targets}, key=id_order)
             allowed = set(
                 await run_blocking(
                     _audience, auth, scope_id, event_type, data, asked, message.get("about")

@@ -35,7 +35,7 @@ from realtime.auth import member_ids
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
 from realtime.conf import conf
-from realtime.encoding import normal_id, row_key, sorted_ids
+from realtime.encoding import id_order, row_key, sorted_ids
 from realtime.paths import split_path, to_lookup
 from realtime.registry import ModelOptions, options_for
 from realtime.writes import outbox, snapshots
@@ -251,7 +251,7 @@ def _matched(queryset: models.QuerySet[Any, Any], options: ModelOptions, moving:
         if column is not None
         else [(pk, None) for pk in read.values_list("pk", flat=True)]
     )
-    rows.sort(key=lambda row: _sortable(row[0]))
+    rows.sort(key=lambda row: id_order(row[0]))
     if options.user_field is not None and column is not None:
         rows = _by_row(rows)
     befores: dict[Any, Before] = {}
@@ -405,15 +405,10 @@ def _fold(options: ModelOptions, action: str, audiences: Iterable[Any], db: str)
             )
             _add(event, db)
         return
-    scopes = sorted({normal_id(scope) for scope in audiences if scope is not None}, key=str)
-    for scope in scopes:
+    for scope in sorted_ids(scope for scope in audiences if scope is not None):
         _add(folded_event(options, scope, action), db)
 
 
 def _add(event: Event | None, db: str) -> None:
     if event is not None:
         outbox.add(event, db)
-
-
-def _sortable(pk: Any) -> Any:
-    return (0, pk) if isinstance(pk, int) else (1, str(pk))

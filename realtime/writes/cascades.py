@@ -22,6 +22,7 @@ from django.db import models
 from django.db.models.signals import post_delete, pre_delete
 
 from realtime.conf import conf
+from realtime.encoding import id_order
 from realtime.registry import ModelOptions, all_options, options_for
 from realtime.writes import outbox
 from realtime.writes.events import Event
@@ -134,6 +135,6 @@ def _children_events(parent: type[models.Model], instance: models.Model) -> list
                     events.append(event)
             if len(rows) > limit and options.scope_attname is not None:
                 surplus = children.values_list(options.scope_attname, flat=True)[limit:]
-                for scope_id in sorted({s for s in surplus if s is not None}, key=str):
+                for scope_id in sorted({s for s in surplus if s is not None}, key=id_order):
                     events.append(folded_event(options, scope_id))
     return events

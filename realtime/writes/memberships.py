@@ -39,7 +39,7 @@ from django.db.models import ForeignObjectRel
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from realtime.chunks import chunked
-from realtime.encoding import normal_id, sorted_ids
+from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.paths import resolve_path, split_path, to_lookup
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import outbox
@@ -309,7 +309,7 @@ def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> Non
         by_owner: dict[Any, set[Any]] = {}
         for owner, account in pairs:
             by_owner.setdefault(owner, set()).add(account)
-        for owner in sorted(by_owner, key=str):
+        for owner in sorted(by_owner, key=id_order):
             rows = _records_of(watch, owner)
             events += row_events(watch.options, rows, sorted_ids(by_owner[owner]), entering)
     for event in events:
@@ -351,8 +351,8 @@ def _existing(
     if not pairs:
         return set()
     skip = {normal_id(pk) for pk in touched}
-    owners = sorted({owner for owner, _ in pairs}, key=str)
-    accounts = sorted({account for _, account in pairs}, key=str)
+    owners = sorted({owner for owner, _ in pairs}, key=id_order)
+    accounts = sorted({account for _, account in pairs}, key=id_order)
     found: set[Pair] = set()
     for chunk in chunked(owners, CHUNK):
         rows = stored.filter(**{f"{watch.owner}__in": chunk, f"{watch.account}__in": accounts})

@@ -19,7 +19,7 @@ from django.db import models
 from django.db.models.signals import post_delete, pre_delete
 
 from realtime.conf import conf
-from realtime.encoding import record_channel
+from realtime.encoding import id_order, record_channel
 from realtime.registry import ModelOptions, all_options, wire_name
 from realtime.writes import outbox, querysets
 from realtime.writes.cascades import folded_event
@@ -85,7 +85,7 @@ def _on_target_deleting(
             surplus: list[Any] = []
             if len(ids) > limit and options.scope_attname is not None:
                 scopes = children.order_by("pk").values_list(options.scope_attname, flat=True)
-                surplus = sorted({s for s in scopes[limit:] if s is not None}, key=str)
+                surplus = sorted({s for s in scopes[limit:] if s is not None}, key=id_order)
             found.append((options, field, ids[:limit], surplus))
         return found
 
