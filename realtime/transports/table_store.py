@@ -24,7 +24,7 @@ from django.db.backends.utils import CursorWrapper
 
 from realtime.chunks import chunked
 from realtime.compat.django import driver_connection, driver_errors
-from realtime.exceptions import ChannelTooLongError
+from realtime.exceptions import ChannelTooLongError, PublishError, TransportError
 from realtime.fields import to_naive_utc
 from realtime.transports.base import LogEntry
 
@@ -138,7 +138,8 @@ PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
 #: its commit (for this transaction only). The write it announces is durable already; the log
 #: is a buffer, and serialized publishers must not each wait for a disk flush in turn.
 PG_PUBLISH_START: Final = "pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)"
-#: Seconds a MySQL publisher waits for the lock before it publishes without it.
+#: Seconds a MySQL publisher waits for the lock before it refuses to publish (see
+#: ``MessageStore._serialized``).
 PUBLISH_LOCK_WAIT: Final = 10
 
 
@@ -213,10 +214,12 @@ class MessageStore:
 
         Publishers serialize: each holds a lock from before its INSERT until its COMMIT
         (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself, see
-        ``PG_PUBLISH_START``; MySQL: a named lock around it; SQLite has one writer at a time
-        anyway). So a row becomes
-        visible only after every row with a lower id: the id is a position in the log, and
-        every id below the highest one visible has committed or never will.
+        ``PG_PUBLISH_START``; MySQL: a named lock around it, and no insert without it, see
+        ``_serialized``; SQLite has one writer at a time anyway). So a row becomes visible
+        only after every row with a lower id: the id is a position in the log, and every id
+        below the highest one visible has committed or never will.
+
+        Raises ``PublishError`` when MySQL's lock was not granted (nothing was inserted).
         """
         connection = self.connection
         now = db_now(connection)
@@ -250,14 +253,39 @@ class MessageStore:
                 )
 
     @contextmanager
-    def _serialized(self) -> Iterator[None]:
-        """On MySQL, hold the publish lock around the block (others take theirs in SQL)."""
+    def _serialized(self, refusal: type[TransportError] = PublishError) -> Iterator[None]:
+        """On MySQL, hold the publish lock around the block (others take theirs in SQL).
+
+        ``GET_LOCK`` answers 1 (granted), 0 (another session kept it for
+        ``PUBLISH_LOCK_WAIT`` seconds) or NULL (an error: the session killed, out of
+        memory). Without the lock the block does not run: a row inserted beside another
+        publisher's may commit out of id order, and a resume across it would miss it or hear
+        it twice. It raises ``refusal`` instead, naming the answer; a publish is then lost
+        like any failed publish (logged, never failing the write it announces).
+
+        A session that holds the lock already is granted it again (MySQL 5.7+ and MariaDB
+        10.0.2+ count a session's holds of one name): each grant here is paired with one
+        ``RELEASE_LOCK``, and a refusal releases nothing, so a hold that is not this block's
+        is never let go.
+        """
         connection = self.connection
         if connection.vendor != "mysql":
             yield
             return
         with connection.cursor() as cursor:
             cursor.execute("SELECT GET_LOCK(%s, %s)", [PUBLISH_LOCK_NAME, PUBLISH_LOCK_WAIT])
+            row = cursor.fetchone()
+        answer = None if row is None else row[0]
+        if answer != 1:
+            why = (
+                "NULL: an error"
+                if answer is None
+                else f"{answer}: another session held it for {PUBLISH_LOCK_WAIT} s"
+            )
+            raise refusal(
+                f"the log's publish lock {PUBLISH_LOCK_NAME!r} was not granted (GET_LOCK "
+                f"answered {why}); refused rather than written out of commit order"
+            )
         try:
             yield
         finally:
@@ -312,7 +340,8 @@ class MessageStore:
 
         The highest id is the table's while it holds rows. Emptied by trimming, the table
         still has handed out ids: the last one comes from the id sequence, read while holding
-        the publish lock (so no publish is under way and every id handed out is settled).
+        the publish lock (so no publish is under way and every id handed out is settled);
+        MySQL's lock not granted raises ``TransportError`` (no bounds, no resume).
         """
         with self.connection.cursor() as cursor:
             cursor.execute(f"SELECT MIN(id), MAX(id) FROM {TABLE}")
@@ -341,7 +370,7 @@ class MessageStore:
                 cursor.execute(f"SELECT last_value, is_called FROM {row[0]}")
                 last = cursor.fetchone()
             return int(last[0]) if last and last[1] else 0
-        with self._serialized(), connection.cursor() as cursor:
+        with self._serialized(TransportError), connection.cursor() as cursor:
             if not is_mariadb(cursor):
                 # MySQL 8 caches table statistics, AUTO_INCREMENT among them.
                 cursor.execute("SET SESSION information_schema_stats_expiry = 0")
