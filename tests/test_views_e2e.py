@@ -3,13 +3,15 @@ who gain it hear it created, those who keep it hear it updated; nobody else hear
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from realtime.auth import issue_token
+from realtime.auth import RealtimeAuth, issue_token
 from realtime.broadcast import broadcast_to_user
 from tests.helpers import off_loop
 from tests.live import Client, Clients, LiveServers
@@ -195,3 +197,149 @@ async def test_moves_inside_one_transaction_announce_only_the_outcome(
         ["name", "workspace"],
     )
     assert "moved" not in frame
+
+
+# A hook that fails while deciding who leaves ------------------------------------------------
+
+
+class RecipientsFailAboutCarol(RealtimeAuth):
+    def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> Iterable[Any]:
+        if get_user_model().objects.filter(pk__in=user_ids, username="carol").exists():
+            raise RuntimeError("recipients hook bug")
+        return user_ids
+
+
+class RecipientsFailAboutAnn(RealtimeAuth):
+    def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> Iterable[Any]:
+        if get_user_model().objects.filter(pk__in=user_ids, username="ann").exists():
+            raise RuntimeError("recipients hook bug")
+        return user_ids
+
+
+class SharedReadersFailForTwo(RealtimeAuth):
+    def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
+        if root.name == "Two":
+            raise RuntimeError("shared_readers hook bug")
+        return super().shared_readers(root, scope_id)
+
+
+class SharedReadersFailForOne(RealtimeAuth):
+    def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
+        if root.name == "One":
+            raise RuntimeError("shared_readers hook bug")
+        return super().shared_readers(root, scope_id)
+
+
+def the_failure(caplog: pytest.LogCaptureFixture, hook: str) -> None:
+    """One ERROR was logged, naming ``hook``, with its traceback."""
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [f"{hook}()" in r.getMessage() for r in errors] == [True]
+    assert errors[0].exc_info is not None
+    assert "hook bug" in str(errors[0].exc_info[1])
+
+
+async def a_message_in_two_threads(
+    ws: Clients, live_servers: LiveServers
+) -> tuple[Message, Thread, dict[str, tuple[Any, Client]]]:
+    """ann and bob in the message's thread, bob and carol in another, each listening."""
+    users = {name: await off_loop(make_member, name) for name in ("ann", "bob", "carol")}
+    first = await off_loop(Thread.objects.create, title="first")
+    second = await off_loop(Thread.objects.create, title="second")
+    await off_loop(first.members.set, [users["ann"][0], users["bob"][0]])
+    await off_loop(second.members.set, [users["bob"][0], users["carol"][0]])
+    message = await off_loop(Message.objects.create, thread=first, text="hi")
+    clients = {}
+    for name, (user, token) in users.items():
+        clients[name] = (user, await listening(ws, live_servers, token))
+        await heard(clients[name][1], user)
+    return message, second, clients
+
+
+def move_to(message: Message, thread: Thread) -> None:
+    message.thread = thread
+    message.save()
+
+
+async def test_a_failing_recipients_hook_about_the_readers_after_tells_nobody_it_left(
+    live_servers: LiveServers, ws: Clients, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    message, second, clients = await a_message_in_two_threads(ws, live_servers)
+    settings.REALTIME_AUTH = f"{__name__}.RecipientsFailAboutCarol"
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        await off_loop(move_to, message, second)
+    for user, client in clients.values():
+        assert await heard(client, user) == []
+    the_failure(caplog, "recipients")
+
+
+async def test_a_failing_recipients_hook_about_the_readers_before_tells_those_after_an_update(
+    live_servers: LiveServers, ws: Clients, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    message, second, clients = await a_message_in_two_threads(ws, live_servers)
+    settings.REALTIME_AUTH = f"{__name__}.RecipientsFailAboutAnn"
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        await off_loop(move_to, message, second)
+    heard_by = {name: await heard(client, user) for name, (user, client) in clients.items()}
+    assert heard_by["ann"] == []
+    for name in ("bob", "carol"):
+        assert [(f["type"], f["data"]["text"], "moved" in f) for f in heard_by[name]] == [
+            ("message.updated", "hi", False)
+        ]
+    the_failure(caplog, "recipients")
+
+
+async def a_task_shared_with_beta(
+    ws: Clients, live_servers: LiveServers
+) -> tuple[Task, Project, dict[str, tuple[Any, Client]]]:
+    """A task of acme's project One; One and Two both shared with beta; ann reads acme, bee
+    beta."""
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bee, bee_token = await off_loop(make_member, "bee", beta)
+    one = await off_loop(Project.objects.create, workspace=acme, name="One")
+    two = await off_loop(Project.objects.create, workspace=acme, name="Two")
+    await off_loop(one.shared_with.add, beta)
+    await off_loop(two.shared_with.add, beta)
+    task = await off_loop(Task.objects.create, workspace=acme, project=one, title="Plan")
+    clients = {
+        "ann": (ann, await listening(ws, live_servers, ann_token, scope="acme")),
+        "bee": (bee, await listening(ws, live_servers, bee_token, scope="beta")),
+    }
+    for user, client in clients.values():
+        await heard(client, user)
+    return task, two, clients
+
+
+def move_task(task: Task, project: Project) -> None:
+    task.project = project
+    task.save()
+
+
+async def test_a_failing_shared_readers_hook_about_the_readers_after_tells_nobody_it_left(
+    live_servers: LiveServers, ws: Clients, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    task, two, clients = await a_task_shared_with_beta(ws, live_servers)
+    settings.REALTIME_AUTH = f"{__name__}.SharedReadersFailForTwo"
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        await off_loop(move_task, task, two)
+    ann, ann_client = clients["ann"]
+    assert [f["type"] for f in await heard(ann_client, ann)] == ["task.updated"]
+    bee, bee_client = clients["bee"]
+    assert await heard(bee_client, bee) == []
+    the_failure(caplog, "shared_readers")
+
+
+async def test_a_failing_shared_readers_hook_about_the_readers_before_tells_those_after_an_update(
+    live_servers: LiveServers, ws: Clients, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    task, two, clients = await a_task_shared_with_beta(ws, live_servers)
+    settings.REALTIME_AUTH = f"{__name__}.SharedReadersFailForOne"
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        await off_loop(move_task, task, two)
+    ann, ann_client = clients["ann"]
+    assert [f["type"] for f in await heard(ann_client, ann)] == ["task.updated"]
+    bee, bee_client = clients["bee"]
+    assert [(f["type"], "moved" in f) for f in await heard(bee_client, bee)] == [
+        ("task.updated", False)
+    ]
+    the_failure(caplog, "shared_readers")

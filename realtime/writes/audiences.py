@@ -4,12 +4,15 @@ Asked in the write's transaction for a delete (the row and its links are about t
 after commit for the rest. Each answer comes from a ``RealtimeAuth`` hook; a hook that fails
 costs its own answer, logged, never the write and never the other messages of the event:
 ``recipients`` failing means the account event reaches nobody, ``shared_readers`` or
-``outside_recipients`` failing means only those extra messages are not sent.
+``outside_recipients`` failing means only those extra messages are not sent. Where a failure
+must not pass for an empty answer (who leaves a view, ``realtime.writes.views``), the
+``*_or_none`` forms answer ``None`` instead: undecided, never "nobody".
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from realtime.audience import readers
@@ -24,13 +27,21 @@ logger = logging.getLogger(__name__)
 
 def recipients(event: Event) -> list[Any]:
     """Ask ``auth.recipients``; when it fails, the event reaches nobody."""
+    return recipients_or_none(event) or []
+
+
+def recipients_or_none(
+    event: Event, accounts: Iterable[Any] | None = None, failing: str = "it reaches nobody"
+) -> list[Any] | None:
+    """``auth.recipients`` asked about ``accounts`` (by default the event's); ``None`` when
+    it raises, logged once with its traceback and ``failing`` (what the failure costs)."""
+    if accounts is None:
+        accounts = event.user_ids or ()
     try:
-        return list(get_auth().recipients(event.event_type, event.data, list(event.user_ids or ())))
+        return list(get_auth().recipients(event.event_type, event.data, list(accounts)))
     except Exception:
-        logger.exception(
-            "realtime: recipients() failed for %s; it reaches nobody", event.event_type
-        )
-        return []
+        logger.exception("realtime: recipients() failed for %s; %s", event.event_type, failing)
+        return None
 
 
 def guarded_readers(event: Event) -> list[Any]:
@@ -45,15 +56,26 @@ def guarded_readers(event: Event) -> list[Any]:
 
 def shared_readers(event: Event) -> list[Any]:
     """Readers of the event's shared root outside its scope (guard-checked); [] on failure."""
+    return shared_readers_or_none(event, "they hear nothing of it") or []
+
+
+def shared_readers_or_none(event: Event, failing: str) -> list[Any] | None:
+    """``shared_readers`` of the event; ``None`` on failure (see ``shared_readers_of``)."""
     return shared_readers_of(
-        event.options, event.pk, event.scope_id, event.extra.get("root_pk"), event.event_type
+        event.options,
+        event.pk,
+        event.scope_id,
+        event.extra.get("root_pk"),
+        event.event_type,
+        failing,
     )
 
 
 def shared_readers_of(
-    options: ModelOptions, pk: Any, scope_id: Any, root_pk: Any, what: str
-) -> list[Any]:
-    """Readers of a row's shared root outside ``scope_id`` (guard-checked); [] on failure.
+    options: ModelOptions, pk: Any, scope_id: Any, root_pk: Any, what: str, failing: str
+) -> list[Any] | None:
+    """Readers of a row's shared root outside ``scope_id`` (guard-checked); ``None`` when
+    asking fails, logged once with its traceback and ``failing`` (what the failure costs).
 
     ``root_pk`` names the root when the instance held it; else it is read from the row.
     """
@@ -69,8 +91,8 @@ def shared_readers_of(
             found = set(readers(options, pk, found))
         return sorted_ids(found)
     except Exception:
-        logger.exception("realtime: shared_readers() failed for %s", what)
-        return []
+        logger.exception("realtime: shared_readers() failed for %s; %s", what, failing)
+        return None
 
 
 def load_root(options: ModelOptions, pk: Any, root_pk: Any = None) -> Any:

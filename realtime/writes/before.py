@@ -141,7 +141,12 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
         before.readers = sorted_ids(readers(options, instance.pk, member_ids(old_scope)))
     if moved or rerooted:
         before.shared = shared_readers_of(
-            options, instance.pk, old_scope, old_root, f"{options.name}:{instance.pk}"
+            options,
+            instance.pk,
+            old_scope,
+            old_root,
+            f"{options.name}:{instance.pk}",
+            "nobody outside its scope hears it leave",
         )
     return before
 

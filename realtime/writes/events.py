@@ -31,8 +31,8 @@ logger = logging.getLogger(__name__)
 class Before:
     """Who could read a row before an update, taken in its transaction before the write.
 
-    Each part is ``None`` when it was not taken (it could not have changed); see
-    ``realtime.writes.views``.
+    Each part is ``None`` when it was not taken (it could not have changed) or could not be
+    decided (a hook failed: then nobody is told the row left); see ``realtime.writes.views``.
     """
 
     #: The scope the row was in (normalised id).

@@ -8,6 +8,13 @@ before and still can hears ``<model>.updated``; one who now can and could not he
 model and the id (they may no longer read its fields). Enter and leave frames carry
 ``"moved": true``. The audience before is taken in the transaction
 (``realtime.writes.before``); ``view_messages`` runs after commit and compares.
+
+A hook that fails (``recipients``, ``shared_readers``) leaves its side undecided, which is
+never taken for "nobody": nobody hears a row leave on the strength of a failure. Readers
+after undecided: that part of the event goes to nobody (a reader before may still read it,
+and one after is not known). Readers before undecided: the readers after hear the update
+as if nothing moved — as when the audience before was not taken at all. Each failure is
+logged once, with its traceback, where the hook is asked (``realtime.writes.audiences``).
 """
 
 from __future__ import annotations
@@ -15,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from realtime.audience import readers
-from realtime.auth import get_auth, member_ids
+from realtime.auth import member_ids
 from realtime.encoding import normal_id, sorted_ids
-from realtime.writes.audiences import recipients, shared_readers
+from realtime.writes.audiences import recipients_or_none, shared_readers_or_none
 from realtime.writes.events import Before, Event
 from realtime.writes.payload import scope_messages, users_messages
 
@@ -31,16 +38,26 @@ def view_messages(event: Event, budget: int | None) -> tuple[Messages, list[Any]
     before = event.before
     assert before is not None
     if event.options.user_field is not None:
-        now = sorted_ids(recipients(event))
-        was = sorted_ids(_was_recipients(event, before.accounts or []))
-        return _compare(event, was, now, budget), []
+        now = recipients_or_none(event)
+        if now is None:
+            return [], []
+        was = recipients_or_none(
+            event,
+            before.accounts or [],
+            "nobody hears it leave; its readers now hear it as an update",
+        )
+        now = sorted_ids(now)
+        return _compare(event, now if was is None else sorted_ids(was), now, budget), []
     out = _scope_messages(event, before, budget)
-    shared: list[Any] = []
-    if event.options.shared_via is not None:
-        shared = shared_readers(event) if event.scope_id is not None else []
-        was = before.shared if before.shared is not None else shared
-        out += _compare(event, was, shared, budget)
-    return out, shared
+    if event.options.shared_via is None:
+        return out, []
+    shared: list[Any] | None = []
+    if event.scope_id is not None:
+        shared = shared_readers_or_none(event, "no reader outside its scope hears of it")
+    if shared is None:
+        return out, []
+    was = before.shared if before.shared is not None else shared
+    return out + _compare(event, was, shared, budget), shared
 
 
 def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -> Messages:
@@ -63,14 +80,6 @@ def _forms(event: Event) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
     if event.origin is not None:
         moved = {"origin": event.origin, "moved": True}
     return identity, moved, event.meta()
-
-
-def _was_recipients(event: Event, accounts: list[Any]) -> list[Any]:
-    """``auth.recipients`` asked about the accounts the row reached before; [] on failure."""
-    try:
-        return list(get_auth().recipients(event.event_type, event.data, list(accounts)))
-    except Exception:
-        return []
 
 
 def _scope_messages(event: Event, before: Before, budget: int | None) -> Messages:
