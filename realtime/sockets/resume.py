@@ -14,8 +14,16 @@ committed when it was read: a held frame at or below it was read too (if it was 
 socket's), one above it was not. That is the seam: no frame twice, none skipped.
 
 Sockets that resume together (a worker restart brings back many at once) are answered in one
-batch: one read of the log bounds, one read of the log for the batch's channels from its
-oldest cursor, each message planned once for all of them.
+batch: one read of the log bounds, one read of the log for the batch's channels, each message
+planned once for all the sockets that missed it. They share reads, never a budget: each socket
+is refused only for its own reasons — its cursor, the log no longer covering it, more than
+``REALTIME_RESUME_MAX_FRAMES`` frames for it, or more than ``SCAN_PER_FRAME`` times that many
+messages of its own scopes to scan. A socket refused drops out of the batch at once, its
+channels with it, and the read moves on from the oldest cursor still resuming: an old cursor
+or a busy scope costs the batch only the pages that socket needed.
+
+Replay is planned on the event loop, in slices: the loop gets a turn between messages, so a
+storm of resumes after a deploy does not hold the worker's live frames back.
 """
 
 from __future__ import annotations
@@ -39,8 +47,8 @@ logger = logging.getLogger(__name__)
 
 #: Messages read from the log per query.
 PAGE: Final = 1000
-#: Messages of its channels a resume reads, at most, per allowed frame: a log busier than
-#: this is not scanned to the end (the sockets start afresh instead).
+#: Messages of its scopes a socket's resume reads, at most, per allowed frame: a log busier
+#: than this on its scopes is not scanned to the end (that socket starts afresh instead).
 SCAN_PER_FRAME: Final = 50
 
 
@@ -64,6 +72,10 @@ class _Request:
     after: int | None = None
     frames: list[dict[str, Any]] = field(default_factory=list)
     refused: bool = False
+    #: The transport channels it hears (its scopes' and the base channel).
+    channels: frozenset[str] = frozenset()
+    #: Messages of its channels it may still have read before it is refused.
+    scan_left: int = 0
 
 
 class Resumer:
@@ -144,34 +156,53 @@ class Resumer:
                 _settle(request, Resumed(request.ask.cursor, True, request.frames, high))
 
     async def _replay(self, transport: Transport, resuming: list[_Request], last: int) -> int:
-        """Plan what the log holds after each request's position into its frames (marking
-        those that would get too many refused); return the highest position read."""
-        channels = {base_channel()}
+        """Plan what the log holds after each request's position into its frames (refusing
+        those that would get too many, or scan too much); return the highest position read."""
+        base = base_channel()
         for request in resuming:
-            channels.update(scope_channel(scope_id) for scope_id in request.socket.scopes)
-        read_from = min(request.after for request in resuming if request.after is not None)
-        high = max(read_from, last)
-        budget = conf.RESUME_MAX_FRAMES * SCAN_PER_FRAME
+            request.channels = frozenset(
+                [base, *(scope_channel(scope_id) for scope_id in request.socket.scopes)]
+            )
+            request.scan_left = conf.RESUME_MAX_FRAMES * SCAN_PER_FRAME
+        high = last
+        read: int | None = None  # how far the log is read, on the channels still needed
         active = list(resuming)
         while active:
-            entries = await run_blocking(transport.read_log, sorted(channels), read_from, PAGE)
-            for _channel, payload, position in entries:
-                await self._plan_entry(payload, position, active)
+            # From the oldest cursor still resuming: those refused no longer hold it back.
+            oldest = min(request.after or 0 for request in active)
+            start = oldest if read is None else max(read, oldest)
+            channels = sorted(frozenset().union(*(request.channels for request in active)))
+            entries = await run_blocking(transport.read_log, channels, start, PAGE)
+            for channel, payload, position in entries:
+                await self._plan_entry(channel, payload, position, active)
                 active = [request for request in active if not request.refused]
-            if entries:
-                read_from = high = max(high, entries[-1][2])
-            budget -= len(entries)
+                await asyncio.sleep(0)  # a slice: live delivery goes on between messages
+            read = entries[-1][2] if entries else start
+            high = max(high, read)
             if len(entries) < PAGE:
-                break
-            if budget <= 0:
-                for request in active:
-                    request.refused = True
                 break
         return high
 
-    async def _plan_entry(self, payload: bytes, position: int, active: list[_Request]) -> None:
-        """Add the frame one message of the log comes to for each request it is missed by."""
-        among = [r for r in active if r.after is not None and r.after < position]
+    async def _plan_entry(
+        self, channel: str, payload: bytes, position: int, active: list[_Request]
+    ) -> None:
+        """Add the frame one message of the log comes to for each request it is missed by;
+        count a scope's message against the scan of each request reading that scope (the
+        base channel is every account's: another account's events are not a socket's own
+        reason to start afresh, its own count as frames)."""
+        scoped = channel != base_channel()
+        among = []
+        for request in active:
+            if request.after is None or request.after >= position:
+                continue
+            if channel not in request.channels:
+                continue
+            if scoped:
+                request.scan_left -= 1
+                if request.scan_left < 0:
+                    _refuse(request)
+                    continue
+            among.append(request)
         message = read_message(payload) if among else None
         if message is None:
             return
@@ -184,8 +215,12 @@ class Resumer:
             if socket in plan.targets:
                 request.frames.append(with_cursor(plan.frame, socket.user_id, position))
                 if len(request.frames) > most:
-                    request.refused = True
-                    request.frames = []
+                    _refuse(request)
+
+
+def _refuse(request: _Request) -> None:
+    request.refused = True
+    request.frames = []
 
 
 def _position(request: _Request) -> int | None:

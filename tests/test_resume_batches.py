@@ -1,0 +1,108 @@
+"""Sockets resuming together: each is answered for its own reasons only.
+
+A worker answers the resumes that arrive together in one batch (one read of the log for all
+of them). A socket of a flooded scope, or with an old cursor, starts afresh on its own; the
+sockets resuming beside it still get exactly what they missed. The servers here take a
+second to check the audience of an event marked ``slow``: a socket whose resume plans one
+holds its batch open while the others come back, so they are answered together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from realtime.broadcast import broadcast_to_scope
+from tests.helpers import off_loop
+from tests.live import Clients, LiveServers
+from tests.test_resume_e2e import heard, make_member, make_workspace, resuming, went_away
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
+
+SETTINGS: dict[str, Any] = {
+    "REALTIME_AUTH": "tests.slow_auth.SlowAudience",
+    "REALTIME_RESUME_MAX_FRAMES": 5,
+}
+
+
+def said(scope_id: Any, count: int, event_type: str = "test.said", **data: Any) -> None:
+    """``count`` events to a scope, in one transaction."""
+    with transaction.atomic():
+        for n in range(count):
+            broadcast_to_scope(scope_id, event_type, {"n": n, **data})
+
+
+async def test_a_flooded_scope_refuses_its_own_socket_not_the_one_resuming_beside_it(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, beta, gamma = [await off_loop(make_workspace, slug) for slug in ("acme", "beta", "gamma")]
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", beta)
+    cid, cid_token = await off_loop(make_member, "cid", gamma)
+    server = live_servers.get("batches", **SETTINGS)
+    cursors = [
+        await went_away(ws, server, token, user, scope=scope)
+        for token, user, scope in (
+            (ann_token, ann, "acme"),
+            (bob_token, bob, "beta"),
+            (cid_token, cid, "gamma"),
+        )
+    ]
+    await off_loop(said, gamma.pk, 1, slow=True)
+    await off_loop(said, acme.pk, 1200)  # more than a page of the log
+    await off_loop(said, beta.pk, 2)
+
+    # cid's resume plans the slow event; ann and bob come back while it does.
+    holding = asyncio.ensure_future(resuming(ws, server, cid_token, cursors[2], scope="gamma"))
+    await asyncio.sleep(0.3)
+    (ann_back, ann_answer), (bob_back, bob_answer) = await asyncio.gather(
+        resuming(ws, server, ann_token, cursors[0], scope="acme"),
+        resuming(ws, server, bob_token, cursors[1], scope="beta"),
+    )
+    cid_back, cid_answer = await holding
+
+    assert ann_answer["data"]["resumed"] is False
+    assert await heard(ann_back, ann) == []
+    assert bob_answer["data"]["resumed"] is True
+    assert [(f["type"], f["data"]["n"]) for f in await heard(bob_back, bob)] == [
+        ("test.said", 0),
+        ("test.said", 1),
+    ]
+    assert cid_answer["data"]["resumed"] is True
+    assert [f["data"] for f in await heard(cid_back, cid)] == [{"n": 0, "slow": True}]
+
+
+async def test_an_old_cursor_refuses_its_own_socket_not_a_recent_one_beside_it(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, gamma = [await off_loop(make_workspace, slug) for slug in ("acme", "gamma")]
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    cid, cid_token = await off_loop(make_member, "cid", gamma)
+    server = live_servers.get("batches", **SETTINGS)
+    old = await went_away(ws, server, ann_token, ann, scope="acme")
+    await off_loop(said, acme.pk, 1200)  # ann missed all of these
+    recent = await went_away(ws, server, bob_token, bob, scope="acme")
+    cid_cursor = await went_away(ws, server, cid_token, cid, scope="gamma")
+    await off_loop(said, gamma.pk, 1, slow=True)
+    await off_loop(said, acme.pk, 3, event_type="test.after")
+
+    holding = asyncio.ensure_future(resuming(ws, server, cid_token, cid_cursor, scope="gamma"))
+    await asyncio.sleep(0.3)
+    (ann_back, ann_answer), (bob_back, bob_answer) = await asyncio.gather(
+        resuming(ws, server, ann_token, old, scope="acme"),
+        resuming(ws, server, bob_token, recent, scope="acme"),
+    )
+    await holding
+
+    assert ann_answer["data"]["resumed"] is False
+    assert await heard(ann_back, ann) == []
+    assert bob_answer["data"]["resumed"] is True
+    assert [(f["type"], f["data"]["n"]) for f in await heard(bob_back, bob)] == [
+        ("test.after", 0),
+        ("test.after", 1),
+        ("test.after", 2),
+    ]
