@@ -1,10 +1,12 @@
-"""Sockets resuming together: each is answered for its own reasons only.
+"""Resumes under way: sockets resuming together, and a recheck asked meanwhile.
 
 A worker answers the resumes that arrive together in one batch (one read of the log for all
 of them). A socket of a flooded scope, or with an old cursor, starts afresh on its own; the
-sockets resuming beside it still get exactly what they missed. The servers here take a
-second to check the audience of an event marked ``slow``: a socket whose resume plans one
-holds its batch open while the others come back, so they are answered together.
+sockets resuming beside it still get exactly what they missed. A recheck asked while a
+socket resumes holds its frames, replayed and live, until it answers. The servers here take
+over a second to check the audience of an event marked ``slow``: a socket whose resume plans
+one is still resuming while the test acts (others come back into the same batch, a
+membership is deleted).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from realtime.broadcast import broadcast_to_scope
 from tests.helpers import off_loop
 from tests.live import Clients, LiveServers
 from tests.test_resume_e2e import heard, make_member, make_workspace, resuming, went_away
+from tests.testapp.models import Company, Membership
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
@@ -106,3 +109,22 @@ async def test_an_old_cursor_refuses_its_own_socket_not_a_recent_one_beside_it(
         ("test.after", 1),
         ("test.after", 2),
     ]
+
+
+async def test_a_recheck_asked_during_a_resume_holds_its_frames_until_it_answers(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get("batches", **SETTINGS)
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    await off_loop(said, acme.pk, 1, slow=True)
+
+    coming_back = asyncio.ensure_future(resuming(ws, server, token, cursor, scope="acme"))
+    await asyncio.sleep(0.3)  # its resume is planning the slow event: ann reads acme still
+    await off_loop(Membership.objects.filter(user=ann, workspace=acme).delete)
+    await off_loop(Company.objects.create, workspace=acme, name="Not for ann any more")
+    back, answer = await coming_back
+
+    assert answer["data"]["resumed"] is True
+    assert await heard(back, ann) == []

@@ -58,6 +58,7 @@ class Socket:
         "link",
         "next_recheck",
         "on_failure",
+        "recheck_asked",
         "rechecking",
         "resumable",
         "scope_version",
@@ -125,6 +126,9 @@ class Socket:
         #: Its frames are held (in ``held``) until a requested recheck answers: refused, they
         #: are dropped; kept, those of scopes it still reads go out.
         self.rechecking = False
+        #: A recheck was asked while its frames were held already (its handshake or resume,
+        #: or a recheck under way): when they would go out, they stay held for that recheck.
+        self.recheck_asked = False
 
     def has_heard(self, position: int | None) -> bool:
         """Whether the frame of the message at ``position`` went out to it already."""

@@ -183,11 +183,10 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
         await self.base_send(_text(success))
         self.state = State.OPEN
-        for message in start.frames:
-            if not await socket.send_frame(message, conf.SEND_TIMEOUT):
-                manager.drop_soon(socket)
-                break
-        else:
+        # The missed frames go out first, with the held ones (and wait with them for a
+        # recheck asked meanwhile).
+        if socket.held is not None:  # None: closed meanwhile
+            socket.held.extendleft((None, message) for message in reversed(start.frames))
             await manager.go_live(socket)
         return True
 

@@ -200,6 +200,12 @@ class SocketManager:
         """Send ``socket`` the frames held for it (but those it has heard, see
         ``Socket.floor``, and, after a recheck, those of scopes it lost), in order, then hand
         it its frames as they come."""
+        if socket.recheck_asked:
+            # A recheck asked while they were held answers first: a frame of a scope the
+            # socket has just lost never goes out.
+            socket.recheck_asked, socket.rechecking = False, True
+            self._wake_up()
+            return
         held = socket.held
         timeout = conf.SEND_TIMEOUT
         rechecked, socket.rechecking = socket.rechecking, False
@@ -384,6 +390,12 @@ class SocketManager:
                 if socket.held is None:
                     socket.held = deque()
                     socket.rechecking = True
+                else:  # held for its handshake, or for a recheck that may have asked already
+                    socket.recheck_asked = True
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        """Run a housekeeping round now (a recheck is due)."""
         if self._wake is not None:
             self._wake.set()
 
