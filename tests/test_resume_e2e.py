@@ -23,7 +23,16 @@ from realtime.broadcast import broadcast_to_user
 from realtime.sockets.cursors import cursor_for, position_of
 from tests.helpers import off_loop
 from tests.live import Client, Clients, LiveServers, Server
-from tests.testapp.models import Company, Contact, Membership, PrivateNote, Workspace
+from tests.testapp.models import (
+    Chat,
+    ChatLine,
+    Company,
+    Contact,
+    Membership,
+    PrivateNote,
+    Seat,
+    Workspace,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
@@ -239,6 +248,32 @@ async def test_a_scope_lost_while_away_is_not_replayed_and_the_others_are(
     assert answer["data"]["scopes"] == ["acme"]
     assert answer["data"]["resumed"] is True
     assert kinds(await heard(back, ann)) == [("company.created", kept)]
+
+
+async def test_an_account_removed_from_a_thread_while_away_is_not_replayed_its_messages(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, _ = await off_loop(make_member, "bob", acme)
+    chat = await off_loop(Chat.objects.create, title="plans")
+    for user in (ann, bob):
+        await off_loop(Seat.objects.create, chat=chat, user=user)
+    server = live_servers.get()
+    channels = ["chat_line"]
+    cursor = await went_away(ws, server, token, ann, scope="acme", channels=channels)
+
+    def while_away() -> int:
+        line = ChatLine.objects.create(chat=chat, text="said while ann was there")
+        Seat.objects.filter(chat=chat, user=ann).delete()
+        ChatLine.objects.create(chat=chat, text="said after")
+        return line.pk
+
+    line = await off_loop(while_away)
+    back, answer = await resuming(ws, server, token, cursor, scope="acme", channels=channels)
+
+    assert answer["data"]["resumed"] is True
+    assert kinds(await heard(back, ann)) == [("chat_line.deleted", line)]
 
 
 async def test_a_guarded_row_is_replayed_only_to_those_who_may_read_it_now(

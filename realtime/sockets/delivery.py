@@ -19,7 +19,9 @@ resume gets the frame with its cursor (one per account and event); one still fin
 handshake has its frames held, with their positions, until it goes live.
 
 ``plan`` also serves resuming sockets (``resume``): planned ``among`` a few sockets only, a
-message from the log comes to the frames those would have heard, under today's permissions.
+message from the log comes to the frames those would have heard, under today's permissions:
+today's scopes and audience for a scope event; for an account event about a row, only the
+accounts it reached that may still read the row (``realtime.readers``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from realtime.blocking import run_blocking
 from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import id_order, normal_id
+from realtime.readers import readers_now, row_of
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for
@@ -213,7 +216,7 @@ class Dispatcher:
         if target == messages.SCOPE:
             return await self._plan_scope(message, among)
         if target == messages.USERS:
-            return self._plan_users(message, among)
+            return await self._plan_users(message, among)
         if target == messages.RECHECK and among is None:
             ids = list(message.get("user_ids") or ())
             return Plan(set(), action=lambda: self.host.request_recheck(ids))
@@ -256,12 +259,19 @@ class Dispatcher:
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         return Plan(targets, frame, event_type, data, channels)
 
-    def _plan_users(self, message: dict[str, Any], among: Iterable[Socket] | None) -> Plan:
+    async def _plan_users(self, message: dict[str, Any], among: Iterable[Socket] | None) -> Plan:
         user_ids = message.get("user_ids") or ()
+        event_type, data = message.get("event_type"), message.get("data")
         targets: set[Socket] = set()
         if among is not None:
             wanted = set(user_ids)
             targets = {s for s in among if s.user_id in wanted}
+            about = row_of(event_type, data)
+            if targets and about is not None:
+                # Replayed: only to the accounts that may still read the row now.
+                asked = sorted({s.user_id for s in targets}, key=id_order)
+                still = set(await run_blocking(readers_now, about, event_type, data, asked))
+                targets = {s for s in targets if s.user_id in still}
         else:
             by_user = self.index.by_user
             for user_id in user_ids:
@@ -269,7 +279,6 @@ class Dispatcher:
         skip = message.get("skip_scope")
         if skip is not None:
             targets = {s for s in targets if skip not in s.scopes}
-        event_type, data = message.get("event_type"), message.get("data")
         frame = protocol.event_frame(event_type, data, message.get("meta"))
         return Plan(targets, frame, event_type, data, message.get("channels"))
 

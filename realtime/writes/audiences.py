@@ -15,11 +15,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from realtime.audience import readers
 from realtime.auth import get_auth, member_ids
-from realtime.encoding import sorted_ids
-from realtime.paths import path_target, to_lookup
-from realtime.registry import ModelOptions
+from realtime.readers import shared_readers_of
 from realtime.writes.events import Event
 
 logger = logging.getLogger(__name__)
@@ -69,47 +66,6 @@ def shared_readers_or_none(event: Event, failing: str) -> list[Any] | None:
         event.event_type,
         failing,
     )
-
-
-def shared_readers_of(
-    options: ModelOptions, pk: Any, scope_id: Any, root_pk: Any, what: str, failing: str
-) -> list[Any] | None:
-    """Readers of a row's shared root outside ``scope_id`` (guard-checked); ``None`` when
-    asking fails, logged once with its traceback and ``failing`` (what the failure costs).
-
-    ``root_pk`` names the root when the instance held it; else it is read from the row.
-    """
-    if options.shared_via is None:
-        return []
-    try:
-        root = load_root(options, pk, root_pk)
-        if root is None:
-            return []
-        found = set(get_auth().shared_readers(root, scope_id))
-        found -= set(member_ids(scope_id))
-        if found and options.guard is not None:
-            found = set(readers(options, pk, found))
-        return sorted_ids(found)
-    except Exception:
-        logger.exception("realtime: shared_readers() failed for %s; %s", what, failing)
-        return None
-
-
-def load_root(options: ModelOptions, pk: Any, root_pk: Any = None) -> Any:
-    """The record ``shared_via`` points at, read from the database."""
-    path = options.shared_via or ""
-    target = path_target(options.model, path)
-    if target is None:
-        return None
-    if root_pk is None:
-        root_pk = (
-            options.model._base_manager.filter(pk=pk)
-            .values_list(to_lookup(path), flat=True)
-            .first()
-        )
-    if root_pk is None:
-        return None
-    return target._base_manager.filter(pk=root_pk).first()
 
 
 def outside_recipients(event: Event) -> list[Any]:

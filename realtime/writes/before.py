@@ -21,9 +21,9 @@ from realtime.audience import readers
 from realtime.auth import member_ids
 from realtime.encoding import normal_id, record_channel, sorted_ids
 from realtime.paths import split_path, values_on_path
+from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import snapshots
-from realtime.writes.audiences import shared_readers_of
 from realtime.writes.events import Before
 
 

@@ -1,0 +1,112 @@
+"""Who hears a row's account events, asked of the row as it is now.
+
+An account event of a model — to the accounts its ``user_field`` path reaches, to the shared
+readers of its root, to its scope's outside recipients, or an enter frame of a view — goes to
+the accounts the write side decides after commit. A socket that resumes is replayed such an
+event only if its account would still be among them if the event were published now
+(``readers_now``): an account removed from a thread while away is not replayed the thread's
+messages. Which row an event is about is read from the event itself (``row_of``): every
+model event's data names its model and id. Deletes go to those who had the row, as
+published. Both sides ask the same hooks here, so the rule is written once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from realtime.audience import readers
+from realtime.auth import get_auth, member_ids
+from realtime.encoding import normal_id, sorted_ids
+from realtime.paths import path_target, to_lookup, values_on_path
+from realtime.registry import ModelOptions, options_named
+
+logger = logging.getLogger(__name__)
+
+
+def row_of(event_type: Any, data: Any) -> tuple[ModelOptions, Any] | None:
+    """The decorated model and the key of the row an account event tells of a change to
+    (``<model>.created`` or ``<model>.updated`` with the row's ``model`` and ``id`` in its
+    data, as every model event's data has them); ``None`` for any other event — a delete,
+    which goes to those who had the row, or an application's own event."""
+    if not isinstance(data, dict) or not isinstance(event_type, str):
+        return None
+    name = data.get("model")
+    if event_type not in (f"{name}.created", f"{name}.updated") or "id" not in data:
+        return None
+    options = options_named(str(name))
+    return None if options is None else (options, data["id"])
+
+
+def readers_now(
+    row: tuple[ModelOptions, Any], event_type: Any, data: Any, user_ids: Iterable[Any]
+) -> list[Any]:
+    """Of ``user_ids``, those an account event about ``row`` (see ``row_of``) would reach if
+    it were published now: none when the row is gone or a hook fails (logged)."""
+    candidates = {normal_id(user_id) for user_id in user_ids}
+    options, pk = row
+    if not candidates:
+        return []
+    try:
+        pk = tuple(pk) if isinstance(pk, list) else pk  # a composite key, as JSON holds it
+        instance = options.model._base_manager.filter(pk=pk).first()
+        if instance is None:
+            return []
+        auth = get_auth()
+        if options.user_field is not None:
+            reached = values_on_path(instance, options.user_field)
+            now = set(auth.recipients(event_type, data, reached))
+        else:
+            scope_id = getattr(instance, options.scope_attname or "", None)
+            shared = shared_readers_of(
+                options, instance.pk, scope_id, None, event_type, "it is not replayed to them"
+            )
+            now = set(shared or ())
+            if scope_id is not None:
+                now.update(auth.outside_recipients(scope_id, event_type, data))
+    except Exception:
+        logger.exception("realtime: deciding who may still read %s failed", event_type)
+        return []
+    return sorted_ids(candidates & {normal_id(user_id) for user_id in now})
+
+
+def shared_readers_of(
+    options: ModelOptions, pk: Any, scope_id: Any, root_pk: Any, what: str, failing: str
+) -> list[Any] | None:
+    """Readers of a row's shared root outside ``scope_id`` (guard-checked); ``None`` when
+    asking fails, logged once with its traceback and ``failing`` (what the failure costs).
+
+    ``root_pk`` names the root when the instance held it; else it is read from the row.
+    """
+    if options.shared_via is None:
+        return []
+    try:
+        root = load_root(options, pk, root_pk)
+        if root is None:
+            return []
+        found = set(get_auth().shared_readers(root, scope_id))
+        found -= set(member_ids(scope_id))
+        if found and options.guard is not None:
+            found = set(readers(options, pk, found))
+        return sorted_ids(found)
+    except Exception:
+        logger.exception("realtime: shared_readers() failed for %s; %s", what, failing)
+        return None
+
+
+def load_root(options: ModelOptions, pk: Any, root_pk: Any = None) -> Any:
+    """The record ``shared_via`` points at, read from the database."""
+    path = options.shared_via or ""
+    target = path_target(options.model, path)
+    if target is None:
+        return None
+    if root_pk is None:
+        root_pk = (
+            options.model._base_manager.filter(pk=pk)
+            .values_list(to_lookup(path), flat=True)
+            .first()
+        )
+    if root_pk is None:
+        return None
+    return target._base_manager.filter(pk=root_pk).first()
