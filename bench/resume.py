@@ -6,6 +6,7 @@ Run from the project root::
     .venv/bin/python bench/resume.py storm --database sqlite --transport table
     .venv/bin/python bench/resume.py storm --sockets 200 --missed 20 --repeat 1   # short
     .venv/bin/python bench/resume.py outage                                       # PostgreSQL
+    .venv/bin/python bench/resume.py during --database sqlite --transport table
 
 ``storm``: one daphne worker serves the test application (``tests.asgi:application``); N
 sockets, each its own account, a member of one workspace, opt in to resume with the
@@ -32,6 +33,13 @@ connection and refuses new ones for ``--cut`` seconds, then lets them through ag
 carries its number: the figures are events delivered, lost and duplicated per socket, the
 time from the relay's reopening until every socket had every event published before it, and
 commit → frame p50/p99 over the run, beside the same run without a cut.
+
+``during``: live delivery while a storm resumes. L sockets of one workspace hear a stream of
+W events per second for D seconds, commit → frame measured for each. In the storm run, N
+other sockets (another workspace) were cut after connecting and missed M events each; a third
+of the way into the stream they all come back at once with their cursors (every one
+``resumed: true`` with its M frames). The figure is the live sockets' commit → frame p50/p99
+with the storm beside the same stream without it, on a fresh worker each.
 """
 
 from __future__ import annotations
@@ -418,6 +426,124 @@ async def outage(args: argparse.Namespace) -> None:
     print(f"load average after: {harness.load_average()}")
 
 
+# --- Live delivery during a storm ----------------------------------------------------------
+
+
+@dataclass
+class During:
+    p50: float
+    p99: float
+    resumed: int
+    resume: float
+
+
+async def one_during(
+    database: Database,
+    settings: dict[str, Any],
+    live_members: Members,
+    storm_members: Members,
+    args: argparse.Namespace,
+    with_storm: bool,
+) -> During:
+    daphne = AsgiServer.start("tests.asgi:application", database.env(settings), "resume-during")
+    live = Crowd(daphne, live_members)
+    storm = Crowd(daphne, storm_members)
+    resume = 0.0
+    try:
+        if with_storm:
+            await storm.connect(then_hear=0)
+            await storm.cut()
+            await daphne.settle()
+            await asyncio.to_thread(publish, storm_members.workspace_id, 0, args.missed)
+            await daphne.settle()
+        await live.connect(then_hear=10**9)
+        publisher = Publisher(live_members.workspace_id, args.rate, args.seconds)
+        publisher.start()
+        if with_storm:
+            await asyncio.sleep(args.seconds / 3)
+            start = time.monotonic()
+            await storm.connect(then_hear=args.missed)
+            await storm.heard_all()
+            resume = time.monotonic() - start
+        await asyncio.to_thread(publisher.join)
+        await live.until_each_heard(len(publisher.sent), harness.WAIT)
+        await live.cut()
+        if with_storm:
+            for socket in storm.sockets:
+                if socket.heard != list(range(args.missed)):
+                    raise RuntimeError(f"a resumed socket heard {socket.heard[:5]}...")
+            await storm.cut()
+    finally:
+        daphne.stop()
+    sent = publisher.sent
+    lags = [
+        at - sent[seq]
+        for socket in live.sockets
+        for seq, at in zip(socket.heard, socket.arrivals, strict=True)
+    ]
+    if any(len(socket.heard) != len(sent) for socket in live.sockets):
+        raise RuntimeError("a live socket missed events")
+    return During(
+        p50=harness.percentile(lags, 0.5),
+        p99=harness.percentile(lags, 0.99),
+        resumed=sum(1 for socket in storm.sockets if socket.resumed),
+        resume=resume,
+    )
+
+
+async def during(args: argparse.Namespace) -> None:
+    database = Database.pick(args.database, "resume")
+    settings = {
+        "REALTIME_TRANSPORT": args.transport,
+        "REALTIME_RECHECK_INTERVAL": 3600,
+        "REALTIME_RESUME_MAX_FRAMES": max(1000, args.missed),
+        **harness.parse_settings(args.set),
+    }
+    harness.migrate(database, settings)
+    harness.setup_django(database, settings)
+    harness.raise_open_files((args.sockets + args.live) * 2 + 256)
+    harness.header(
+        f"live delivery during a resume storm: {args.live} live sockets, {args.rate:g} events/s "
+        f"for {args.seconds:g} s; storm {args.sockets:,} sockets x {args.missed} missed, "
+        f"{args.transport}",
+        await asyncio.to_thread(harness.server_version),
+    )
+    live_members = await asyncio.to_thread(harness.make_members, f"{PREFIX}-live", args.live)
+    storm_members = await asyncio.to_thread(harness.make_members, PREFIX, args.sockets)
+    quiet: list[During] = []
+    stormy: list[During] = []
+    try:
+        for index in range(args.repeat):
+            for with_storm in (False, True):
+                run = await one_during(
+                    database, settings, live_members, storm_members, args, with_storm
+                )
+                (stormy if with_storm else quiet).append(run)
+                label = "with the storm " if with_storm else "without a storm"
+                print(
+                    f"  repeat {index + 1} {label} commit -> frame p50 {harness.millis(run.p50)},"
+                    f" p99 {harness.millis(run.p99)}"
+                    + (
+                        f"; {run.resumed:,} resumed, all frames in {run.resume:.2f} s"
+                        if with_storm
+                        else ""
+                    ),
+                    flush=True,
+                )
+    finally:
+        if args.database == "postgresql":
+            for prefix in (PREFIX, f"{PREFIX}-live"):
+                await asyncio.to_thread(harness.drop_members, prefix)
+    print("summary (median [min - max]):")
+    for label, runs in (("without a storm", quiet), ("with the storm ", stormy)):
+        p50 = Spread.of([r.p50 for r in runs]).show(harness.millis)
+        p99 = Spread.of([r.p99 for r in runs]).show(harness.millis)
+        print(f"  {label} p50 {p50}, p99 {p99}")
+    ratio = harness.ratios([r.p99 for r in stormy], [r.p99 for r in quiet])
+    print(f"  p99 ratio storm / none {Spread.of(ratio).show(harness.times)}")
+    print(f"load average after: {harness.load_average()}")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     kinds = parser.add_subparsers(dest="kind", required=True)
@@ -435,14 +561,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     two.add_argument("--cut", type=float, default=5.0)
     two.add_argument("--repeat", type=int, default=1)
     harness.add_set_option(two)
+    three = kinds.add_parser("during", help="live delivery while N sockets resume at once")
+    three.add_argument("--database", choices=["sqlite", "postgresql"], default="postgresql")
+    three.add_argument("--transport", choices=["table", "pg_notify"], default="pg_notify")
+    three.add_argument("--sockets", type=int, default=1000)
+    three.add_argument("--missed", type=int, default=100)
+    three.add_argument("--live", type=int, default=20)
+    three.add_argument("--rate", type=float, default=50.0)
+    three.add_argument("--seconds", type=float, default=12.0)
+    three.add_argument("--repeat", type=int, default=3)
+    harness.add_set_option(three)
     return parser.parse_args(argv)
 
 
 def main() -> None:
     args = parse_args()
-    if args.kind == "storm" and args.transport == "pg_notify" and args.database != "postgresql":
+    if args.kind != "outage" and args.transport == "pg_notify" and args.database != "postgresql":
         raise SystemExit("pg_notify needs --database postgresql")
-    asyncio.run(storm(args) if args.kind == "storm" else outage(args))
+    runs = {"storm": storm, "outage": outage, "during": during}
+    asyncio.run(runs[args.kind](args))
 
 
 if __name__ == "__main__":
