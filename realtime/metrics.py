@@ -62,6 +62,11 @@ class Metrics:
         self.dropped = counter(
             "realtime_frames_dropped", "Frames or messages not delivered, by reason", ["reason"]
         )
+        self.overflows = counter(
+            "realtime_queue_overflows",
+            "Items a bounded queue of realtime turned away, by queue",
+            ["queue"],
+        )
         self.queue = gauge(
             "realtime_delivery_queue_depth", "Messages waiting for delivery", **per_worker
         )
@@ -166,6 +171,14 @@ def delivered(mid: Any, sockets: int) -> None:
 def dropped(reason: str, count: int = 1) -> None:
     if (m := get()) is not None:
         m.dropped.labels(reason).inc(count)
+
+
+def overflowed(queue: str, count: int = 1) -> None:
+    """A bounded queue turned ``count`` items away: ``pending_notifications`` (pg_notify,
+    caught up from its log), ``event_delivered_signals`` (not sent), ``trim_requests`` (not
+    made: later trims delete the same rows)."""
+    if (m := get()) is not None:
+        m.overflows.labels(queue).inc(count)
 
 
 def queue_depth(depth: int) -> None:

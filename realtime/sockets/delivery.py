@@ -5,6 +5,14 @@ Messages wait in one bounded queue (``REALTIME_NOTIFY_QUEUE_SIZE``). Transports 
 log or reports a loss); a message that comes anyway to a full queue is dropped, counted (one
 line per interval) and reported to the manager as missed, whose sockets then read again.
 
+The planner and the sender are watched: one that dies (cancelled, or raising what nothing
+catches) is restarted by the manager's housekeeping, and what it held — queued, being planned,
+being sent — is gone with it. The dispatcher knows the channel of every message not yet
+settled, so it reports those channels as missed (one ERROR): their sockets are closed 1012
+and read again rather than miss frames silently. The ``event_delivered`` signal is sent
+beside delivery, in tasks of their own: at most ``REALTIME_NOTIFY_QUEUE_SIZE`` at once; an
+event delivered while that many are still running is not signalled, and is counted.
+
 Each message is *planned* — parsed, its targets looked up in the manager's indexes, narrowed
 by ``exclude``/``only``/``skip_scope`` and, where an audience is to be asked, by
 ``auth.audience`` off the event loop — by up to ``REALTIME_CONSUMER_POOL_SIZE`` planners at
@@ -30,6 +38,7 @@ import asyncio
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,12 +54,16 @@ from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
+from realtime.transports.outage import describe
 from realtime.transports.tally import Tally
 
 logger = logging.getLogger(__name__)
 
 #: Sockets handed a frame before the loop gets a turn to write to the network.
 YIELD_EVERY = 100
+
+#: A message waiting to be planned: its channel, its payload, its position in the log.
+Queued = tuple[str, bytes, "int | None"]
 
 
 @dataclass
@@ -89,14 +102,23 @@ class Dispatcher:
         self.index = index
         self.host = host
         self.sender = sender
-        self._queue: asyncio.Queue[tuple[bytes, int | None]] | None = None
+        self._queue: asyncio.Queue[Queued] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: The ``event_delivered`` signals being sent (at most ``REALTIME_NOTIFY_QUEUE_SIZE``).
         self._spawned: set[asyncio.Task[Any]] = set()
         #: Messages dropped on a full queue (by a transport that ignored ``room``).
         self.overflows = Tally(
             "realtime: the delivery queue was full: %d message(s) dropped since the last "
             "report (%d in all); their sockets are made to read again"
         )
+        #: ``event_delivered`` signals not sent: as many were still being sent.
+        self.unsignalled = Tally(
+            "realtime: %d event_delivered signal(s) not sent since the last report (%d in "
+            "all): as many as REALTIME_NOTIFY_QUEUE_SIZE were still being sent (slow receivers)"
+        )
+        #: The channel of each message queued, being planned or being sent, with its count:
+        #: what a delivery task that dies takes with it.
+        self._owed: Counter[str] = Counter()
         #: Messages queued, being planned or being sent; ``_quiet`` is set when none is, and
         #: ``_idle`` too (for threads: a recheck batch waits on it between its steps).
         self._pending = 0
@@ -115,12 +137,13 @@ class Dispatcher:
         if self._queue is None:
             return
         try:
-            self._queue.put_nowait((payload, position))
+            self._queue.put_nowait((channel, payload, position))
         except asyncio.QueueFull:
             metrics.dropped("queue_full")
             self.overflows.add()
             self.host.on_missed(frozenset([channel]))
             return
+        self._owed[channel] += 1
         self._pending += 1
         if self._pending == 1:
             self._idle.clear()
@@ -139,7 +162,11 @@ class Dispatcher:
         being planned or being sent; whether none is."""
         return self._idle.wait(timeout)
 
-    def _settled(self, count: int = 1) -> None:
+    def _settled(self, count: int = 1, channel: str | None = None) -> None:
+        if channel is not None:
+            self._owed[channel] -= 1
+            if self._owed[channel] <= 0:
+                del self._owed[channel]
         self._pending = max(0, self._pending - count)
         if not self._pending:
             self._idle.set()
@@ -151,23 +178,33 @@ class Dispatcher:
         return 0 if self._queue is None else self._queue.qsize()
 
     def ensure_running(self) -> None:
-        """Start the planner and sender tasks, or restart one that died."""
+        """Start the planner and sender tasks, or restart one that died.
+
+        What the dead pipeline held is lost: its channels are reported missed to the host,
+        which closes their sockets 1012, so that none of them stays silently stale.
+        """
         dead = [task for task in self._tasks if task.done()]
         if self._tasks and not dead:
             return
-        for task in dead:
-            if not task.cancelled() and task.exception() is not None:
-                logger.error(
-                    "realtime: a delivery task died; restarting", exc_info=task.exception()
-                )
         for task in self._tasks:
             task.cancel()
+        lost, self._owed = self._owed, Counter()
+        if dead:
+            errors = [task.exception() for task in dead if not task.cancelled()]
+            logger.error(
+                "realtime: a delivery task stopped (%s); restarted: %d message(s) it held are "
+                "lost, the sockets of their channels (%d) are closed 1012",
+                describe(errors[0]) if errors and errors[0] else "cancelled",
+                lost.total(),
+                len(lost),
+                exc_info=errors[0] if errors else None,
+            )
+            if lost:
+                metrics.dropped("delivery_task_stopped", lost.total())
         self._settled(self._pending)  # what the old queue held is gone with it
-        queue: asyncio.Queue[tuple[bytes, int | None]] = asyncio.Queue(
-            maxsize=conf.NOTIFY_QUEUE_SIZE
-        )
+        queue: asyncio.Queue[Queued] = asyncio.Queue(maxsize=conf.NOTIFY_QUEUE_SIZE)
         # Bounds how many messages are planned ahead of the one being sent.
-        plans: asyncio.Queue[asyncio.Future[Plan | None]] = asyncio.Queue(
+        plans: asyncio.Queue[tuple[str, asyncio.Future[Plan | None]]] = asyncio.Queue(
             maxsize=max(1, conf.CONSUMER_POOL_SIZE)
         )
         loop = asyncio.get_running_loop()
@@ -176,27 +213,32 @@ class Dispatcher:
             loop.create_task(self._send_in_order(plans)),
         ]
         self._queue = queue
+        if dead and lost:
+            self.host.on_missed(frozenset(lost))
 
     async def _plan_in_order(
         self,
-        queue: asyncio.Queue[tuple[bytes, int | None]],
-        plans: asyncio.Queue[asyncio.Future[Plan | None]],
+        queue: asyncio.Queue[Queued],
+        plans: asyncio.Queue[tuple[str, asyncio.Future[Plan | None]]],
     ) -> None:
         while True:
-            payload, position = await queue.get()
-            await plans.put(asyncio.ensure_future(self._plan(payload, position)))
+            channel, payload, position = await queue.get()
+            await plans.put((channel, asyncio.ensure_future(self._plan(payload, position))))
 
-    async def _send_in_order(self, plans: asyncio.Queue[asyncio.Future[Plan | None]]) -> None:
+    async def _send_in_order(
+        self, plans: asyncio.Queue[tuple[str, asyncio.Future[Plan | None]]]
+    ) -> None:
         while True:
-            future = await plans.get()
+            channel, future = await plans.get()
             try:
                 plan = await future
                 if plan is not None:
                     await self.carry_out(plan)
             except Exception:
                 logger.exception("realtime: delivering a message failed")
-            finally:
-                self._settled()
+            # Not in a ``finally``: a sender cancelled mid-message leaves it owed, and the
+            # restart reports its channel missed.
+            self._settled(channel=channel)
 
     async def _plan(self, payload: bytes, position: int | None) -> Plan | None:
         message = read_message(payload)
@@ -329,6 +371,11 @@ class Dispatcher:
             if heard:
                 watchers.setdefault(socket.user_id, set()).update(heard)
         if not watchers:
+            return
+        if len(self._spawned) >= conf.NOTIFY_QUEUE_SIZE:
+            # Receivers slower than delivery: tasks would pile up without end.
+            metrics.overflowed("event_delivered_signals")
+            self.unsignalled.add()
             return
         task = asyncio.get_running_loop().create_task(
             signals.send_robustly(

@@ -16,19 +16,34 @@ delivery queue is full) and when a lost LISTEN connection comes back. Behind, it
 notification, only the highest position heard, and catches up from the log: it reads, after
 the last position handed over, as many rows as there is room for, hands them over, and goes
 on until a read comes back short after every position heard — then it follows the
-notifications again. Nothing is dropped, and the queue is never overrun.
+notifications again. Nothing is dropped, and the queue is never overrun. The notifications
+waiting for a row, and behind it, are bounded too (``max_pending``): past it, the sequencer
+falls behind and reads them from the log (counted as
+``realtime_queue_overflows_total{queue="pending_notifications"}``).
+
+Reading the log is watched. A read that fails is retried; the first failure is one WARNING
+(``outage``). Past ``stall_bound`` seconds of failures, one ERROR, and the channels whose
+messages the sequencer holds or is behind on — every channel followed, after a lost LISTEN
+connection — are reported missed, so that the sockets concerned are closed 1012 and read
+again rather than wait for a read that may never work; again after each further
+``stall_bound`` while the reads still fail (sockets that came back meanwhile hear nothing
+either). A catch-up or a row read that stops (cancelled, or a bug) is logged as an ERROR and
+started again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from realtime.transports.outage import Outage
+from realtime import metrics
+from realtime.transports.outage import Outage, describe
 from realtime.transports.table_store import (
     PG_PUBLISH_START,
     PUBLISH_LOCK_KEY,
@@ -36,6 +51,7 @@ from realtime.transports.table_store import (
     Row,
     channel_hash,
 )
+from realtime.transports.tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -117,13 +133,31 @@ class Sequencer:
         read_rows: ReadRows,
         read_after: ReadAfter | None = None,
         room: Callable[[], int | None] | None = None,
+        *,
+        max_pending: int | None = None,
+        stall_bound: float | None = None,
+        missed: Callable[[frozenset[str]], None] | None = None,
+        followed: Callable[[], frozenset[str]] | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.read_rows = read_rows
         self.read_after = read_after
         self.room = room or (lambda: None)
+        #: Notifications waiting (for a row, or behind one) at most; ``None``: no bound.
+        self.max_pending = max_pending
+        #: Seconds reads may keep failing before the channels concerned are reported
+        #: ``missed``; ``None``: never reported.
+        self.stall_bound = stall_bound
+        self.missed = missed or _ignore
+        #: Every channel followed: what a catch-up after a lost connection may owe.
+        self.followed = followed or frozenset
         #: Called each time the sequencer falls behind for lack of room.
         self.on_overflow: Callable[[], None] = lambda: None
+        #: Notifications let go (to be read from the log) past ``max_pending``.
+        self.pending_overflows = Tally(
+            "realtime: pg_notify: %d notification(s) waiting behind a logged message that "
+            "could not be read let go since the last report (%d in all); caught up from the log"
+        )
         #: The highest position handed over; ``None`` until the start is known.
         self.last: int | None = None
         #: Catching up from the log; the highest position heard meanwhile.
@@ -141,6 +175,10 @@ class Sequencer:
         #: The first position heard while behind: what comes before it was missed.
         self._first_heard: int | None = None
         self._missed = 0
+        #: Channels whose messages the catch-up owes (``None``: every channel followed).
+        self._owed: set[str] | None = set()
+        #: When the channels concerned were last reported missed, in the current failure.
+        self._reported_at: float | None = None
 
     def received(self, channel: str, message: bytes | None, position: int) -> None:
         """A notification arrived (in commit order)."""
@@ -148,15 +186,23 @@ class Sequencer:
             self.heard = max(self.heard, position)
             if self._first_heard is None:
                 self._first_heard = position
+            if self._owed is not None:
+                self._owed.add(channel)
             return
         self._queue.append((channel, message, position))
+        if self.max_pending is not None and len(self._queue) > self.max_pending:
+            # Waiting behind a row that cannot be read yet: the log holds them all.
+            metrics.overflowed("pending_notifications", len(self._queue))
+            self.pending_overflows.add(len(self._queue))
+            self.fall_behind()
         self._drain()
 
-    def fall_behind(self, why: str | None = None) -> None:
+    def fall_behind(self, why: str | None = None, *, everything: bool = False) -> None:
         """Stop following notifications and catch up from the log (see the module
         docstring); without a start position or a log reader there is nothing to do.
 
-        With ``why`` (what missed messages), the count read is logged once caught up.
+        With ``why`` (what missed messages), the count read is logged once caught up;
+        ``everything``: messages of any channel followed may have been missed.
         """
         if self.last is None or self.read_after is None:
             return
@@ -164,11 +210,78 @@ class Sequencer:
             self._why = why
         if not self.behind:
             self._first_heard, self._missed = None, 0
+            self._owed = set()
+        if everything:
+            self._owed = None
+        elif self._owed is not None:
+            self._owed.update(channel for channel, _, _ in self._queue)
         self.behind = True
         self.heard = max([self.heard, *(position for _, _, position in self._queue)])
         self._queue.clear()
         if self._catching is None or self._catching.done():
-            self._catching = asyncio.get_running_loop().create_task(self._catch_up())
+            self._catching = self._watched(self._catch_up(), "catching up from the log")
+
+    def stop(self) -> None:
+        """Cancel the reads under way (the transport stops); the next fall behind starts
+        catching up again."""
+        tasks = [self._catching, self._reading]
+        self._catching = self._reading = None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+
+    def _watched(self, work: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        """A task of ``work`` whose end while it is still needed is an ERROR and a restart:
+        the sequencer must never wait for a read that nobody makes."""
+        task = asyncio.get_running_loop().create_task(work)
+        task.add_done_callback(lambda done: self._ended(done, what))
+        return task
+
+    def _ended(self, task: asyncio.Task[None], what: str) -> None:
+        catching = task is self._catching and self.behind
+        reading = task is self._reading
+        if not (catching or reading):
+            return  # its work done, or stopped
+        error = None if task.cancelled() else task.exception()
+        logger.error(
+            "realtime: pg_notify: %s stopped (%s); started again",
+            what,
+            "cancelled" if error is None else describe(error),
+            exc_info=error,
+        )
+        if catching:
+            self._catching = self._watched(self._catch_up(), what)
+        else:
+            self._reading = None
+            self._drain()
+
+    def _failed(self, exc: BaseException, concerned: Callable[[], frozenset[str]]) -> None:
+        """A read failed: log it (``outage``); past the bound, one ERROR, and the channels
+        ``concerned`` reported missed (again after each further bound)."""
+        self.reads.failed(exc, RETRY_WAIT)
+        bound, since = self.stall_bound, self.reads.since
+        now = time.monotonic()
+        if bound is None or since is None or now - since < bound:
+            return
+        self.reads.escalate(
+            f"keeps failing for over {bound:.1f} s: the sockets it owes messages are closed 1012",
+            exc,
+        )
+        if self._reported_at is None or now - self._reported_at >= bound:
+            self._reported_at = now
+            channels = concerned()
+            if channels:
+                self.missed(channels)
+
+    def _worked(self) -> None:
+        self.reads.recovered()
+        self._reported_at = None
+
+    def _owed_channels(self) -> frozenset[str]:
+        return self.followed() if self._owed is None else frozenset(self._owed)
+
+    def _queued_channels(self) -> frozenset[str]:
+        return frozenset(channel for channel, _, _ in self._queue)
 
     async def _catch_up(self) -> None:
         assert self.read_after is not None
@@ -182,10 +295,10 @@ class Sequencer:
             try:
                 entries, covered, complete = await self.read_after(after, room or 1000)
             except Exception as exc:
-                self.reads.failed(exc, RETRY_WAIT)
+                self._failed(exc, self._owed_channels)
                 await asyncio.sleep(RETRY_WAIT)
                 continue
-            self.reads.recovered()
+            self._worked()
             for channel, message, position in entries:
                 if position > (self.last or 0):
                     self.last = position
@@ -196,6 +309,7 @@ class Sequencer:
             self.last = max(self.last or 0, covered, heard if complete else 0)
             if complete and self.heard <= self.last:
                 self.behind = False
+                self._owed = set()
                 why, self._why = self._why, None
                 if why is not None:
                     logger.info(
@@ -220,7 +334,7 @@ class Sequencer:
                 self.fall_behind()
                 return
             if message is None:
-                self._reading = asyncio.get_running_loop().create_task(self._read_missing())
+                self._reading = self._watched(self._read_missing(), "reading a logged message")
                 return
             self._queue.popleft()
             self.last = position
@@ -231,21 +345,29 @@ class Sequencer:
         try:
             missing = [position for _, message, position in self._queue if message is None]
             rows = {row.id: row.payload for row in await self.read_rows(missing)}
-            self.reads.recovered()
-            if self.behind:
-                return  # fell behind meanwhile: the catch-up reads them
-            filled: deque[tuple[str, bytes | None, int]] = deque()
-            for channel, message, position in self._queue:
-                if message is None:
-                    message = rows.get(position)
-                    if message is None:
-                        logger.error("realtime: logged message %d is gone; skipped", position)
-                        continue
-                filled.append((channel, message, position))
-            self._queue = filled
+            self._worked()
+            # Fallen behind meanwhile: the catch-up reads them.
+            if not self.behind:
+                self._fill(rows)
         except Exception as exc:
-            self.reads.failed(exc, RETRY_WAIT)
+            self._failed(exc, self._queued_channels)
             await asyncio.sleep(RETRY_WAIT)
-        finally:
-            self._reading = None
+        # Not in a ``finally``: a read cancelled or broken is restarted by ``_ended``.
+        self._reading = None
         self._drain()
+
+    def _fill(self, rows: dict[int, bytes]) -> None:
+        """Put the messages read in their notifications' places."""
+        filled: deque[tuple[str, bytes | None, int]] = deque()
+        for channel, message, position in self._queue:
+            if message is None:
+                message = rows.get(position)
+                if message is None:
+                    logger.error("realtime: logged message %d is gone; skipped", position)
+                    continue
+            filled.append((channel, message, position))
+        self._queue = filled
+
+
+def _ignore(channels: frozenset[str]) -> None:
+    """No one to tell of missed messages."""

@@ -127,7 +127,6 @@ class PgNotifyTransport(Transport):
             conf.AUTO_TRIM and self.log,
             "pg_notify transport",
         )
-        self._sequencer = Sequencer(self.dispatch, self._read_rows, self._read_after, self.room)
         #: Overflows of the listeners' queue: with the log, caught up from it; without,
         #: dropped and reported missed.
         self.overflows = Tally(
@@ -135,7 +134,6 @@ class PgNotifyTransport(Transport):
             "report (%d in all); "
             + ("caught up from the log" if self.log else "messages dropped, sockets closed 1012")
         )
-        self._sequencer.on_overflow = self.overflows.add
         #: Whether a LISTEN connection was up before (the next one replaces a lost one).
         self._listened = False
         #: Where each channel was followed: catching up never hands over what came before.
@@ -158,6 +156,20 @@ class PgNotifyTransport(Transport):
         for name in ("heartbeat_interval", "heartbeat_timeout", "backoff_start", "backoff_max"):
             if not getattr(self.options, name) > 0:
                 raise ImproperlyConfigured(f"pg_notify transport: {name} must be > 0")
+        self._sequencer = Sequencer(
+            self.dispatch,
+            self._read_rows,
+            self._read_after,
+            self.room,
+            # As many notifications as the delivery queue holds messages.
+            max_pending=conf.NOTIFY_QUEUE_SIZE,
+            # Log reads failing for longer than a silent LISTEN connection may go unnoticed
+            # leave their sockets staler than an outage would: they are made to read again.
+            stall_bound=self.options.heartbeat_interval + self.options.heartbeat_timeout,
+            missed=self.report_missed,
+            followed=self._followed,
+        )
+        self._sequencer.on_overflow = self.overflows.add
         self.listener: PgListener | None = None
         self._names: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -253,6 +265,7 @@ class PgNotifyTransport(Transport):
         for task in tasks.values():
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self._sequencer.stop()
         self._loop = None
         self.listener = None
         self._names.clear()
@@ -344,6 +357,10 @@ class PgNotifyTransport(Transport):
         entries = [e for e in batch if e[2] > self._anchors.get(e[0], after)]
         return entries, batch[-1][2] if batch else after, len(batch) < limit
 
+    def _followed(self) -> frozenset[str]:
+        """Every channel followed here."""
+        return frozenset(self._names.values())
+
     async def _after_listening(self) -> None:
         """On a connection that replaced a lost one: with the log, catch up from it (after
         the last position handed over); without, report every channel followed as missed."""
@@ -351,7 +368,7 @@ class PgNotifyTransport(Transport):
         if not replaced:
             return
         if self.log:
-            self._sequencer.fall_behind("the LISTEN connection")
+            self._sequencer.fall_behind("the LISTEN connection", everything=True)
         elif self._names:
             self.report_missed(frozenset(self._names.values()))
 

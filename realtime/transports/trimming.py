@@ -10,12 +10,19 @@ same work on demand.
 The trimming thread's connection is held open, so it is bounded like the poller's (see
 ``bounds``): ``watch``, called by the worker's housekeeping, cuts a trim that outlived its
 bound. A failing trim logs one line when trims start failing and one when they work again.
+
+Trims wait for the thread in a bounded queue (``PENDING_TRIMS``, the one running included):
+while the database is slow, publishing keeps asking for trims faster than they run, and every
+request would otherwise wait in memory. A request over the bound is not made, only counted
+(``realtime_queue_overflows_total{queue="trim_requests"}``, one line per interval): a trim
+deletes whatever has expired, so those already waiting will delete its rows.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -27,8 +34,12 @@ from realtime.statement_clock import StatementClock
 from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.outage import Outage
 from realtime.transports.table_store import MessageStore, close_connection
+from realtime.transports.tally import Tally
 
 logger = logging.getLogger(__name__)
+
+#: Trims submitted and not finished, at most (each deletes up to a batch of expired rows).
+PENDING_TRIMS = 10
 
 
 class Trimmer:
@@ -52,6 +63,14 @@ class Trimmer:
         self.outage = Outage("trimming firm_channel_messages", "failed", "works again")
         #: Trims the watchdog cut.
         self.cuts = 0
+        #: Trims submitted and not finished (publishers submit from any thread).
+        self.pending = 0
+        self._pending_lock = threading.Lock()
+        #: Trims not submitted because ``PENDING_TRIMS`` were waiting.
+        self.overflows = Tally(
+            "realtime: %d trim(s) of firm_channel_messages not asked for since the last "
+            "report (%d in all): the trims already waiting are behind (a slow database?)"
+        )
 
     def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
         """Delete one batch of expired rows now, in this thread; return how many went."""
@@ -85,9 +104,22 @@ class Trimmer:
             thread.shutdown(wait=True)
 
     def _submit(self) -> None:
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="realtime-trim")
-        self._last = self._thread.submit(self._trim_in_background)
+        with self._pending_lock:
+            full = self.pending >= PENDING_TRIMS
+            if not full:
+                self.pending += 1
+                if self._thread is None:
+                    self._thread = ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="realtime-trim"
+                    )
+                self._last = self._thread.submit(self._trim_in_background)
+        if full:
+            metrics.overflowed("trim_requests")
+            self.overflows.add()
+
+    def _finished(self) -> None:
+        with self._pending_lock:
+            self.pending -= 1
 
     def watch(self) -> None:
         """Cut a background trim whose statement outlived its bound (on the event loop)."""
@@ -104,5 +136,7 @@ class Trimmer:
             self.outage.failed(exc, 0.0)
             close_connection(self.store.using)
             return 0
+        finally:
+            self._finished()
         self.outage.recovered()
         return trimmed
