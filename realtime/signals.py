@@ -6,7 +6,9 @@ DEBUG).
     A client frame of a type the protocol does not define (the application's own).
 ``event_delivered(sender=SocketManager, event_type, data, watchers)``
     An event carrying channels reached local sockets; ``watchers`` maps each account id to
-    the channels of the event its sockets subscribed to. Sent only when someone listens.
+    the channels of the event its sockets subscribed to. Sent only when someone listens,
+    beside delivery, at most ``REALTIME_NOTIFY_QUEUE_SIZE`` at once: receivers slower than
+    delivery miss the signals of further events (counted, see ``realtime.metrics.overflowed``).
 ``socket_disconnected(sender=RealtimeConsumer, consumer, user, code)``
     A socket ended, on every exit path; ``user`` is ``None`` before authentication.
 """

@@ -18,7 +18,7 @@ import re
 import threading
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import uvicorn
@@ -31,7 +31,10 @@ from realtime.broadcast import broadcast_to_scope
 from realtime.messages import scope_channel
 from realtime.sockets.manager import SocketManager, get_manager
 from realtime.transports import trimming
-from tests.helpers import WAIT, eventually, off_loop, only_on, vendor
+
+if TYPE_CHECKING:
+    from realtime.transports.pg_notify import PgNotifyTransport
+from tests.helpers import WAIT, Inbox, eventually, off_loop, only_on, vendor
 from tests.live import Client, Clients, LiveServers, Server, free_port
 from tests.proxy import Proxy, databases_through
 from tests.test_outage_e2e import (
@@ -313,3 +316,61 @@ async def test_trim_requests_past_their_bound_are_not_made_and_are_counted(
     lines = [line for line in realtime_lines(caplog, logging.WARNING) if "trim" in line]
     assert len(lines) == 1, lines
     assert "trim(s) of firm_channel_messages not asked for" in lines[0]
+
+
+# Pending notifications -----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def log_reads_denied() -> Iterator[None]:
+    """The role may no longer read the log's rows (publishing, which reads back only ids,
+    still works): every read of the log fails, as long as the block lasts."""
+    role = connection.settings_dict["USER"]
+    with connection.cursor() as cursor:
+        cursor.execute(f'REVOKE SELECT ON firm_channel_messages FROM "{role}"')
+        cursor.execute(f'GRANT SELECT (id) ON firm_channel_messages TO "{role}"')
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'GRANT SELECT ON firm_channel_messages TO "{role}"')
+
+
+@only_on("postgresql")
+async def test_notifications_waiting_behind_an_unreadable_row_are_bounded_and_read_from_the_log(
+    inbox: Inbox, settings: Any
+) -> None:
+    from realtime.transports.pg_notify import PgNotifyTransport
+
+    settings.REALTIME_NOTIFY_QUEUE_SIZE = 3
+    transport = PgNotifyTransport(backoff_start=0.05, backoff_max=0.4)
+    try:
+        await notifications_behind_an_unreadable_row(transport, inbox)
+    finally:
+        await transport.stop()
+        transport.close()
+
+
+async def notifications_behind_an_unreadable_row(
+    transport: PgNotifyTransport, inbox: Inbox
+) -> None:
+    transport.add_listener(inbox)
+    await transport.follow("c")
+    before = overflowed("pending_notifications")
+    big = b'{"blob": "' + b"x" * 8000 + b'"}'  # read from its row
+    small = [f'{{"n": {n}}}'.encode() for n in range(4)]
+    denied = log_reads_denied()
+    await off_loop(denied.__enter__)
+    try:
+        await off_loop(transport.publish, [("c", big)])
+        await eventually(lambda: transport._sequencer.reads.attempts >= 1)
+        for payload in small:
+            await off_loop(transport.publish, [("c", payload)])
+        # The fourth waiting behind the row let them all go: the log holds them.
+        await eventually(lambda: overflowed("pending_notifications") - before == 4)
+    finally:
+        await off_loop(denied.__exit__, None, None, None)
+    await off_loop(transport.publish, [("c", MARKER.encode())])
+    await inbox.wait_for("c", MARKER.encode())
+    assert inbox.payloads("c") == [big, *small, MARKER.encode()]
+    assert transport._sequencer.caught >= 4
