@@ -38,6 +38,7 @@ from realtime.sockets.limits import log_bad_input, log_failure, unauthenticated
 from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
+from realtime.sockets.refresh import cursor_answer
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             protocol.WATCH: self._on_watch,
             protocol.SUBSCRIBE: self._on_subscribe,
             protocol.UNSUBSCRIBE: self._on_unsubscribe,
-            protocol.HEARTBEAT: _ignore,
+            protocol.HEARTBEAT: self._on_heartbeat,
             protocol.AUTHENTICATE: _ignore,
         }
         while self.state is State.OPEN:
@@ -282,6 +283,18 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             socket.watching = False
         if version == socket.scope_version and self.state is State.OPEN:
             await get_manager().set_scopes(socket, scopes, keep_channels=False)
+
+    async def _on_heartbeat(self, frame: Frame) -> None:
+        """Answer an opted-in socket with a fresh cursor when a sound one is known (see
+        ``refresh``); the others, as ever, with nothing."""
+        socket = self.socket
+        assert socket is not None
+        if not socket.resumable:
+            return
+        manager = get_manager()
+        answer = cursor_answer(socket, manager.dispatcher)
+        if answer is not None and not await socket.send_frame(_text(answer), conf.SEND_TIMEOUT):
+            manager.drop_soon(socket)
 
     async def _on_subscribe(self, frame: Frame) -> None:
         assert self.socket is not None

@@ -64,6 +64,8 @@ YIELD_EVERY = 100
 
 #: A message waiting to be planned: its channel, its payload, its position in the log.
 Queued = tuple[str, bytes, "int | None"]
+#: A message being planned: its channel, its log position and its plan to come.
+Planned = tuple[str, "int | None", "asyncio.Future[Plan | None]"]
 
 
 @dataclass
@@ -125,6 +127,14 @@ class Dispatcher:
         self._quiet: asyncio.Event | None = None
         self._idle = threading.Event()
         self._idle.set()
+        #: The highest log position of a message carried out (``None``: none yet); frames of
+        #: messages at or below it have been handed to every target (see ``refresh``).
+        self.carried: int | None = None
+        #: A message is being carried out: some of its targets may have its frame already.
+        self.carrying = False
+        #: Whether ``carried`` still means what it says: ``False`` for good once a message
+        #: was lost on the way (a delivery that failed, a queue that died with its tasks).
+        self.trusted = True
 
     def room(self) -> int:
         """How many more messages the queue takes now (plenty before it exists)."""
@@ -201,12 +211,12 @@ class Dispatcher:
             )
             if lost:
                 metrics.dropped("delivery_task_stopped", lost.total())
-        self._settled(self._pending)  # what the old queue held is gone with it
+        if self._pending:
+            self.trusted = False  # what the old queue held is gone with it
+        self._settled(self._pending)
         queue: asyncio.Queue[Queued] = asyncio.Queue(maxsize=conf.NOTIFY_QUEUE_SIZE)
         # Bounds how many messages are planned ahead of the one being sent.
-        plans: asyncio.Queue[tuple[str, asyncio.Future[Plan | None]]] = asyncio.Queue(
-            maxsize=max(1, conf.CONSUMER_POOL_SIZE)
-        )
+        plans: asyncio.Queue[Planned] = asyncio.Queue(maxsize=max(1, conf.CONSUMER_POOL_SIZE))
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._plan_in_order(queue, plans)),
@@ -219,25 +229,30 @@ class Dispatcher:
     async def _plan_in_order(
         self,
         queue: asyncio.Queue[Queued],
-        plans: asyncio.Queue[tuple[str, asyncio.Future[Plan | None]]],
+        plans: asyncio.Queue[Planned],
     ) -> None:
         while True:
             channel, payload, position = await queue.get()
-            await plans.put((channel, asyncio.ensure_future(self._plan(payload, position))))
+            planned = asyncio.ensure_future(self._plan(payload, position))
+            await plans.put((channel, position, planned))
 
-    async def _send_in_order(
-        self, plans: asyncio.Queue[tuple[str, asyncio.Future[Plan | None]]]
-    ) -> None:
+    async def _send_in_order(self, plans: asyncio.Queue[Planned]) -> None:
         while True:
-            channel, future = await plans.get()
+            channel, position, future = await plans.get()
             try:
                 plan = await future
                 if plan is not None:
+                    self.carrying = True
                     await self.carry_out(plan)
             except Exception:
+                self.trusted = False  # some of its targets may not have its frame
                 logger.exception("realtime: delivering a message failed")
+            finally:
+                self.carrying = False
             # Not in a ``finally``: a sender cancelled mid-message leaves it owed, and the
-            # restart reports its channel missed.
+            # restart reports its channel missed (and stops trusting ``carried``).
+            if position is not None:
+                self.carried = max(position, self.carried or 0)
             self._settled(channel=channel)
 
     async def _plan(self, payload: bytes, position: int | None) -> Plan | None:

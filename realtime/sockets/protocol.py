@@ -44,6 +44,8 @@ UNSUBSCRIBE: Final = "unsubscribe"
 HEARTBEAT: Final = "heartbeat"
 AUTH_SUCCESS: Final = "auth_success"
 AUTH_ERROR: Final = "auth_error"
+#: The answer to an opted-in socket's ``heartbeat`` (see ``refresh``).
+CURSOR: Final = "cursor"
 
 # Meta keys an event frame may carry at its top level, in their order.
 META_KEYS: Final = ("origin", "changed", "truncated")
@@ -152,6 +154,11 @@ def event_frame(
 def with_cursor(frame: str, cursor: str) -> str:
     """An encoded frame with ``"cursor"`` added as its last key (cursors need no escaping)."""
     return f'{frame[:-1]},"cursor":"{cursor}"}}'
+
+
+def cursor_frame(cursor: str) -> str:
+    """``{"type": "cursor", "cursor": cursor}``: a fresh cursor, and nothing else."""
+    return encode({"type": CURSOR, "cursor": cursor})
 
 
 @dataclass(frozen=True, slots=True)

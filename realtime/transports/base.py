@@ -27,7 +27,9 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
 
 A transport may also keep a *log*: every message a row of ``firm_channel_messages`` whose id
 is its *position*, ids growing in the order messages commit (publishers serialize on the
-log). Such a transport hands each message to its listeners with its position, answers
+log). Such a transport hands each message to its listeners with its position, in position
+order (a message is handed over only after every earlier one of the channels followed: a
+refreshed cursor rests on it, see ``realtime.sockets.refresh``), answers
 ``log_bounds`` (the first position the log still holds, and the last one settled: every
 message at or below it has committed or never will) and ``read_log(channels, after)`` (the
 messages of those channels after a position, in order). Resumable delivery rests on it. A
