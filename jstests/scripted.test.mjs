@@ -560,3 +560,36 @@ test('resuming refused: the client is told to read its data again', async () => 
   assert.equal(realtime.resumed, false);
   assert.equal(realtime.cursor, 'c2'); // the new position it starts from
 });
+
+test("a cursor frame answering a heartbeat is kept like an event frame's and told to nobody", async () => {
+  const server = await scripted(resumingSuccess);
+  const realtime = client({ url: server.url, backoffStart: 10, heartbeatInterval: 20 });
+  const recorder = new Recorder(realtime);
+  const named = [];
+  realtime.addEventListener('cursor', (event) => named.push(event.detail));
+  realtime.connect();
+  await recorder.state('open');
+  await server.until(() => server.connections[0].frames.some((f) => f.type === 'heartbeat'));
+  server.send(server.connections[0], { type: 'cursor', cursor: 'fresh' });
+  server.send(server.connections[0], { type: 'marker', data: null }); // no cursor of its own
+  await recorder.until((r) => r.events.length === 1, 5000, 'the marker');
+  assert.deepEqual(recorder.events.map((f) => f.type), ['marker']);
+  assert.deepEqual(named, []);
+  assert.equal(realtime.cursor, 'fresh');
+  server.connections[0].socket.close(1011);
+  await server.until(() => server.connections[1]?.frames.length >= 1);
+  assert.equal(server.connections[1].frames[0].data.resume, 'fresh');
+});
+
+test('without resume, a frame of type cursor is an ordinary event', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url, resume: false });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  const frame = { type: 'cursor', data: { x: 1 } };
+  server.send(server.connections[0], frame);
+  await recorder.until((r) => r.events.length === 1, 5000, 'the event');
+  assert.deepEqual(recorder.events, [frame]);
+  assert.equal(realtime.cursor, null);
+});

@@ -151,7 +151,8 @@ export class RealtimeClient extends EventTarget {
     return this._resumed;
   }
 
-  /** The cursor of the last frame handled, sent back to resume; null before any. */
+  /** The cursor of the last frame handled (or of the last answer to a heartbeat), sent back
+   * to resume; null before any. */
   get cursor() {
     return this._cursor;
   }
@@ -332,6 +333,10 @@ export class RealtimeClient extends EventTarget {
     } else if (frame.type === 'auth_error') {
       const message = frame.data && frame.data.message;
       this._onRefusal(typeof message === 'string' ? message : 'Authentication refused');
+    } else if (frame.type === 'cursor' && this.resume) {
+      // A fresh cursor answering a heartbeat (a quiet socket stays resumable): kept like an
+      // event frame's, told to nobody.
+      if (this._state === 'open' && typeof frame.cursor === 'string') this._cursor = frame.cursor;
     } else if (this._state === 'open') {
       this._deliver(frame);
     }
