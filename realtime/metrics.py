@@ -176,7 +176,8 @@ def dropped(reason: str, count: int = 1) -> None:
 def overflowed(queue: str, count: int = 1) -> None:
     """A bounded queue turned ``count`` items away: ``pending_notifications`` (pg_notify,
     caught up from its log), ``event_delivered_signals`` (not sent), ``trim_requests`` (not
-    made: later trims delete the same rows)."""
+    made: later trims delete the same rows), ``held_frames`` (a socket's frames held
+    through its handshake, resume or a recheck: the socket is closed 1012)."""
     if (m := get()) is not None:
         m.overflows.labels(queue).inc(count)
 

@@ -128,3 +128,23 @@ async def test_a_recheck_asked_during_a_resume_holds_its_frames_until_it_answers
 
     assert answer["data"]["resumed"] is True
     assert await heard(back, ann) == []
+
+
+async def test_a_resuming_socket_whose_held_frames_reach_the_bound_is_closed_1012(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get("batches", **SETTINGS)
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    await off_loop(said, acme.pk, 1, slow=True)
+    client = await ws.connect(server)
+    await client.send("authenticate", {"token": token, "scope": "acme", "resume": cursor})
+
+    await asyncio.sleep(0.3)  # its resume is planning the slow event: live frames are held
+    for _ in range(2):
+        await off_loop(said, acme.pk, 3, event_type="test.live")  # 6 > the 5 it may hold
+
+    assert await client.closed_with() == 1012
+    overflows = ("realtime_queue_overflows_total", (("queue", "held_frames"),))
+    assert (await off_loop(server.metrics)).get(overflows) == 1

@@ -93,6 +93,8 @@ class Host(Protocol):
 
     def on_missed(self, channels: frozenset[str]) -> None: ...
 
+    def restart(self, socket: Socket) -> None: ...
+
 
 class Dispatcher:
     """The ordered delivery pipeline of one ``SocketManager``.
@@ -117,6 +119,11 @@ class Dispatcher:
         self.unsignalled = Tally(
             "realtime: %d event_delivered signal(s) not sent since the last report (%d in "
             "all): as many as REALTIME_NOTIFY_QUEUE_SIZE were still being sent (slow receivers)"
+        )
+        #: Sockets closed 1012 because their held frames reached the bound.
+        self.held_overflows = Tally(
+            "realtime: %d socket(s) closed 1012 since the last report (%d in all): their "
+            "handshake, resume or recheck held REALTIME_RESUME_MAX_FRAMES frames already"
         )
         #: The channel of each message queued, being planned or being sent, with its count:
         #: what a delivery task that dies takes with it.
@@ -365,7 +372,10 @@ class Dispatcher:
                     socket.user_id, with_cursor(frame, socket.user_id, position)
                 )
             if socket.held is not None:
-                socket.held.append((position, out))
+                if len(socket.held) < conf.RESUME_MAX_FRAMES:
+                    socket.held.append((position, out))
+                else:
+                    self._held_too_long(socket)
             # No send_frame waits for the network: going through the targets in turn costs
             # no socket any time, so none holds the others back.
             elif not await socket.send_frame(out, timeout):
@@ -375,6 +385,14 @@ class Dispatcher:
                 # Let the event loop write what is buffered so far: the first sockets need
                 # not wait until the frame is queued for the last one.
                 await asyncio.sleep(0)
+
+    def _held_too_long(self, socket: Socket) -> None:
+        """A socket whose frames are held (its handshake, resume or a recheck not answered
+        yet) has as many as a resume would replay: it misses this one and is closed 1012
+        (its client reconnects, resuming if it opted in) rather than hold more."""
+        metrics.overflowed("held_frames")
+        self.held_overflows.add()
+        self.host.restart(socket)
 
     def _delivered(self, plan: Plan) -> None:
         if plan.channels is None or not has_receivers(signals.event_delivered, self.sender):

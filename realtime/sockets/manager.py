@@ -331,6 +331,10 @@ class SocketManager:
         )
         self._restart(targets)
 
+    def restart(self, socket: Socket) -> None:
+        """Deliver nothing more to one socket that missed a frame; close it 1012."""
+        self._restart([socket])
+
     def _restart(self, sockets: Iterable[Socket]) -> None:
         """Deliver nothing more to ``sockets`` and close them 1012 beside delivery."""
         for socket in sockets:
