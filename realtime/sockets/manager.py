@@ -204,6 +204,7 @@ class SocketManager:
             # A recheck asked while they were held answers first: a frame of a scope the
             # socket has just lost never goes out.
             socket.recheck_asked, socket.rechecking = False, True
+            socket.next_recheck = 0.0  # a batch under way set it an interval ahead
             self._wake_up()
             return
         held = socket.held
