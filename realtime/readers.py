@@ -19,6 +19,7 @@ from typing import Any
 from realtime.audience import readers
 from realtime.auth import get_auth, member_ids
 from realtime.encoding import normal_id, sorted_ids
+from realtime.logs import log_hook_failure
 from realtime.paths import path_target, to_lookup, values_on_path
 from realtime.registry import ModelOptions, options_named
 
@@ -65,8 +66,8 @@ def readers_now(
             now = set(shared or ())
             if scope_id is not None:
                 now.update(auth.outside_recipients(scope_id, event_type, data))
-    except Exception:
-        logger.exception("realtime: deciding who may still read %s failed", event_type)
+    except Exception as exc:
+        log_hook_failure(logger, "realtime: deciding who may still read %s failed", exc, event_type)
         return []
     return sorted_ids(candidates & {normal_id(user_id) for user_id in now})
 
@@ -90,8 +91,8 @@ def shared_readers_of(
         if found and options.guard is not None:
             found = set(readers(options, pk, found))
         return sorted_ids(found)
-    except Exception:
-        logger.exception("realtime: shared_readers() failed for %s; %s", what, failing)
+    except Exception as exc:
+        log_hook_failure(logger, "realtime: shared_readers() failed for %s; %s", exc, what, failing)
         return None
 
 

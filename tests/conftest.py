@@ -128,8 +128,10 @@ async def proxy() -> AsyncIterator[Proxy]:
 
 @pytest.fixture(autouse=True)
 def _fresh_log_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give each test the whole budget of limited log lines (``realtime.logs``): lines other
+    """Give each test whole budgets of limited log lines (``realtime.logs``): lines other
     tests logged in this process must not hold back the ones a test looks for."""
     from realtime import logs
 
-    monkeypatch.setattr(logs, "limiter", logs.LogLimiter())
+    monkeypatch.setattr(logs, "client_budget", logs.LogLimiter(logs.CLIENT_LINES_PER_MINUTE))
+    monkeypatch.setattr(logs, "operation_budget", logs.LogLimiter(logs.OPERATION_LINES_PER_MINUTE))
+    monkeypatch.setattr(logs, "place_budgets", logs.PlaceLimiter())

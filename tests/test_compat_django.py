@@ -19,6 +19,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, connections, models, transaction
 from django.db.models.signals import post_init
+from django.dispatch import Signal
 from django.test.utils import CaptureQueriesContext
 
 from realtime.auth import RealtimeAuth, Scope, issue_token
@@ -29,11 +30,13 @@ from realtime.compat.django import (
     driver_errors,
     has_receivers,
     in_transaction,
+    live_receivers,
     managers_of,
     plain_instances,
     socket_of,
 )
 from realtime.encoding import normal_id
+from realtime.signals import send_robustly
 from realtime.sockets import access, standing
 from realtime.sockets.protocol import read_scopes
 from realtime.transports.bounds import Bounds, bounded_connection
@@ -140,6 +143,40 @@ def test_has_receivers_sees_receivers_of_the_sender_and_of_every_sender() -> Non
             post_init.disconnect(tidy, sender=sender)
         assert not has_receivers(post_init, User)
     assert django_compat._verdicts == {django_compat.RECEIVERS: True}
+
+
+def test_live_receivers_are_the_sender_s_and_every_sender_s_sync_apart_from_async() -> None:
+    signal = Signal()
+
+    def mine(**kwargs: Any) -> None:
+        """A synchronous receiver of one sender."""
+
+    async def everyone_s(**kwargs: Any) -> None:
+        """An asynchronous receiver of every sender."""
+
+    signal.connect(mine, sender=User, weak=False)
+    signal.connect(everyone_s, weak=False)
+    assert live_receivers(signal, User) == ([mine], [everyone_s])
+    assert live_receivers(signal, Workspace) == ([], [everyone_s])
+    assert django_compat._verdicts == {django_compat.LIVE_RECEIVERS: True}
+
+
+async def test_signals_whose_receivers_cannot_be_told_are_sent_robustly_and_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing(monkeypatch, "_probe_live_receivers")
+    signal = Signal()
+    heard: list[Any] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        heard.append(kwargs["n"])
+
+    signal.connect(receiver, weak=False)
+    with caplog.at_level(logging.ERROR, logger="realtime"):
+        await send_robustly(signal, User, n=1)
+        await send_robustly(signal, User, n=2)
+    assert heard == [1, 2]
+    said_once(caplog, "does not fit", "asend_robust")
 
 
 def test_the_driver_connection_is_the_open_one_and_none_once_closed() -> None:

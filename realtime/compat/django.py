@@ -10,6 +10,11 @@ them:
   query's ``annotations`` and ``extra``). Fallback: instances.
 * **Whether a signal has receivers** (``has_receivers``): ``Signal.has_listeners``, asked of
   ``pre_init`` and ``post_init`` for the same reason. Fallback: assume it has (instances).
+* **A signal's receivers for one sender** (``live_receivers``): ``Signal._live_receivers``,
+  its synchronous and its asynchronous receivers. Realtime calls the receivers of its own
+  signals itself, so that what one raises is logged within a budget of that receiver's
+  (``Signal.asend_robust`` logs every failure, with its traceback, without a limit: a client
+  could repeat one per frame). Fallback: ``asend_robust``.
 * **The driver connection behind a connection wrapper** (``driver_connection``, its socket
   ``socket_of``, and ``driver_errors``, the context raising driver errors as Django's: the
   wrapper's ``connection`` and ``wrap_database_errors``). The statement watchdog cuts a
@@ -69,6 +74,7 @@ logger = logging.getLogger(__name__)
 
 QUERYSETS = "queryset internals (_iterable_class, query.annotations, query.extra)"
 RECEIVERS = "Signal.has_listeners"
+LIVE_RECEIVERS = "a signal's receivers for one sender (Signal._live_receivers)"
 CONNECTION = "the driver connection of a connection wrapper (its connection attribute)"
 SOCKET = "a driver connection's fileno()"
 ERRORS = "the translation of driver errors (wrap_database_errors)"
@@ -81,6 +87,10 @@ MANAGERS = "the managers a model declares or inherits (Options.local_managers, m
 INSTEAD = {
     QUERYSETS: "rechecks read accounts as instances",
     RECEIVERS: "rechecks read accounts as instances",
+    LIVE_RECEIVERS: (
+        "realtime's signals are sent with asend_robust, which logs every receiver's failure "
+        "without a limit"
+    ),
     CONNECTION: (
         "statements that hang on realtime's threads are not cut (keepalives and statement "
         "timeouts still bound them), polls use Django's cursor, and the poller's and the "
@@ -195,6 +205,46 @@ def _probe_receivers() -> None:
         signal.disconnect(receiver, sender=Sender)
     if signal.has_listeners(Sender):
         raise TypeError("a disconnected receiver still listens")
+
+
+def live_receivers(signal: Signal, sender: Any) -> tuple[list[Any], list[Any]] | None:
+    """The synchronous and the asynchronous receivers of ``signal`` for ``sender`` (those of
+    every sender included), each in the order they were connected; ``None`` where that cannot
+    be told."""
+    if not _fits(LIVE_RECEIVERS, _probe_live_receivers):
+        return None
+    found, asynchronous = signal._live_receivers(sender)
+    return list(found), list(asynchronous)
+
+
+def _probe_live_receivers() -> None:
+    signal = Signal(use_caching=True)
+
+    class Sender:
+        pass
+
+    def first(**kwargs: Any) -> None:
+        return None
+
+    async def second(**kwargs: Any) -> None:
+        return None
+
+    def third(**kwargs: Any) -> None:
+        return None
+
+    signal.connect(first, sender=Sender, weak=False)
+    signal.connect(second, weak=False)
+    signal.connect(third, weak=False)
+    try:
+        found, asynchronous = signal._live_receivers(Sender)
+        if list(found) != [first, third] or list(asynchronous) != [second]:
+            raise TypeError("_live_receivers() does not answer (sync, async) receivers")
+        found, asynchronous = signal._live_receivers(object)
+        if list(found) != [third] or list(asynchronous) != [second]:
+            raise TypeError("_live_receivers() does not tell a sender's receivers")
+    finally:
+        for receiver in (first, second, third):
+            signal.disconnect(receiver, sender=Sender if receiver is first else None)
 
 
 def managers_of(model: type[models.Model]) -> list[models.Manager[Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
 from realtime.encoding import normal_id
-from realtime.sockets.limits import log_failure
+from realtime.sockets.limits import log_hook_failure
 from realtime.sockets.protocol import ScopeAsk
 from realtime.sockets.standing import accounts_of_tokens
 
@@ -96,8 +96,9 @@ def recheck(
         ]
         resolved = iter(_scopes(auth, kept, between))
     except Exception as exc:
-        # One line per failure, limited: with the database away, every round fails.
-        log_failure("realtime: rechecking %d sockets failed", exc, len(questions))
+        # A hook's failure (or the database's): with its traceback, limited per place, as
+        # with the database away every round fails.
+        log_hook_failure("realtime: rechecking %d sockets failed", exc, len(questions))
         return [FAILED for _ in questions]
     return [next(resolved) if stands else None for stands in standing]
 
@@ -168,8 +169,8 @@ def _recheck_one(
             return None
         return resolve_scopes(auth, user, token, ask, held)
     except Exception as exc:
-        # One line per failure, limited: with the database away, every socket fails.
-        log_failure("realtime: rechecking a socket of account %s failed", exc, user_id)
+        # With its traceback, limited per place: with the database away, every socket fails.
+        log_hook_failure("realtime: rechecking a socket of account %s failed", exc, user_id)
         return FAILED
 
 

@@ -34,7 +34,12 @@ from realtime.sockets import protocol
 from realtime.sockets.access import resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
-from realtime.sockets.limits import log_bad_input, log_failure, unauthenticated
+from realtime.sockets.limits import (
+    log_bad_input,
+    log_hook_failure,
+    log_own_failure,
+    unauthenticated,
+)
 from realtime.sockets.link import find_link
 from realtime.sockets.manager import LISTEN_WAIT, get_manager
 from realtime.sockets.protocol import CloseCode, Frame, FrameError, Refusal, ScopeAsk
@@ -124,7 +129,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         except (ClientGoneError, OverLimitError):
             raise
         except Exception as exc:
-            log_failure("realtime: authenticating a socket failed", exc)
+            log_hook_failure("realtime: authenticating a socket failed", exc)
             return await self._refuse(Refusal.TOKEN)
         if user is None:
             return await self._refuse(Refusal.TOKEN)
@@ -201,7 +206,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             raise
         except Exception as exc:
             # The socket is closed 1012 (see ``_open``); housekeeping retries the listener.
-            log_failure("realtime: the listener did not start in time", exc)
+            log_own_failure("realtime: the listener did not start in time", exc)
 
     async def _refuse(self, reason: Refusal) -> bool:
         log_bad_input("realtime: refused a socket: %s", reason.value)
@@ -277,7 +282,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         try:
             scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
         except Exception as exc:
-            log_failure("realtime: resolving a watch failed; the socket reads no scope", exc)
+            log_hook_failure("realtime: resolving a watch failed; the socket reads no scope", exc)
             scopes = []
         finally:
             socket.watching = False
@@ -332,7 +337,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             try:
                 await get_manager().unregister(self.socket)
             except Exception as exc:
-                log_failure("realtime: unregistering a socket failed", exc)
+                log_own_failure("realtime: unregistering a socket failed", exc)
         await signals.send_robustly(
             signals.socket_disconnected,
             RealtimeConsumer,

@@ -49,12 +49,13 @@ from realtime.blocking import run_blocking
 from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import id_order, normal_id
+from realtime.logs import describe
 from realtime.readers import readers_now, row_of
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
-from realtime.transports.outage import describe
+from realtime.sockets.limits import log_hook_failure
 from realtime.transports.tally import Tally
 
 logger = logging.getLogger(__name__)
@@ -450,6 +451,13 @@ def _overrides_audience(auth: RealtimeAuth) -> bool:
 def _audience(
     auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
 ) -> list[Any]:
-    return [
-        normal_id(user_id) for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
-    ]
+    """``auth.audience``'s answer, normalised; nobody when the hook fails (logged with its
+    traceback, limited per place: it may fail on every event)."""
+    try:
+        return [
+            normal_id(user_id)
+            for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
+        ]
+    except Exception as exc:
+        log_hook_failure("realtime: audience() failed for %s; nobody hears it", exc, event_type)
+        return []

@@ -7,8 +7,10 @@ in a fixed window of ``realtime.limits.FRAME_WINDOW`` seconds, which starts at t
 after ``authenticate`` (one sent before ``auth_success`` came back included, see ``inbox``)
 and starts again at the first frame after it ends; WebSocket pings are answered by the server
 and never reach the application, so they count toward nothing. Bad input is logged in one
-line, never with a token or a frame body, and within the process's budget of log lines
-(``realtime.logs``), so a hostile client cannot flood the logs.
+line, never with a token or a frame body, and within the process's budget of lines clients can
+cause (``realtime.logs``), so a hostile client cannot flood the logs. Realtime's own failures
+(a listener or a follow that failed) have a budget of their own, which no client spends; what
+an application hook raises is logged with its traceback, limited per place.
 """
 
 from __future__ import annotations
@@ -46,15 +48,25 @@ def log_bad_input(message: str, *args: Any) -> None:
     logs.log_limited(logger, logging.INFO, message, *args)
 
 
-def log_failure(message: str, error: BaseException, *args: Any) -> None:
-    """Log one ERROR line about a failure a client may have provoked, within the budget (see
-    ``realtime.logs``)."""
-    logs.log_failure(logger, message, error, *args)
-
-
 def log_warning(message: str, *args: Any) -> None:
-    """Log one WARNING line that may repeat per socket, within the budget."""
+    """Log one WARNING line a client may cause per socket, within the budget."""
     logs.log_limited(logger, logging.WARNING, message, *args)
+
+
+def log_hook_failure(message: str, error: BaseException, *args: Any) -> None:
+    """Log what an application hook raised, with its traceback, within its place's budget."""
+    logs.log_hook_failure(logger, message, error, *args)
+
+
+def log_trouble(message: str, *args: Any) -> None:
+    """Log one WARNING line about realtime's own operation, within the operation budget."""
+    logs.log_operation(logger, logging.WARNING, message, *args)
+
+
+def log_own_failure(message: str, error: BaseException, *args: Any) -> None:
+    """Log one ERROR line about a failure of realtime's own work, within the operation
+    budget (the error's class and first line; its traceback at DEBUG)."""
+    logs.log_operation_failure(logger, message, error, *args)
 
 
 class AddressCap:

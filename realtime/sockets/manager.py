@@ -55,7 +55,7 @@ from realtime.sockets.batcher import Batcher
 from realtime.sockets.connection import Socket
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.index import SocketIndex
-from realtime.sockets.limits import log_failure, log_warning
+from realtime.sockets.limits import log_own_failure, log_trouble, log_warning
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
@@ -287,8 +287,8 @@ class SocketManager:
         targets = list(self.index.by_scope.get(scope_id, ()))
         if isinstance(exc, TimeoutError):
             # A burst of handshakes ahead of the LISTEN, or the database away (the transport
-            # says which): one line, within the budget; no traceback.
-            log_warning(
+            # says which): one line, within the operation budget; no traceback.
+            log_trouble(
                 "realtime: following scope %s took over %.1f s; closed its %d socket(s) 1012 "
                 "to make them reconnect",
                 scope_id,
@@ -296,7 +296,7 @@ class SocketManager:
                 len(targets),
             )
         else:
-            log_failure(
+            log_own_failure(
                 "realtime: following scope %s failed; closed its %d socket(s) 1012 to make "
                 "them reconnect",
                 exc,

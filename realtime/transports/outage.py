@@ -5,7 +5,8 @@ lost, whether it got worse, and when it came back — not one traceback per retr
 first failure is one WARNING (with the error's one-line description), every later attempt is
 a DEBUG line, an escalation is one ERROR, and the recovery is one WARNING saying how long it
 lasted. An error that is not about the database or the network is a bug: its traceback is
-logged once, at its first occurrence.
+logged once, at its first occurrence. These lines are realtime's own, within the operation
+budget of ``realtime.logs``: no flood of client-caused lines can hold them back.
 """
 
 from __future__ import annotations
@@ -15,13 +16,9 @@ import time
 
 from django.db import DatabaseError
 
+from realtime.logs import describe, log_operation
+
 logger = logging.getLogger(__name__)
-
-
-def describe(exc: BaseException) -> str:
-    """The one-line description of an error: its class and its first line."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def expected(exc: BaseException) -> bool:
@@ -59,7 +56,9 @@ class Outage:
         bug = None if expected(exc) else exc
         if self.since is None:
             self.since = time.monotonic()
-            logger.warning(
+            log_operation(
+                logger,
+                logging.WARNING,
                 "realtime: %s %s (attempt %d, retrying in %.2f s): %s",
                 self.what,
                 self.failing,
@@ -83,7 +82,9 @@ class Outage:
             return
         self.escalated = True
         detail = f": {describe(exc)}" if exc is not None else ""
-        logger.error(
+        log_operation(
+            logger,
+            logging.ERROR,
             "realtime: %s %s (attempt %d, down %.1f s)%s",
             self.what,
             why,
@@ -100,7 +101,9 @@ class Outage:
         """The connection works again: one WARNING if it had been lost."""
         if self.since is None:
             return
-        logger.warning(
+        log_operation(
+            logger,
+            logging.WARNING,
             "realtime: %s %s after %.1f s (attempt %d)",
             self.what,
             self.back,

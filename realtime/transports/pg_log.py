@@ -43,7 +43,8 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from realtime import metrics
-from realtime.transports.outage import Outage, describe
+from realtime.logs import describe
+from realtime.transports.outage import Outage
 from realtime.transports.table_store import (
     PG_PUBLISH_START,
     PUBLISH_LOCK_KEY,

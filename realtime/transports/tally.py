@@ -2,7 +2,8 @@
 
 A burst of overflows must not turn into a burst of log lines: a ``Tally`` counts them and
 logs one WARNING with the count (and the total since start) when the first comes, then at
-most once per ``interval`` seconds while they go on.
+most once per ``interval`` seconds while they go on. The line is realtime's own, within the
+operation budget of ``realtime.logs``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import Final
+
+from realtime.logs import log_operation
 
 logger = logging.getLogger(__name__)
 
@@ -36,4 +39,4 @@ class Tally:
         if self._logged_at is None or now - self._logged_at >= self.interval:
             self._logged_at = now
             pending, self._pending = self._pending, 0
-            logger.warning(self.message, pending, self.total)
+            log_operation(logger, logging.WARNING, self.message, pending, self.total)

@@ -6,7 +6,8 @@ costs its own answer, logged, never the write and never the other messages of th
 ``recipients`` failing means the account event reaches nobody, ``shared_readers`` or
 ``outside_recipients`` failing means only those extra messages are not sent. Where a failure
 must not pass for an empty answer (who leaves a view, ``realtime.writes.views``), the
-``*_or_none`` forms answer ``None`` instead: undecided, never "nobody".
+``*_or_none`` forms answer ``None`` instead: undecided, never "nobody". What a hook raises is
+logged at ERROR with its traceback, limited per hook (``realtime.logs``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from realtime.auth import get_auth, member_ids
+from realtime.logs import log_hook_failure
 from realtime.readers import shared_readers_of
 from realtime.writes.events import Event
 
@@ -36,8 +38,10 @@ def recipients_or_none(
         accounts = event.user_ids or ()
     try:
         return list(get_auth().recipients(event.event_type, event.data, list(accounts)))
-    except Exception:
-        logger.exception("realtime: recipients() failed for %s; %s", event.event_type, failing)
+    except Exception as exc:
+        log_hook_failure(
+            logger, "realtime: recipients() failed for %s; %s", exc, event.event_type, failing
+        )
         return None
 
 
@@ -72,6 +76,8 @@ def outside_recipients(event: Event) -> list[Any]:
     """Ask ``auth.outside_recipients``; when it fails, log: the scope event still goes."""
     try:
         return list(get_auth().outside_recipients(event.scope_id, event.event_type, event.data))
-    except Exception:
-        logger.exception("realtime: outside_recipients() failed for %s", event.event_type)
+    except Exception as exc:
+        log_hook_failure(
+            logger, "realtime: outside_recipients() failed for %s", exc, event.event_type
+        )
         return []
