@@ -12,6 +12,10 @@ each. A subclass that overrides only a single form (``user_of_token``, ``scope_o
 ``scopes_of``, ``held_scopes``) keeps its answers: the bulk defaults then ask that form once
 per question.
 
+Ids a hook answers (accounts, ``Scope`` ids, reached scopes) are read by their model's primary
+key field before they are compared (``account_ids``, ``scope_key``): ``"3"`` is the key ``3``
+of an integer-keyed model, as it is for the ids given to the broadcast functions.
+
 ``issue_token(user)`` (from ``realtime.tokens``) signs a bearer the default ``user_of_token``
 accepts: it expires after ``REALTIME_TOKEN_MAX_AGE`` and stops standing for the account once
 its username or email change (or its password, with ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``),
@@ -32,7 +36,7 @@ from django.utils.module_loading import import_string
 from realtime.audience import readers
 from realtime.chunks import id_chunks
 from realtime.conf import conf
-from realtime.encoding import normal_id, storable
+from realtime.encoding import key_of, normal_id, storable
 from realtime.paths import to_lookup
 from realtime.registry import options_named
 
@@ -53,6 +57,27 @@ def scope_model() -> type[models.Model] | None:
     """The model of ``REALTIME_SCOPE_MODEL``, or ``None`` when the project has no scopes."""
     label = conf.SCOPE_MODEL
     return None if label is None else apps.get_model(label)
+
+
+def scope_key(scope_id: Any) -> Any:
+    """A scope id application code gave, in the one form ids are compared in: read by the
+    scope model's primary key field (``"3"`` names the scope of integer key ``3``; a string
+    or UUID key keeps its text), then ``normal_id``."""
+    model = scope_model()
+    return normal_id(scope_id) if model is None else key_of(model, scope_id)
+
+
+def account_ids(user_ids: Iterable[Any]) -> list[Any]:
+    """Account ids application code gave (a broadcast's, a hook's answer), each in the one
+    form ids are compared in: read by the user model's primary key field, then
+    ``normal_id``. Order and repeats are kept."""
+    model = get_user_model()
+    return [key_of(model, user_id) for user_id in user_ids]
+
+
+def normal_scopes(scopes: Iterable[Scope]) -> list[Scope]:
+    """Scopes a hook answered, their ids in the one form (see ``scope_key``)."""
+    return [Scope(scope_key(scope.id), scope.slug) for scope in scopes]
 
 
 def members_lookup() -> str:

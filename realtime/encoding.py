@@ -9,12 +9,16 @@ to milliseconds), ``Decimal`` and ``UUID`` as strings, bytes as base64.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import decimal
 import json
 import uuid
 from collections.abc import Iterable
 from typing import Any, TypeGuard
+
+from django.core.exceptions import ValidationError
+from django.db.models import Model
 
 #: Types JSON holds as they are; looked up by exact type first (ids are read in every batch).
 _AS_IS = frozenset({str, int, float, bool, list, dict, type(None)})
@@ -68,8 +72,20 @@ def encode(message: Any) -> bytes:
 def normal_id(value: Any) -> Any:
     """The one form an id takes wherever it is compared: its JSON form (``42``, ``"42"``,
     ``"6f1c…"`` for a UUID), so ids read from rows, from messages and from other processes
-    compare equal."""
+    compare equal. Ids application code gives go through ``key_of`` first."""
     return jsonable(value)
+
+
+def key_of(model: type[Model], value: Any) -> Any:
+    """``normal_id`` of ``value`` read as a primary key of ``model``: by its primary key
+    field's ``to_python``, so an id application code gives as text (``"3"`` for an integer
+    key, a UUID in capitals) compares equal to the same id read from a row. A value the field
+    cannot read names no row of the model: it keeps its own form."""
+    if value is None:
+        return None
+    with contextlib.suppress(ValidationError, TypeError, ValueError):
+        value = model._meta.pk.to_python(value)
+    return normal_id(value)
 
 
 def sorted_ids(ids: Iterable[Any]) -> list[Any]:

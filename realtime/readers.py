@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from realtime.audience import readers
-from realtime.auth import get_auth, member_ids
+from realtime.auth import account_ids, get_auth, member_ids
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.paths import path_target, to_lookup, values_on_path
@@ -57,7 +57,7 @@ def readers_now(
         auth = get_auth()
         if options.user_field is not None:
             reached = values_on_path(instance, options.user_field)
-            now = set(auth.recipients(event_type, data, reached))
+            now = set(account_ids(auth.recipients(event_type, data, reached)))
         else:
             scope_id = getattr(instance, options.scope_attname or "", None)
             shared = shared_readers_of(
@@ -65,7 +65,7 @@ def readers_now(
             )
             now = set(shared or ())
             if scope_id is not None:
-                now.update(auth.outside_recipients(scope_id, event_type, data))
+                now.update(account_ids(auth.outside_recipients(scope_id, event_type, data)))
     except Exception as exc:
         log_hook_failure(logger, "realtime: deciding who may still read %s failed", exc, event_type)
         return []
@@ -86,7 +86,7 @@ def shared_readers_of(
         root = load_root(options, pk, root_pk)
         if root is None:
             return []
-        found = set(get_auth().shared_readers(root, scope_id))
+        found = set(account_ids(get_auth().shared_readers(root, scope_id)))
         found -= set(member_ids(scope_id))
         if found and options.guard is not None:
             found = set(readers(options, pk, found))

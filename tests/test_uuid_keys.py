@@ -9,6 +9,7 @@ settings they are skipped.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -20,8 +21,8 @@ if settings.AUTH_USER_MODEL != "uuidapp.Account":
 from django.contrib.auth import get_user_model
 
 from realtime.auth import RealtimeAuth, Scope, issue_token
-from realtime.broadcast import broadcast_to_user, recheck_users
-from realtime.encoding import normal_id
+from realtime.broadcast import broadcast_to_scope, broadcast_to_user, recheck_users
+from realtime.encoding import key_of, normal_id
 from realtime.sockets import access, standing
 from realtime.sockets.protocol import read_scopes
 from tests.helpers import off_loop
@@ -118,7 +119,7 @@ def test_a_recheck_round_reads_uuid_accounts_as_the_hooks_do() -> None:
     questions = [
         (normal_id(a.pk), t, ask, [team.pk]) for a, t in ((ann, ann_token), (bob, bob_token))
     ]
-    assert access.recheck(RealtimeAuth(), questions) == [[Scope(team.pk, "acme")], None]
+    assert access.recheck(RealtimeAuth(), questions) == [[Scope(str(team.pk), "acme")], None]
 
 
 async def test_a_uuid_account_removed_from_a_uuid_scope_stops_hearing_it(
@@ -184,3 +185,28 @@ async def test_the_per_account_cap_counts_a_uuid_accounts_sockets(
     answer = await refused.authenticate(token, scope="acme")
     assert answer == {"type": "auth_error", "data": {"message": "Too many connections"}}
     assert await refused.closed_with() == 1008
+
+
+async def test_uuid_ids_given_in_capitals_or_as_uuids_name_the_same_scope_and_accounts(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    (ann, ann_token), (bob, bob_token) = [
+        await off_loop(make_member, name, team) for name in ("ann", "bob")
+    ]
+    server = live_servers.get()
+    ann_s = await ws.authenticated(server, ann_token, scope="acme")
+    bob_s = await ws.authenticated(server, bob_token, scope="acme")
+    scope = str(team.pk).upper()  # text a UUID field reads as the same key
+    await off_loop(broadcast_to_scope, scope, "test.said", 1, exclude_user_ids=[bob.pk])
+    await off_loop(broadcast_to_scope, scope, "test.said", 2, audience=[str(bob.pk).upper()])
+    for client, account, heard in ((ann_s, ann, [1]), (bob_s, bob, [2])):
+        frames = await marker_for(client, account)
+        assert [frame["data"] for frame in frames if frame["type"] == "test.said"] == heard
+
+
+def test_ids_are_read_by_their_model_s_key_field_never_guessed() -> None:
+    key = uuid.uuid4()
+    assert key_of(Team, str(key).upper()) == key_of(Team, key) == str(key)
+    assert key_of(Ticket, 3) == key_of(Ticket, "3") == "3"  # a text key stays text
+    assert key_of(Team, "not a uuid") == "not a uuid"  # names no team: kept as given

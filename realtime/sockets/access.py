@@ -16,7 +16,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from realtime.auth import RealtimeAuth, Scope, ScopeQuestion, overridden
+from realtime.auth import (
+    RealtimeAuth,
+    Scope,
+    ScopeQuestion,
+    normal_scopes,
+    overridden,
+    scope_key,
+)
 from realtime.encoding import normal_id
 from realtime.sockets.limits import log_hook_failure
 from realtime.sockets.protocol import ScopeAsk
@@ -49,13 +56,14 @@ def resolve_scopes(
     else:
         scope = auth.scope_of(user, ask.single)
         found = [scope] if scope is not None else []
+    found = normal_scopes(found)
     known = {scope.id for scope in found}
     missing = [scope_id for scope_id in held_ids if scope_id not in known]
     if missing:
-        found += list(auth.held_scopes(user, missing))
+        found += normal_scopes(auth.held_scopes(user, missing))
     if not found:
         return []
-    reached = set(auth.reached_scopes(token, [scope.id for scope in found]))
+    reached = {scope_key(i) for i in auth.reached_scopes(token, [scope.id for scope in found])}
     return [scope for scope in found if scope.id in reached]
 
 
@@ -154,8 +162,10 @@ def _scopes(
     )
     between()
     answers = []
-    for (_, token, _, _), scopes in zip(sockets, found, strict=True):
-        reached = set(auth.reached_scopes(token, [scope.id for scope in scopes])) if scopes else ()
+    for (_, token, _, _), listed in zip(sockets, found, strict=True):
+        scopes = normal_scopes(listed)
+        ids = [scope.id for scope in scopes]
+        reached = {scope_key(i) for i in auth.reached_scopes(token, ids)} if scopes else set()
         answers.append([scope for scope in scopes if scope.id in reached])
     return answers
 

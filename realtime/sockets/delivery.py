@@ -44,11 +44,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from realtime import messages, metrics, signals
-from realtime.auth import RealtimeAuth, get_auth
+from realtime.auth import RealtimeAuth, account_ids, get_auth
 from realtime.blocking import run_blocking
 from realtime.compat.django import has_receivers
 from realtime.conf import conf
-from realtime.encoding import id_order, normal_id
+from realtime.encoding import id_order
 from realtime.logs import describe
 from realtime.readers import readers_now, row_of
 from realtime.sockets import protocol
@@ -451,13 +451,10 @@ def _overrides_audience(auth: RealtimeAuth) -> bool:
 def _audience(
     auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
 ) -> list[Any]:
-    """``auth.audience``'s answer, normalised; nobody when the hook fails (logged with its
-    traceback, limited per place: it may fail on every event)."""
+    """``auth.audience``'s answer, normalised (``account_ids``); nobody when the hook fails
+    (logged with its traceback, limited per place: it may fail on every event)."""
     try:
-        return [
-            normal_id(user_id)
-            for user_id in auth.audience(scope_id, event_type, data, user_ids, about)
-        ]
+        return account_ids(auth.audience(scope_id, event_type, data, user_ids, about))
     except Exception as exc:
         log_hook_failure("realtime: audience() failed for %s; nobody hears it", exc, event_type)
         return []

@@ -22,7 +22,7 @@ from django.db import models
 from django.db.models.signals import m2m_changed
 
 from realtime.audience import readers
-from realtime.auth import get_auth, member_ids
+from realtime.auth import account_ids, get_auth, member_ids
 from realtime.conf import conf
 from realtime.encoding import normal_id, sorted_ids
 from realtime.paths import path_target, to_lookup
@@ -140,7 +140,7 @@ def _readers_of_roots(
         scopes = rows.values_list(options.scope_attname or "", flat=True).distinct()
         for scope in scopes[: conf.CASCADE_LIMIT]:
             if scope is not None:
-                outside = set(sorted_ids(auth.shared_readers(root, scope)))
+                outside = set(sorted_ids(account_ids(auth.shared_readers(root, scope))))
                 outside -= set(sorted_ids(member_ids(scope)))
                 readers_by[(index, normal_id(root.pk), normal_id(scope))] = outside
     return readers_by

@@ -7,7 +7,8 @@ costs its own answer, logged, never the write and never the other messages of th
 ``outside_recipients`` failing means only those extra messages are not sent. Where a failure
 must not pass for an empty answer (who leaves a view, ``realtime.writes.views``), the
 ``*_or_none`` forms answer ``None`` instead: undecided, never "nobody". What a hook raises is
-logged at ERROR with its traceback, limited per hook (``realtime.logs``).
+logged at ERROR with its traceback, limited per hook (``realtime.logs``); the ids a hook
+answers are read by the user model's primary key field (``realtime.auth.account_ids``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from realtime.auth import get_auth, member_ids
+from realtime.auth import account_ids, get_auth, member_ids
 from realtime.logs import log_hook_failure
 from realtime.readers import shared_readers_of
 from realtime.writes.events import Event
@@ -37,7 +38,7 @@ def recipients_or_none(
     if accounts is None:
         accounts = event.user_ids or ()
     try:
-        return list(get_auth().recipients(event.event_type, event.data, list(accounts)))
+        return account_ids(get_auth().recipients(event.event_type, event.data, list(accounts)))
     except Exception as exc:
         log_hook_failure(
             logger, "realtime: recipients() failed for %s; %s", exc, event.event_type, failing
@@ -75,7 +76,9 @@ def shared_readers_or_none(event: Event, failing: str) -> list[Any] | None:
 def outside_recipients(event: Event) -> list[Any]:
     """Ask ``auth.outside_recipients``; when it fails, log: the scope event still goes."""
     try:
-        return list(get_auth().outside_recipients(event.scope_id, event.event_type, event.data))
+        return account_ids(
+            get_auth().outside_recipients(event.scope_id, event.event_type, event.data)
+        )
     except Exception as exc:
         log_hook_failure(
             logger, "realtime: outside_recipients() failed for %s", exc, event.event_type

@@ -2,7 +2,9 @@
 
 Each call publishes after the current transaction commits (at once outside one), from sync or
 async code; from async code the work runs in a thread whose task is kept referenced until it
-is done. Failures are logged, never raised into the caller.
+is done. Failures are logged, never raised into the caller. The ids a call is given are read
+by their model's primary key field (``realtime.auth.scope_key``, ``account_ids``): a scope or
+an account named ``"3"`` where the key is an integer is the one of key ``3``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, models
 
-from realtime.registry import wire_name
+from realtime.auth import account_ids, scope_key
+from realtime.encoding import key_of
+from realtime.registry import options_named, wire_name
 from realtime.writes import outbox, rechecks
 from realtime.writes.payload import scope_messages, users_messages
 
@@ -66,7 +70,8 @@ def _about(about: tuple[type[models.Model] | str, Any] | None) -> dict[str, Any]
         return None
     model, pk = about
     name = model if isinstance(model, str) else wire_name(model)
-    return {"model": name, "id": pk}
+    options = options_named(name)
+    return {"model": name, "id": pk if options is None else key_of(options.model, pk)}
 
 
 def broadcast_to_scope(
@@ -88,18 +93,17 @@ def broadcast_to_scope(
         return
     channel_list = None if channels is None else list(channels)
     excluded = list(exclude_user_ids or ())
-    about_ref = _about(about)
 
     def build(budget: int | None) -> list[tuple[str, bytes]]:
         return scope_messages(
-            scope_id,
+            scope_key(scope_id),
             event_type,
             data,
             channels=channel_list,
             meta=dict(meta or {}),
-            exclude=excluded,
-            about=about_ref,
-            only=only,
+            exclude=account_ids(excluded),
+            about=_about(about),
+            only=None if only is None else account_ids(only),
             budget=budget,
         )
 
@@ -125,12 +129,12 @@ def broadcast_to_users(
 
     def build(budget: int | None) -> list[tuple[str, bytes]]:
         return users_messages(
-            ids,
+            account_ids(ids),
             event_type,
             data,
             channels=channel_list,
             meta=dict(meta or {}),
-            skip_scope=skip_scope,
+            skip_scope=None if skip_scope is None else scope_key(skip_scope),
             budget=budget,
         )
 
@@ -152,4 +156,4 @@ def broadcast_to_user(
 def recheck_users(user_ids: Iterable[Any]) -> None:
     """Have every worker re-resolve, at once, what let these accounts' sockets in."""
     ids = list(user_ids)
-    _submit(lambda: rechecks.request(ids, DEFAULT_DB_ALIAS))
+    _submit(lambda: rechecks.request(account_ids(ids), DEFAULT_DB_ALIAS))
