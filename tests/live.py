@@ -292,9 +292,10 @@ class Clients:
         self.opened.append(client)
         return client
 
-    async def not_reading(self, server: Server, token: str) -> Client:
+    async def not_reading(self, server: Server, token: str, **ask: Any) -> Client:
         """An authenticated client that will never read again: a one-frame queue and a small
-        receive window, so the server's output to it piles up."""
+        receive window, so the server's output to it piles up (``ask``: what its
+        ``authenticate`` asks for besides the token, a scope say)."""
         raw = socket.socket()
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: the window
         raw.connect(("127.0.0.1", server.port))
@@ -304,7 +305,8 @@ class Clients:
             )
         )
         self.opened.append(client)
-        assert (await client.authenticate(token))["type"] == "auth_success"
+        answer = await client.authenticate(token, **ask)
+        assert answer["type"] == "auth_success", answer
         return client
 
     async def authenticated(self, server: Server, token: str, **ask: Any) -> Client:

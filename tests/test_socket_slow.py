@@ -3,8 +3,13 @@
 Every test runs under daphne (whose ``send`` only buffers) and uvicorn (whose ``send`` waits
 while the transport's buffer is full), each serving the socket bare and inside Channels'
 ``AuthMiddlewareStack`` (``each_stack``). A client stops reading by never calling ``recv``
-with a one-frame queue and a small receive buffer: the server's output to it piles up. Frames
-carry random text, so that permessage-deflate (uvicorn negotiates it) cannot shrink them.
+with a one-frame queue and a small receive buffer: the server's output to it piles up. Large
+frames carry random text, so that permessage-deflate (uvicorn negotiates it) cannot shrink
+them; a stream of thousands of small ones piles up in the kernel's send queue instead.
+
+These are the ``stall`` tests: ``REALTIME_SLOW_REPEAT`` runs each that many times, and
+``REALTIME_CPU_LOAD`` keeps that many cores busy meanwhile (``tests/conftest.py``; the long run
+of docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -12,23 +17,31 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import socket
 from typing import Any
 
 import pytest
-import websockets
 from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from realtime.auth import issue_token
-from realtime.broadcast import broadcast_to_users
+from realtime.broadcast import broadcast_to_scope, broadcast_to_users
 from realtime.testing import in_thread
-from tests.helpers import WAIT
 from tests.live import Client, Clients, LiveServers, Server, each_stack  # noqa: F401
+from tests.testapp.models import Membership, Workspace
 
 # Large frames: the table transport carries them whole (pg_notify would shrink them).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_stack")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("each_stack"),
+    pytest.mark.stall,
+]
 
 MAX_EVENTS = 1500  # 30 MB of 20,000-character frames at most: past any loopback buffer
+#: Small frames published to a scope in one stream, 200 a transaction: about 1.2 MB in all
+#: (random text: compression cannot shrink it under the bound), which a loopback
+#: connection's kernel send queue (up to 4 MiB) takes whole.
+STREAM = 8000
+STREAM_BATCH = 200
 
 
 def noise(size: int) -> str:
@@ -39,21 +52,6 @@ def noise(size: int) -> str:
 def accounts(*names: str) -> tuple[list[Any], list[str]]:
     users = [get_user_model().objects.create_user(username=name) for name in names]
     return users, [issue_token(user) for user in users]
-
-
-async def not_reading(server: Server, token: str, ws: Clients) -> Client:
-    """An authenticated client that will never read again: one-frame queue, small window."""
-    raw = socket.socket()
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connect: sets the window
-    raw.connect(("127.0.0.1", server.port))
-    client = Client(
-        await websockets.connect(
-            server.url, sock=raw, max_queue=1, max_size=None, open_timeout=WAIT
-        )
-    )
-    ws.opened.append(client)
-    assert (await client.authenticate(token))["type"] == "auth_success"
-    return client
 
 
 def held(state: dict[str, Any], user_ids: list[Any]) -> list[Any]:
@@ -78,7 +76,7 @@ async def test_a_socket_that_stops_reading_is_closed_1011_while_others_hear_ever
     # the close within it.
     server = live_servers.get("slow-socket-default")
     (slow_user, fast_user), (slow_token, fast_token) = await in_thread(accounts, "slow", "fast")
-    slow = await not_reading(server, slow_token, ws)
+    slow = await ws.not_reading(server, slow_token)
     fast = await ws.authenticated(server, fast_token)
 
     dropped = asyncio.Event()
@@ -112,7 +110,7 @@ async def test_stalled_sockets_hold_no_other_socket_back(
     server = live_servers.get("stalls", REALTIME_SEND_TIMEOUT=timeout)
     users, tokens = await in_thread(accounts, "s1", "s2", "s3", "s4", "reader")
     stalled_ids = [user.pk for user in users[:4]]
-    stalled = [await not_reading(server, token, ws) for token in tokens[:4]]
+    stalled = [await ws.not_reading(server, token) for token in tokens[:4]]
     reader = await ws.authenticated(server, tokens[4])
     everyone = [user.pk for user in users]
 
@@ -170,3 +168,58 @@ async def test_a_reader_of_frames_larger_than_the_stall_bound_is_never_dropped(
     assert await client.frames_until("test.marker") == []
     state = await asyncio.to_thread(server.state)
     assert held(state, [user.pk]) == [user.pk]
+
+
+def members(count: int) -> tuple[Any, list[Any], list[str]]:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    users, tokens = accounts(*(f"member-{n}" for n in range(count)))
+    for user in users:
+        Membership.objects.create(workspace=workspace, user=user)
+    return workspace, users, tokens
+
+
+def publish_stream(scope_id: Any, start: int) -> None:
+    """Publish ticks ``start`` to ``start + STREAM_BATCH``, each a small frame, in one
+    transaction."""
+    with transaction.atomic():
+        for n in range(start, start + STREAM_BATCH):
+            broadcast_to_scope(scope_id, "tick", {"n": n, "b": noise(100)})
+
+
+async def ticks_heard(client: Client, last: int) -> list[int]:
+    """Read ``client``'s ticks up to ``last`` (bounded); their numbers, in the order heard."""
+    heard: list[int] = []
+    while not heard or heard[-1] < last:
+        frame = await client.wait_for(lambda f: f["type"] == "tick", timeout=60)
+        heard.append(frame["data"]["n"])
+    return heard
+
+
+async def test_a_socket_that_stops_reading_amid_thousands_of_small_frames_is_closed_1011(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # One socket of a scope stops reading while two others read a stream of 8,000 small
+    # frames. None of it reaches the server's own buffer for long (the kernel's send queue
+    # takes all of it), yet the stalled socket is closed 1011 and the readers hear every
+    # frame, in order.
+    server = live_servers.get("slow-socket-default")
+    workspace, users, tokens = await in_thread(members, 3)
+    stalled = await ws.not_reading(server, tokens[0], scope="acme")
+    readers = [await ws.authenticated(server, token, scope="acme") for token in tokens[1:]]
+
+    hearing = asyncio.gather(*(ticks_heard(reader, STREAM - 1) for reader in readers))
+    try:
+        for start in range(0, STREAM, STREAM_BATCH):
+            await in_thread(publish_stream, workspace.pk, start)
+        assert await hearing == [list(range(STREAM))] * len(readers)
+    finally:
+        hearing.cancel()
+    closing = close_code_once_dropped(server, stalled, users[0].pk, asyncio.Event())
+    assert await closing == 1011
+
+    await in_thread(broadcast_to_scope, workspace.pk, "late", None)
+    for reader in readers:
+        assert [f["type"] for f in await reader.frames_until("late")] == []
+    # What the stalled socket got before its close, it got in order.
+    ticks = [f["data"]["n"] for f in stalled.received if f["type"] == "tick"]
+    assert ticks == list(range(len(ticks)))

@@ -80,17 +80,21 @@ class Connection:
     """daphne's side of one socket: autobahn's protocol, and the Twisted transport under it.
 
     ``transport`` is ``None`` when it is not a Twisted ``FileDescriptor`` (daphne serving TLS
-    itself, say): its backlog cannot be read, and ``pending`` is 0.
+    itself, say): its backlog cannot be read, and ``pending`` is 0. ``socket`` is the
+    transport's socket, from Twisted's public ``ISystemHandle.getHandle()`` (TCP and Unix
+    transports have it): the kernel's queue under the transport's buffer is read through it.
     """
 
-    __slots__ = ("protocol", "transport")
+    __slots__ = ("protocol", "socket", "transport")
 
     def __init__(self, protocol: Any, transport: Any) -> None:
         self.protocol = protocol
         self.transport = transport
+        get_handle = getattr(transport, "getHandle", None)
+        self.socket: Any = get_handle() if callable(get_handle) else None
 
     def pending(self) -> int:
-        """Bytes the transport has taken but not written to the network."""
+        """Bytes the transport has taken but not written to the kernel."""
         transport = self.transport
         if transport is None:
             return 0

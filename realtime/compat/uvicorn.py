@@ -7,8 +7,9 @@ asyncio transport as ``transport``. uvicorn documents neither (its protocol clas
 public API, and ASGI offers no way to reach the transport), so ``connection_of`` recognizes
 exactly those classes and methods, nothing else, and reads that one attribute. Everything
 done with the transport then is asyncio's public API: ``get_write_buffer_size()``,
-``is_closing()`` and ``abort()``, of a transport that is an ``asyncio.WriteTransport`` or one
-of uvloop's (which implement the same methods without deriving from asyncio's classes).
+``get_extra_info("socket")``, ``is_closing()`` and ``abort()``, of a transport that is an
+``asyncio.WriteTransport`` or one of uvloop's (which implement the same methods without
+deriving from asyncio's classes).
 
 The classes are taken from ``sys.modules``, never imported. ``check`` is the self-test: it runs
 once per process and, where something above is not there, says so in one ERROR line naming
@@ -43,6 +44,8 @@ class Transport(Protocol):
     """The part of asyncio's transport API realtime uses."""
 
     def get_write_buffer_size(self) -> int: ...
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
     def is_closing(self) -> bool: ...
 

@@ -7,14 +7,26 @@ wait (uvicorn's, or any middleware's realtime does not know), each socket has a 
 its own that sends its queue in order.
 
 A socket is not reading when a send fails, when one has not completed after
-``REALTIME_SEND_TIMEOUT`` seconds, or when its backlog (what its writer still holds plus what
-the server has taken but not written, see ``link``) stays above ``STALL_BYTES`` for as long.
+``REALTIME_SEND_TIMEOUT`` seconds, or when its backlog stays above ``STALL_BYTES`` for as
+long. The backlog is everything not yet sent on the network: what its writer still holds, what
+the server has taken, and what the kernel's send queue holds (see ``link``). Without the
+kernel's share a client sent small frames could stop reading unseen: the kernel's send buffer
+grows to megabytes and takes thousands of them while the server's own buffer stays empty.
+
 Both are observed before each frame is added, never just after (a large frame the client is
 about to read is no stall), and by the manager's stall watch (no timer per send: they cost more
 than the send): every housekeeping tick for the sockets in ``watch`` (each joins it when handed
-a frame, and leaves once seen with nothing on the way), every few ticks for all. Observations
-of a backlog count as one run only while they come at most ``STALL_GAP`` seconds apart, so a
-backlog the client read long ago never joins a later one.
+a frame, and leaves once seen with nothing on the way), every few ticks for all.
+
+Two observations over the bound make one run however far apart they are, so a watch that
+comes late (a busy event loop, a loaded machine) delays a verdict but never loses one. This
+holds because the backlog counts everything up to the network: between two observations it
+can only shrink (the client reads) unless something is added, and realtime adds frames only
+through ``send_frame``, which observes first. So a backlog over the bound at an observation
+was over it ever since the one before: had the client read it down in between, the frame that
+brought it back up would have been observed under the bound, and the run would have ended
+there. What the server writes of its own accord (pongs, pings) or the consumer sends itself
+(handshake answers, a cursor, a refusal) is a few bytes a frame, bounded by the frame limit.
 """
 
 from __future__ import annotations
@@ -30,12 +42,10 @@ from realtime.encoding import normal_id
 from realtime.sockets.link import Link, Send
 from realtime.sockets.protocol import ScopeAsk
 
-__all__ = ["STALL_BYTES", "STALL_GAP", "Send", "Socket"]
+__all__ = ["STALL_BYTES", "Send", "Socket"]
 
 #: Bytes of backlog a socket may have before it counts as not reading.
 STALL_BYTES = 256 * 1024
-#: Seconds between two observations of a backlog beyond which they are not one run.
-STALL_GAP = 2.5
 
 
 class Socket:
@@ -45,7 +55,6 @@ class Socket:
         "_over_since",
         "_queue",
         "_queued",
-        "_seen_at",
         "_send",
         "_sending_since",
         "_writer",
@@ -92,8 +101,9 @@ class Socket:
         self._writer: asyncio.Task[None] | None = None
         #: When the writer's send under way began (``None``: no send under way).
         self._sending_since: float | None = None
+        #: When the backlog was first observed over ``STALL_BYTES`` in the current run
+        #: (``None``: under it at the last observation).
         self._over_since: float | None = None
-        self._seen_at = 0.0
         self.user = user
         #: The account's id in its one normalised form (``realtime.encoding.normal_id``).
         self.user_id: Any = normal_id(user.pk)
@@ -145,7 +155,7 @@ class Socket:
         return scope_id is None or normal_id(scope_id) in self.scopes
 
     def backlog(self) -> int:
-        """Bytes (characters, for frames the writer still holds) not yet on the network."""
+        """Bytes not yet sent on the network."""
         return self._queued + self.link.pending()
 
     def settled(self) -> bool:
@@ -154,7 +164,11 @@ class Socket:
 
     def stalled(self, timeout: float, now: float | None = None) -> bool:
         """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
-        seconds (``now``: the ``time.monotonic()`` of the observation)."""
+        seconds (``now``: the ``time.monotonic()`` of the observation).
+
+        A run of observations over the bound ends only at one under it, never for the time
+        between two (see the module docstring).
+        """
         sending = self._sending_since
         if sending is not None:
             now = time.monotonic() if now is None else now
@@ -165,9 +179,8 @@ class Socket:
             self._over_since = None
             return False
         now = time.monotonic() if now is None else now
-        if self._over_since is None or now - self._seen_at > STALL_GAP:
+        if self._over_since is None:
             self._over_since = now
-        self._seen_at = now
         return now - self._over_since >= timeout
 
     async def send_frame(self, message: dict[str, Any], timeout: float) -> bool:
@@ -188,7 +201,10 @@ class Socket:
             except Exception:
                 return False
             return True
-        size = len(message["text"])
+        text = message["text"]
+        # Counted as the bytes it becomes (isascii() is a flag, read for free): moving a frame
+        # from the queue into the server must not grow the backlog unobserved.
+        size = len(text) if text.isascii() else len(text.encode())
         if self._queue is None:
             self._queue = deque()
         self._queue.append((message, size))

@@ -3,10 +3,17 @@
 ASGI gives an application one ``send`` per connection, and servers differ behind it:
 
 * daphne's appends to the Twisted transport's output buffer and never waits, so only the size
-  of that buffer tells a client that stopped reading; and it relays ``websocket.close`` through
-  autobahn's ``sendClose``, which refuses the protocol's own codes (1008, 1009, 1011, 1012).
+  of the output waiting tells a client that stopped reading; and it relays ``websocket.close``
+  through autobahn's ``sendClose``, which refuses the protocol's own codes (1008, 1009, 1011,
+  1012).
 * uvicorn's waits while the transport's write buffer is above its high-water mark: the send
   itself is bounded, and the buffer's size is the backlog.
+
+Under both, the backlog (``Link.pending``) is the server's buffer *plus the kernel's send
+queue* of the connection (``realtime.compat.kernel``): the kernel takes what the server writes
+until its send buffer, autotuned to megabytes, is full, and a client sent small frames can stop
+reading with all of them there. Measured in the server alone, thousands of such frames leave
+its buffer empty: daphne's socket never looks stalled, and uvicorn's send never waits.
 
 Neither server documents a way to reach its connection, so that is done by the seams of
 ``realtime.compat``, one per library, each recognizing exactly one known shape of ``send`` and
@@ -29,7 +36,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from realtime import metrics
-from realtime.compat import channels, daphne, uvicorn
+from realtime.compat import channels, daphne, kernel, uvicorn
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +66,8 @@ class Link:
         self.buffered = buffered
 
     def pending(self) -> int:
-        """Bytes the server has taken but not yet written to the network."""
+        """Bytes the server has taken but not yet sent on the network (its buffer and the
+        kernel's send queue)."""
         return 0
 
     def open(self) -> bool:
@@ -90,7 +98,8 @@ class Link:
 
 
 class DaphneLink(Link):
-    """daphne's connection (``realtime.compat.daphne``): its buffer, autobahn's close."""
+    """daphne's connection (``realtime.compat.daphne``): its buffer, the kernel's queue under
+    it, autobahn's close."""
 
     __slots__ = ("connection",)
 
@@ -99,7 +108,8 @@ class DaphneLink(Link):
         self.connection = connection
 
     def pending(self) -> int:
-        return self.connection.pending()
+        connection = self.connection
+        return connection.pending() + kernel.unsent(connection.socket)
 
     def open(self) -> bool:
         return self.connection.open()
@@ -114,14 +124,16 @@ class DaphneLink(Link):
 class AsyncioLink(Link):
     """A connection over an asyncio transport (uvicorn): its write buffer is the backlog."""
 
-    __slots__ = ("transport",)
+    __slots__ = ("socket", "transport")
 
     def __init__(self, transport: uvicorn.Transport) -> None:
         super().__init__()
         self.transport = transport
+        #: asyncio's public ``get_extra_info("socket")``: the kernel's queue is read through it.
+        self.socket: kernel.Handle | None = transport.get_extra_info("socket")
 
     def pending(self) -> int:
-        return int(self.transport.get_write_buffer_size())
+        return int(self.transport.get_write_buffer_size()) + kernel.unsent(self.socket)
 
     def open(self) -> bool:
         return not self.transport.is_closing()
@@ -206,11 +218,16 @@ def _checked(name: str, check: Callable[[], bool]) -> bool:
     return verdict
 
 
+def _always() -> bool:
+    return True
+
+
 #: Each seam: its name (the metric's label), whether its library is loaded, its self-test.
 SEAMS: tuple[tuple[str, Callable[[], bool], Callable[[], bool]], ...] = (
     ("daphne", daphne.loaded, daphne.check),
     ("uvicorn", uvicorn.loaded, uvicorn.check),
     ("channels", channels.loaded, channels.check),
+    ("kernel", _always, kernel.check),
 )
 
 

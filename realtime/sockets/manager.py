@@ -476,9 +476,11 @@ class SocketManager:
         self.dispatcher.wait_idle(max(0.0, deadline - time.monotonic()))
 
     async def _watch_stalls(self) -> None:
-        """Observe every socket's backlog each ``TICK``, whatever else housekeeping waits
-        for: a stall is only told from observations that come close enough together. The
-        same tick cuts a stuck statement of realtime's threads or of the transport."""
+        """Observe the sockets' backlogs each ``TICK``, whatever else housekeeping waits for.
+        A tick that comes late (delivery or a loaded machine holding the event loop) only
+        delays a verdict: observations over the bound make one run however far apart they
+        are (``connection``), so no stall escapes a slow watch. The same tick cuts a stuck
+        statement of realtime's threads or of the transport."""
         while True:
             await asyncio.sleep(TICK)
             try:
@@ -500,15 +502,21 @@ class SocketManager:
         indexed, unsettled = self.index.sockets, self._unsettled
         observed = indexed if self._ticks % SWEEP_TICKS == 0 else unsettled
         for socket in list(observed):
-            if socket not in indexed:
-                unsettled.discard(socket)
-            elif socket.stalled(timeout, now):
-                unsettled.discard(socket)
-                self.drop_soon(socket)
-            elif socket.settled():
-                unsettled.discard(socket)
-            else:
+            try:
+                if socket not in indexed:
+                    unsettled.discard(socket)
+                elif socket.stalled(timeout, now):
+                    unsettled.discard(socket)
+                    self.drop_soon(socket)
+                elif socket.settled():
+                    unsettled.discard(socket)
+                else:
+                    unsettled.add(socket)
+            except Exception as exc:
+                # One socket that cannot be observed must not hide those after it, every
+                # tick; it stays watched.
                 unsettled.add(socket)
+                log_failure("realtime: observing a socket's backlog failed", exc)
 
     async def _reconcile(self) -> None:
         """Follow what is held but not followed (a follow that failed earlier)."""
