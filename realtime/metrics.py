@@ -204,7 +204,8 @@ def trimmed(rows: int) -> None:
 
 
 def slow_socket_protection(library: str, on: bool) -> None:
-    """A seam's self-test ran: ``library`` is ``daphne``, ``uvicorn`` or ``channels``."""
+    """A seam's self-test ran: ``library`` is ``daphne``, ``uvicorn``, ``channels`` or
+    ``kernel`` (its send queue can be read)."""
     if (m := get()) is not None:
         m.protection.labels(library).set(1 if on else 0)
 

@@ -1,8 +1,18 @@
-"""Fixtures shared by the whole suite: transports that clean up after themselves."""
+"""Fixtures shared by the whole suite: transports that clean up after themselves.
+
+The ``stall`` tests (a socket that stops reading, and readers beside it) run
+``REALTIME_SLOW_REPEAT`` times each (1 by default, 3 in CI's ``py312-django60`` cell, 20 in the
+long run), with ``REALTIME_CPU_LOAD`` cores kept busy meanwhile by a helper process
+(``tests.cpu_load``; 0 by default): a stall must never be missed, nor a reader dropped, when
+the machine is loaded.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +21,11 @@ from realtime.transports.table import TableTransport
 from tests.helpers import Inbox
 from tests.proxy import Proxy
 
+#: Runs of each ``stall`` test.
+SLOW_REPEAT = int(os.environ.get("REALTIME_SLOW_REPEAT") or 1)
+#: Cores the helper process keeps busy while the tests run.
+CPU_LOAD = int(os.environ.get("REALTIME_CPU_LOAD") or 0)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``server`` each test served by real daphne or uvicorn workers (it needs the
@@ -18,6 +33,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "live_servers" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each ``stall`` test ``SLOW_REPEAT`` times."""
+    if SLOW_REPEAT > 1 and metafunc.definition.get_closest_marker("stall") is not None:
+        metafunc.fixturenames.append("stall_round")
+        metafunc.parametrize(
+            "stall_round", range(1, SLOW_REPEAT + 1), ids=lambda n: f"round{n}", scope="function"
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cpu_load() -> Iterator[None]:
+    """Keep ``CPU_LOAD`` cores busy for the whole run (none by default)."""
+    if CPU_LOAD <= 0:
+        yield
+        return
+    from tests.helpers import ROOT
+
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "tests.cpu_load", str(CPU_LOAD)], stdin=subprocess.PIPE, cwd=ROOT
+    )
+    try:
+        yield
+    finally:
+        assert helper.stdin is not None
+        helper.stdin.close()
+        try:
+            helper.wait(10)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait(10)
 
 
 @pytest.fixture

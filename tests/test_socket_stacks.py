@@ -136,6 +136,7 @@ async def test_a_send_realtime_does_not_look_inside_is_reported_once_and_still_s
     )
 
 
+@pytest.mark.stall
 @pytest.mark.usefixtures("each_server")
 async def test_the_validator_outermost_keeps_protection_through_any_middleware(
     live_servers: LiveServers, ws: Clients
