@@ -27,7 +27,7 @@ import pytest
 from channels.auth import AuthMiddlewareStack
 from prometheus_client import REGISTRY
 
-from realtime.compat import channels, daphne, uvicorn
+from realtime.compat import channels, daphne, kernel, uvicorn
 from realtime.origins import SocketOriginValidator
 from realtime.sockets import link
 from realtime.sockets.link import AsyncioLink, DaphneLink, Link, Send, find_link
@@ -47,7 +47,7 @@ def fresh_seams(monkeypatch: pytest.MonkeyPatch) -> None:
     """No self-test has run and nothing was reported, as in a new process."""
     monkeypatch.setattr(link, "_verdicts", {})
     monkeypatch.setattr(link, "_unknown_reported", False)
-    for seam in (daphne, uvicorn, channels):
+    for seam in (daphne, uvicorn, channels, kernel):
         monkeypatch.setattr(seam, "_verdict", None)
     monkeypatch.setattr(daphne, "_unmeasured_reported", False)
     monkeypatch.setattr(uvicorn, "_unknown_reported", False)
@@ -211,6 +211,20 @@ def test_daphnes_send_is_found_bare_and_its_buffer_is_the_backlog(
     assert protection("daphne") == 1
 
 
+def test_daphnes_backlog_counts_what_the_kernel_holds_unsent_under_its_buffer(
+    daphne_connection: Daphne,
+) -> None:
+    found = find_link(daphne_connection.send)
+    assert found.pending() == 0
+    # What Twisted already wrote to the socket, and its peer never read, waits in the
+    # kernel's queue: the backlog still holds it. (The peer of this socket pair is a Unix
+    # socket: the kernel counts what its buffers take, a little more than what they hold.)
+    written = daphne_connection.transport.socket.send(b"x" * 100_000)
+    assert written > 0
+    assert written <= found.pending() <= 4 * written
+    assert protection("kernel") == 1
+
+
 @pytest.mark.django_db
 async def test_daphnes_send_is_found_behind_auth_middleware_stack(
     daphne_connection: Daphne,
@@ -235,6 +249,13 @@ async def test_uvicorns_send_is_found_bare_and_its_transport_is_the_backlog(
     assert found.transport is uvicorn_protocol.transport
     assert not found.buffered  # uvicorn's send waits while its buffer is full
     assert found.pending() == uvicorn_protocol.transport.get_write_buffer_size()
+    # What the transport wrote to its socket, and the peer (which never reads) did not take,
+    # waits in the kernel's queue: the backlog holds it.
+    uvicorn_protocol.transport.write(b"x" * 8_000_000)
+    in_server = uvicorn_protocol.transport.get_write_buffer_size()
+    assert in_server < 7_000_000  # the kernel took megabytes (its send buffer)
+    # All of it but what the peer's receive buffer took.
+    assert 7_000_000 < found.pending() <= 8_000_000
     assert found.open()
     found.abort()
     assert uvicorn_protocol.transport.is_closing()
@@ -409,6 +430,23 @@ async def test_every_seam_passes_its_self_test_under_the_installed_versions(
     assert daphne.missing() == []
     assert uvicorn.missing() == []
     assert channels.missing() == []
+    assert kernel.missing() is None
+
+
+def test_a_kernel_whose_send_queue_cannot_be_read_fails_the_self_test_and_counts_nothing(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kernel, "SIOCOUTQNSD", 0x7FFF)  # a request no kernel answers
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        with client, peer:
+            client.sendall(b"x" * 1000)
+            link.check_loaded()
+            assert kernel.unsent(client) == 0
+    assert protection("kernel") == 0
+    (line,) = errors(caplog)
+    assert "the kernel's send queue of a socket cannot be read" in line
 
 
 def test_daphne_without_autobahns_close_frame_is_reported_and_closes_with_1000(
