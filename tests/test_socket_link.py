@@ -251,8 +251,9 @@ async def test_uvicorns_send_is_found_bare_and_its_transport_is_the_backlog(
     assert found.pending() == uvicorn_protocol.transport.get_write_buffer_size()
     # What the transport wrote to its socket, and the peer (which never reads) did not take,
     # waits in the kernel's queue: the backlog holds it.
-    uvicorn_protocol.transport.write(b"x" * 8_000_000)
-    in_server = uvicorn_protocol.transport.get_write_buffer_size()
+    transport: Any = uvicorn_protocol.transport
+    transport.write(b"x" * 8_000_000)
+    in_server = transport.get_write_buffer_size()
     assert in_server < 7_000_000  # the kernel took megabytes (its send buffer)
     # All of it but what the peer's receive buffer took.
     assert 7_000_000 < found.pending() <= 8_000_000
