@@ -516,7 +516,7 @@ class SocketManager:
                 # One socket that cannot be observed must not hide those after it, every
                 # tick; it stays watched.
                 unsettled.add(socket)
-                log_failure("realtime: observing a socket's backlog failed", exc)
+                log_own_failure("realtime: observing a socket's backlog failed", exc)
 
     async def _reconcile(self) -> None:
         """Follow what is held but not followed (a follow that failed earlier)."""
