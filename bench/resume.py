@@ -39,7 +39,8 @@ W events per second for D seconds, commit → frame measured for each. In the st
 other sockets (another workspace) were cut after connecting and missed M events each; a third
 of the way into the stream they all come back at once with their cursors (every one
 ``resumed: true`` with its M frames). The figure is the live sockets' commit → frame p50/p99
-with the storm beside the same stream without it, on a fresh worker each.
+with the storm beside the same stream without it and beside the same N sockets coming back at
+the same moment without resuming (their handshakes alone), on a fresh worker each.
 """
 
 from __future__ import annotations
@@ -443,9 +444,14 @@ async def one_during(
     live_members: Members,
     storm_members: Members,
     args: argparse.Namespace,
-    with_storm: bool,
+    storm_kind: str,
 ) -> During:
-    daphne = AsgiServer.start("tests.asgi:application", database.env(settings), "resume-during")
+    """One stream to the live sockets, beside no storm (``"none"``), the storm of resumes
+    (``"resume"``), or the same sockets coming back at the same moment without resuming
+    (``"reconnect"``: the handshakes alone, nothing replayed)."""
+    with_storm = storm_kind != "none"
+    env = harness.probing_collections(database.env(settings), args.gc)
+    daphne = AsgiServer.start("tests.asgi:application", env, "resume-during")
     live = Crowd(daphne, live_members)
     storm = Crowd(daphne, storm_members)
     resume = 0.0
@@ -461,17 +467,23 @@ async def one_during(
         publisher.start()
         if with_storm:
             await asyncio.sleep(args.seconds / 3)
+            replayed = args.missed if storm_kind == "resume" else 0
+            if not replayed:
+                for socket in storm.sockets:
+                    socket.cursor = None
             start = time.monotonic()
-            await storm.connect(then_hear=args.missed)
-            await storm.heard_all()
+            await storm.connect(then_hear=replayed)
+            if replayed:
+                await storm.heard_all()
             resume = time.monotonic() - start
         await asyncio.to_thread(publisher.join)
         await live.until_each_heard(len(publisher.sent), harness.WAIT)
         await live.cut()
-        if with_storm:
+        if storm_kind == "resume":
             for socket in storm.sockets:
                 if socket.heard != list(range(args.missed)):
                     raise RuntimeError(f"a resumed socket heard {socket.heard[:5]}...")
+        if with_storm:
             await storm.cut()
     finally:
         daphne.stop()
@@ -510,22 +522,23 @@ async def during(args: argparse.Namespace) -> None:
     )
     live_members = await asyncio.to_thread(harness.make_members, f"{PREFIX}-live", args.live)
     storm_members = await asyncio.to_thread(harness.make_members, PREFIX, args.sockets)
-    quiet: list[During] = []
-    stormy: list[During] = []
+    labels = {
+        "none": "without a storm       ",
+        "reconnect": "with reconnects alone ",
+        "resume": "with the resume storm ",
+    }
+    runs: dict[str, list[During]] = {kind: [] for kind in labels}
     try:
         for index in range(args.repeat):
-            for with_storm in (False, True):
-                run = await one_during(
-                    database, settings, live_members, storm_members, args, with_storm
-                )
-                (stormy if with_storm else quiet).append(run)
-                label = "with the storm " if with_storm else "without a storm"
+            for kind, label in labels.items():
+                run = await one_during(database, settings, live_members, storm_members, args, kind)
+                runs[kind].append(run)
                 print(
                     f"  repeat {index + 1} {label} commit -> frame p50 {harness.millis(run.p50)},"
                     f" p99 {harness.millis(run.p99)}"
                     + (
                         f"; {run.resumed:,} resumed, all frames in {run.resume:.2f} s"
-                        if with_storm
+                        if kind == "resume"
                         else ""
                     ),
                     flush=True,
@@ -535,12 +548,13 @@ async def during(args: argparse.Namespace) -> None:
             for prefix in (PREFIX, f"{PREFIX}-live"):
                 await asyncio.to_thread(harness.drop_members, prefix)
     print("summary (median [min - max]):")
-    for label, runs in (("without a storm", quiet), ("with the storm ", stormy)):
-        p50 = Spread.of([r.p50 for r in runs]).show(harness.millis)
-        p99 = Spread.of([r.p99 for r in runs]).show(harness.millis)
+    for kind, label in labels.items():
+        p50 = Spread.of([r.p50 for r in runs[kind]]).show(harness.millis)
+        p99 = Spread.of([r.p99 for r in runs[kind]]).show(harness.millis)
         print(f"  {label} p50 {p50}, p99 {p99}")
-    ratio = harness.ratios([r.p99 for r in stormy], [r.p99 for r in quiet])
-    print(f"  p99 ratio storm / none {Spread.of(ratio).show(harness.times)}")
+    for kind in ("reconnect", "none"):
+        ratio = harness.ratios([r.p99 for r in runs["resume"]], [r.p99 for r in runs[kind]])
+        print(f"  p99 ratio resume storm / {kind} {Spread.of(ratio).show(harness.times)}")
     print(f"load average after: {harness.load_average()}")
 
 
@@ -570,6 +584,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     three.add_argument("--rate", type=float, default=50.0)
     three.add_argument("--seconds", type=float, default=12.0)
     three.add_argument("--repeat", type=int, default=3)
+    three.add_argument(
+        "--gc", type=Path, help="a directory where the worker logs each garbage collection"
+    )
     harness.add_set_option(three)
     return parser.parse_args(argv)
 

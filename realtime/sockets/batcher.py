@@ -15,6 +15,9 @@ from typing import Any, Generic, TypeVar
 
 Q = TypeVar("Q")
 
+#: Askers answered before the event loop gets a turn for other work.
+SLICE = 32
+
 
 class Batcher(Generic[Q]):
     """Answer questions in batches with ``answer_all`` (see the module docstring).
@@ -70,10 +73,14 @@ class Batcher(Generic[Q]):
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), answer in zip(batch, answers, strict=True):
+            for count, ((_, future), answer) in enumerate(zip(batch, answers, strict=True), 1):
                 if future.done():
                     continue
                 if isinstance(answer, BaseException):
                     future.set_exception(answer)
                 else:
                     future.set_result(answer)
+                if count % SLICE == 0:
+                    # The askers answered go on before the next are: other work on the event
+                    # loop (live delivery) waits behind at most a slice of them.
+                    await asyncio.sleep(0)

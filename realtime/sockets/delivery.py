@@ -124,7 +124,7 @@ class Dispatcher:
         #: Sockets closed 1012 because their held frames reached the bound.
         self.held_overflows = Tally(
             "realtime: %d socket(s) closed 1012 since the last report (%d in all): their "
-            "handshake, resume or recheck held REALTIME_RESUME_MAX_FRAMES frames already"
+            "handshake, resume or recheck held twice REALTIME_RESUME_MAX_FRAMES frames already"
         )
         #: The channel of each message queued, being planned or being sent, with its count:
         #: what a delivery task that dies takes with it.
@@ -365,6 +365,8 @@ class Dispatcher:
         #: The frame with the cursor of each account that opted in to resume.
         cursored: dict[Any, dict[str, Any]] = {}
         for count, socket in enumerate(targets, 1):
+            if socket.closed:
+                continue  # dropped since this message was planned
             out = message
             if socket.resumable:
                 if socket.has_heard(position):
@@ -373,7 +375,8 @@ class Dispatcher:
                     socket.user_id, with_cursor(frame, socket.user_id, position)
                 )
             if socket.held is not None:
-                if len(socket.held) < conf.RESUME_MAX_FRAMES:
+                # Room for a resume's missed frames and as many live ones behind them.
+                if len(socket.held) < 2 * conf.RESUME_MAX_FRAMES:
                     socket.held.append((position, out))
                 else:
                     self._held_too_long(socket)
@@ -389,8 +392,8 @@ class Dispatcher:
 
     def _held_too_long(self, socket: Socket) -> None:
         """A socket whose frames are held (its handshake, resume or a recheck not answered
-        yet) has as many as a resume would replay: it misses this one and is closed 1012
-        (its client reconnects, resuming if it opted in) rather than hold more."""
+        yet) holds twice as many as a resume would replay: it misses this one and is closed
+        1012 (its client reconnects, resuming if it opted in) rather than hold more."""
         metrics.overflowed("held_frames")
         self.held_overflows.add()
         self.host.restart(socket)

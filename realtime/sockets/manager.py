@@ -78,6 +78,8 @@ RECHECK_BATCH = MAX_IDS_PER_MESSAGE
 RECHECK_GATHER = 0.1
 #: Seconds a recheck batch waits for a gap in delivery before it goes anyway.
 BEHIND_DELIVERY = 2.0
+#: Held frames a socket going live sends before live delivery gets a turn.
+RELEASE_CHUNK = 20
 #: Handshake batches resolved at once (the others of realtime's threads stay free for
 #: delivery's audience checks).
 HANDSHAKE_LANES = 2
@@ -101,6 +103,8 @@ class SocketManager:
         self._wake: asyncio.Event | None = None
         #: Closes of dropped or refused sockets under way (kept: a task needs a reference).
         self._beside_tasks: set[asyncio.Task[None]] = set()
+        #: Taken by the socket whose backlog of held frames is going out (one at a time).
+        self._releasing = asyncio.Lock()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
         self.resumer = Resumer(self.dispatcher, self.transport)
         #: One bound method for every socket's ``on_failure`` (not one per socket).
@@ -208,17 +212,43 @@ class SocketManager:
             self._wake_up()
             return
         held = socket.held
-        timeout = conf.SEND_TIMEOUT
         rechecked, socket.rechecking = socket.rechecking, False
+        if held is not None and len(held) > RELEASE_CHUNK:
+            # A backlog (a resume's missed frames, most often) goes out behind live delivery,
+            # one socket's at a time: a storm of resumes does not hold live frames back.
+            async with self._releasing:
+                await self._release(socket, held, rechecked, behind_delivery=True)
+        elif held:
+            await self._release(socket, held, rechecked, behind_delivery=False)
+        # No await since the queue was last seen empty: no frame falls between.
+        socket.held = None
+
+    async def _release(
+        self,
+        socket: Socket,
+        held: deque[tuple[int | None, dict[str, Any]]],
+        rechecked: bool,
+        *,
+        behind_delivery: bool,
+    ) -> None:
+        """Send the frames in ``held`` until it is empty (frames that come meanwhile join
+        it); with ``behind_delivery``, let the live messages under way go first after every
+        ``RELEASE_CHUNK`` frames."""
+        timeout = conf.SEND_TIMEOUT
+        sent = 0
         while held:
             position, message = held.popleft()
             if socket.has_heard(position) or (rechecked and not socket.reads(message)):
                 continue
             if not await socket.send_frame(message, timeout):
                 self.drop_soon(socket)
-                break
-        # No await since the queue was last seen empty: no frame falls between.
-        socket.held = None
+                held.clear()
+                return
+            sent += 1
+            if behind_delivery and sent % RELEASE_CHUNK == 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.dispatcher.quiet(), BEHIND_DELIVERY)
+                await asyncio.sleep(0)
 
     async def unregister(self, socket: Socket) -> None:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""

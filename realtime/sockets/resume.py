@@ -22,8 +22,10 @@ messages of its own scopes to scan. A socket refused drops out of the batch at o
 channels with it, and the read moves on from the oldest cursor still resuming: an old cursor
 or a busy scope costs the batch only the pages that socket needed.
 
-Replay is planned on the event loop, in slices: the loop gets a turn between messages, so a
-storm of resumes after a deploy does not hold the worker's live frames back.
+Replay's frames are made on the event loop in slices (``SLICE`` sockets at a time), and the sockets
+of a batch are answered in slices too: live delivery gets a turn of the loop between them,
+so a storm of resumes after a deploy does not hold the worker's live frames back (the
+manager sends each socket's missed frames behind live delivery as well, see ``go_live``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from realtime.blocking import run_blocking
+from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.messages import base_channel, scope_channel
 from realtime.sockets.connection import Socket
@@ -47,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 #: Messages read from the log per query.
 PAGE: Final = 1000
+#: Sockets planned for, or answered, before live delivery gets a turn of the event loop.
+SLICE: Final = 32
 #: Messages of its scopes a socket's resume reads, at most, per allowed frame: a log busier
 #: than this on its scopes is not scanned to the end (that socket starts afresh instead).
 SCAN_PER_FRAME: Final = 50
@@ -145,7 +150,7 @@ class Resumer:
             for request in resuming:
                 _settle(request, _afresh(request, last))
             return
-        for request in resuming:
+        for count, request in enumerate(resuming, 1):
             if request.refused:
                 logger.debug(
                     "realtime: a socket of account %s starts afresh: it missed too much",
@@ -154,6 +159,8 @@ class Resumer:
                 _settle(request, _afresh(request, last))
             else:
                 _settle(request, Resumed(request.ask.cursor, True, request.frames, high))
+            if count % SLICE == 0:
+                await asyncio.sleep(0)  # the sockets answered go on before the next are
 
     async def _replay(self, transport: Transport, resuming: list[_Request], last: int) -> int:
         """Plan what the log holds after each request's position into its frames (refusing
@@ -176,7 +183,6 @@ class Resumer:
             for channel, payload, position in entries:
                 await self._plan_entry(channel, payload, position, active)
                 active = [request for request in active if not request.refused]
-                await asyncio.sleep(0)  # a slice: live delivery goes on between messages
             read = entries[-1][2] if entries else start
             high = max(high, read)
             if len(entries) < PAGE:
@@ -210,12 +216,14 @@ class Resumer:
         if plan is None or plan.frame is None:
             return
         most = conf.RESUME_MAX_FRAMES
-        for request in among:
-            socket = request.socket
-            if socket in plan.targets:
-                request.frames.append(with_cursor(plan.frame, socket.user_id, position))
-                if len(request.frames) > most:
-                    _refuse(request)
+        for part in chunked(among, SLICE):
+            for request in part:
+                socket = request.socket
+                if socket in plan.targets:
+                    request.frames.append(with_cursor(plan.frame, socket.user_id, position))
+                    if len(request.frames) > most:
+                        _refuse(request)
+            await asyncio.sleep(0)  # a slice: live delivery goes on between them
 
 
 def _refuse(request: _Request) -> None:
