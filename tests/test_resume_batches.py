@@ -135,7 +135,7 @@ async def test_a_resuming_socket_whose_held_frames_reach_the_bound_is_closed_101
 ) -> None:
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
-    server = live_servers.get("batches", **SETTINGS)
+    server = live_servers.get("held", **SETTINGS, REALTIME_NOTIFY_QUEUE_SIZE=8)
     cursor = await went_away(ws, server, token, ann, scope="acme")
     await off_loop(said, acme.pk, 1, slow=True)
     before = await off_loop(overflows, server)
@@ -144,7 +144,7 @@ async def test_a_resuming_socket_whose_held_frames_reach_the_bound_is_closed_101
 
     await asyncio.sleep(0.3)  # its resume is planning the slow event: live frames are held
     for _ in range(4):
-        await off_loop(said, acme.pk, 3, event_type="test.live")  # 12 > the 10 it may hold
+        await off_loop(said, acme.pk, 3, event_type="test.live")  # 12 > 10 (twice 5, over 8)
 
     assert await client.closed_with() == 1012
     assert await off_loop(overflows, server) == before + 1

@@ -124,7 +124,7 @@ class Dispatcher:
         #: Sockets closed 1012 because their held frames reached the bound.
         self.held_overflows = Tally(
             "realtime: %d socket(s) closed 1012 since the last report (%d in all): their "
-            "handshake, resume or recheck held twice REALTIME_RESUME_MAX_FRAMES frames already"
+            "handshake, resume or recheck held as many frames as they may (held_bound)"
         )
         #: The channel of each message queued, being planned or being sent, with its count:
         #: what a delivery task that dies takes with it.
@@ -375,8 +375,7 @@ class Dispatcher:
                     socket.user_id, with_cursor(frame, socket.user_id, position)
                 )
             if socket.held is not None:
-                # Room for a resume's missed frames and as many live ones behind them.
-                if len(socket.held) < 2 * conf.RESUME_MAX_FRAMES:
+                if len(socket.held) < held_bound():
                     socket.held.append((position, out))
                 else:
                     self._held_too_long(socket)
@@ -392,8 +391,8 @@ class Dispatcher:
 
     def _held_too_long(self, socket: Socket) -> None:
         """A socket whose frames are held (its handshake, resume or a recheck not answered
-        yet) holds twice as many as a resume would replay: it misses this one and is closed
-        1012 (its client reconnects, resuming if it opted in) rather than hold more."""
+        yet) holds ``held_bound()`` already: it misses this one and is closed 1012 (its
+        client reconnects, resuming if it opted in) rather than hold more."""
         metrics.overflowed("held_frames")
         self.held_overflows.add()
         self.host.restart(socket)
@@ -425,6 +424,12 @@ class Dispatcher:
         )
         self._spawned.add(task)
         task.add_done_callback(self._spawned.discard)
+
+
+def held_bound() -> int:
+    """Frames one socket may have held: as many as the worker's delivery queue takes, and at
+    least room for a resume's missed frames with as many live ones behind them."""
+    return max(conf.NOTIFY_QUEUE_SIZE, 2 * conf.RESUME_MAX_FRAMES)
 
 
 def read_message(payload: bytes) -> dict[str, Any] | None:
