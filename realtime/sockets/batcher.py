@@ -15,7 +15,8 @@ from typing import Any, Generic, TypeVar
 
 Q = TypeVar("Q")
 
-#: Askers answered before the event loop gets a turn for other work.
+#: Askers answered (or, in a resume, sockets' frames made) before the event loop gets a
+#: turn for other work such as live delivery.
 SLICE = 32
 
 

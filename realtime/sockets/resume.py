@@ -40,6 +40,7 @@ from realtime.blocking import run_blocking
 from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.messages import base_channel, scope_channel
+from realtime.sockets.batcher import SLICE
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for, position_of
 from realtime.sockets.delivery import Dispatcher, read_message, with_cursor
@@ -50,8 +51,6 @@ logger = logging.getLogger(__name__)
 
 #: Messages read from the log per query.
 PAGE: Final = 1000
-#: Sockets planned for, or answered, before live delivery gets a turn of the event loop.
-SLICE: Final = 32
 #: Messages of its scopes a socket's resume reads, at most, per allowed frame: a log busier
 #: than this on its scopes is not scanned to the end (that socket starts afresh instead).
 SCAN_PER_FRAME: Final = 50
