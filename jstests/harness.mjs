@@ -18,7 +18,7 @@ export const WAIT = 10000;
 const FAST = { REALTIME_POLLING_INTERVAL: 0.02 };
 
 const VENV_PYTHON = join(ROOT, '.venv', 'bin', 'python');
-const PYTHON = process.env.PYTHON || (existsSync(VENV_PYTHON) ? VENV_PYTHON : 'python3');
+export const PYTHON = process.env.PYTHON || (existsSync(VENV_PYTHON) ? VENV_PYTHON : 'python3');
 
 export async function freePort() {
   const server = createServer();
@@ -113,9 +113,13 @@ export class Live {
     return answer;
   }
 
-  /** Start a daphne server with these setting overrides (on a given port, or a free one). */
-  async server(settings = {}, port = undefined) {
-    const server = new Server(this, settings, port ?? (await freePort()));
+  /**
+   * Start a daphne server with these setting overrides (on a given port, or a free one),
+   * serving `application` (tests/asgi.py's bare route by default; `tests.asgi:guarded` sits
+   * behind SocketOriginValidator, as the example project's does).
+   */
+  async server(settings = {}, port = undefined, application = 'tests.asgi:application') {
+    const server = new Server(this, settings, port ?? (await freePort()), application);
     await server.start();
     this.servers.push(server);
     return server;
@@ -135,8 +139,9 @@ export class Live {
 
 /** One daphne process; `kill()` and `start()` again to simulate a crash and a restart. */
 export class Server {
-  constructor(live, settings, port) {
+  constructor(live, settings, port, application = 'tests.asgi:application') {
     this.live = live;
+    this.application = application;
     this.settings = settings;
     this.port = port;
     this.process = null;
@@ -153,7 +158,7 @@ export class Server {
     const child = track(
       spawn(
         PYTHON,
-        ['-m', 'daphne', '-b', '127.0.0.1', '-p', String(this.port), 'tests.asgi:application'],
+        ['-m', 'daphne', '-b', '127.0.0.1', '-p', String(this.port), this.application],
         { cwd: ROOT, env: this.live.env(this.settings), stdio: ['ignore', log, log] },
       ),
     );

@@ -231,6 +231,16 @@ class RealtimeAuth:
         """Narrow the scope ids a bearer may reach (an API key limited to one scope, say)."""
         return list(ids)
 
+    # What a socket may subscribe to ------------------------------------------------------
+
+    def may_subscribe(self, user: Any, scope_id: Any, channel: str) -> bool:
+        """Whether ``user`` may hear ``channel`` (``contact`` or ``contact:7``) in the scope
+        ``scope_id`` (``None``: a socket that reads no scope). Asked, off the event loop, for
+        each new channel a ``subscribe`` or ``authenticate.channels`` names, once per scope the
+        socket reads, and again at each recheck; a refused channel is dropped as an unknown
+        one is, without a word to the client. Default: every channel."""
+        return True
+
     # Who hears an event --------------------------------------------------------------------
 
     def recipients(self, event_type: str, data: Any, user_ids: list[Any]) -> Iterable[Any]:

@@ -42,6 +42,9 @@ class ModelOptions:
     cascade: tuple[str, ...]
     #: The fields whose change may change the guard's answer; ``None``: not declared.
     guard_fields: tuple[str, ...] | None = None
+    #: ``payload=``: called with the instance, its dict's keys added to ``data``
+    #: (``realtime.writes.payload_hook``).
+    payload: Callable[[Any], Mapping[str, Any]] | None = None
 
     @cached_property
     def field_attnames(self) -> dict[str, str]:

@@ -7,6 +7,7 @@ the database.
 from __future__ import annotations
 
 import io
+from importlib.metadata import PackageNotFoundError
 from typing import Any
 
 import pytest
@@ -93,6 +94,120 @@ def test_pg_notify_transport_without_postgresql_is_error_e020() -> None:
     if vendor() == "postgresql":
         pytest.skip("the default database is PostgreSQL, where pg_notify is allowed")
     assert ids(REALTIME_TRANSPORT="pg_notify") == ["realtime.E020"]
+
+
+# E023, E024: the Redis transport (redis-py installed, REALTIME_REDIS_URL)
+
+
+def _redis_py_importable() -> bool:
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: The transport itself imports redis-py: without it, E023 comes with any other message.
+needs_redis_py = pytest.mark.skipif(not _redis_py_importable(), reason="redis-py not installed")
+
+
+@needs_redis_py
+def test_redis_transport_with_a_valid_url_passes() -> None:
+    assert ids(REALTIME_TRANSPORT="redis", REALTIME_REDIS_URL="redis://127.0.0.1:6379/0") == []
+
+
+@pytest.mark.parametrize("absent", ["not installed", "7.4.1"])
+def test_redis_transport_without_redis_py_8_is_error_e023(
+    absent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def version(name: str) -> str:
+        assert name == "redis"
+        if absent == "not installed":
+            raise PackageNotFoundError(name)
+        return absent
+
+    monkeypatch.setattr(checks, "version", version)
+    messages = run_checks(REALTIME_TRANSPORT="redis", REALTIME_REDIS_URL="redis://h:6379/0")
+    assert [m.id for m in messages] == ["realtime.E023"]
+    assert "django-realtime-models[redis]" in str(messages[0].hint)
+
+
+@needs_redis_py
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        42,
+        "",
+        "127.0.0.1:6379",
+        "http://h:6379/0",
+        "redis://:6379/0",
+        "redis://h:port/0",
+        "redis://h:6379/zero",
+        "unix://",
+        [],
+        ["redis://h:1", 7],
+        "redis+cluster://h",
+        "redis+cluster://h:1,:2",
+        "redis+cluster://h:1,h:2/3",
+        "rediss+cluster://h:x",
+        ["redis://a:7000", "unix:///run/redis.sock"],
+        ["redis://a:7000", "rediss://b:7001"],
+        ["redis://a:7000/2"],
+    ],
+    ids=repr,
+)
+def test_redis_url_missing_or_malformed_is_error_e024(value: Any) -> None:
+    assert ids(REALTIME_TRANSPORT="redis", REALTIME_REDIS_URL=value) == ["realtime.E024"]
+
+
+@needs_redis_py
+@pytest.mark.parametrize(
+    "value",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://:secret@cache.internal",
+        "rediss://user:pw@cache.example.com:6380/1?ssl_cert_reqs=required",
+        "unix:///run/redis/redis.sock?db=2",
+    ],
+)
+def test_redis_url_of_a_standalone_server_passes(value: str) -> None:
+    assert ids(REALTIME_TRANSPORT="redis", REALTIME_REDIS_URL=value) == []
+
+
+@needs_redis_py
+@pytest.mark.parametrize(
+    "value",
+    [
+        "redis+cluster://a:7000,b:7001",
+        "redis+cluster://:secret@a:7000,b:7001/",
+        "rediss+cluster://a:7000,b:7001?ssl_cert_reqs=required",
+        ["redis://a:7000", "redis://b:7001/0"],
+        ("rediss://a:7000",),
+    ],
+    ids=["url", "credentials", "tls", "list", "tuple"],
+)
+def test_redis_url_of_a_cluster_passes(value: Any) -> None:
+    assert ids(REALTIME_TRANSPORT="redis", REALTIME_REDIS_URL=value) == []
+
+
+def test_a_cluster_url_stands_for_one_url_per_node_with_its_credentials_and_options() -> None:
+    from realtime.transports.redis_client import node_url, parse_url
+
+    target = parse_url("rediss+cluster://u:pw@a:7000,b:7001?ssl_cert_reqs=none")
+    assert target.url is None
+    assert target.cluster == (
+        "rediss://u:pw@a:7000?ssl_cert_reqs=none",
+        "rediss://u:pw@b:7001?ssl_cert_reqs=none",
+    )
+    assert node_url(target.cluster[0], "10.0.0.9", 7005) == (
+        "rediss://u:pw@10.0.0.9:7005?ssl_cert_reqs=none"
+    )
+
+
+def test_redis_url_is_not_required_by_other_transports_but_checked_when_set() -> None:
+    assert ids(REALTIME_TRANSPORT="table", REALTIME_REDIS_URL=None) == []
+    assert ids(REALTIME_TRANSPORT="table", REALTIME_REDIS_URL="nope") == ["realtime.E024"]
 
 
 # E002: REALTIME_AUTH

@@ -22,6 +22,12 @@ async def realtime_state(request: HttpRequest) -> JsonResponse:
             "scopes": list(socket.scopes),
             "slugs": list(socket.scopes.values()),
             "channels": sorted(socket.channels),
+            # By scope, the channels the may_subscribe hook allows there (None: not asked).
+            "allowed": None
+            if socket.allowed is None
+            else {str(scope): sorted(there) for scope, there in socket.allowed.items()},
+            # Frames held for it (None: it is live).
+            "held": None if socket.held is None else len(socket.held),
         }
         for socket in manager.index.sockets
     ]
@@ -31,6 +37,8 @@ async def realtime_state(request: HttpRequest) -> JsonResponse:
         "by_scope": {str(k): len(v) for k, v in manager.index.by_scope.items()},
         "by_scope_channel": len(manager.index.by_scope_channel),
         "by_user": {str(k): len(v) for k, v in manager.index.by_user.items()},
+        # Subscribes waiting for a free lane of may_subscribe's batches.
+        "subscribes_waiting": len(manager.subscriptions._waiting),
     }
     state.update(_listener_state())
     return JsonResponse(state)

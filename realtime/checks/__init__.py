@@ -1,7 +1,11 @@
-"""System checks: of the ``REALTIME_*`` settings (``settings``), of the database the table
-transport runs on (``database``) and of ``@realtime_model`` declarations (``declarations``).
-Importing this package registers them all."""
+"""System checks: of the ``REALTIME_*`` settings (``settings``), of the databases (``database``),
+of ``@realtime_model`` declarations (``declarations``) and of how the socket is served
+(``serving``). Importing this package registers them all.
 
-from realtime.checks import database, declarations, settings
+One more, ``realtime.E040`` (decorated models while realtime is not installed), is registered
+by ``realtime.writes.installation``: without realtime in ``INSTALLED_APPS`` nothing imports
+this package, but ``models.py`` imports the decorator."""
 
-__all__ = ["database", "declarations", "settings"]
+from realtime.checks import database, declarations, serving, settings
+
+__all__ = ["database", "declarations", "serving", "settings"]

@@ -1,4 +1,15 @@
-"""System checks of the database the table transport runs on (``realtime.W002``/``W003``).
+"""System checks of the databases: SQLite's options left on another database
+(``realtime.E022``), a database announcing writes that may not hold the outbox of a durable
+transport (``realtime.E025``), and the options the table transport needs on SQLite
+(``realtime.W002``/``W003``).
+
+The quickstart's SQLite ``OPTIONS`` (a ``PRAGMA`` ``init_command``, ``transaction_mode``,
+``timeout``) kept when ``ENGINE`` becomes PostgreSQL or MySQL fail the first connection:
+PostgreSQL's driver refuses options it does not know ('invalid connection option'), MySQL's
+(mysqlclient) takes no ``transaction_mode`` nor ``timeout`` (its own are ``connect_timeout``,
+``read_timeout``, ``write_timeout``) and runs ``init_command`` as SQL, in which ``PRAGMA`` is a
+syntax error. ``E022`` names the alias and the option, for every alias of ``connections``; the
+vendor is the backend's (``connection.vendor``), loaded as Django loads it, never connected.
 
 On SQLite the table transport needs two options of ``DATABASES["default"]``:
 
@@ -16,7 +27,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -24,12 +35,107 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, router
 
 from realtime.conf import raw
 
 WAL_PRAGMA = re.compile(r"journal_mode\s*=\s*['\"]?wal\b", re.IGNORECASE)
+PRAGMA = re.compile(r"\bPRAGMA\b", re.IGNORECASE)
 SQLITE_ENGINE = "django.db.backends.sqlite3"
 OPTIONS_HINT = 'Add {option} to DATABASES["default"]["OPTIONS"].'
+#: The vendors (``connection.vendor``) SQLite's options are reported on, by their names.
+OTHER_VENDORS = {"postgresql": "PostgreSQL", "mysql": "MySQL"}
+#: The options of SQLite's backend that neither PostgreSQL's nor MySQL's driver takes.
+SQLITE_ONLY_OPTIONS = ("transaction_mode", "timeout")
+
+
+@checks.register()
+def check_sqlite_options_elsewhere(
+    app_configs: Iterable[Any] | None = None, **kwargs: Any
+) -> list[Any]:
+    """``realtime.E022`` for each alias of ``DATABASES`` (see the module docstring)."""
+    errors: list[checks.CheckMessage] = []
+    for alias in connections:
+        try:
+            vendor = connections[alias].vendor
+        except ImproperlyConfigured:
+            continue  # a backend that cannot be loaded: Django says why at the first query
+        database: dict[str, Any] = settings.DATABASES.get(alias) or {}
+        errors += sqlite_options_elsewhere(alias, vendor, database.get("OPTIONS") or {})
+    return errors
+
+
+def sqlite_options_elsewhere(
+    alias: str, vendor: str, options: Mapping[str, Any]
+) -> list[checks.CheckMessage]:
+    """The errors for the ``OPTIONS`` of one alias on ``vendor`` (``connection.vendor``): none
+    unless PostgreSQL or MySQL."""
+    name = OTHER_VENDORS.get(vendor)
+    if name is None:
+        return []
+    errors: list[checks.CheckMessage] = []
+    if PRAGMA.search(str(options.get("init_command", ""))):
+        errors.append(_sqlite_option(alias, "init_command", name, "a PRAGMA "))
+    errors += [
+        _sqlite_option(alias, option, name) for option in SQLITE_ONLY_OPTIONS if option in options
+    ]
+    return errors
+
+
+def _sqlite_option(alias: str, option: str, vendor: str, what: str = "") -> checks.Error:
+    return checks.Error(
+        f'DATABASES["{alias}"]["OPTIONS"] holds {what}{option!r}, an option of SQLite: '
+        f"{vendor} fails at the first connection.",
+        hint=f'Remove "{option}" from DATABASES["{alias}"]["OPTIONS"] (it came with SQLite\'s '
+        f"settings); realtime needs no option on {vendor}.",
+        id="realtime.E022",
+    )
+
+
+@checks.register()
+def check_outbox_databases(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """``realtime.E025``: with a durable transport, each alias where the routers let a
+    decorated model live must let realtime's outbox live there too: its rows are written in
+    the write's own transaction."""
+    if not _uses_durable_transport():
+        return []
+    from realtime.models import OutboxItem
+    from realtime.registry import all_options
+
+    errors: list[checks.CheckMessage] = []
+    for alias in connections:
+        if _allows(alias, OutboxItem):
+            continue
+        models = sorted(o.model._meta.label for o in all_options() if _allows(alias, o.model))
+        if models:
+            errors.append(
+                checks.Error(
+                    f"The transport is durable, and the database routers let "
+                    f"{', '.join(models)} live on {alias!r} but not realtime's outbox "
+                    "(realtime.OutboxItem): writes there cannot be recorded in their "
+                    "transaction, and one may be lost if its process dies after the commit.",
+                    hint=f"Let allow_migrate() accept app 'realtime' on {alias!r}, then "
+                    f"run migrate --database {alias}.",
+                    id="realtime.E025",
+                )
+            )
+    return errors
+
+
+def _allows(alias: str, model: Any) -> bool:
+    """Whether the routers let ``model``'s table live on ``alias`` (managed or not)."""
+    meta = model._meta
+    return bool(router.allow_migrate(alias, meta.app_label, model_name=meta.model_name))
+
+
+def _uses_durable_transport() -> bool:
+    from realtime.transports import transport_class
+
+    value = raw("TRANSPORT")
+    try:
+        return isinstance(value, str) and transport_class(value).durable
+    except ImproperlyConfigured:
+        return False  # realtime.E001 says why
 
 
 @checks.register()

@@ -10,6 +10,7 @@ import difflib
 import math
 import re
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from django.apps import apps
@@ -23,6 +24,7 @@ from django.utils.module_loading import import_string
 from realtime.conf import PREFIX, defaults, raw
 from realtime.origins import parse_origin
 from realtime.paths import path_target
+from realtime.transports.redis_client import UrlError, parse_url
 
 POSITIVE_NUMBERS = (
     "TOKEN_MAX_AGE",
@@ -56,6 +58,9 @@ POSITIVE_INTEGERS = (
     "RESUME_MAX_FRAMES",
 )
 BOOLEANS = ("REVOKE_ON_PASSWORD_CHANGE", "AUTO_TRIM", "PG_NOTIFY_LOG")
+#: The redis-py the Redis transport is built on (the ``[redis]`` extra).
+REDIS_PY = ">=8.0,<9"
+REDIS_PY_MAJOR = 8
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9_]{1,40}")
 MODEL_LABEL = re.compile(r"\w+\.\w+")
 
@@ -76,6 +81,7 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
         *_check_booleans(),
         *_check_channel(),
         *_check_listen_database(),
+        *_check_redis_url(),
         *_check_resume_window(),
         *_check_allowed_origins(),
         *_check_address_cap(),
@@ -88,7 +94,16 @@ def _check_transport() -> list[checks.CheckMessage]:
 
     value = raw("TRANSPORT")
     if not isinstance(value, str):
-        return [_error(1, "TRANSPORT", "must be a string.", 'Use "table" or "pg_notify".')]
+        return [_error(1, "TRANSPORT", "must be a string.", 'Use "table", "pg_notify" or "redis".')]
+    if value == "redis" and not _redis_py_installed():
+        return [
+            _error(
+                23,
+                "TRANSPORT",
+                f'"redis" needs redis-py {REDIS_PY}, which is not installed.',
+                'Install it with pip install "django-realtime-models[redis]".',
+            )
+        ]
     vendor = connections["default"].vendor
     if value == "pg_notify" and vendor != "postgresql":
         return [
@@ -107,9 +122,36 @@ def _check_transport() -> list[checks.CheckMessage]:
                 1,
                 "TRANSPORT",
                 f"is invalid: {exc}.",
-                'Use "table", "pg_notify" or the dotted path of a Transport subclass.',
+                'Use "table", "pg_notify", "redis" or the dotted path of a Transport subclass.',
             )
         ]
+    return []
+
+
+def _redis_py_installed() -> bool:
+    """Whether a redis-py the Redis transport supports (8.x) is installed."""
+    try:
+        major = int(version("redis").split(".", 1)[0])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return major == REDIS_PY_MAJOR
+
+
+def _check_redis_url() -> list[checks.CheckMessage]:
+    """``REALTIME_REDIS_URL`` when the Redis transport is selected, or when it is set."""
+    value = raw("REDIS_URL")
+    if raw("TRANSPORT") != "redis" and value is None:
+        return []
+    hint = (
+        'Give the URL of a Redis server, e.g. "redis://127.0.0.1:6379/0" ("rediss://" for '
+        'TLS, "unix:///path/to/redis.sock" for a local socket), or of a Redis Cluster\'s '
+        'nodes: "redis+cluster://10.0.0.1:6379,10.0.0.2:6379" ("rediss+cluster://" for TLS) '
+        'or a list of "redis://host:port" URLs.'
+    )
+    try:
+        parse_url(value)
+    except UrlError as exc:
+        return [_error(24, "REDIS_URL", f"{exc}.", hint)]
     return []
 
 

@@ -17,6 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.signals import class_prepared
 
+import realtime.writes.installation  # noqa: F401 - registers the check realtime.E040
 from realtime import registry
 from realtime.registry import ACTIONS, ModelOptions, default_name
 from realtime.writes import querysets, receivers
@@ -38,6 +39,7 @@ def realtime_model(
     shared_via: str | None = None,
     cascade: Sequence[str] | None = None,
     name: str | None = None,
+    payload: Callable[[Any], Mapping[str, Any]] | None = None,
     **unknown: Any,
 ) -> Callable[[ModelT], ModelT]:
     """Declare that writes of the decorated model are announced; docs/models.md lists the options.
@@ -54,6 +56,8 @@ def realtime_model(
         raise ValueError("guard_fields names what a guard reads: give a guard too")
     if guard is not None and not callable(guard):
         raise ValueError("guard must be a callable taking a user and returning a Q")
+    if payload is not None and not callable(payload):
+        raise ValueError("payload must be a callable taking the instance and returning a dict")
     if name is not None and not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"name {name!r} must be lowercase letters, digits and underscores")
     if isinstance(fields, Mapping):
@@ -79,6 +83,7 @@ def realtime_model(
             shared_via=shared_via,
             cascade=tuple(cascade or ()),
             guard_fields=None if guard_fields is None else tuple(guard_fields),
+            payload=payload,
         )
         _validate_columns(options)
         register(options)

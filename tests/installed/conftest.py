@@ -21,6 +21,8 @@ import pytest
 
 from tests.helpers import ROOT
 
+#: The name pip installs.
+DISTRIBUTION = "django-realtime-models"
 #: Seconds a build, an install or a management command may take; a server may take to listen.
 COMMAND_WAIT = 600
 LISTEN_WAIT = 30
@@ -69,9 +71,9 @@ class Venv:
     def python(self) -> str:
         return str(self.root / "bin" / "python")
 
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run a command in the folder; fail the test with its output unless it succeeds."""
-        done = subprocess.run(
+    def attempt(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a command in the folder, whatever its exit code (for commands meant to fail)."""
+        return subprocess.run(
             args,
             cwd=self.cwd,
             env=self.env,
@@ -80,8 +82,18 @@ class Venv:
             timeout=COMMAND_WAIT,
             check=False,
         )
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run a command in the folder; fail the test with its output unless it succeeds."""
+        done = self.attempt(*args)
         assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
         return done
+
+    def django_shell(self, code: str) -> str:
+        """Run ``code`` with ``manage.py shell -c``; the last line it printed (``shell`` may
+        first say what it imported), or ``""``."""
+        printed = self.run("python", "manage.py", "shell", "-c", code).stdout.strip()
+        return printed.splitlines()[-1] if printed else ""
 
     def shell(self, script: str) -> subprocess.CompletedProcess[str]:
         """Run a bash script in the folder, stopping at its first failing command."""
@@ -114,6 +126,64 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     environment = Venv(base / "venv", base / "work")
     yield environment
     environment.stop_all()
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    """Write each file (a path relative to ``root``: its text), making its folders."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def manage_py(settings_module: str) -> str:
+    """A project's ``manage.py``, as ``startproject`` writes it in essence."""
+    return f"""
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "{settings_module}")
+from django.core.management import execute_from_command_line
+
+execute_from_command_line(sys.argv)
+"""
+
+
+#: The socket's route as the quickstart writes it.
+GUARDED_ROUTE = "SocketOriginValidator(URLRouter(websocket_urlpatterns))"
+
+
+def asgi_py(settings_module: str, route: str = GUARDED_ROUTE) -> str:
+    """A project's ``asgi.py`` serving HTTP with Django and the socket by ``route``."""
+    return f"""
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "{settings_module}")
+django_application = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
+
+from realtime.origins import SocketOriginValidator
+from realtime.routing import websocket_urlpatterns
+
+application = ProtocolTypeRouter(
+    {{
+        "http": django_application,
+        "websocket": {route},
+    }}
+)
+"""
+
+
+def serve(venv: Venv, application: str, log: Path) -> int:
+    """Start daphne on a free port with ``application``; its port, once it listens."""
+    port = free_port()
+    server = venv.start("daphne", "-p", str(port), application, log=log)
+    wait_for_port(port, server, log)
+    return port
 
 
 def free_port() -> int:

@@ -3,7 +3,8 @@
 Its fenced blocks are taken from ``docs/quickstart.md`` in order, so the test follows the page:
 
 - ``sh`` blocks run with bash in an empty folder, in a fresh virtualenv; ``pip install
-  django-realtime-models[...]`` installs the wheel built from this tree instead of the index's.
+  "django-realtime-models[...] @ git+https://..."`` installs the wheel built from this tree
+  instead (``tests/installed/test_wheel.py`` installs from a git URL of this tree).
   ``daphne`` and ``python listen.py`` keep running, in the background; ``<token>`` stands for
   the token a block printed last. Port 8000 becomes a free port, everywhere.
 - ``python`` blocks whose first line is ``# <path>`` are that file (``(add at the end)``:
@@ -16,22 +17,26 @@ No command may print a system check warning.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import re
 import time
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers import ROOT
-from tests.installed.conftest import Dist, Venv, free_port, wait_for_port
+from tests.installed.conftest import DISTRIBUTION, Dist, Venv, free_port, wait_for_port
 
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 SECTION = "## Add realtime to a new project"
-DISTRIBUTION = "django-realtime-models"
 PAGE_PORT = "8000"
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 FILE_COMMENT = re.compile(r"#\s*(\S+\.py)(\s*\(add at the end\))?\s*$")
-INSTALL = re.compile(rf"(pip install\s+)[\"']?{DISTRIBUTION}(\[[\w,]+\])?[\"']?")
+INSTALL = re.compile(
+    rf"(pip install\s+)[\"']?{DISTRIBUTION}(\[[\w,]+\])?(?:\s*@\s*git\+https://[^\s\"']+)?[\"']?"
+)
 #: Seconds a promised frame may take to arrive.
 FRAME_WAIT = 20
 
@@ -60,6 +65,7 @@ class Page:
         self.token: str | None = None
         self.listener_log: Path | None = None
         self.promised: list[dict[str, object]] = []
+        self.listener_command = ""
 
     def run(self, block: Block) -> None:
         if block.language == "python" and FILE_COMMENT.match(block.code.splitlines()[0]):
@@ -116,16 +122,11 @@ class Page:
             *command.replace("<token>", self.token).split(), log=self.listener_log
         )
         self.wait_for_lines(1, process)
+        self.listener_command = command
 
     def wait_for_lines(self, count: int, process: object = None) -> list[dict[str, object]]:
         assert self.listener_log is not None, "the page promises frames before it listens"
-        deadline = time.monotonic() + FRAME_WAIT
-        while True:
-            lines = self.listener_log.read_text().splitlines()
-            if len(lines) >= count:
-                return [json.loads(line) for line in lines]
-            assert time.monotonic() < deadline, f"listen.py printed only:\n{lines}"
-            time.sleep(0.05)
+        return [json.loads(line) for line in wait_for_output(self.listener_log, count)]
 
     def expect_frames(self, code: str) -> None:
         promised = [json.loads(line) for line in code.splitlines() if line.strip()]
@@ -144,3 +145,58 @@ def test_the_quickstart_runs_as_written_and_delivers_the_promised_frames(
     assert page.promised, "no frame was checked"
     done = venv.run("python", "manage.py", "check")
     assert "System check identified no issues (0 silenced)." in done.stdout
+
+    # The listener prints a refusal's reason before the socket closes.
+    refused_log = venv.cwd / "refused.log"
+    venv.start(*page.listener_command.replace("<token>", "not-a-token").split(), log=refused_log)
+    first = wait_for_output(refused_log, 1)[0]
+    assert json.loads(first)["type"] == "auth_error", refused_log.read_text()
+
+    # The page's sign-in: the account signs in at accounts/login/, then fetches its token.
+    token = signed_in_token(page.port, "ann", "change-me")
+    done = venv.run("python", "-c", CHECK_TOKEN, token)
+    assert done.stdout.strip() == "ann", done.stdout
+
+
+def wait_for_output(log: Path, count: int) -> list[str]:
+    """The lines a background command printed, once there are at least ``count`` (bounded)."""
+    deadline = time.monotonic() + FRAME_WAIT
+    while True:
+        lines = log.read_text().splitlines()
+        if len(lines) >= count:
+            return lines
+        assert time.monotonic() < deadline, f"{log.name} printed only:\n{lines}"
+        time.sleep(0.05)
+
+
+#: Prints the username the token stands for, as the project's realtime reads it.
+CHECK_TOKEN = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+import django
+django.setup()
+from realtime.auth import get_auth
+print(get_auth().user_of_token(sys.argv[1]).username)
+"""
+
+
+def signed_in_token(port: str, username: str, password: str) -> str:
+    """Sign in through the login form as a browser does (CSRF cookie and field), then GET the
+    token view with the session."""
+    base = f"http://127.0.0.1:{port}"
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    login = f"{base}/accounts/login/?next=/realtime/token"
+    form = browser.open(login, timeout=FRAME_WAIT).read().decode()
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+    assert found, form
+    fields = {"username": username, "password": password, "csrfmiddlewaretoken": found[1]}
+    fields["next"] = "/realtime/token"
+    request = urllib.request.Request(  # noqa: S310 (an http URL built above)
+        login, data=urllib.parse.urlencode(fields).encode(), headers={"Referer": login}
+    )
+    # Signing in redirects to the token view, as the page says.
+    answer = browser.open(request, timeout=FRAME_WAIT).read()
+    token = json.loads(answer)["token"]
+    assert isinstance(token, str)
+    return token

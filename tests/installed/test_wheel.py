@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -17,7 +18,15 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.helpers import ROOT, WAIT
-from tests.installed.conftest import Dist, Venv, free_port, wait_for_port
+from tests.installed.conftest import (
+    DISTRIBUTION,
+    Dist,
+    Venv,
+    asgi_py,
+    manage_py,
+    serve,
+    write_files,
+)
 
 SETTINGS = """
 from pathlib import Path
@@ -55,36 +64,10 @@ from django.urls import include, path
 
 urlpatterns = [path("realtime/", include("realtime.urls"))]
 """
-ASGI = """
-import os
-
-from django.core.asgi import get_asgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smoke.settings")
-django_application = get_asgi_application()
-
-from channels.routing import ProtocolTypeRouter, URLRouter
-
-from realtime.origins import SocketOriginValidator
-from realtime.routing import websocket_urlpatterns
-
-application = ProtocolTypeRouter(
-    {
-        "http": django_application,
-        "websocket": SocketOriginValidator(URLRouter(websocket_urlpatterns)),
-    }
-)
-"""
-MANAGE = """
-import os
-import sys
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "smoke.settings")
-from django.core.management import execute_from_command_line
-
-execute_from_command_line(sys.argv)
-"""
-PACKAGE_DATA = ["realtime/static/realtime/realtime.js", "realtime/py.typed"]
+CLIENT = "realtime/static/realtime"
+#: The JavaScript client: the file Django serves, and with it the npm package of that folder.
+CLIENT_FILES = ["package.json", "realtime.js", "realtime.cjs", "realtime.d.ts", "realtime.d.cts"]
+PACKAGE_DATA = [*(f"{CLIENT}/{name}" for name in CLIENT_FILES), "realtime/py.typed"]
 
 
 def test_the_wheel_holds_the_package_its_data_and_its_migrations(dist: Dist) -> None:
@@ -106,12 +89,16 @@ def test_the_sdist_holds_the_package_data_and_the_readme(dist: Dist) -> None:
 def project(dist: Dist, venv: Venv) -> Venv:
     """The smoke project in the virtualenv that installed the wheel, migrated."""
     venv.run("python", "-m", "pip", "install", "--quiet", str(dist.wheel))
-    (venv.cwd / "smoke").mkdir()
-    (venv.cwd / "smoke" / "__init__.py").write_text("")
-    (venv.cwd / "smoke" / "settings.py").write_text(SETTINGS)
-    (venv.cwd / "smoke" / "urls.py").write_text(URLS)
-    (venv.cwd / "smoke" / "asgi.py").write_text(ASGI)
-    (venv.cwd / "manage.py").write_text(MANAGE)
+    write_files(
+        venv.cwd,
+        {
+            "smoke/__init__.py": "",
+            "smoke/settings.py": SETTINGS,
+            "smoke/urls.py": URLS,
+            "smoke/asgi.py": asgi_py("smoke.settings"),
+            "manage.py": manage_py("smoke.settings"),
+        },
+    )
     venv.run("python", "manage.py", "migrate", "--no-input")
     return venv
 
@@ -129,6 +116,25 @@ def test_the_installed_realtime_js_is_the_source_trees(project: Venv) -> None:
     assert path.read_bytes() == (ROOT / "realtime/static/realtime/realtime.js").read_bytes()
 
 
+def test_the_installed_client_folder_installs_with_npm_as_the_docs_say(project: Venv) -> None:
+    # The install commands of docs/javascript-client.md, run in a fresh npm project with the
+    # virtualenv's python: they pack the installed package's folder, offline.
+    page = (ROOT / "docs" / "javascript-client.md").read_text()
+    section = page[page.index("\n## With npm\n") :]
+    section = section[: section.index("\n## ", 1)]
+    install = re.search(r"^```sh\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+    assert install is not None
+    project.shell(
+        "export npm_config_offline=true npm_config_audit=false npm_config_fund=false"
+        f" npm_config_cache={project.cwd / 'npm-cache'}\n"
+        f"mkdir npm-project && cd npm-project && npm init -y >/dev/null\n{install[1]}"
+    )
+    installed = project.cwd / "npm-project" / "node_modules" / "django-realtime-models"
+    assert sorted(path.name for path in installed.iterdir()) == sorted(CLIENT_FILES)
+    for name in CLIENT_FILES:
+        assert (installed / name).read_bytes() == (ROOT / CLIENT / name).read_bytes()
+
+
 def test_migrations_created_the_table_and_the_commands_are_there(project: Venv) -> None:
     commands = project.run("python", "manage.py", "help", "--commands").stdout.split()
     assert {"realtime_trim", "realtime_stats"} <= set(commands)
@@ -142,30 +148,18 @@ def test_migrations_created_the_table_and_the_commands_are_there(project: Venv) 
 
 
 async def test_a_socket_authenticates_and_hears_an_event_under_daphne(project: Venv) -> None:
-    issued = await asyncio.to_thread(
-        project.run,
-        "python",
-        "manage.py",
-        "shell",
-        "-c",
+    token = await asyncio.to_thread(
+        project.django_shell,
         "from django.contrib.auth.models import User; from realtime.auth import issue_token; "
         "print(issue_token(User.objects.create_user('smoke')))",
     )
-    token = issued.stdout.strip().splitlines()[-1]  # shell may first say what it imported
-    port = free_port()
-    log = project.cwd / "daphne.log"
-    server = project.start("daphne", "-p", str(port), "smoke.asgi:application", log=log)
-    wait_for_port(port, server, log)
+    port = serve(project, "smoke.asgi:application", log=project.cwd / "daphne.log")
 
     async with connect(f"ws://127.0.0.1:{port}/api/ws", open_timeout=WAIT) as socket:
         await socket.send(json.dumps({"type": "authenticate", "data": {"token": token}}))
         frames = [json.loads(await asyncio.wait_for(socket.recv(), WAIT))]
         await asyncio.to_thread(
-            project.run,
-            "python",
-            "manage.py",
-            "shell",
-            "-c",
+            project.django_shell,
             "from realtime.broadcast import broadcast_to_user; "
             "broadcast_to_user(1, 'smoke.hello', {'ok': True})",
         )
@@ -174,3 +168,25 @@ async def test_a_socket_authenticates_and_hears_an_event_under_daphne(project: V
         {"type": "auth_success", "data": {"user_id": 1, "scope": None, "scopes": []}},
         {"type": "smoke.hello", "data": {"ok": True}},
     ]
+
+
+def test_pip_installs_from_a_git_url_of_the_repository(tmp_path: Path) -> None:
+    """The quickstart's install command names a git URL; this one names this tree's repository
+    (its committed ``HEAD``), so pip builds it from git as it would from the hosted one.
+
+    ``localhost`` because the pip Python 3.11 ships refuses a ``git+file:`` URL with no host."""
+    assert (ROOT / ".git").exists(), "the tests run from a git checkout"
+    (tmp_path / "work").mkdir()
+    venv = Venv(tmp_path / "venv", tmp_path / "work")
+    venv.run(
+        "python", "-m", "pip", "install", "--quiet", f"{DISTRIBUTION} @ git+file://localhost{ROOT}"
+    )
+    found = venv.run(
+        "python",
+        "-c",
+        "import pathlib, realtime; "
+        "print(pathlib.Path(realtime.__file__).parent / 'static/realtime/realtime.js')",
+    )
+    script = Path(found.stdout.strip())
+    assert script.is_relative_to(venv.root)
+    assert script.is_file()

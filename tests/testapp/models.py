@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
-from django.db import models
+from django.db import DatabaseError, connection, models
 from django.db.models import Q
 
 from realtime import realtime_model
@@ -456,3 +456,46 @@ class Board(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+def card_payload(card: Card) -> dict[str, Any]:
+    """A card's data beyond its columns: its company's name (a related row, read with one
+    query when it has one), its label in capitals, its due date and its price (JSON forms of
+    their own). Some labels make it fail, for the tests of failures; "swallows" makes a query
+    that fails and catches the error, as application code may."""
+    if card.label == "raises":
+        raise RuntimeError("this card's payload fails")
+    if card.label == "opaque":
+        return {"thing": object()}
+    if card.label == "clashes":
+        return {"label": "another"}
+    if card.label in ("bad query", "swallows"):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT * FROM testapp_no_such_table")
+        except DatabaseError:
+            if card.label == "bad query":
+                raise
+    if card.label == "huge":
+        return {"blob": "x" * 10_000}
+    company = card.company.name if card.company is not None else None
+    return {
+        "company_name": company,
+        "shout": card.label.upper(),
+        "due": card.due,
+        "price": card.price,
+    }
+
+
+@realtime_model(fields=["label"], payload=card_payload)
+class Card(models.Model):
+    """Announced with data of its ``payload=`` besides its declared field."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, null=True)
+    company = models.ForeignKey(Company, on_delete=models.SET_NULL, null=True, blank=True)
+    label = models.CharField(max_length=100)
+    due = models.DateField(null=True, blank=True)
+    price = models.DecimalField(max_digits=8, decimal_places=2, null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.label

@@ -1,7 +1,9 @@
 // The browser side of the realtime socket protocol (see docs/javascript-client.md).
 //
-// A dependency-free ES module: it runs as is in browsers and, given a WebSocket class
-// (the `ws` package, say), in Node.js 20 and later.
+// A dependency-free ES module: it runs as is in browsers and in Node.js 20 and later (given a
+// WebSocket class where there is no global one). This folder is also the npm package
+// django-realtime-models: realtime.cjs is generated from this file (`npm run build:client`),
+// and realtime.d.ts declares its types.
 
 export const ORIGIN_HEADER = 'X-Origin-Id';
 

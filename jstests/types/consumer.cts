@@ -1,0 +1,20 @@
+// The client as a CommonJS TypeScript file sees it: `require()` resolves realtime.cjs, typed
+// by realtime.d.cts.
+
+import realtime = require('../../realtime/static/realtime/realtime.cjs');
+
+const client: realtime.RealtimeClient = new realtime.RealtimeClient({
+  url: 'ws://127.0.0.1:8000/api/ws',
+  token: 'bearer',
+  scope: 'acme',
+});
+const same: typeof realtime.RealtimeClient = realtime.default;
+client.addEventListener('state', (event) => console.log(event.detail.state));
+client.addEventListener('contact.created', (event) => console.log(event.detail.data));
+client.subscribe('contact').connect();
+const header: 'X-Origin-Id' = realtime.ORIGIN_HEADER;
+const states: readonly realtime.RealtimeState[] = realtime.STATES;
+// @ts-expect-error: a token or getToken is required
+new realtime.RealtimeClient({ url: 'ws://x/api/ws' });
+
+console.log(same, header, states);

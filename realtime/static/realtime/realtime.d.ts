@@ -1,0 +1,219 @@
+// The types of realtime.js, the JavaScript client of django-realtime-models
+// (docs/javascript-client.md). They use the DOM's EventTarget, CustomEvent, Headers,
+// RequestInit and Response: compile with "DOM" in `lib`, or with @types/node.
+
+/** The request header that carries a write's stamp; the server returns it as `origin`. */
+export declare const ORIGIN_HEADER: 'X-Origin-Id';
+
+/** The states a client goes through, in the order of a first connection. */
+export declare const STATES: readonly ['connecting', 'open', 'reconnecting', 'refused', 'closed'];
+
+/** `connecting`, `open`, `reconnecting`, `refused` or `closed`. */
+export type RealtimeState = (typeof STATES)[number];
+
+/** What the client uses of a WebSocket: the browser's, Node.js 22's global one, `ws`'s. */
+export interface RealtimeSocket {
+  readonly readyState: number;
+  onopen: ((event: any) => void) | null;
+  onmessage: ((event: any) => void) | null;
+  onclose: ((event: any) => void) | null;
+  onerror: ((event: any) => void) | null;
+  send(data: string): void;
+  close(code?: number): void;
+}
+
+/** A WebSocket class: `new WebSocket(url)`. */
+export type RealtimeSocketClass = new (url: string) => RealtimeSocket;
+
+/** The scopes a client reads: one slug (or `null` for none), or several. */
+export type ScopeAsk = { scope?: string | null; scopes?: undefined } | { scopes: Iterable<string> };
+
+/** A channel name (`'contact'`, `'contact:7'`) or a list of them, nested as you like. */
+export type ChannelList = string | readonly ChannelList[];
+
+/** The record a stamped write names: only its echo is dropped. */
+export interface RecordRef {
+  model?: string;
+  id?: string | number;
+}
+
+interface CommonOptions {
+  /** The socket's address, e.g. `wss://example.com/api/ws`. */
+  url: string;
+  /** Called once when the server refuses the token; may return the new token. */
+  refreshToken?: () => string | null | undefined | void | Promise<string | null | undefined | void>;
+  /** The WebSocket class to use; `globalThis.WebSocket` by default. */
+  WebSocket?: RealtimeSocketClass;
+  /** What `stampedFetch` calls; `globalThis.fetch` by default. */
+  fetch?: (input: any, init: RequestInit & { headers: Headers }) => Promise<Response>;
+  /** Milliseconds between `heartbeat` frames while open; `0` for none (default 30000). */
+  heartbeatInterval?: number;
+  /** Milliseconds before the first reconnection attempt (default 1000). */
+  backoffStart?: number;
+  /** The longest wait between attempts, in milliseconds (default 30000). */
+  backoffMax?: number;
+  /** The share (0 to 1) of each wait drawn at random (default 1). */
+  jitter?: number;
+  /** Milliseconds an attempt may take to be answered; `0` for no limit (default 10000). */
+  connectTimeout?: number;
+  /** The longest frame the client sends (default 65536: `REALTIME_MAX_FRAME_SIZE`'s). */
+  maxFrameSize?: number;
+  /** Milliseconds a stamp waits for its echo before it is forgotten (default 300000). */
+  stampTtl?: number;
+  /** Resume after a reconnection, hearing what was missed (default true). */
+  resume?: boolean;
+  /** One scope slug to read (or `null`). */
+  scope?: string | null;
+  /** Several scope slugs to read; wins over `scope`. */
+  scopes?: Iterable<string>;
+}
+
+/** The bearer: a `token`, or a `getToken` called before every attempt (one is required). */
+type TokenOptions =
+  | { token: string; getToken?: () => string | Promise<string> }
+  | { token?: string; getToken: () => string | Promise<string> };
+
+/** What `new RealtimeClient(options)` takes; `url` and a token or `getToken` are required. */
+export type RealtimeClientOptions = CommonOptions & TokenOptions;
+
+/** The `data` of `auth_success`: who the socket is, what it reads, and how it resumed. */
+export interface RealtimeSession {
+  user_id: number | string;
+  scope: string | null;
+  scopes: string[];
+  cursor?: string;
+  resumed?: boolean;
+  [key: string]: unknown;
+}
+
+/** A frame from the server: `<model>.<action>` for model writes, or an application event. */
+export interface EventFrame<Data = any> {
+  type: string;
+  /** `{model, id, ...fields}` for a model write (`null` when truncated); the broadcast's data. */
+  data: Data;
+  origin?: string;
+  changed?: string[];
+  truncated?: boolean;
+  scope_id?: number | string;
+  moved?: boolean;
+  cursor?: string;
+}
+
+/** The `auth_success` frame, as the `auth_success` event's `detail`. */
+export interface AuthSuccessFrame {
+  type: 'auth_success';
+  data: RealtimeSession;
+}
+
+/** The `detail` of a `state` event. */
+export type StateDetail =
+  | { state: 'connecting'; reason: null }
+  | { state: 'open'; reason: null; resumed: boolean }
+  | {
+      state: 'reconnecting';
+      /** `'Invalid authentication token'` while a refused token is being refreshed. */
+      reason: string | null;
+      /** The close code when the socket closed. */
+      code: number | null;
+      error?: unknown;
+      /** The wait before the attempt, in milliseconds. */
+      delay: number;
+      /** Attempts since the last success. */
+      attempt: number;
+    }
+  | { state: 'refused'; reason: string; error?: unknown }
+  | { state: 'closed'; reason: null };
+
+/** The client's own events; any other type is an event frame's. */
+export interface RealtimeClientEventMap {
+  state: CustomEvent<StateDetail>;
+  event: CustomEvent<EventFrame>;
+  auth_success: CustomEvent<AuthSuccessFrame>;
+}
+
+/** A socket to realtime that authenticates, resumes, reconnects and drops its own echoes. */
+export declare class RealtimeClient extends EventTarget {
+  constructor(options: RealtimeClientOptions);
+
+  url: string;
+  heartbeatInterval: number;
+  backoffStart: number;
+  backoffMax: number;
+  jitter: number;
+  connectTimeout: number;
+  maxFrameSize: number;
+  stampTtl: number;
+  resume: boolean;
+  /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
+  origin: string;
+  /** The `data` of the last `auth_success`, or null. */
+  session: RealtimeSession | null;
+
+  /** The current state. */
+  get state(): RealtimeState;
+  /** The server's reason behind the current state (a refusal), or null. */
+  get reason(): string | null;
+  /** The channels this client is subscribed to. */
+  get channels(): string[];
+  /** Whether the last handshake resumed. */
+  get resumed(): boolean;
+  /** The cursor of the last frame handled, sent back to resume; null before any. */
+  get cursor(): string | null;
+  /** What the client asks to read. */
+  get watching(): { scope: string | null } | { scopes: string[] };
+
+  /** Open the socket (again after `close()` or a refusal); nothing while already at it. */
+  connect(): this;
+  /** Close the socket for good: no reconnection until `connect()` is called again. */
+  close(): this;
+  /** Read other scopes: `watch({scope: 'acme'})`, `watch({scopes: ['a', 'b']})`. */
+  watch(ask?: ScopeAsk): this;
+  /** Hear these channels, now and after every reconnect. */
+  subscribe(...channels: ChannelList[]): this;
+  /** Stop hearing these channels. */
+  unsubscribe(...channels: ChannelList[]): this;
+
+  /** A fresh stamp for one write, `<origin>.<n>`, not remembered. */
+  nextOrigin(): string;
+  /** Expect the echo of a write stamped `stamp` (of `record`, when given); returns `stamp`. */
+  remember(stamp: string, record?: RecordRef | null): string;
+  /** Stop expecting the echo of `stamp`; whether it was expected. */
+  forget(stamp: string): boolean;
+  /** A copy of fetch's `init` whose headers carry a fresh, remembered `X-Origin-Id`. */
+  stamp(init?: RequestInit, record?: RecordRef | null): RequestInit & { headers: Headers };
+  /** `fetch` with a stamped write; a failed request forgets its stamp. */
+  stampedFetch(input: any, init?: RequestInit, record?: RecordRef | null): Promise<Response>;
+
+  addEventListener<K extends keyof RealtimeClientEventMap>(
+    type: K,
+    listener: (this: RealtimeClient, event: RealtimeClientEventMap[K]) => void,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  addEventListener(
+    type: string,
+    listener: (this: RealtimeClient, event: CustomEvent<EventFrame>) => void,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  removeEventListener<K extends keyof RealtimeClientEventMap>(
+    type: K,
+    listener: (this: RealtimeClient, event: RealtimeClientEventMap[K]) => void,
+    options?: boolean | EventListenerOptions,
+  ): void;
+  removeEventListener(
+    type: string,
+    listener: (this: RealtimeClient, event: CustomEvent<EventFrame>) => void,
+    options?: boolean | EventListenerOptions,
+  ): void;
+  removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions,
+  ): void;
+}
+
+export default RealtimeClient;
