@@ -1,4 +1,4 @@
-"""What the live benchmarks (``latency.py``, ``fanout.py``, ``pg_notify.py``) share.
+"""What the live benchmarks (``latency.py``, ``fanout.py``, ``pg_notify.py``, ``scale.py``) share.
 
 Each live benchmark serves the test application (``tests.asgi:application``), or for a floor
 ``bare_asgi.py``, with daphne subprocesses on a database of its own, and talks to them with
@@ -7,7 +7,8 @@ generator, which shares the machine's cores with the servers and the database. T
 holds the plumbing: the environment of every process (``tests.settings`` reads the database
 and setting overrides from it), daphne processes and what ``/proc`` tells about them (resident
 memory, CPU time), the workspace and accounts the sockets authenticate as, authenticated and
-subscribed clients, the raw NOTIFY round trip, and how figures are printed (median
+subscribed clients, processes that write rows together (and a worker whose socket counts the
+frames their writes become), the raw NOTIFY round trip, and how figures are printed (median
 [min - max] across repeats, and the ratio to the floor measured in the same run).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -31,7 +33,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -154,8 +156,8 @@ class Database:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             return cls("sqlite", str(path))
-        if vendor == "postgresql":
-            return cls("postgresql", "realtime")
+        if vendor in ("postgresql", "mariadb"):
+            return cls(vendor, "realtime")
         raise ValueError(f"unknown database {vendor!r}")
 
     def env(self, settings: dict[str, Any], *, path: Sequence[Path] = (ROOT,)) -> dict[str, str]:
@@ -178,6 +180,53 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
         help="one more setting for every process of the run (repeatable), "
         "e.g. --set REALTIME_RECHECK_INTERVAL=3600",
     )
+
+
+#: The transports a benchmark can run on.
+TRANSPORTS = ("table", "pg_notify", "redis")
+
+
+def add_transport_options(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """``--transport`` (required without a ``default``) and ``--redis-url``."""
+    parser.add_argument(
+        "--transport", choices=TRANSPORTS, default=default, required=default is None
+    )
+    parser.add_argument(
+        "--redis-url",
+        help="the Redis server of the redis transport (default: a redis-server the run starts "
+        "on a free port, with no persistence, and stops at the end)",
+    )
+
+
+def start_transport_servers(args: argparse.Namespace) -> None:
+    """Start what the transport needs beside the database, for the rest of the run: a
+    redis-server of the run's own for the redis transport without ``--redis-url`` (its URL
+    goes to ``args.redis_url``; it stops when the run ends)."""
+    if getattr(args, "transport", None) != "redis" or args.redis_url:
+        return
+    port = free_port()
+    directory = tempfile.mkdtemp(prefix="bench-redis-")
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", directory, "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    atexit.register(server.terminate)
+    deadline = time.monotonic() + 10
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+            break
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("redis-server did not start (is it installed?)")
+        time.sleep(0.05)
+    args.redis_url = f"redis://127.0.0.1:{port}/0"
+
+
+def redis_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings naming the run's Redis server, for the redis transport."""
+    if getattr(args, "transport", None) != "redis":
+        return {}
+    return {"REALTIME_REDIS_URL": args.redis_url}
 
 
 def parse_settings(items: Sequence[str]) -> dict[str, Any]:
@@ -212,6 +261,15 @@ def setup_django(database: Database, settings: dict[str, Any]) -> None:
     import django
 
     django.setup()
+
+
+def setup_django_from_env() -> None:
+    """Set Django up in a subprocess on the database and settings its parent's
+    ``Database.env`` put in the environment."""
+    database = Database(
+        os.environ["REALTIME_TEST_DATABASE"], os.environ["REALTIME_TEST_DATABASE_NAME"]
+    )
+    setup_django(database, json.loads(os.environ["REALTIME_TEST_SETTINGS"]))
 
 
 def raise_open_files(wanted: int) -> int:
@@ -646,7 +704,258 @@ class Arrivals:
         return self.complete.is_set()
 
 
-# --- The raw NOTIFY round trip ------------------------------------------------------------------
+# --- Processes writing together -----------------------------------------------------------------
+
+#: Writes each writing process makes, untimed, before it says it is ready.
+WRITER_WARM_UP = 50
+READY = "ready"
+GO = "go"
+#: Seconds to wait, after the writers are done, for a listening socket to have every frame.
+DELIVERY_WAIT = 30.0
+
+
+def add_writer_options(parser: argparse.ArgumentParser) -> None:
+    """The hidden options a script's writing subprocesses are started with (see ``Writer``);
+    the script gives them to ``write_rows`` with its own ``--writes``."""
+    parser.add_argument(
+        "--worker", choices=["announced", "unlocked", "plain"], help=argparse.SUPPRESS
+    )
+    parser.add_argument("--workspace", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--tag", default="", help=argparse.SUPPRESS)
+
+
+def write_rows(mode: str, count: int, workspace_id: int, tag: str) -> None:
+    """A writing subprocess: warm up, say ready, wait for go, then create ``count`` rows named
+    ``<tag>-<i>`` in the workspace, each in its own ``transaction.atomic()``; report on stdout,
+    as JSON, the start and end (``time.time()``), the count, and the seconds each write took.
+
+    ``announced`` writes ``Company`` (a ``@realtime_model``): a write's time is its INSERT, its
+    COMMIT and the publish of its announcement, run on commit. ``plain`` writes ``Plain``, the
+    same columns undecorated, the floor: INSERT and COMMIT.
+    """
+    from django.db import transaction
+
+    from tests.testapp.models import Company, Plain
+
+    if mode == "unlocked":
+        without_publish_lock()
+    model: Any = Plain if mode == "plain" else Company
+    for index in range(WRITER_WARM_UP):
+        with transaction.atomic():
+            model.objects.create(workspace_id=workspace_id, name=f"warm-{tag}-{index}")
+    print(READY, flush=True)
+    if sys.stdin.readline().strip() != GO:
+        raise SystemExit("writing process: no go line")
+    durations: list[float] = []
+    start = time.time()
+    for index in range(count):
+        began = time.perf_counter()
+        with transaction.atomic():
+            model.objects.create(workspace_id=workspace_id, name=f"{tag}-{index}")
+        durations.append(time.perf_counter() - began)
+    end = time.time()
+    report = {"start": start, "end": end, "count": count, "durations": durations}
+    print(json.dumps(report), flush=True)
+
+
+def without_publish_lock() -> None:
+    """An ablation, for this benchmarking process only: publish as usual but without
+    serialising on the log's publish lock, to tell the lock's share of the cost from the rest.
+
+    PostgreSQL takes the same advisory lock in its shared form (the statement keeps its shape;
+    shared holders never wait for each other); MySQL takes a named lock of this process's own.
+    The log's ids then no longer grow in commit order: positions, resume and the table poller's
+    order are not what realtime promises, so nobody should listen to these writes.
+    """
+    import os
+
+    from realtime.transports import pg_log, table_store
+
+    shared = table_store.PG_PUBLISH_START.replace(
+        "pg_advisory_xact_lock(", "pg_advisory_xact_lock_shared("
+    )
+    own_name = f"{table_store.PUBLISH_LOCK_NAME}.{os.getpid()}"
+    # Module constants, replaced in this process only.
+    for module, name, value in (
+        (table_store, "PG_PUBLISH_START", shared),
+        (pg_log, "PG_PUBLISH_START", shared),
+        (table_store, "PUBLISH_LOCK_NAME", own_name),
+    ):
+        setattr(module, name, value)
+
+
+class Writer:
+    """One writing subprocess (``write_rows``), driven from the event loop."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(
+        cls,
+        command: Sequence[str],
+        mode: str,
+        count: int,
+        workspace_id: int,
+        tag: str,
+        env: dict[str, str],
+    ) -> Writer:
+        """Start ``python <command> --worker MODE --writes COUNT ...``: ``command`` is the
+        script (and its subcommand) that hands these options to ``write_rows``."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *command,
+            "--worker",
+            mode,
+            "--writes",
+            str(count),
+            "--workspace",
+            str(workspace_id),
+            "--tag",
+            tag,
+            cwd=ROOT,
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        return cls(process)
+
+    async def line(self, timeout: float = WAIT * 5) -> str:
+        assert self.process.stdout is not None
+        raw = await asyncio.wait_for(self.process.stdout.readline(), timeout)
+        if not raw:
+            raise RuntimeError(f"a writing process exited with {await self.process.wait()}")
+        return raw.decode().strip()
+
+    def go(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{GO}\n".encode())
+
+    async def report(self) -> dict[str, Any]:
+        report: dict[str, Any] = json.loads(await self.line())
+        await self.process.wait()
+        return report
+
+    async def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+
+@dataclass
+class Run:
+    """Processes writing together: their combined rate, the time of each write, and, with a
+    listening socket, the frames it heard."""
+
+    rate: float
+    durations: list[float]
+    #: Distinct writes of the run whose frame the socket read, and frames read twice.
+    delivered: int = 0
+    duplicates: int = 0
+    expected: int = 0
+    #: From the end of the last writer to the last frame read.
+    delivered_after: float = 0.0
+
+    @property
+    def lost(self) -> int:
+        return self.expected - self.delivered
+
+
+async def concurrent_writes(
+    command: Sequence[str],
+    processes: int,
+    mode: str,
+    count: int,
+    members: Members,
+    tag: str,
+    env: dict[str, str],
+    readers: Readers | None = None,
+) -> Run:
+    """``processes`` writers (``Writer``) creating ``count`` rows each, told to go together;
+    the rate is all their writes over the time from the first start to the last end. With
+    ``readers`` (the socket of a listening worker, see ``listening_worker``), the frames of
+    the run's writes are counted, by name, waiting up to ``DELIVERY_WAIT`` for the last."""
+    marker = f'"name":"{tag}-'
+    names: set[str] = set()
+    duplicates = [0]
+    last = [0.0]
+    done = asyncio.Event()
+    expected = processes * count if readers is not None else 0
+
+    def sink(index: int, frame: str | bytes, arrived: float) -> None:
+        if not isinstance(frame, str) or (at := frame.find(marker)) < 0:
+            return
+        begin = at + len('"name":"')
+        name = frame[begin : frame.find('"', begin)]
+        if name in names:
+            duplicates[0] += 1
+            return
+        names.add(name)
+        last[0] = arrived
+        if len(names) >= expected:
+            done.set()
+
+    if readers is not None:
+        readers.sink = sink
+    writers = await asyncio.gather(
+        *(
+            Writer.start(command, mode, count, members.workspace_id, f"{tag}-{n}", env)
+            for n in range(processes)
+        )
+    )
+    try:
+        for writer in writers:
+            if (line := await writer.line()) != READY:
+                raise RuntimeError(f"a writing process said {line!r}")
+        for writer in writers:
+            writer.go()
+        reports = [await writer.report() for writer in writers]
+    finally:
+        for writer in writers:
+            await writer.kill()
+    start = min(float(r["start"]) for r in reports)
+    end = max(float(r["end"]) for r in reports)
+    if expected:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), DELIVERY_WAIT)
+    return Run(
+        rate=sum(int(r["count"]) for r in reports) / (end - start),
+        durations=[float(d) for r in reports for d in r["durations"]],
+        delivered=len(names),
+        duplicates=duplicates[0],
+        expected=expected,
+        delivered_after=max(last[0] - end, 0.0) if names else 0.0,
+    )
+
+
+@contextlib.asynccontextmanager
+async def listening_worker(
+    database: Database, members: Members, settings: dict[str, Any], name: str
+) -> AsyncIterator[Readers]:
+    """A daphne worker of the test application with these settings, and one socket of the
+    workspace, subscribed to ``company``; yields the socket's reader (see
+    ``concurrent_writes``)."""
+    server = AsgiServer.start("tests.asgi:application", database.env(settings), name)
+    connection = None
+    readers = None
+    try:
+        connection = await open_subscribed(
+            server.url("/api/ws"), members.tokens[0], members.slug, [CHANNEL]
+        )
+        readers = Readers([connection])
+        readers.start()
+        yield readers
+    finally:
+        if readers is not None:
+            await readers.stop()
+        if connection is not None:
+            await close_all([connection])
+        warnings = server.stop()
+        if warnings:
+            print(f"  (daphne logged {warnings} warning/error lines: {server.log})")
+
+
+# --- The raw NOTIFY and SPUBLISH round trips --------------------------------------------------
 
 FLOOR_CHANNEL = "realtime_bench_floor"
 
@@ -681,6 +990,47 @@ def notify_round_trips(conninfo: dict[str, Any], count: int, pace: float) -> lis
             time.sleep(jittered(pace))
         thread.join(WAIT)
     finally:
+        sender.close()
+        listener.close()
+    return [received[index] - at for index, at in sent.items() if index in received]
+
+
+def spublish_round_trips(url: str, count: int, pace: float) -> list[float]:
+    """Seconds from sending ``SPUBLISH`` on one Redis connection to the message being read on
+    another that ``SSUBSCRIBE``s, for ``count`` messages about ``pace`` seconds apart
+    (jittered): the Redis transport's floor. The payload has the size of a small event."""
+    import redis
+
+    padding = "x" * 200
+    received: dict[int, float] = {}
+    listener = redis.Redis.from_url(url)
+    sender = redis.Redis.from_url(url)
+    pubsub = listener.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    try:
+        pubsub.ssubscribe(FLOOR_CHANNEL)
+        pubsub.get_sharded_message(timeout=1.0)  # the confirmation
+        ready = threading.Event()
+
+        def listen() -> None:
+            ready.set()
+            deadline = time.monotonic() + WAIT + count * pace * 2
+            while len(received) < count and time.monotonic() < deadline:
+                message = pubsub.get_sharded_message(timeout=0.5)
+                if message is not None and message["type"] == "smessage":
+                    received[int(message["data"].split(b" ", 1)[0])] = time.time()
+
+        thread = threading.Thread(target=listen, name="bench-redis-floor", daemon=True)
+        thread.start()
+        ready.wait(WAIT)
+        time.sleep(0.05)
+        sent: dict[int, float] = {}
+        for index in range(count):
+            sent[index] = time.time()
+            sender.spublish(FLOOR_CHANNEL, f"{index} {padding}")
+            time.sleep(jittered(pace))
+        thread.join(WAIT + count * pace * 2)
+    finally:
+        pubsub.close()
         sender.close()
         listener.close()
     return [received[index] - at for index, at in sent.items() if index in received]

@@ -273,12 +273,21 @@ def table_floor(members: Members, iterations: int = 300) -> tuple[float, float]:
     return results[0], results[1]
 
 
+#: The transports whose floor is a raw round trip of their server (p50 and p99), by what it is.
+RAW_FLOORS = {"pg_notify": "raw NOTIFY round trip", "redis": "raw SPUBLISH round trip"}
+
+
 async def measure_floor(
     args: argparse.Namespace, members: Members
 ) -> tuple[float, float, dict[str, float]]:
     if args.transport == "pg_notify":
         trips = await asyncio.to_thread(
             harness.notify_round_trips, harness.conninfo(), args.samples, args.floor_pace
+        )
+        return harness.percentile(trips, 0.5), harness.percentile(trips, 0.99), {}
+    if args.transport == "redis":
+        trips = await asyncio.to_thread(
+            harness.spublish_round_trips, args.redis_url, args.samples, args.floor_pace
         )
         return harness.percentile(trips, 0.5), harness.percentile(trips, 0.99), {}
     one_row, window = await asyncio.to_thread(table_floor, members)
@@ -353,7 +362,7 @@ def print_repeat(index: int, args: argparse.Namespace, result: RepeatResult) -> 
             f"; last socket p50 {harness.millis(_p(result.last_frames(), 0.5))}"
             f" p99 {harness.millis(_p(result.last_frames(), 0.99))}"
         )
-    if args.transport == "pg_notify":
+    if args.transport in RAW_FLOORS:
         line += (
             f"; floor p50 {harness.millis(result.floor_p50)} p99 {harness.millis(result.floor_p99)}"
         )
@@ -412,15 +421,15 @@ def report(args: argparse.Namespace, results: dict[int, list[RepeatResult]]) -> 
             ratio50 = Spread.of(harness.ratios(p50s, floor50))
             print(f"    {label:<12} p50 {p50.show(ms)}  ratio {ratio50.show(harness.times)}")
             line = f"    {'':<12} p99 {p99.show(ms)}"
-            if args.transport == "pg_notify":
+            if args.transport in RAW_FLOORS:
                 ratio99 = Spread.of(harness.ratios(p99s, floor99))
                 line += f"  ratio {ratio99.show(harness.times)}"
                 entry[f"{label} p99 ratio"] = ratio99.as_dict()
             print(line)
             entry[label] = {"p50": p50.as_dict(), "p99": p99.as_dict()}
             entry[f"{label} p50 ratio"] = ratio50.as_dict()
-        if args.transport == "pg_notify":
-            print(f"    floor: raw NOTIFY round trip p50 {Spread.of(floor50).show(ms)}")
+        if args.transport in RAW_FLOORS:
+            print(f"    floor: {RAW_FLOORS[args.transport]} p50 {Spread.of(floor50).show(ms)}")
             print(f"    {'':<12}                    p99 {Spread.of(floor99).show(ms)}")
             entry["floor"] = {
                 "p50": Spread.of(floor50).as_dict(),
@@ -462,8 +471,8 @@ def report(args: argparse.Namespace, results: dict[int, list[RepeatResult]]) -> 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--transport", choices=["table", "pg_notify"], required=True)
-    parser.add_argument("--database", choices=["sqlite", "postgresql"], required=True)
+    harness.add_transport_options(parser)
+    parser.add_argument("--database", choices=["sqlite", "postgresql", "mariadb"], required=True)
     parser.add_argument("--sockets", default="1,100,1000", help="comma-separated socket counts")
     parser.add_argument("--samples", type=int, default=200, help="writes per repeat")
     parser.add_argument(
@@ -493,7 +502,7 @@ def transport_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings: dict[str, Any] = {"REALTIME_TRANSPORT": args.transport}
     if args.transport == "table":
         settings["REALTIME_POLLING_INTERVAL"] = args.polling_interval
-    return {**settings, **harness.parse_settings(args.set)}
+    return {**settings, **harness.redis_settings(args), **harness.parse_settings(args.set)}
 
 
 async def run(
@@ -522,6 +531,7 @@ def main() -> None:
         return
     if args.transport == "pg_notify" and args.database != "postgresql":
         raise SystemExit("the pg_notify transport needs --database postgresql")
+    harness.start_transport_servers(args)
     counts = [int(part) for part in args.sockets.split(",") if part.strip()]
     harness.raise_open_files(max(counts) * 2 + 1024)
     database = Database.pick(args.database, "latency")
@@ -554,7 +564,7 @@ def main() -> None:
             "results": report(args, results),
         }
     finally:
-        if database.vendor == "postgresql":
+        if database.vendor != "sqlite":
             harness.drop_members(PREFIX)
     print(f"\nload average after: {harness.load_average()}")
     print(f"took {time.monotonic() - started:.0f} s")

@@ -35,161 +35,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
-import os
-import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import harness
-from harness import AsgiServer, Database, Members, Readers, Spread
+from harness import Database, Members, Run, Spread
 
 SCRIPT = Path(__file__).resolve()
 PREFIX = "bench-pg-notify"
 SETTINGS = {"REALTIME_TRANSPORT": "pg_notify"}
 #: The transport as it was before it kept the log: a bare NOTIFY per message.
 BARE = {**SETTINGS, "REALTIME_PG_NOTIFY_LOG": False}
-WARM_UP = 50
-READY = "ready"
-GO = "go"
-#: Seconds to wait, after the publishers are done, for the socket to have every frame.
-DELIVERY_WAIT = 30.0
-
-
-# --- Publishing subprocesses ------------------------------------------------------------------
-
-
-def run_worker(mode: str, count: int, workspace_id: int, tag: str) -> None:
-    """``--worker``: warm up, say ready, wait for go, write ``count`` rows, report JSON."""
-    from django.db import transaction
-
-    from tests.testapp.models import Company, Plain
-
-    model: Any = Company if mode == "announced" else Plain
-    for index in range(WARM_UP):
-        with transaction.atomic():
-            model.objects.create(workspace_id=workspace_id, name=f"warm-{tag}-{index}")
-    print(READY, flush=True)
-    if sys.stdin.readline().strip() != GO:
-        raise SystemExit("publishing worker: no go line")
-    start = time.time()
-    for index in range(count):
-        with transaction.atomic():
-            model.objects.create(workspace_id=workspace_id, name=f"{tag}-{index}")
-    end = time.time()
-    print(json.dumps({"start": start, "end": end, "count": count}), flush=True)
-
-
-class Worker:
-    """One publishing subprocess, driven from the event loop."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    async def start(
-        cls, mode: str, count: int, workspace_id: int, tag: str, env: dict[str, str]
-    ) -> Worker:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(SCRIPT),
-            "--worker",
-            mode,
-            "--writes",
-            str(count),
-            "--workspace",
-            str(workspace_id),
-            "--tag",
-            tag,
-            cwd=harness.ROOT,
-            env=env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        return cls(process)
-
-    async def line(self, timeout: float = harness.WAIT * 5) -> str:
-        assert self.process.stdout is not None
-        raw = await asyncio.wait_for(self.process.stdout.readline(), timeout)
-        if not raw:
-            raise RuntimeError(f"a publishing worker exited with {await self.process.wait()}")
-        return raw.decode().strip()
-
-    def go(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(f"{GO}\n".encode())
-
-    async def report(self) -> dict[str, Any]:
-        report: dict[str, Any] = json.loads(await self.line())
-        await self.process.wait()
-        return report
-
-    async def kill(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-
-
-@dataclass
-class Run:
-    """Two processes writing together: the combined rate, and what the socket heard."""
-
-    rate: float
-    delivered: int
-    expected: int
-    delivered_after: float
-
-
-async def two_writers(
-    mode: str, count: int, members: Members, tag: str, env: dict[str, str], readers: Readers | None
-) -> Run:
-    """Two workers writing ``count`` rows each, started together; ``readers`` (the socket of
-    a listening worker, if any) count the frames the announcements became."""
-    heard = [0]
-    last = [0.0]
-    marker = f'"name":"{tag}-'
-    done = asyncio.Event()
-    expected = 2 * count if readers is not None else 0
-
-    def sink(index: int, frame: str | bytes, arrived: float) -> None:
-        if isinstance(frame, str) and marker in frame:
-            heard[0] += 1
-            last[0] = arrived
-            if heard[0] >= expected:
-                done.set()
-
-    if readers is not None:
-        readers.sink = sink
-    workers = [
-        await Worker.start(mode, count, members.workspace_id, f"{tag}-{side}", env)
-        for side in ("a", "b")
-    ]
-    try:
-        for worker in workers:
-            if (line := await worker.line()) != READY:
-                raise RuntimeError(f"a publishing worker said {line!r}")
-        for worker in workers:
-            worker.go()
-        reports = [await worker.report() for worker in workers]
-    finally:
-        for worker in workers:
-            await worker.kill()
-    start = min(float(r["start"]) for r in reports)
-    end = max(float(r["end"]) for r in reports)
-    if expected:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), DELIVERY_WAIT)
-    total = sum(int(r["count"]) for r in reports)
-    return Run(
-        rate=total / (end - start),
-        delivered=heard[0],
-        expected=expected,
-        delivered_after=max(last[0] - end, 0.0) if heard[0] else 0.0,
-    )
+#: What starts this script's writing processes (``harness.Writer``).
+COMMAND = (str(SCRIPT),)
 
 
 @dataclass
@@ -204,32 +65,6 @@ class Repeat:
     bare_announced: Run
     bare_unheard: Run
     plain: Run
-
-
-@contextlib.asynccontextmanager
-async def listening_worker(
-    database: Database, members: Members, settings: dict[str, Any]
-) -> AsyncIterator[Readers]:
-    """A daphne worker on the pg_notify transport with one socket of the workspace,
-    subscribed to ``company``; yields the socket's reader."""
-    server = AsgiServer.start("tests.asgi:application", database.env(settings), "pg-notify")
-    connection = None
-    readers = None
-    try:
-        connection = await harness.open_realtime(
-            server.url("/api/ws"), members.tokens[0], members.slug, [harness.CHANNEL]
-        )
-        readers = Readers([connection])
-        readers.start()
-        yield readers
-    finally:
-        if readers is not None:
-            await readers.stop()
-        if connection is not None:
-            await harness.close_all([connection])
-        warnings = server.stop()
-        if warnings:
-            print(f"  (daphne logged {warnings} warning/error lines: {server.log})")
 
 
 MODES = ("announced", "unheard", "bare_announced", "bare_unheard", "plain")
@@ -249,13 +84,17 @@ async def measure(args: argparse.Namespace, database: Database, members: Members
             settings = BARE if mode.startswith("bare_") else SETTINGS
             env = database.env(settings)
             if mode.endswith("announced"):
-                async with listening_worker(database, members, settings) as readers:
-                    runs[mode] = await two_writers(
-                        "announced", args.writes, members, tag, env, readers
+                async with harness.listening_worker(
+                    database, members, settings, "pg-notify"
+                ) as readers:
+                    runs[mode] = await harness.concurrent_writes(
+                        COMMAND, 2, "announced", args.writes, members, tag, env, readers
                     )
             else:
                 kind = "plain" if mode == "plain" else "announced"
-                runs[mode] = await two_writers(kind, args.writes, members, tag, env, None)
+                runs[mode] = await harness.concurrent_writes(
+                    COMMAND, 2, kind, args.writes, members, tag, env
+                )
         repeat = Repeat(
             harness.percentile(trips, 0.5),
             harness.percentile(trips, 0.99),
@@ -355,10 +194,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--trip-pace", type=float, default=0.005, help="mean seconds between round trips"
     )
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
-    # Internal: the publishing subprocesses.
-    parser.add_argument("--worker", choices=["announced", "plain"], help=argparse.SUPPRESS)
-    parser.add_argument("--workspace", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--tag", default="", help=argparse.SUPPRESS)
+    harness.add_writer_options(parser)
     return parser.parse_args(argv)
 
 
@@ -367,8 +203,8 @@ def main() -> None:
     database = Database("postgresql", "realtime")
     if args.worker is not None:
         # The settings of the run (with or without the log) come from the parent.
-        harness.setup_django(database, json.loads(os.environ["REALTIME_TEST_SETTINGS"]))
-        run_worker(args.worker, args.writes, args.workspace, args.tag)
+        harness.setup_django_from_env()
+        harness.write_rows(args.worker, args.writes, args.workspace, args.tag)
         return
     harness.migrate(database, SETTINGS)
     harness.setup_django(database, SETTINGS)

@@ -251,6 +251,7 @@ async def storm(args: argparse.Namespace) -> None:
     database = Database.pick(args.database, "resume")
     settings = {
         "REALTIME_TRANSPORT": args.transport,
+        **harness.redis_settings(args),
         "REALTIME_RECHECK_INTERVAL": 3600,
         "REALTIME_RESUME_MAX_FRAMES": max(1000, args.missed),
         "REALTIME_POLLING_INTERVAL": 0.01,
@@ -507,6 +508,7 @@ async def during(args: argparse.Namespace) -> None:
     database = Database.pick(args.database, "resume")
     settings = {
         "REALTIME_TRANSPORT": args.transport,
+        **harness.redis_settings(args),
         "REALTIME_RECHECK_INTERVAL": 3600,
         "REALTIME_RESUME_MAX_FRAMES": max(1000, args.missed),
         **harness.parse_settings(args.set),
@@ -563,7 +565,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     kinds = parser.add_subparsers(dest="kind", required=True)
     one = kinds.add_parser("storm", help="N sockets resume M missed events each")
     one.add_argument("--database", choices=["sqlite", "postgresql"], default="postgresql")
-    one.add_argument("--transport", choices=["table", "pg_notify"], default="pg_notify")
+    harness.add_transport_options(one, default="pg_notify")
     one.add_argument("--sockets", type=int, default=1000)
     one.add_argument("--missed", type=int, default=100)
     one.add_argument("--repeat", type=int, default=3)
@@ -577,7 +579,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     harness.add_set_option(two)
     three = kinds.add_parser("during", help="live delivery while N sockets resume at once")
     three.add_argument("--database", choices=["sqlite", "postgresql"], default="postgresql")
-    three.add_argument("--transport", choices=["table", "pg_notify"], default="pg_notify")
+    harness.add_transport_options(three, default="pg_notify")
     three.add_argument("--sockets", type=int, default=1000)
     three.add_argument("--missed", type=int, default=100)
     three.add_argument("--live", type=int, default=20)
@@ -596,6 +598,7 @@ def main() -> None:
     if args.kind != "outage" and args.transport == "pg_notify" and args.database != "postgresql":
         raise SystemExit("pg_notify needs --database postgresql")
     runs = {"storm": storm, "outage": outage, "during": during}
+    harness.start_transport_servers(args)
     asyncio.run(runs[args.kind](args))
 
 

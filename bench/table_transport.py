@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from harness import Spread, millis, percentile, times, watch_logs
 
 if TYPE_CHECKING:
+    from realtime.positions import StreamPos
     from realtime.transports.table import TableTransport
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -418,7 +419,7 @@ async def listen_once(
 
     duplicates = 0
 
-    def on_message(channel: str, payload: bytes, position: int | None) -> None:
+    def on_message(channel: str, payload: bytes, position: StreamPos | None) -> None:
         nonlocal duplicates
         now = time.time()
         index = int(json.loads(payload)["i"])

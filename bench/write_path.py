@@ -14,6 +14,9 @@ quiet machine: another process busy with the same cores or database server shows
 figures. SQLite uses its own file, ``/tmp/realtime-bench-write-path.sqlite3``; PostgreSQL uses
 the ``realtime`` database.
 
+``--durable`` runs the same writes with a durable table transport: each announcement made in
+a transaction is also written to ``realtime_outbox`` there, and deleted after its relay.
+
 ``REALTIME_AUTO_TRIM`` is turned off for the run unless ``--auto-trim`` is given: trims run on
 a thread of their own, and on SQLite a trim holding the write lock makes a transaction that
 read before writing (deleting a ``Company`` reads its contacts first) fail at once with
@@ -1015,6 +1018,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="keep REALTIME_AUTO_TRIM as configured (default: off for the run, see the docs)",
     )
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="a durable table transport (tests.durable_transport): each announcement also "
+        "written to realtime_outbox in its transaction, and deleted after its relay",
+    )
     parser.add_argument("--skip-time", action="store_true")
     parser.add_argument("--skip-queries", action="store_true")
     parser.add_argument("--skip-bulk", action="store_true")
@@ -1037,6 +1046,8 @@ def main() -> None:
     if not args.auto_trim:
         # Before the transport is built: trims run on a thread of their own (see the docs).
         settings.REALTIME_AUTO_TRIM = False
+    if args.durable:
+        settings.REALTIME_TRANSPORT = "tests.durable_transport.DurableTableTransport"
     from realtime.transports import get_transport
 
     counter = watch_logs()

@@ -30,6 +30,12 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _as_given(value: Any) -> Any:
+    """Read as written: a URL string, or a list of node URLs (``realtime.checks`` says
+    which are valid)."""
+    return value
+
+
 class Setting(Generic[T]):
     """One ``REALTIME_<NAME>`` setting: its default and the type it is read as."""
 
@@ -106,6 +112,7 @@ class RealtimeSettings:
     RESUME_WINDOW = Setting(300.0, float)
     RESUME_MAX_FRAMES = Setting(1000, int)
     PG_NOTIFY_LOG = Setting(True, bool)
+    REDIS_URL: Setting[Any] = Setting(None, _as_given)
     ALLOWED_ORIGINS: Setting[list[str]] = Setting([], list)
     MAX_UNAUTHENTICATED_PER_ADDRESS = Setting(None, _optional_int)
 

@@ -1,8 +1,9 @@
-"""The ``firm_channel_messages`` table of the table transport.
+"""Realtime's tables: ``firm_channel_messages`` (the table transport's) and ``realtime_outbox``.
 
-The schema is firm-channel's, so processes of either library on one database read what the
-other writes. Its three indexes carry names longer than Django allows in ``Meta``; the
-migration creates them. Access in the hot paths goes through ``realtime.transports.table_store``.
+The schema of ``firm_channel_messages`` is firm-channel's, so processes of either library on
+one database read what the other writes. Its three indexes carry names longer than Django
+allows in ``Meta``; the migration creates them. Access in the hot paths goes through
+``realtime.transports.table_store``; the outbox's through ``realtime.writes.outbox_store``.
 """
 
 from __future__ import annotations
@@ -32,3 +33,34 @@ class ChannelMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{bytes(self.channel).decode('utf-8', 'replace')} #{self.id}"
+
+
+class OutboxItem(models.Model):
+    """One announcement written in the transaction of its write, until it is relayed.
+
+    Used when the transport is ``durable``: it lives in the database of the write (several
+    aliases may each hold one), so that it commits, or rolls back, with the write.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    #: The key of the writer's transaction (random), shared by every row it wrote.
+    txn = models.CharField(max_length=32)
+    #: The row's place among those of its transaction.
+    seq = models.IntegerField()
+    #: The database's time of the INSERT, naive UTC.
+    created_at = NaiveUTCDateTimeField(default=naive_utc_now)
+    #: Until when a sweeper relaying the row holds it (``None``: nobody does).
+    claimed_until = NaiveUTCDateTimeField(null=True)
+    #: The announcement, as ``realtime.writes.durable.dump`` wrote it.
+    item = models.BinaryField()
+
+    class Meta:
+        db_table = "realtime_outbox"
+        verbose_name = "outbox item"
+        indexes = [
+            models.Index(fields=["txn"], name="realtime_outbox_txn"),
+            models.Index(fields=["created_at"], name="realtime_outbox_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.txn}.{self.seq}"

@@ -14,6 +14,7 @@ import logging
 import pytest
 
 from realtime.exceptions import ChannelTooLongError
+from realtime.positions import StreamPos
 from realtime.transports.base import Transport
 from tests.helpers import Inbox, off_loop
 
@@ -94,7 +95,7 @@ class TransportContract:
     async def test_a_failing_listener_does_not_stop_the_others(
         self, transport: Transport, inbox: Inbox, caplog: pytest.LogCaptureFixture
     ) -> None:
-        def broken(channel: str, payload: bytes, position: int | None) -> None:
+        def broken(channel: str, payload: bytes, position: StreamPos | None) -> None:
             raise RuntimeError("listener bug")
 
         transport.add_listener(broken)

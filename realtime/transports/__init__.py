@@ -1,8 +1,9 @@
 """The transport of this process, built from ``REALTIME_TRANSPORT`` on first use.
 
-``"table"`` and ``"pg_notify"`` name the built-in transports; anything else is the dotted path
-of a ``Transport`` subclass. The instance is dropped when a ``REALTIME_*`` setting changes
-(``realtime.apps`` wires that), so tests can switch transports with ``override_settings``.
+``"table"``, ``"pg_notify"`` and ``"redis"`` name the built-in transports; anything else is
+the dotted path of a ``Transport`` subclass. The instance is dropped when a ``REALTIME_*``
+setting changes (``realtime.apps`` wires that), so tests can switch transports with
+``override_settings``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from realtime.transports.base import Transport
 BUILTIN = {
     "table": "realtime.transports.table.TableTransport",
     "pg_notify": "realtime.transports.pg_notify.PgNotifyTransport",
+    "redis": "realtime.transports.redis.RedisTransport",
 }
 
 _lock = threading.Lock()
@@ -42,6 +44,11 @@ def get_transport() -> Transport:
         if _transport is None:
             _transport = transport_class(conf.TRANSPORT)()
         return _transport
+
+
+def current_transport() -> Transport | None:
+    """This process's transport if it is built (never builds one)."""
+    return _transport
 
 
 def reset_transport() -> None:

@@ -8,6 +8,12 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
   of its own; the messages of one call are published together and heard in their order.
   It raises ``PublishError`` (never a driver error) when nothing could be published, and
   ``ChannelTooLongError`` before publishing anything when a channel exceeds 1,024 bytes.
+  Its ``txn`` names the rows of realtime's outbox the messages were built from: the same
+  rows relayed again (a writer that died after publishing, before deleting them) come with
+  the same ``txn``, so a transport that remembers it can drop the re-relay; others ignore it.
+* A ``durable`` transport has every announcement made inside a transaction written to
+  realtime's outbox in that transaction, and relayed from there by any worker when its
+  writer did not relay it (``realtime.writes.relay``): nothing committed is lost.
 * ``follow(channel)`` returns once the channel is really heard: a message published after it
   returns is delivered; nothing published before it is (no replay). ``unfollow`` stops it.
 * ``start``/``stop`` are idempotent; ``stop`` interrupts any wait and returns promptly. The
@@ -25,43 +31,74 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
 * ``max_message_bytes`` is the budget one message must fit (``None``: no cap); publishers
   shrink what does not fit (see ``realtime.writes.payload``) before calling ``publish``.
 
-A transport may also keep a *log*: every message a row of ``firm_channel_messages`` whose id
-is its *position*, ids growing in the order messages commit (publishers serialize on the
-log). Such a transport hands each message to its listeners with its position, in position
-order (a message is handed over only after every earlier one of the channels followed: a
-refreshed cursor rests on it, see ``realtime.sockets.refresh``), answers
-``log_bounds`` (the first position the log still holds, and the last one settled: every
-message at or below it has committed or never will) and ``read_log(channels, after)`` (the
-messages of those channels after a position, in order). Resumable delivery rests on it. A
-transport without a log (the default here) answers ``None`` and ``[]``: every resume then
-answers ``resumed: false``.
+A transport may also keep a *history*, and resumable delivery rests on it. Each message is then
+handed to the listeners with its position (``realtime.positions``), in order within its
+stream: a message is handed over only after every earlier one of its stream on the channels
+followed (a refreshed cursor rests on it, see ``realtime.sockets.refresh``). Two shapes:
+
+* one global *log* (the table and pg_notify transports): every message a row of
+  ``firm_channel_messages`` whose id is its position, ids growing in the order messages commit
+  (publishers serialize on the log). Such a transport answers ``log_bounds`` (the first
+  position the log still holds, and the last one settled: every message at or below it has
+  committed or never will) and ``read_log(channels, after)`` (the messages of those channels
+  after a position, in order), and may hand positions over as plain ids;
+* a stream per channel (Redis): it answers ``stream_of``, ``stream_bounds`` and
+  ``read_streams`` (which default to the global log's answers), and its ``follow`` tells
+  where in the stream it starts.
+
+A transport without a history (the default here) answers ``None`` and ``[]``: every resume
+then answers ``resumed: false``.
 """
 
 from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Collection, Sequence
+from typing import NamedTuple, TypeVar
+
+from realtime.positions import GLOBAL, StreamPos, Vector, global_position
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 #: ``callback(channel, payload, position)``; ``position`` is ``None`` without a log.
-Listener = Callable[[str, bytes, "int | None"], None]
+Listener = Callable[[str, bytes, "StreamPos | None"], None]
 #: How many more messages a listener can take now.
 Room = Callable[[], int]
 #: ``missed(channels)``: messages on these channels may have been lost.
 Missed = Callable[[frozenset[str]], None]
 #: One message read from the log: its channel, its payload and its position.
 LogEntry = tuple[str, bytes, int]
+#: One message read from a stream: its channel, its payload and its position.
+StreamEntry = tuple[str, bytes, StreamPos]
+
+
+class StreamBounds(NamedTuple):
+    """What a stream holds: its epoch, the first offset it still holds (``None``: none) and
+    the last one settled (every message at or below it is in the stream or never will be)."""
+
+    epoch: str
+    first: int | None
+    last: int
 
 
 def or_setting(value: T | None, setting: T) -> T:
     """``value``, or ``setting`` where it is ``None``: a transport's arguments left ``None``
     come from settings."""
     return setting if value is None else value
+
+
+#: Called with the transport each time a listener is added (a worker starts hearing it): what
+#: must run in every process that listens, beside the listener (the outbox's sweeper).
+_listening_hooks: list[Callable[[Transport], None]] = []
+
+
+def on_listening(hook: Callable[[Transport], None]) -> None:
+    """Call ``hook(transport)`` whenever a listener is added to a transport (once per hook)."""
+    if hook not in _listening_hooks:
+        _listening_hooks.append(hook)
 
 
 class Transport(abc.ABC):
@@ -73,6 +110,10 @@ class Transport(abc.ABC):
     #: application is open there, realtime publishes from a thread of its own (with its own
     #: connection) rather than inside that transaction.
     publishes_on: str | None = None
+    #: Whether announcements go through realtime's outbox (``realtime_outbox``): written in
+    #: the write's transaction, relayed after commit by the writer, and by any worker's
+    #: sweeper when the writer did not (see ``realtime.writes.relay``).
+    durable: bool = False
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
@@ -80,12 +121,18 @@ class Transport(abc.ABC):
         self._missed: dict[Listener, Missed] = {}
 
     @abc.abstractmethod
-    def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
-        """Publish ``(channel, payload)`` pairs, in order, in one transaction of their own."""
+    def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
+        """Publish ``(channel, payload)`` pairs, in order, in one transaction of their own;
+        ``txn``: the key of the outbox rows they were built from (see the module docstring)."""
 
     @abc.abstractmethod
-    async def follow(self, channel: str) -> None:
-        """Start hearing ``channel`` in this process; return once it is heard."""
+    async def follow(self, channel: str) -> StreamPos | None:
+        """Start hearing ``channel`` in this process; return once it is heard.
+
+        A transport with a stream per channel returns the position it starts after (every
+        message of the stream up to it was published before, and none is handed over): the
+        worker then counts the stream carried up to there. ``None`` otherwise.
+        """
 
     @abc.abstractmethod
     async def unfollow(self, channel: str) -> None:
@@ -126,16 +173,57 @@ class Transport(abc.ABC):
         """
         return []
 
+    def stream_of(self, channel: str) -> str:
+        """The stream the messages of transport channel ``channel`` are ordered in
+        (``GLOBAL``: one log orders every channel, as the table and pg_notify transports')."""
+        return GLOBAL
+
+    def stream_bounds(self, streams: Collection[str]) -> dict[str, StreamBounds] | None:
+        """The bounds of each of ``streams`` (a stream that holds nothing yet may be left out,
+        or answered with ``first`` ``None``); ``None`` without a history.
+
+        Sync (it queries): call it off the event loop. The default answers the global log's
+        ``log_bounds``.
+        """
+        bounds = self.log_bounds()
+        if bounds is None:
+            return None
+        return {GLOBAL: StreamBounds("", bounds[0], bounds[1])}
+
+    def read_streams(self, channels: Sequence[str], after: Vector, limit: int) -> list[StreamEntry]:
+        """At most ``limit`` messages of ``channels`` after ``after``: in each stream, those
+        after its entry of ``after`` (a stream ``after`` does not name is not read), in order
+        and without a gap; all of them when fewer than ``limit`` come back.
+
+        Sync (it queries): call it off the event loop. The default reads the global log.
+        """
+        start = after.position(GLOBAL)
+        if start is None or start.epoch:
+            return []
+        return [
+            (channel, payload, global_position(position))
+            for channel, payload, position in self.read_log(channels, start.seq, limit)
+        ]
+
     def add_listener(
         self, callback: Listener, *, room: Room | None = None, missed: Missed | None = None
     ) -> None:
         """Call ``callback(channel, payload, position)`` on the event loop for every message
         heard; never hand it more than ``room()`` messages; tell ``missed`` of losses."""
         self._listeners.append(callback)
+        for hook in tuple(_listening_hooks):
+            try:
+                hook(self)
+            except Exception:
+                logger.exception("realtime: a hook on a transport's first listener failed")
         if room is not None:
             self._rooms[callback] = room
         if missed is not None:
             self._missed[callback] = missed
+
+    def listening(self) -> bool:
+        """Whether a listener is added (this process is a worker hearing the transport)."""
+        return bool(self._listeners)
 
     def remove_listener(self, callback: Listener) -> None:
         """Stop calling ``callback``; unknown callbacks are ignored."""
@@ -160,8 +248,15 @@ class Transport(abc.ABC):
     def watch(self) -> None:  # noqa: B027 - optional: transports without connections skip it
         """Check, on the event loop, that the listener still makes progress (every tick)."""
 
-    def dispatch(self, channel: str, payload: bytes, position: int | None = None) -> None:
-        """Hand one message to every listener; a listener that raises is logged and skipped."""
+    def dispatch(
+        self, channel: str, payload: bytes, position: StreamPos | int | None = None
+    ) -> None:
+        """Hand one message to every listener; a listener that raises is logged and skipped.
+
+        A transport with one global log may give its position as the log id (an ``int``).
+        """
+        if isinstance(position, int):
+            position = global_position(position)
         for callback in tuple(self._listeners):
             try:
                 callback(channel, payload, position)

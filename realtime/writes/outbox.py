@@ -18,13 +18,27 @@ and committed by another ``on_commit`` callback publishes when it commits. Where
 discarded callbacks alive, each announcement publishes itself. Outside a transaction an
 announcement is published at once; under manual transaction management (no atomic block,
 autocommit off) too, as there is no commit to wait for.
+
+When the transport is ``durable``, each announcement made inside an atomic block is also
+written to realtime's outbox (``realtime_outbox``) on the write's own connection, in the
+write's transaction, before its callback is registered: a savepoint that rolls back takes
+the row with it, as it takes the callback. The rows of one transaction share a random key
+(``txn``: a new one when the outbox has no announcement pending). After commit the writer
+publishes as ever, handing the transport the key of the rows published, then deletes them;
+when publishing fails, or the process dies before it could, the rows stay, and a worker's
+sweeper relays them (``realtime.writes.relay``). Outside an atomic block (a plain ``save()``
+in autocommit: Django committed before ``post_save``) there is no transaction to join: the
+announcement is published at once, as ever, with no row; a crash in that one statement's
+window loses it. ``ATOMIC_REQUESTS`` or an atomic block closes it.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import weakref
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections, transaction
@@ -32,6 +46,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
 from realtime.compat.django import callbacks_released, in_transaction
+from realtime.transports import get_transport
+from realtime.writes import durable, outbox_store
 from realtime.writes.publish import publish
 
 logger = logging.getLogger(__name__)
@@ -43,13 +59,26 @@ COMPACT_AFTER = 256
 _sequence = itertools.count()
 
 
+class Row:
+    """Where an announcement was written in the outbox."""
+
+    __slots__ = ("id", "seq", "txn")
+
+    def __init__(self, txn: str, seq: int, id_: int) -> None:
+        self.txn = txn
+        self.seq = seq
+        self.id = id_
+
+
 class _Entry:
     """One announcement: what Django runs is its ``_Callback``."""
 
-    __slots__ = ("callback", "item", "ran", "seq")
+    __slots__ = ("callback", "item", "ran", "row", "seq")
 
-    def __init__(self, item: Any) -> None:
+    def __init__(self, item: Any, row: Row | None) -> None:
         self.item = item
+        #: Its row of the outbox, when it has one.
+        self.row = row
         #: Registration order, across every outbox of the process.
         self.seq = next(_sequence)
         self.ran = False
@@ -74,7 +103,7 @@ class _Callback:
     def __call__(self) -> None:
         outbox = self.outbox()
         if outbox is None:
-            publish([self.entry.item], self.using)
+            _publish([self.entry], self.using)
         else:
             outbox.ran(self.entry)
 
@@ -82,7 +111,7 @@ class _Callback:
 class _Outbox:
     """The announcements made on one connection of one thread, until they are published."""
 
-    __slots__ = ("__weakref__", "compact_at", "entries", "held", "using")
+    __slots__ = ("__weakref__", "compact_at", "entries", "held", "next_row", "txn", "using")
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -91,22 +120,48 @@ class _Outbox:
         #: Announcements whose callback ran, waiting for the last one to run.
         self.held: list[_Entry] = []
         self.compact_at = COMPACT_AFTER
+        #: The key of the outbox rows of the transaction under way, and the next row's place.
+        self.txn = ""
+        self.next_row = 0
 
-    def add(self, item: Any) -> None:
+    def add(self, items: Sequence[Any]) -> None:
+        """Hold ``items`` (announcements of the transaction under way, in write order)."""
         if len(self.entries) >= self.compact_at:
             self.entries = [entry for entry in self.entries if entry.pending()]
             self.compact_at = max(COMPACT_AFTER, 2 * len(self.entries))
-        entry = _Entry(item)
-        callback = _Callback(self, entry)
-        entry.callback = weakref.ref(callback, self._released)
-        self.entries.append(entry)
-        try:
-            transaction.on_commit(callback, using=self.using, robust=True)
-        except TransactionManagementError:
-            callback()
+        for item, row in zip(items, self._write(items), strict=True):
+            entry = _Entry(item, row)
+            callback = _Callback(self, entry)
+            entry.callback = weakref.ref(callback, self._released)
+            self.entries.append(entry)
+            try:
+                transaction.on_commit(callback, using=self.using, robust=True)
+            except TransactionManagementError:
+                callback()
+
+    def _write(self, items: Sequence[Any]) -> list[Row | None]:
+        """Write ``items`` to the outbox in the open transaction, when the transport is
+        durable (one statement); their rows (``None``: no transaction, or no outbox here,
+        said once)."""
+        connection = connections[self.using]
+        if not get_transport().durable or not in_transaction(connection):
+            return [None] * len(items)
+        if not outbox_store.holds_outbox(self.using):
+            _warn_no_outbox(self.using)
+            return [None] * len(items)
+        raws = [durable.dump(item) for item in items]
+        if not self.txn or not any(entry.pending() for entry in reversed(self.entries)):
+            # A commit ran callbacks since the key was drawn, or nothing is pending (what was
+            # rolled back or discarded): this is a transaction of its own.
+            self.txn, self.next_row = secrets.token_hex(16), 0
+        seqs = range(self.next_row, self.next_row + len(raws))
+        self.next_row += len(raws)
+        ids = outbox_store.insert(self.using, self.txn, list(zip(seqs, raws, strict=True)))
+        return [Row(self.txn, seq, id_) for seq, id_ in zip(seqs, ids, strict=True)]
 
     def ran(self, entry: _Entry) -> None:
         entry.ran = True
+        self.txn = ""  # its transaction committed: a write from here on is in another
         self.held.append(entry)
         if self._pending_after(entry.seq) and callbacks_released(connections[self.using]):
             return
@@ -140,7 +195,59 @@ class _Outbox:
         self.held.clear()
         # What ran is published; what neither ran nor is held by Django never will run.
         self.entries = [entry for entry in self.entries if entry.pending()]
-        publish([entry.item for entry in held], self.using)
+        _publish(held, self.using)
+
+
+def _publish(entries: Sequence[_Entry], using: str) -> None:
+    """Publish what these announcements announce, one transaction's rows at a time (each
+    with their key); then delete those rows of the outbox."""
+    for _, run in itertools.groupby(entries, lambda entry: entry.row and entry.row.txn):
+        _publish_rows(list(run), using)
+
+
+def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
+    rows = [entry.row for entry in entries if entry.row is not None]
+    if not rows:
+        publish([entry.item for entry in entries], using)
+        return
+
+    def relayed() -> None:
+        try:
+            outbox_store.delete(using, [row.id for row in rows])
+        except Exception:
+            logger.exception(
+                "realtime: deleting %d relayed row(s) of the outbox failed; a worker will "
+                "relay them again",
+                len(rows),
+            )
+
+    publish(
+        [entry.item for entry in entries],
+        using,
+        txn=relay_key(rows[0].txn, [row.seq for row in rows]),
+        relayed=relayed,
+    )
+
+
+def relay_key(txn: str, seqs: Sequence[int]) -> str:
+    """The key a relay of the rows ``seqs`` of transaction ``txn`` hands the transport: the
+    same for every relay of the same rows (a writer's, then a sweeper's after the writer
+    died before deleting them), another for any other rows of the transaction."""
+    return f"{txn}.{min(seqs)}.{len(seqs)}"
+
+
+_warned: set[str] = set()
+
+
+def _warn_no_outbox(using: str) -> None:
+    if using not in _warned:
+        _warned.add(using)
+        logger.error(
+            "realtime: the transport is durable but database %r holds no realtime_outbox "
+            "(migrate realtime there, and let the routers allow it): its writes are "
+            "announced after commit without it, and one lost if the process dies first",
+            using,
+        )
 
 
 _outboxes: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Outbox] = weakref.WeakKeyDictionary()
@@ -148,8 +255,16 @@ _outboxes: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Outbox] = weakref.Wea
 
 def add(item: Any, using: str) -> None:
     """Publish ``item`` after the current transaction on ``using`` commits (now, outside one)."""
+    add_all([item], using)
+
+
+def add_all(items: Iterable[Any], using: str) -> None:
+    """``add`` each of ``items``, in order: durable, their rows cost one statement."""
+    items = list(items)
+    if not items:
+        return
     connection = connections[using]
     outbox = _outboxes.get(connection)
     if outbox is None:
         outbox = _outboxes[connection] = _Outbox(using)
-    outbox.add(item)
+    outbox.add(items)

@@ -1,0 +1,270 @@
+"""The Redis transport's Pub/Sub on a Redis Cluster: one connection per node it needs.
+
+A shard channel is served by the primary that owns its slot, and only there (sharded Pub/Sub:
+``SSUBSCRIBE`` on that node). So a worker holds one ``RedisListener`` per node that serves a
+channel it follows, not one per node of the Cluster: each with its own heartbeat,
+reconnection backoff, logs (``Outage``, naming the node) and stall bound, and each
+subscription it confirms followed by a gap fill, exactly as on a standalone server.
+
+Who serves a slot is read from the Cluster's map of slots: a redis-py ``RedisCluster`` of
+this listener's own, used for nothing else (``get_node_from_key``), a new one each time the
+map is read (then the previous one is closed: redis-py offers no public way to read the map
+again on a client that already read it). A node listener whose
+connection fails, whose subscription is refused with ``MOVED``, or whose subscription the
+server takes back (Redis unsubscribes the shard channels of a slot that leaves the node)
+says so (``on_displaced``); this listener then reads the map again and moves each channel
+whose slot another node serves now: unsubscribed on the old node's listener, subscribed on
+the new one's, whose confirmation brings the gap fill. A map read while a failover is under
+way still names the dead primary: the dead node's listener keeps failing, and each failure
+asks for another read, with backoff, until a replica took over.
+
+redis-py's own ``ClusterPubSub`` is not used for reading: without a ``target_node``, its
+``get_sharded_message`` waits on each node's connection in turn (one node's message waits
+for the others' timeouts), and it resubscribes in the background behind the transport's
+back (a resubscription must be followed by a gap fill).
+
+A node's listener that no longer serves any channel is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from realtime.transports.outage import Outage
+from realtime.transports.redis_listener import ListenerOptions, RedisListener
+from realtime.transports.tasks import Tasks
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterListener:
+    """Follow shard channels on the nodes that serve them; the same face as
+    ``RedisListener`` (``subscribe``, ``unsubscribe``, ``run``, ``wanted``, ``beat``)."""
+
+    def __init__(
+        self,
+        topology: Callable[[], Any],
+        client: Callable[[str, int], Any],
+        options: ListenerOptions,
+        on_message: Callable[[str, bytes], None],
+        on_subscribed: Callable[[str], None],
+        on_stalled: Callable[[frozenset[str]], None],
+        node_answers: Callable[[str, int], Awaitable[bool]],
+    ) -> None:
+        #: Builds a ``redis.asyncio.cluster.RedisCluster``, to read the map of slots with.
+        self.topology = topology
+        #: The client that read the map last (``None``: not read yet, or the read failed).
+        self._map: Any = None
+        #: ``client(host, port)`` builds an asyncio client of one node.
+        self.client = client
+        self.options = options
+        self.on_message = on_message
+        self.on_subscribed = on_subscribed
+        self.on_stalled = on_stalled
+        self.node_answers = node_answers
+        #: Shard channels that should be subscribed, on whichever node serves them.
+        self.wanted: set[str] = set()
+        #: Shard channel → the name (``host:port``) of the node it is subscribed on.
+        self.home: dict[str, str] = {}
+        #: Node name → its listener, and the task running it.
+        self.nodes: dict[str, RedisListener] = {}
+        self._tasks: Tasks | None = None
+        #: Tasks of node listeners let go, closing their connection (held until done).
+        self._closing: set[asyncio.Task[None]] = set()
+        #: Times the map of slots was read (the first time, then again).
+        self.map_reads = 0
+        #: Channels moved to another node.
+        self.moves = 0
+        self._beat = time.monotonic()
+        self._mapping = asyncio.Lock()
+        self._look_again = asyncio.Event()
+        self._map_outage = Outage("reading the Redis Cluster's map of slots", "failed", "works")
+
+    @property
+    def beat(self) -> float:
+        """When this listener, or the least recent of its node listeners, last turned."""
+        running = [self.nodes[name].beat for name in self._tasks or () if name in self.nodes]
+        return min([self._beat, *running])
+
+    @beat.setter
+    def beat(self, value: float) -> None:
+        self._beat = value
+        for listener in self.nodes.values():
+            listener.beat = value
+
+    async def subscribe(self, name: str) -> None:
+        """``SSUBSCRIBE name`` on the node serving it; return once that node confirmed it
+        (after a move, on the node it moved to)."""
+        self.wanted.add(name)
+        while name in self.wanted:
+            node = self.home.get(name)
+            if node is None:
+                node = await self._owner(name)
+                if node is None or name not in self.wanted:
+                    return  # taken back meanwhile
+                node = self.home.setdefault(name, node)
+            listener = self._listener(node)
+            await listener.subscribe(name)
+            if name in listener.wanted:
+                return  # confirmed; otherwise it moved (or was taken back) meanwhile
+
+    async def unsubscribe(self, name: str) -> None:
+        """Stop wanting ``name``; ``SUNSUBSCRIBE`` it on its node."""
+        self.wanted.discard(name)
+        node = self.home.pop(name, None)
+        listener = self.nodes.get(node) if node is not None else None
+        if listener is not None:
+            await listener.unsubscribe(name)
+
+    async def run(self) -> None:
+        """Run the node listeners (restarting one that stopped), drop those that serve
+        nothing, and move channels when a node says they may be served elsewhere; until
+        cancelled, which stops the node listeners too."""
+        if self.wanted - self.home.keys():
+            self._look_again.set()  # channels wanted before this run (a restart): place them
+        self._tasks = Tasks(asyncio.get_running_loop(), "the Redis Pub/Sub listener of node")
+        try:
+            delay = self.options.backoff_start
+            while True:
+                self._beat = time.monotonic()
+                self._tend()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.options.heartbeat_interval):
+                        await self._look_again.wait()
+                if not self._look_again.is_set():
+                    delay = self.options.backoff_start
+                    continue
+                self._look_again.clear()
+                await self._rehome()
+                # Moves come from failures: asked again at once, look again later, and
+                # later each time (a failover under way keeps asking until it is done).
+                await self._pause(delay)
+                delay = min(2 * delay, self.options.backoff_max)
+        finally:
+            tasks, self._tasks = self._tasks, None
+            await tasks.stop(self.options.heartbeat_timeout)
+
+    async def _pause(self, delay: float) -> None:
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            self._beat = time.monotonic()
+            self._tend()
+            await asyncio.sleep(min(left, self.options.heartbeat_interval))
+
+    def _tend(self) -> None:
+        """Start the node listeners not running; stop those that serve nothing."""
+        tasks = self._tasks
+        if tasks is None:
+            return  # not running
+        homes = set(self.home.values())
+        for node, listener in list(self.nodes.items()):
+            if listener.wanted or node in homes:
+                tasks.ensure(node, listener.run)
+                continue
+            self.nodes.pop(node)
+            task = tasks.cancel(node)
+            if task is not None:
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+
+    def _listener(self, node: str) -> RedisListener:
+        listener = self.nodes.get(node)
+        if listener is None:
+            host, _, port = node.rpartition(":")
+            listener = self.nodes[node] = RedisListener(
+                lambda: self.client(host, int(port)),
+                self.options,
+                self.on_message,
+                self.on_subscribed,
+                self.on_stalled,
+                lambda: self.node_answers(host, int(port)),
+                on_displaced=self._look_again.set,
+                what=f"the Redis Pub/Sub connection to node {node}",
+            )
+            self._tend()
+        return listener
+
+    async def _owner(self, name: str) -> str | None:
+        """The node serving ``name``'s slot, from the map (read first if never read; read
+        again until it can be: ``None`` if ``name`` is taken back meanwhile)."""
+        while name in self.wanted:
+            async with self._mapping:
+                if self._map is None:
+                    await self._read_map()
+                if self._map is not None:
+                    return str(self._map.get_node_from_key(name).name)
+            await asyncio.sleep(self.options.backoff_start)
+        return None
+
+    async def _read_map(self) -> None:
+        """Read the map of slots again (from any node that answers), on a new client; on
+        failure, no map is left (``_map`` is ``None``) and the failure is logged as an
+        outage."""
+        await self.close()
+        fresh = self.topology()
+        try:
+            async with asyncio.timeout(self.options.heartbeat_timeout * 2):
+                await fresh.initialize()
+        except (RedisError, OSError, TimeoutError) as exc:
+            await _close(fresh)
+            self._map_outage.failed(exc, self.options.backoff_start)
+            return
+        except BaseException:
+            await _close(fresh)
+            raise
+        self._map = fresh
+        self.map_reads += 1
+        self._map_outage.recovered()
+
+    async def close(self) -> None:
+        """Close the client of the map of slots (the transport stops)."""
+        old, self._map = self._map, None
+        if old is not None:
+            await _close(old)
+
+    async def _rehome(self) -> None:
+        """Read the map again; move each channel wanted whose slot another node serves now,
+        place those wanted that have no node yet, and ask again for those still served where
+        they are but not subscribed."""
+        async with self._mapping:
+            await self._read_map()
+            if self._map is None:
+                self._look_again.set()  # try again after the pause
+                return
+            owners = {name: str(self._map.get_node_from_key(name).name) for name in self.wanted}
+        moved: dict[tuple[str, str], list[str]] = {}
+        for name, owner in owners.items():
+            if name not in self.wanted:
+                continue  # taken back meanwhile
+            old = self.home.setdefault(name, owner)
+            if owner != old:
+                self.home[name] = owner
+                moved.setdefault((old, owner), []).append(name)
+                listener = self.nodes.get(old)
+                if listener is not None:
+                    await listener.unsubscribe(name)
+            listener = self._listener(owner)
+            if name not in listener.subscribed:
+                await listener.want(name)
+        for (old, new), names in moved.items():
+            self.moves += len(names)
+            logger.warning(
+                "realtime: %d channel(s) moved from Redis Cluster node %s to %s (a failover "
+                "or a slot migration); subscribed there, reading what they missed",
+                len(names),
+                old,
+                new,
+            )
+        self._tend()
+
+
+async def _close(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        await client.aclose()

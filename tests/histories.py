@@ -1,0 +1,101 @@
+"""What the transport of a test keeps as history, read and trimmed whatever its shape: the
+table and pg_notify transports' log in ``firm_channel_messages``, or Redis's streams.
+
+Resume tests compare what a socket heard with the history, and cut the history to see a
+resume refused; these helpers let one test do so on every transport (``each_transport``).
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+from django.core.management import call_command
+from django.db import connection
+
+from realtime.conf import conf
+from realtime.messages import base_channel, scope_channel
+from realtime.positions import GLOBAL, StreamPos, Vector
+from realtime.sockets.cursors import read_cursor
+from realtime.transports import get_transport
+from realtime.transports.redis_keys import stream_key
+
+
+def place(user_id: Any, cursor: Any, *scope_ids: Any) -> Vector | None:
+    """Where ``cursor`` says the socket of ``user_id`` was: a global log's position, or its
+    place in Redis's streams of the base channel and of ``scope_ids``."""
+    streams = [GLOBAL, base_channel(), *(scope_channel(scope_id) for scope_id in scope_ids)]
+    return read_cursor(user_id, cursor, streams)
+
+
+def reached(later: Vector | None, earlier: Vector | None) -> bool:
+    """Whether ``later`` is at or past ``earlier`` in each of ``earlier``'s streams."""
+    if later is None or earlier is None:
+        return False
+    return all(later.covers(StreamPos(s, epoch, seq)) for s, (epoch, seq) in earlier.items())
+
+
+def passed(later: Vector | None, earlier: Vector | None) -> bool:
+    """Whether ``later`` is past ``earlier``: at or past it everywhere, and not the same."""
+    return reached(later, earlier) and later != earlier
+
+
+def _redis() -> Any:
+    import redis
+
+    return redis.Redis.from_url(conf.REDIS_URL)
+
+
+def _full_epochs(where: Vector) -> Vector:
+    """``where`` with each stream's whole epoch (a cursor keeps the first characters only)."""
+    if set(where) <= {GLOBAL}:
+        return where
+    bounds = get_transport().stream_bounds(list(where)) or {}
+    return Vector({s: (bounds[s].epoch, seq) for s, (_, seq) in where.items() if s in bounds})
+
+
+def messages_between(
+    channels: list[str], after: Vector, upto: Vector | None = None
+) -> list[tuple[str, bytes, StreamPos]]:
+    """The messages of ``channels`` the history holds after ``after`` (up to ``upto``, in
+    each of its streams), in order within each stream."""
+    transport = get_transport()
+    after = _full_epochs(after)
+    found = []
+    while True:
+        page = transport.read_streams(channels, after, 1000)
+        found += page
+        if len(page) < 1000:
+            break
+        after = after.merged(Vector.of(position for _, _, position in page))
+    if upto is None:
+        return found
+    upto = _full_epochs(upto)
+    return [entry for entry in found if upto.covers(entry[2])]
+
+
+def trim_everything() -> None:
+    """Cut all the history: every row of the log (``realtime_trim`` with no retention), or
+    every entry of every Redis stream (their metas, the top offsets, stay)."""
+    if conf.TRANSPORT != "redis":
+        call_command("realtime_trim", retention=0, stdout=StringIO())
+        return
+    client = _redis()
+    for key in client.scan_iter(match="*:x", _type="stream"):
+        client.xtrim(key, maxlen=0)
+
+
+def trim_up_to(where: Vector, then: int = 1) -> None:
+    """Cut the history up to ``then`` message(s) past ``where`` in each of its streams: the
+    first message(s) a socket there missed (a global log's ids count in the whole log)."""
+    if conf.TRANSPORT != "redis":
+        ((_, last),) = where.values()
+        with connection.cursor() as sql:
+            sql.execute("DELETE FROM firm_channel_messages WHERE id <= %s", [last + then])
+        return
+    client = _redis()
+    for stream, (_, seq) in where.items():
+        key = stream_key(stream)
+        for entry_id, _fields in client.xrange(key):
+            if int(entry_id.split(b"-")[1]) <= seq + then:
+                client.xdel(key, entry_id)

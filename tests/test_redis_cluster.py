@@ -1,0 +1,588 @@
+"""The Redis transport on a real local Redis Cluster (three primaries, a replica each).
+
+The shared contract, then what a Cluster adds: a worker subscribes on the nodes serving the
+channels it follows and nowhere else; a publish spreads over the slots of its channels and
+each stream keeps its order; a primary killed or frozen under traffic, a slot migrated under
+traffic, and a subscription refused because the worker's map of slots was stale move the
+worker's subscription to the node serving the slot now, and each stream is then delivered
+whole and in order, or, if the stream changed epoch (the node serving it now did not write
+it: it may lack what was acknowledged), its channel is reported missed — never a gap without
+a report.
+
+One Cluster serves the whole session (``redis_cluster`` in ``conftest``), flushed between
+tests; nodes a test killed are started again after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from tests.helpers import WAIT, Inbox, eventually, off_loop, start_worker
+from tests.live import free_port
+from tests.redis_cluster import Node, RedisCluster
+from tests.redis_server import transports
+from tests.transport_contract import MARKER, TransportContract
+
+pytest.importorskip("redis", reason='redis-py is not installed ("[redis]" extra)')
+
+from realtime.exceptions import PublishError
+from realtime.positions import Vector
+from realtime.transports.base import Transport
+from realtime.transports.redis import RedisTransport
+from realtime.transports.redis_cluster_listener import ClusterListener
+from realtime.transports.redis_keys import shard_channel
+
+pytestmark = pytest.mark.redis_cluster
+
+MakeTransport = Callable[..., RedisTransport]
+#: Seconds a test waits for a failover or a migration to be over and delivered.
+SETTLE = 30.0
+#: Heartbeat timings of the failover and migration tests: their stall bound (the sum) is
+#: longer than a failover, which must close nothing by itself.
+SLOW_BEAT = {"heartbeat_interval": 5.0, "heartbeat_timeout": 5.0}
+
+
+@pytest.fixture
+async def make_cluster_transport(
+    redis_cluster: RedisCluster,
+) -> AsyncIterator[MakeTransport]:
+    """Build Redis transports on the test Cluster with fast test timings; stop and close them
+    afterwards."""
+    async with transports(redis_cluster.url, heartbeat_interval=0.5, heartbeat_timeout=1.0) as make:
+        yield make
+
+
+class TestRedisClusterContract(TransportContract):
+    @pytest.fixture
+    def transport(
+        self, make_cluster_transport: MakeTransport, redis_cluster: RedisCluster
+    ) -> RedisTransport:
+        self.url = redis_cluster.url  # for the publisher in another process
+        return make_cluster_transport()
+
+    @pytest.fixture
+    def idle_transport(self, make_cluster_transport: MakeTransport) -> RedisTransport:
+        return make_cluster_transport(heartbeat_interval=60.0)
+
+    def publish_from_another_process(self, channel: str, payload: str) -> None:
+        worker = start_worker("publish-redis", self.url, channel, payload)
+        out, _ = worker.communicate(timeout=60)
+        assert worker.returncode == 0
+        assert out.strip() == "published"
+
+    # On a Cluster, streams on different slots reach a worker over different connections:
+    # the order holds within each stream, not across them (the contract's two tests that
+    # compare the order across channels compare it per channel here).
+
+    async def test_messages_of_one_publish_arrive_in_order(
+        self, transport: Transport, inbox: Inbox
+    ) -> None:
+        transport.add_listener(inbox)
+        await transport.follow("a")
+        await transport.follow("b")
+        messages = [("a" if n % 2 else "b", str(n).encode()) for n in range(20)]
+        await self.publish(transport, *messages)
+        await inbox.wait_for("b", b"18")
+        await inbox.wait_for("a", b"19")
+        for channel in ("a", "b"):
+            assert inbox.payloads(channel) == [p for c, p in messages if c == channel]
+
+    async def test_long_channel_names_round_trip(self, transport: Transport, inbox: Inbox) -> None:
+        transport.add_listener(inbox)
+        longest = "é" * 512  # 1,024 bytes in UTF-8: the most a channel may take
+        near_twin = "é" * 511 + "e"
+        await transport.follow(longest)
+        await transport.follow(near_twin)
+        await self.publish(transport, (longest, b"long"), (near_twin, b"twin"))
+        await inbox.wait_for(near_twin, b"twin")
+        await inbox.wait_for(longest, b"long")
+        assert sorted(inbox.messages) == sorted([(longest, b"long"), (near_twin, b"twin")])
+
+
+# Helpers ----------------------------------------------------------------------------------------
+
+
+def owners(cluster: RedisCluster, channels: list[str]) -> dict[str, int]:
+    """The port of the primary serving each channel's slot now."""
+    import redis.cluster
+
+    running = next(node for node in cluster.nodes if node.process is not None)
+    client = redis.cluster.RedisCluster(host="127.0.0.1", port=running.port)
+    try:
+        nodes = {c: client.get_node_from_key(shard_channel(c)) for c in channels}  # type: ignore[no-untyped-call]
+        return {c: int(node.port) for c, node in nodes.items()}
+    finally:
+        client.close()
+
+
+def channels_by_node(cluster: RedisCluster, count: int = 60) -> dict[int, list[str]]:
+    """Scope-like channels grouped by the port of the primary serving them."""
+    found: dict[int, list[str]] = {}
+    names = [f"realtime_{n}" for n in range(count)]
+    for channel, port in owners(cluster, names).items():
+        found.setdefault(port, []).append(channel)
+    assert len(found) == 3, found
+    return found
+
+
+def shard_channels(cluster: RedisCluster) -> dict[int, set[str]]:
+    """``PUBSUB SHARDCHANNELS`` of each primary."""
+    return {
+        node.port: set(cluster.cli(node, "PUBSUB", "SHARDCHANNELS").split())
+        for node in cluster.primaries()
+    }
+
+
+def cluster_listener(transport: RedisTransport) -> ClusterListener:
+    assert isinstance(transport.listener, ClusterListener)
+    return transport.listener
+
+
+class Traffic:
+    """Publishes ``channel:<n>`` to each channel, n = 1, 2, ... in a thread, each publish
+    retried until Redis takes it (as the outbox's relay would), with a transaction key so
+    that a retry of a publish that was applied is dropped."""
+
+    def __init__(self, transport: RedisTransport, channels: list[str]) -> None:
+        self.transport = transport
+        self.channels = channels
+        self.sent = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 2 * SETTLE
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            n = self.sent + 1
+            messages = [(c, f"{c}:{n}".encode()) for c in self.channels]
+            try:
+                self.transport.publish(messages, txn=f"t{n}")
+            except PublishError:
+                self.failures += 1
+                time.sleep(0.05)
+                continue
+            self.sent = n
+            time.sleep(0.01)
+
+    async def stop(self) -> int:
+        self._stop.set()
+        await off_loop(self._thread.join, WAIT)
+        return self.sent
+
+
+async def follow(transport: RedisTransport, channel: str) -> str:
+    """Follow ``channel``; the epoch its stream is in."""
+    position = await transport.follow(channel)
+    assert position is not None
+    return position.epoch
+
+
+def numbers(inbox: Inbox, channel: str) -> list[int]:
+    return [int(p.rsplit(b":", 1)[1]) for p in inbox.payloads(channel)]
+
+
+async def settle_and_check(
+    transport: RedisTransport,
+    inbox: Inbox,
+    missed: list[frozenset[str]],
+    channel: str,
+    epoch: str,
+    sent: int,
+) -> bool:
+    """Wait until ``channel``'s last message is delivered, then check the delivery against
+    the stream's epoch: the same epoch, every message once in order and no report; another
+    epoch, a report of the channel and what was delivered in order, once each. Returns
+    whether the epoch changed."""
+    await inbox.wait_for(channel, f"{channel}:{sent}".encode(), timeout=SETTLE)
+    bounds = await off_loop(transport.stream_bounds, [channel])
+    assert bounds is not None
+    got = numbers(inbox, channel)
+    assert got == sorted(set(got)), "out of order, or a duplicate"
+    if bounds[channel].epoch == epoch:
+        assert got == list(range(1, sent + 1))
+        assert not any(channel in report for report in missed)
+        return False
+    assert any(channel in report for report in missed), "a new epoch without a report"
+    return True
+
+
+# Subscriptions ----------------------------------------------------------------------------------
+
+
+async def test_a_worker_subscribes_only_on_the_nodes_serving_its_channels(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    served, other, idle = sorted(by_node)
+    first, second = by_node[served][:2]
+    third = by_node[other][0]
+    transport = make_cluster_transport()
+    transport.add_listener(inbox)
+    for channel in (first, second, third):
+        await transport.follow(channel)
+    subscribed = shard_channels(redis_cluster)
+    assert subscribed[served] == {shard_channel(first), shard_channel(second)}
+    assert subscribed[other] == {shard_channel(third)}
+    assert subscribed[idle] == set()
+    assert sorted(cluster_listener(transport).nodes) == sorted(
+        f"127.0.0.1:{port}" for port in (served, other)
+    )
+    # A node left with nothing to serve is let go: its connection closes.
+    await transport.unfollow(third)
+    await eventually(lambda: len(cluster_listener(transport).nodes) == 1)
+    await eventually(lambda: shard_channels(redis_cluster)[other] == set())
+    await off_loop(transport.publish, [(third, b"after unfollow"), (first, MARKER)])
+    await inbox.wait_for(first, MARKER)
+    assert inbox.payloads(third) == []
+
+
+async def test_publishes_over_every_node_arrive_in_order_per_stream(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    channels = [name for names in by_node.values() for name in names[:2]]
+    transport = make_cluster_transport()
+    transport.add_listener(inbox)
+    for channel in channels:
+        await transport.follow(channel)
+    publisher = make_cluster_transport()
+
+    def publish_many(offset: int) -> None:
+        for n in range(1, 31):
+            # Each publish touches every node; its messages per channel in order.
+            publisher.publish(
+                [(c, f"{c}:{offset + n}".encode()) for c in channels[1 if offset else 0 :]]
+            )
+
+    # Two publishers at once: each stream still orders every message once.
+    await asyncio.gather(off_loop(publish_many, 0), off_loop(publish_many, 1000))
+    for channel in channels:
+        await inbox.wait_for(channel, f"{channel}:30".encode())
+    for channel in channels[1:]:
+        await inbox.wait_for(channel, f"{channel}:1030".encode())
+    for channel in channels:
+        heard = [p for p in inbox.heard_at() if p.stream == channel]
+        assert [p.seq for p in heard] == list(range(1, len(heard) + 1))
+        got = numbers(inbox, channel)
+        assert [n for n in got if n < 1000] == list(range(1, 31))
+        if channel != channels[0]:
+            assert [n for n in got if n > 1000] == list(range(1001, 1031))
+    bounds = await off_loop(publisher.stream_bounds, channels)
+    assert bounds is not None
+    assert {c: b.last for c, b in bounds.items()} == {
+        c: 30 if c == channels[0] else 60 for c in channels
+    }
+
+
+async def test_a_publish_relayed_again_after_reaching_only_some_slots_completes_once(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    reached, missing = by_node[ports[0]][0], by_node[ports[1]][0]
+    transport = make_cluster_transport()
+    transport.add_listener(inbox)
+    await transport.follow(reached)
+    await transport.follow(missing)
+    # A relay across two nodes that reached only one of them (the other failed midway) ...
+    await off_loop(transport.publish, [(reached, b"r1")], txn="t1")
+    # ... relayed again whole, with the same transaction key: each stream has it once.
+    await off_loop(transport.publish, [(reached, b"r1"), (missing, b"m1")], txn="t1")
+    await off_loop(transport.publish, [(reached, MARKER), (missing, MARKER)])
+    await inbox.wait_for(reached, MARKER)
+    await inbox.wait_for(missing, MARKER)
+    assert inbox.payloads(reached) == [b"r1", MARKER]
+    assert inbox.payloads(missing) == [b"m1", MARKER]
+
+
+async def test_stream_reads_span_the_nodes(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    channels = [names[0] for names in by_node.values()]
+    transport = make_cluster_transport()
+    await off_loop(transport.publish, [(c, f"{c}:{n}".encode()) for n in (1, 2) for c in channels])
+    bounds = await off_loop(transport.stream_bounds, channels)
+    assert bounds is not None
+    assert all(b.first == 1 and b.last == 2 for b in bounds.values())
+    after = Vector({c: (bounds[c].epoch, 1) for c in channels})
+    entries = await off_loop(transport.read_streams, channels, after, 10)
+    assert sorted((channel, payload) for channel, payload, _ in entries) == sorted(
+        (c, f"{c}:2".encode()) for c in channels
+    )
+
+
+async def test_a_node_connection_that_cannot_come_back_while_the_node_answers_is_one_error(
+    make_cluster_transport: MakeTransport,
+    redis_cluster: RedisCluster,
+    inbox: Inbox,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    cut, other = by_node[ports[0]][0], by_node[ports[1]][0]
+    transport = make_cluster_transport(heartbeat_interval=5.0, heartbeat_timeout=5.0)
+    transport.add_listener(inbox)
+    await transport.follow(cut)
+    await transport.follow(other)
+    listener = cluster_listener(transport)
+    # From now on this worker's Pub/Sub connections to the node of ``cut`` go nowhere (a
+    # firewall in between), while the node answers everyone else.
+    nowhere, build = free_port(), listener.client
+    cut_port = ports[0]
+    listener.client = lambda host, port: build(host, nowhere if port == cut_port else port)
+    node = next(node for node in redis_cluster.primaries() if node.port == cut_port)
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        redis_cluster.cli(node, "CLIENT", "KILL", "TYPE", "pubsub")
+        await eventually(lambda: bool(realtime_errors(caplog)))
+        # The other node's connection is not concerned.
+        await off_loop(transport.publish, [(other, MARKER)])
+        await inbox.wait_for(other, MARKER)
+    name = f"node 127.0.0.1:{cut_port}"
+    (error,) = realtime_errors(caplog)
+    assert f"Pub/Sub connection to {name} cannot come back although Redis answers" in (
+        error.getMessage()
+    )
+    lost = [r for r in caplog.records if "is lost" in r.getMessage()]
+    assert len(lost) == 1
+    assert name in lost[0].getMessage()
+
+
+def realtime_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r for r in caplog.records if r.name.startswith("realtime") and r.levelno >= logging.ERROR
+    ]
+
+
+# Failover and migration ---------------------------------------------------------------------
+
+
+async def test_a_primary_killed_under_traffic_moves_the_worker_and_loses_nothing_silently(
+    make_cluster_transport: MakeTransport,
+    redis_cluster: RedisCluster,
+    inbox: Inbox,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    doomed, survivor = by_node[ports[0]][0], by_node[ports[1]][0]
+    transport = make_cluster_transport(**SLOW_BEAT)
+    missed: list[frozenset[str]] = []
+    transport.add_listener(inbox, missed=missed.append)
+    epochs = {c: await follow(transport, c) for c in (doomed, survivor)}
+    traffic = Traffic(make_cluster_transport(), [doomed, survivor])
+    traffic.start()
+    await eventually(lambda: len(inbox.payloads(doomed)) >= 20)
+    victim = redis_cluster.primary_of(shard_channel(doomed))
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        await off_loop(redis_cluster.kill, victim)
+        await off_loop(redis_cluster.wait_ok)
+        new_home = redis_cluster.primary_of(shard_channel(doomed))
+        assert new_home is not victim
+        # The worker follows the slot to the promoted replica, and hears what comes next.
+        await eventually(
+            lambda: shard_channel(doomed) in shard_channels(redis_cluster)[new_home.port],
+            timeout=SETTLE,
+        )
+        sent_then = traffic.sent
+        await inbox.wait_for(doomed, f"{doomed}:{sent_then + 3}".encode(), timeout=SETTLE)
+        sent = await traffic.stop()
+        changed = await settle_and_check(transport, inbox, missed, doomed, epochs[doomed], sent)
+        assert not await settle_and_check(
+            transport, inbox, missed, survivor, epochs[survivor], sent
+        )
+    # The node's loss is one WARNING, and so is the move; the worker never connected to the
+    # dead node again once its channels had moved.
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    victim_name = f"node 127.0.0.1:{victim.port}"
+    assert len([line for line in lines if victim_name in line and "is lost" in line]) == 1
+    assert len([line for line in lines if "moved from Redis Cluster node" in line]) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert f"127.0.0.1:{victim.port}" not in cluster_listener(transport).nodes
+    # A failover may have lost acknowledged writes: the stream gets a new epoch.
+    assert changed
+
+
+async def test_a_primary_frozen_under_traffic_is_given_up_and_the_worker_moves(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
+) -> None:
+    # A frozen primary (SIGSTOP) keeps its connections open and answers nothing: only the
+    # heartbeat can tell. Its replica takes over meanwhile.
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    frozen, survivor = by_node[ports[0]][0], by_node[ports[1]][0]
+    transport = make_cluster_transport(heartbeat_interval=0.5, heartbeat_timeout=1.0)
+    missed: list[frozenset[str]] = []
+    transport.add_listener(inbox, missed=missed.append)
+    epochs = {c: await follow(transport, c) for c in (frozen, survivor)}
+    traffic = Traffic(make_cluster_transport(), [frozen, survivor])
+    traffic.start()
+    await eventually(lambda: len(inbox.payloads(frozen)) >= 20)
+    victim = redis_cluster.primary_of(shard_channel(frozen))
+    process, victim.process = victim.process, None  # the helpers' questions skip it
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        await off_loop(redis_cluster.wait_ok)
+        new_home = redis_cluster.primary_of(shard_channel(frozen))
+        await eventually(
+            lambda: shard_channel(frozen) in shard_channels(redis_cluster)[new_home.port],
+            timeout=SETTLE,
+        )
+        sent_then = traffic.sent
+        await inbox.wait_for(frozen, f"{frozen}:{sent_then + 3}".encode(), timeout=SETTLE)
+        sent = await traffic.stop()
+        await settle_and_check(transport, inbox, missed, frozen, epochs[frozen], sent)
+        assert not await settle_and_check(
+            transport, inbox, missed, survivor, epochs[survivor], sent
+        )
+    finally:
+        await traffic.stop()
+        # Thawed, it finds a new primary serving its slots and becomes its replica.
+        process.send_signal(signal.SIGCONT)
+        victim.process = process
+        await off_loop(redis_cluster.wait_ok)
+
+
+async def test_a_primary_that_lost_its_role_and_got_it_back_gives_its_streams_a_new_epoch(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster
+) -> None:
+    # The primary becomes a replica without restarting (a partition healed, a manual
+    # failover) and takes over again later: meanwhile its data was replaced by its
+    # successor's, which may have lacked its last writes. Same process, same run_id: the
+    # stream must still get a new epoch, even one nobody touched in between.
+    (channel, *_), *_ = channels_by_node(redis_cluster).values()
+    transport = make_cluster_transport()
+    await off_loop(transport.publish, [(channel, b"1")])
+    before = await off_loop(transport.stream_bounds, [channel])
+    assert before is not None
+    primary = redis_cluster.primary_of(shard_channel(channel))
+    replica = replica_of(redis_cluster, primary)
+    await off_loop(manual_failover, redis_cluster, replica)
+    await off_loop(manual_failover, redis_cluster, primary)
+    after = await off_loop(transport.stream_bounds, [channel])
+    assert after is not None
+    assert after[channel].epoch != before[channel].epoch
+
+
+def replica_of(cluster: RedisCluster, primary: Node) -> Node:
+    return next(
+        node
+        for node in cluster.nodes
+        if node.process is not None
+        and f"master_port:{primary.port}" in cluster.cli(node, "INFO", "replication").split()
+    )
+
+
+def manual_failover(cluster: RedisCluster, replica: Node) -> None:
+    """``CLUSTER FAILOVER`` on ``replica`` once it is a replica in sync (a primary that just
+    handed over learns its new role a moment later), again if Redis gave it up (its manual
+    failovers time out after 5 s); wait until it serves its primary's slots."""
+    deadline = time.monotonic() + SETTLE
+    while True:
+        assert time.monotonic() < deadline, "the manual failover did not happen"
+        info = cluster.cli(replica, "INFO", "replication").split()
+        if "role:master" in info:
+            break
+        if "master_link_status:up" in info and known_as_replica(cluster, replica, info):
+            cluster.cli(replica, "CLUSTER", "FAILOVER")
+            asked = time.monotonic()
+            while time.monotonic() - asked < 6 and "role:master" not in cluster.cli(
+                replica, "INFO", "replication"
+            ):
+                time.sleep(0.05)
+        else:
+            time.sleep(0.05)
+    cluster.wait_ok()
+
+
+def known_as_replica(cluster: RedisCluster, replica: Node, info: list[str]) -> bool:
+    """Whether ``replica``'s primary knows it as its replica yet (a manual failover asked
+    before it does times out)."""
+    port = next(field for field in info if field.startswith("master_port:")).split(":")[1]
+    primary = next(node for node in cluster.nodes if str(node.port) == port)
+    primary_id = cluster.cli(primary, "CLUSTER", "MYID").strip()
+    return replica.address in cluster.cli(primary, "CLUSTER", "REPLICAS", primary_id)
+
+
+def migrate(cluster: RedisCluster, key: str, target: Node) -> None:
+    """Move ``key``'s slot to ``target`` as ``redis-cli --cluster reshard`` does: importing,
+    migrating, the keys moved, then the slot given to ``target`` on every primary."""
+    source = cluster.primary_of(key)
+    slot = cluster.cli(source, "CLUSTER", "KEYSLOT", key).strip()
+    target_id = cluster.cli(target, "CLUSTER", "MYID").strip()
+    source_id = cluster.cli(source, "CLUSTER", "MYID").strip()
+    assert cluster.cli(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id).strip() == "OK"
+    assert cluster.cli(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id).strip() == "OK"
+    while keys := cluster.cli(source, "CLUSTER", "GETKEYSINSLOT", slot, "100").split():
+        answer = cluster.cli(
+            source, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys
+        )
+        assert answer.strip() in ("OK", "NOKEY"), answer
+    for node in [target, source, *cluster.primaries()]:
+        cluster.cli(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+
+async def test_a_slot_migrated_under_traffic_moves_the_worker_and_loses_nothing_silently(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    moving, staying = by_node[ports[0]][0], by_node[ports[1]][0]
+    target = next(node for node in redis_cluster.primaries() if node.port == ports[2])
+    transport = make_cluster_transport(**SLOW_BEAT)
+    missed: list[frozenset[str]] = []
+    transport.add_listener(inbox, missed=missed.append)
+    epochs = {c: await follow(transport, c) for c in (moving, staying)}
+    traffic = Traffic(make_cluster_transport(), [moving, staying])
+    traffic.start()
+    await eventually(lambda: len(inbox.payloads(moving)) >= 20)
+    await off_loop(migrate, redis_cluster, shard_channel(moving), target)
+    await eventually(
+        lambda: shard_channel(moving) in shard_channels(redis_cluster)[target.port],
+        timeout=SETTLE,
+    )
+    sent_then = traffic.sent
+    await inbox.wait_for(moving, f"{moving}:{sent_then + 3}".encode(), timeout=SETTLE)
+    sent = await traffic.stop()
+    await settle_and_check(transport, inbox, missed, moving, epochs[moving], sent)
+    assert not await settle_and_check(transport, inbox, missed, staying, epochs[staying], sent)
+    assert cluster_listener(transport).moves >= 1
+
+
+async def test_a_follow_on_a_stale_map_of_slots_is_refused_and_goes_where_the_slot_is(
+    make_cluster_transport: MakeTransport,
+    redis_cluster: RedisCluster,
+    inbox: Inbox,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    first, later = by_node[ports[0]][0], by_node[ports[1]][0]
+    target = next(node for node in redis_cluster.primaries() if node.port == ports[2])
+    transport = make_cluster_transport()
+    transport.add_listener(inbox)
+    await transport.follow(first)  # the worker reads the map of slots
+    reads = cluster_listener(transport).map_reads
+    # The slot of ``later`` moves before the worker follows it: its map is stale, Redis
+    # refuses the subscription with MOVED, and the worker reads the map again.
+    await off_loop(migrate, redis_cluster, shard_channel(later), target)
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        await transport.follow(later)
+    assert cluster_listener(transport).map_reads > reads
+    # A refusal is no outage: the connection that was refused goes on serving ``first``.
+    assert not [r for r in caplog.records if "is lost" in r.getMessage()]
+    assert shard_channel(later) in shard_channels(redis_cluster)[target.port]
+    await off_loop(transport.publish, [(later, MARKER)])
+    await inbox.wait_for(later, MARKER)

@@ -1,0 +1,144 @@
+"""The Redis transport with the outbox: a writer that dies around its relay loses nothing,
+and no socket hears an announcement twice; a write on another database keeps its outbox rows
+in that database, where a sweep finds them when Redis was away.
+
+A writer process commits a Company in an atomic block and dies (``os._exit``) either before
+relaying it to Redis or right after, before deleting its outbox rows. A daphne worker on the
+same database and Redis sweeps the outbox: in the first case it relays the announcement; in
+the second, it relays it again under the writer's key, and Redis drops that second relay.
+Either way the socket hears the Company exactly once (absence proven with a marker after).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, connections, transaction
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from realtime.messages import scope_channel
+from realtime.transports.redis_keys import stream_key
+from realtime.writes.relay import Sweeper
+from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
+from tests.live import Clients, LiveServers
+from tests.redis_server import RedisServer
+from tests.testapp.models import Company, Membership, Ticket, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def member() -> tuple[Workspace, Any]:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    user = get_user_model().objects.create_user(username="ann")
+    Membership.objects.create(workspace=workspace, user=user)
+    return workspace, user
+
+
+def write_and_die(
+    workspace: Workspace, settings: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """Run a writer process committing a Company named "orphan" with these settings."""
+    env = {**subprocess_env(), "REALTIME_TEST_SETTINGS": json.dumps(settings)}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.worker", "durable-write", str(workspace.pk), "orphan"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+
+
+def outbox_rows(using: str) -> int:
+    with connections[using].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM realtime_outbox")
+        return int(cursor.fetchone()[0])
+
+
+def outbox_drained(timeout: float = 30.0) -> bool:
+    """Wait (bounded) until the outbox holds no row: the sweeper relayed and deleted them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM realtime_outbox")
+            if cursor.fetchone()[0] == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize(
+    "dying",
+    ["DyingRedisTransport", "RelayingThenDyingRedisTransport"],
+    ids=["before-relaying", "after-relaying"],
+)
+async def test_a_writer_dying_around_its_relay_is_heard_exactly_once(
+    live_servers: LiveServers,
+    ws: Clients,
+    redis_server: RedisServer,
+    settings: Any,
+    dying: str,
+) -> None:
+    on_redis = {"REALTIME_TRANSPORT": "redis", "REALTIME_REDIS_URL": redis_server.url}
+    for name, value in on_redis.items():
+        setattr(settings, name, value)  # this process's marker goes through Redis too
+    workspace, user = await off_loop(member)
+    server = live_servers.get("redis-sweeper", **on_redis, REALTIME_COMMIT_GRACE=0.2)
+    token = await off_loop(issue_token, user)
+    client = await ws.authenticated(server, token, scope="acme", channels=["company"])
+    writer = await off_loop(
+        write_and_die,
+        workspace,
+        {**on_redis, "REALTIME_TRANSPORT": f"tests.durable_transport.{dying}"},
+    )
+    assert writer.returncode == 1  # died in its relay
+    assert "committed" not in writer.stdout
+
+    frame = await client.wait_for(lambda f: f["type"] == "company.created", timeout=30)
+    assert frame["data"]["name"] == "orphan"
+    # The sweeper is done once the rows are gone; anything it sent is before the marker.
+    assert await off_loop(outbox_drained)
+    await off_loop(broadcast_to_user, user.pk, "test.marker", None)
+    after = await client.frames_until("test.marker")
+    assert [f for f in after if f["type"] == "company.created"] == []
+    assert await off_loop(lambda: Company.objects.filter(name="orphan").count()) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_write_on_another_database_keeps_its_outbox_there_and_is_relayed_from_it(
+    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+) -> None:
+    live_servers.stop_all()  # a worker left by another test would sweep these rows first
+    settings.REALTIME_TRANSPORT = "redis"
+    settings.REALTIME_REDIS_URL = redis_server.url
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    Workspace.objects.using("other").create(pk=acme.pk, name="Acme", slug="acme")
+
+    def titles() -> list[str]:
+        entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
+        return [json.loads(fields[b"p"])["data"]["title"] for _, fields in entries]
+
+    with transaction.atomic(using="other"):
+        Ticket.objects.using("other").create(workspace_id=acme.pk, title="there")
+        assert (outbox_rows("other"), outbox_rows("default")) == (1, 0)
+        assert titles() == []
+    assert outbox_rows("other") == 0
+    assert titles() == ["there"]
+
+    redis_server.stop()  # the writer's relay fails: the row stays where it was written
+    try:
+        with transaction.atomic(using="other"):
+            Ticket.objects.using("other").create(workspace_id=acme.pk, title="late")
+        assert outbox_rows("other") == 1
+    finally:
+        redis_server.start()
+    assert Sweeper(grace=0.0).sweep() == 1
+    assert outbox_rows("other") == 0
+    assert titles() == ["late"]  # a new server: its streams begin again
