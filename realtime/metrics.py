@@ -84,9 +84,47 @@ class Metrics:
             **per_worker,
         )
         self.reconnects = counter(
-            "realtime_listen_reconnects", "pg_notify LISTEN connections made again after a loss"
+            "realtime_listen_reconnects",
+            "Listening connections (pg_notify's LISTEN, Redis's Pub/Sub) made again after a loss",
+        )
+        self.caught_up = counter(
+            "realtime_stream_catch_up_messages",
+            "Messages a Redis worker read from the streams rather than live (gap fills after a "
+            "reconnect, catch-ups after a full queue, payloads too large to travel live)",
+        )
+        self.stream_losses = counter(
+            "realtime_stream_losses",
+            "Times a Redis stream lost history under a worker (a new epoch, or entries trimmed "
+            "past it): its sockets were closed 1012",
+        )
+        self.redis_publishes = histogram(
+            "realtime_redis_publish_seconds",
+            "Duration of each publish to Redis (one script call)",
+            buckets=SECONDS,
+        )
+        self.relays_dropped = counter(
+            "realtime_redis_relays_dropped",
+            "Streams that dropped a relay they already held (the same outbox rows relayed again)",
         )
         self.trimmed = counter("realtime_trimmed_rows", "Rows trimmed from firm_channel_messages")
+        # Every worker reads the same table: the highest reading of the live ones.
+        shared: dict[str, Any] = {"multiprocess_mode": "livemax"}
+        self.outbox_pending = gauge(
+            "realtime_outbox_pending",
+            "Rows of realtime_outbox not relayed yet, by database",
+            ["database"],
+            **shared,
+        )
+        self.outbox_oldest = gauge(
+            "realtime_outbox_oldest_seconds",
+            "Age of the oldest row of realtime_outbox, by database (0: none)",
+            ["database"],
+            **shared,
+        )
+        self.outbox_relayed = counter(
+            "realtime_outbox_relayed_rows",
+            "Rows of realtime_outbox a sweeper relayed (their writer did not)",
+        )
         self.protection = gauge(
             "realtime_slow_socket_protection",
             "Whether the seam into each library's internals passed its self-test (1) or not (0)",
@@ -198,9 +236,39 @@ def listen_reconnected() -> None:
         m.reconnects.inc()
 
 
+def caught_up(count: int = 1) -> None:
+    if (m := get()) is not None:
+        m.caught_up.inc(count)
+
+
+def stream_lost() -> None:
+    if (m := get()) is not None:
+        m.stream_losses.inc()
+
+
+def redis_published(seconds: float, dropped: int) -> None:
+    """One publish to Redis took ``seconds``; ``dropped`` of its streams held it already."""
+    if (m := get()) is not None:
+        m.redis_publishes.observe(seconds)
+        if dropped:
+            m.relays_dropped.inc(dropped)
+
+
 def trimmed(rows: int) -> None:
     if rows and (m := get()) is not None:
         m.trimmed.inc(rows)
+
+
+def outbox_backlog(database: str, rows: int, oldest: float | None) -> None:
+    """A sweeper measured the outbox of ``database``."""
+    if (m := get()) is not None:
+        m.outbox_pending.labels(database).set(rows)
+        m.outbox_oldest.labels(database).set(oldest or 0.0)
+
+
+def outbox_relayed(rows: int) -> None:
+    if rows and (m := get()) is not None:
+        m.outbox_relayed.inc(rows)
 
 
 def slow_socket_protection(library: str, on: bool) -> None:

@@ -8,23 +8,29 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from realtime.sockets.cursors import cursor_for, position_of
+from realtime.positions import GLOBAL, Vector
+from realtime.sockets.cursors import MAX_LENGTH, cursor_for, position_of, read_cursor
+
+
+def at(offset: int) -> Vector:
+    """Where a socket is at log id ``offset`` of a global log."""
+    return Vector({GLOBAL: ("", offset)})
 
 
 def test_a_cursor_reads_back_as_its_position_for_its_account() -> None:
-    cursor = cursor_for(5, 123_456)
+    cursor = cursor_for(5, at(123_456))
     assert position_of(5, cursor) == 123_456
     assert cursor.isascii()
     assert len(cursor) <= 256
 
 
 def test_a_cursor_of_another_account_reads_as_nothing() -> None:
-    assert position_of(6, cursor_for(5, 10)) is None
-    assert position_of("5", cursor_for("6f1c", 10)) is None
+    assert position_of(6, cursor_for(5, at(10))) is None
+    assert position_of("5", cursor_for("6f1c", at(10))) is None
 
 
 def test_uuid_and_text_account_ids_sign_their_cursors_too() -> None:
-    cursor = cursor_for("6f1c0a2e-0000-4000-8000-000000000000", 7)
+    cursor = cursor_for("6f1c0a2e-0000-4000-8000-000000000000", at(7))
     assert position_of("6f1c0a2e-0000-4000-8000-000000000000", cursor) == 7
 
 
@@ -38,7 +44,7 @@ def test_garbage_reads_as_nothing(cursor: Any) -> None:
 
 
 def test_a_forged_position_or_time_reads_as_nothing() -> None:
-    position, stamp, signature = cursor_for(5, 100).split(".")
+    position, stamp, signature = cursor_for(5, at(100)).split(".")
     assert position_of(5, f"{position}0.{stamp}.{signature}") is None
     assert position_of(5, f"{position}.{stamp}1.{signature}") is None
     flipped = ("A" if signature[0] != "A" else "B") + signature[1:]
@@ -48,12 +54,12 @@ def test_a_forged_position_or_time_reads_as_nothing() -> None:
 @override_settings(REALTIME_RESUME_WINDOW=300)
 def test_a_cursor_older_than_the_resume_window_reads_as_nothing() -> None:
     handed_out = time.time() - 301
-    assert position_of(5, cursor_for(5, 9, now=handed_out)) is None
-    assert position_of(5, cursor_for(5, 9, now=time.time() - 299)) == 9
+    assert position_of(5, cursor_for(5, at(9), now=handed_out)) is None
+    assert position_of(5, cursor_for(5, at(9), now=time.time() - 299)) == 9
 
 
 def test_a_cursor_from_far_in_the_future_reads_as_nothing() -> None:
-    assert position_of(5, cursor_for(5, 9, now=time.time() + 3600)) is None
+    assert position_of(5, cursor_for(5, at(9), now=time.time() + 3600)) is None
 
 
 def test_a_cursor_without_a_position_reads_as_nothing() -> None:
@@ -62,7 +68,44 @@ def test_a_cursor_without_a_position_reads_as_nothing() -> None:
 
 def test_cursors_signed_with_a_rotated_secret_still_read() -> None:
     with override_settings(SECRET_KEY="the-old-secret-of-this-test-suite"):
-        cursor = cursor_for(5, 77)
+        cursor = cursor_for(5, at(77))
     with override_settings(SECRET_KEY_FALLBACKS=["the-old-secret-of-this-test-suite"]):
         assert position_of(5, cursor) == 77
     assert position_of(5, cursor) is None
+
+
+def test_a_global_log_cursor_is_the_log_id_in_base_36_then_the_time_then_the_signature() -> None:
+    where, stamp, signature = cursor_for(5, at(46_656), now=36).split(".")
+    assert (where, stamp, len(signature)) == ("1000", "10", 22)
+    assert cursor_for(5, None, now=36).split(".")[:2] == ["-", "10"]
+
+
+STREAMS = ["realtime", "realtime_12", "realtime_13"]
+
+
+def test_a_stream_cursor_reads_back_among_the_streams_the_socket_hears() -> None:
+    where = Vector({"realtime": ("AbCdEfGhIjKl", 7), "realtime_12": ("zz-_0123abcd", 1_000_000)})
+    cursor = cursor_for(5, where)
+    assert cursor.startswith("2.")
+    # Epochs come back as the cursor keeps them: their first characters.
+    assert read_cursor(5, cursor, STREAMS) == Vector(
+        {"realtime": ("AbCdEf", 7), "realtime_12": ("zz-_01", 1_000_000)}
+    )
+    # A stream the socket no longer hears is left out.
+    assert read_cursor(5, cursor, ["realtime_12"]) == Vector({"realtime_12": ("zz-_01", 1_000_000)})
+    assert read_cursor(6, cursor, STREAMS) is None
+    assert position_of(5, cursor) is None
+
+
+def test_a_stream_cursor_too_long_for_the_limit_names_no_position() -> None:
+    wide = Vector({f"realtime_{n}": ("AbCdEfGhIjKl", 10_000 + n) for n in range(40)})
+    cursor = cursor_for(5, wide)
+    assert len(cursor) <= MAX_LENGTH
+    assert cursor.startswith("-.")
+    assert read_cursor(5, cursor, list(wide)) is None
+
+
+def test_a_forged_stream_entry_reads_as_nothing() -> None:
+    cursor = cursor_for(5, Vector({"realtime_12": ("AbCdEfGhIjKl", 7)}))
+    kind, entries, stamp, signature = cursor.split(".")
+    assert read_cursor(5, f"{kind}.{entries}0.{stamp}.{signature}", STREAMS) is None

@@ -22,6 +22,7 @@ How these tests stand in for the rest of the stack:
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import json
 import logging
@@ -34,15 +35,19 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
-from realtime import signals
+from realtime import logs, signals
 from realtime.auth import Scope
 from realtime.compat import daphne
+from realtime.messages import base_channel, scope_channel
+from realtime.positions import GLOBAL, StreamPos, Vector, global_position
 from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
 from realtime.sockets.connection import STALL_BYTES, Send, Socket
+from realtime.sockets.cursors import position_of, read_cursor
 from realtime.sockets.delivery import Plan
 from realtime.sockets.link import DaphneLink, Link
 from realtime.sockets.manager import SocketManager
+from realtime.sockets.refresh import cursor_answer
 from realtime.transports.table import TableTransport
 from realtime.writes.payload import recheck_messages, scope_messages, users_messages
 from tests.helpers import WAIT, off_loop
@@ -1075,7 +1080,7 @@ async def test_channels_of_models_nobody_declared_are_dropped_without_a_word(
 ) -> None:
     socket = await open_socket(manager, ANN, 1)
 
-    manager.subscribe(
+    await manager.subscribe(
         socket, ["plain", "plain:1", "nope:contact", "contact:7", "", ":7", "company", "Contact"]
     )
 
@@ -1085,16 +1090,39 @@ async def test_channels_of_models_nobody_declared_are_dropped_without_a_word(
     assert heard(socket) == [[]]
 
 
+@override_settings(DEBUG=True)
+async def test_with_debug_unknown_channels_past_the_log_budget_cost_no_search(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    socket = await open_socket(manager, ANN, 1)
+    monkeypatch.setattr(logs, "client_budget", logs.LogLimiter())  # this test's own budget
+    searched: list[str] = []
+    search = difflib.get_close_matches
+
+    def counted(word: str, *args: Any, **kwargs: Any) -> list[str]:
+        searched.append(word)
+        return search(word, *args, **kwargs)
+
+    monkeypatch.setattr(difflib, "get_close_matches", counted)
+
+    await manager.subscribe(socket, ["x" * 10_000, *(f"nope{n}" for n in range(5_000))])
+
+    # One search per line the budget lets through, each of a bounded name.
+    assert len(searched) == logs.CLIENT_LINES_PER_MINUTE
+    assert max(len(word) for word in searched) <= 100
+    assert socket.channels == set()
+
+
 @override_settings(REALTIME_MAX_CHANNELS=3)
 async def test_a_subscribe_stops_at_the_first_new_channel_that_does_not_fit(
     manager: SocketManager,
 ) -> None:
     socket = await open_socket(manager, ANN, 1)
 
-    manager.subscribe(socket, ["contact", "nope", "company", "tag", "contact:1", "item"])
+    await manager.subscribe(socket, ["contact", "nope", "company", "tag", "contact:1", "item"])
 
     assert socket.channels == {"contact", "company", "tag"}
-    manager.subscribe(socket, ["item", "contact"])
+    await manager.subscribe(socket, ["item", "contact"])
     assert socket.channels == {"contact", "company", "tag"}
     await deliver(manager, scope_event(1, "contact.updated", channels=["contact:1"]))
     await deliver(manager, scope_event(1, "item.updated", channels=["item"]))
@@ -1107,7 +1135,7 @@ async def test_a_channel_named_twice_in_one_subscribe_takes_one_place(
 ) -> None:
     socket = await open_socket(manager, ANN, 1)
 
-    manager.subscribe(socket, ["contact", "contact", "company", "tag"])
+    await manager.subscribe(socket, ["contact", "contact", "company", "tag"])
 
     assert socket.channels == {"contact", "company", "tag"}
 
@@ -1118,7 +1146,7 @@ async def test_channels_already_held_may_be_sent_again_at_the_limit(
 ) -> None:
     socket = await open_socket(manager, ANN, 1, channels=["contact", "company", "tag"])
 
-    manager.subscribe(socket, ["tag", "contact", "company"])
+    await manager.subscribe(socket, ["tag", "contact", "company"])
 
     assert socket.channels == {"contact", "company", "tag"}
     for channel in ("contact", "company", "tag"):
@@ -1216,3 +1244,47 @@ async def test_a_recheck_that_loses_a_scope_removes_only_that_scopes_entries(
     }
     await deliver(manager, scope_event(2, "company.updated", channels=["company"]))
     assert len(recorder(socket).frames) == 2
+
+
+async def test_a_heartbeat_cursor_is_never_behind_the_last_frame_s_once_delivery_lost_a_message(
+    manager: SocketManager,
+) -> None:
+    socket = await open_socket(manager, 1, 7)
+    socket.resumable = True
+    socket.floor = Vector({GLOBAL: ("", 5)})
+    await manager.dispatcher.send_all([socket], '{"type":"x","data":null}', global_position(50))
+    await settle(manager)
+    manager.dispatcher.trusted = False  # a delivery failed somewhere in this worker
+
+    answer = cursor_answer(socket, manager.dispatcher)
+
+    assert answer is not None
+    assert position_of(1, json.loads(answer)["cursor"]) == 50
+
+
+async def test_a_frame_held_through_a_resume_goes_out_with_a_cursor_not_behind_the_replay(
+    make_redis_transport: Callable[..., Any],
+) -> None:
+    # Redis: a stream per channel. A frame of the socket's scope is held while it resumes;
+    # meanwhile the resume read its account's stream further than this worker had carried.
+    manager = SocketManager()
+    manager._transport = make_redis_transport()
+    epoch = "AbCdEfGhIjKl"
+    scope, base = scope_channel(7), base_channel()
+    socket = make_socket(Account(1), 7)
+    socket.resumable = True
+    manager.dispatcher.carried = Vector({base: (epoch, 5), scope: (epoch, 1)})
+    await manager.dispatcher.send_all(
+        [socket], '{"type":"x","data":null}', StreamPos(scope, epoch, 2)
+    )
+    socket.floor = Vector({base: (epoch, 9), scope: (epoch, 1)})  # where the resume read to
+    sent = recorder(socket)
+
+    await manager.go_live(socket)
+    await settle(manager)
+
+    (text,) = sent.frames
+    cursor = json.loads(text)["cursor"]
+    assert read_cursor(1, cursor, [base, scope]) == Vector(
+        {base: (epoch[:6], 9), scope: (epoch[:6], 2)}
+    )

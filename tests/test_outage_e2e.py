@@ -10,6 +10,7 @@ reads again. Waits are bounded; absence is proven with a marker sent afterwards.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,8 @@ from realtime.broadcast import broadcast_to_scope
 from tests.helpers import WAIT, off_loop, only_on, vendor
 from tests.live import Client, Clients, LiveServers
 from tests.proxy import Proxy, databases_through
-from tests.testapp.models import Membership, Workspace
+from tests.test_resume_e2e import heard, kinds, make_member, make_workspace, resuming, went_away
+from tests.testapp.models import Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -246,3 +248,33 @@ async def test_a_socket_whose_scope_the_worker_cannot_start_hearing_in_time_is_c
     assert f"following scope {beta} took over 5.0 s; closed its 1 socket(s) 1012" in (
         server.log_text()
     )
+
+
+async def test_a_cursor_whose_history_cannot_be_read_is_closed_1012_and_resumes_later(
+    live_servers: LiveServers, ws: Clients, tmp_path: Path
+) -> None:
+    # The history is away (its database, Redis) while the worker still follows scopes: a
+    # client told `resumed: false` would reload for a blip; closed 1012, it comes back with
+    # its cursor and hears exactly what it missed.
+    flag = tmp_path / "history-away"
+    server = live_servers.get(
+        f"history-away-{flag}",
+        REALTIME_TRANSPORT="tests.away_history.HistoryAwayTransport",
+        TEST_HISTORY_AWAY=str(flag),
+    )
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
+    flag.touch()
+
+    away = await ws.connect(server)
+    await away.send("authenticate", {"token": token, "scope": "acme", "resume": cursor})
+    assert await away.closed_with() == 1012
+    assert away.received == []  # no auth_success: nothing said that is not so
+
+    flag.unlink()
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+    assert answer["data"]["resumed"] is True
+    assert kinds(await heard(back, ann)) == [("company.created", company.pk)]
+    assert "reading the history to resume 1 socket(s) failed" in server.log_text()

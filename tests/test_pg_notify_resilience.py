@@ -32,7 +32,7 @@ from realtime.sockets.manager import SocketManager
 from realtime.transports import pg_notify
 from realtime.transports.pg_listener import APPLICATION_NAME, PgListener
 from realtime.transports.pg_notify import PgNotifyTransport
-from tests.helpers import WAIT, Inbox, eventually, off_loop, only_on
+from tests.helpers import WAIT, Inbox, eventually, off_loop, only_on, running_task
 from tests.proxy import Proxy, default_database_through
 from tests.test_manager import make_socket, recorder, until
 
@@ -461,13 +461,13 @@ async def test_the_supervisor_restarts_a_cancelled_listener_task(
     listener = transport.listener
     assert listener is not None
     old_pid = listener.backend_pid
-    task = transport._tasks["listener"]
+    task = running_task(transport, "listener")
     task.cancel()
     await eventually(lambda: task.done())
     await eventually(
         lambda: (
-            transport._tasks["listener"] is not task
-            and not transport._tasks["listener"].done()
+            running_task(transport, "listener") is not task
+            and not running_task(transport, "listener").done()
             and listener.connected.is_set()
             and "h8_room" in listener.listening
         )

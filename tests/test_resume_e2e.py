@@ -9,20 +9,24 @@ account event: it goes through the log and gets a cursor like any frame).
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 
 from realtime import silent
 from realtime.auth import issue_token
-from realtime.broadcast import broadcast_to_user
-from realtime.sockets.cursors import cursor_for, position_of
+from realtime.broadcast import broadcast_to_user, recheck_users
+from realtime.messages import base_channel, scope_channel
+from realtime.positions import GLOBAL, Vector
+from realtime.sockets.cursors import cursor_for
 from tests.helpers import off_loop
-from tests.live import Client, Clients, LiveServers, Server
+from tests.histories import passed, place, trim_up_to
+from tests.live import Client, Clients, LiveServers, Server, wait_for_socket
 from tests.testapp.models import (
     Chat,
     ChatLine,
@@ -90,8 +94,8 @@ def kinds(frames: list[Frame]) -> list[tuple[str, Any]]:
     return [(frame["type"], (frame["data"] or {}).get("id")) for frame in frames]
 
 
-def positions(user: Any, frames: list[Frame]) -> list[int | None]:
-    return [position_of(user.pk, frame["cursor"]) for frame in frames]
+def places(user: Any, frames: list[Frame], *scope_ids: Any) -> list[Vector | None]:
+    return [place(user.pk, frame["cursor"], *scope_ids) for frame in frames]
 
 
 # The protocol ------------------------------------------------------------------------------
@@ -105,18 +109,16 @@ async def test_an_opted_in_socket_gets_a_cursor_and_every_event_frame_ends_with_
     client, answer = await resuming(ws, live_servers.get(), token, scope="acme")
 
     assert list(answer["data"]) == ["user_id", "scope", "scopes", "cursor"]
-    assert position_of(ann.pk, answer["data"]["cursor"]) is not None
+    assert place(ann.pk, answer["data"]["cursor"], acme.pk) is not None
     company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
     raw = json.loads(await client.connection.recv())
     assert raw["type"] == "company.created"
     assert list(raw)[-1] == "cursor"
     assert list(raw)[:-1] == ["type", "data", "scope_id"]
     assert raw["data"]["id"] == company.pk
-    start = position_of(ann.pk, answer["data"]["cursor"])
-    here = position_of(ann.pk, raw["cursor"])
-    assert start is not None
-    assert here is not None
-    assert here > start
+    start = place(ann.pk, answer["data"]["cursor"], acme.pk)
+    here = place(ann.pk, raw["cursor"], acme.pk)
+    assert passed(here, start), (here, start)
 
 
 async def test_a_socket_that_does_not_opt_in_sees_exactly_the_frames_it_always_saw(
@@ -124,12 +126,14 @@ async def test_a_socket_that_does_not_opt_in_sees_exactly_the_frames_it_always_s
 ) -> None:
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
-    client = await ws.connect(live_servers.get())
+    server = live_servers.get()
+    client = await ws.connect(server)
     await client.send("authenticate", {"token": token, "scope": "acme"})
     assert await client.connection.recv() == (
         f'{{"type":"auth_success","data":{{"user_id":{ann.pk},"scope":"acme","scopes":["acme"]}}}}'
     )
     await client.send("subscribe", {"channels": ["company"]})
+    await wait_for_socket(server, ann.pk, channels=["company"])
     company = await off_loop(Company.objects.create, workspace=acme, name="Initech")
     assert await client.connection.recv() == (
         f'{{"type":"company.created","data":{{"model":"company","id":{company.pk},'
@@ -190,10 +194,12 @@ async def test_a_socket_that_comes_back_hears_exactly_what_it_missed_in_order_th
         ("contact.deleted", second),
         ("user.notice", None),
     ]
-    assert missed[1]["data"]["name"] == "First, renamed"
-    numbers = [n for n in positions(ann, missed) if n is not None]
-    assert len(numbers) == len(missed)
-    assert numbers == sorted(set(numbers))
+    assert next(f for f in missed if f["type"] == "contact.updated")["data"]["name"] == (
+        "First, renamed"
+    )
+    wheres = places(ann, missed, acme.pk)
+    assert None not in wheres
+    assert all(passed(later, earlier) for earlier, later in itertools.pairwise(wheres))
     live = await off_loop(Company.objects.create, workspace=acme, name="Live")
     assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
 
@@ -208,6 +214,28 @@ async def test_a_socket_resumes_on_another_worker(live_servers: LiveServers, ws:
 
     assert answer["data"]["resumed"] is True
     assert kinds(await heard(back, ann)) == [("company.created", company.pk)]
+
+
+async def test_a_socket_resumes_on_another_worker_behind_uvicorn_and_the_auth_stack(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # The shape many projects serve: uvicorn, the router inside AuthMiddlewareStack.
+    live_servers.kind, live_servers.stack = "uvicorn", "wrapped"
+    try:
+        acme = await off_loop(make_workspace, "acme")
+        ann, token = await off_loop(make_member, "ann", acme)
+        cursor = await went_away(ws, live_servers.get("worker-1"), token, ann, scope="acme")
+        missed = [
+            await off_loop(Company.objects.create, workspace=acme, name=name)
+            for name in ("Initech", "Hooli")
+        ]
+
+        back, answer = await resuming(ws, live_servers.get("worker-2"), token, cursor, scope="acme")
+
+        assert answer["data"]["resumed"] is True
+        assert kinds(await heard(back, ann)) == [("company.created", c.pk) for c in missed]
+    finally:
+        live_servers.kind, live_servers.stack = "daphne", "bare"
 
 
 async def test_resuming_with_nothing_missed_replays_nothing(
@@ -226,6 +254,54 @@ async def test_resuming_with_nothing_missed_replays_nothing(
 
 
 # Permissions as of now -----------------------------------------------------------------------
+
+
+async def test_a_scope_asked_for_on_return_is_replayed_from_the_log_or_refused_on_streams(
+    live_servers: LiveServers, ws: Clients, each_transport: str
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, token = await off_loop(make_member, "ann", acme, beta)
+    server = live_servers.get()
+    cursor = await went_away(ws, server, token, ann, scopes=["acme"])
+    company = await off_loop(Company.objects.create, workspace=beta, name="in beta")
+
+    back, answer = await resuming(ws, server, token, cursor, scopes=["acme", "beta"])
+
+    await assert_resumed_with_or_refused(back, answer, ann, company, each_transport)
+
+
+async def test_a_scope_gained_while_connected_then_written_while_away_is_never_skipped(
+    live_servers: LiveServers, ws: Clients, each_transport: str
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, token, scopes=["acme", "beta"])
+    cursor = await last_cursor(client, ann)
+    await off_loop(Membership.objects.create, workspace=beta, user=ann)
+    await off_loop(recheck_users, [ann.pk])
+    await wait_for_socket(server, ann.pk, scopes=sorted([acme.pk, beta.pk]))
+    await client.close()
+    company = await off_loop(Company.objects.create, workspace=beta, name="in beta")
+
+    back, answer = await resuming(ws, server, token, cursor, scopes=["acme", "beta"])
+
+    await assert_resumed_with_or_refused(back, answer, ann, company, each_transport)
+
+
+async def assert_resumed_with_or_refused(
+    back: Client, answer: Frame, ann: Any, company: Company, transport: str
+) -> None:
+    """On a global log the cursor is a place in every channel: the scope's frame is
+    replayed. On Redis the cursor names no place in the scope's stream: refused (starting
+    the stream anywhere could skip), never resumed without the frame."""
+    missed = await heard(back, ann)
+    if transport == "redis":
+        assert answer["data"]["resumed"] is False
+        assert missed == []
+    else:
+        assert answer["data"]["resumed"] is True
+        assert kinds(missed) == [("company.created", company.pk)]
 
 
 async def test_a_scope_lost_while_away_is_not_replayed_and_the_others_are(
@@ -339,7 +415,7 @@ async def test_a_garbled_cursor_starts_afresh_without_an_error(
     client, answer = await resuming(ws, live_servers.get(), token, cursor, scope="acme")
 
     assert answer["data"]["resumed"] is False
-    assert position_of(ann.pk, answer["data"]["cursor"]) is not None
+    assert place(ann.pk, answer["data"]["cursor"], acme.pk) is not None
     assert await heard(client, ann) == []
     live = await off_loop(Company.objects.create, workspace=acme, name="live")
     assert kinds(await heard(client, ann)) == [("company.created", live.pk)]
@@ -356,13 +432,37 @@ async def test_a_cursor_of_another_account_or_forged_gets_none_of_its_frames(
     bobs = await last_cursor(client, bob)
     await client.close()
     await off_loop(broadcast_to_user, bob.pk, "user.notice", {"for": "bob"})
-    where, stamp, _signature = bobs.split(".")
-    forged = f"{where}.{stamp}.AAAAAAAAAAAAAAAAAAAAAA"
+    signed, _, _signature = bobs.rpartition(".")
+    forged = f"{signed}.AAAAAAAAAAAAAAAAAAAAAA"
 
     for cursor in (bobs, forged):
         stolen, answer = await resuming(ws, server, ann_token, cursor, scope="acme")
         assert answer["data"]["resumed"] is False
         assert await heard(stolen, ann) == []
+
+
+async def test_a_cursor_of_another_transport_s_shape_starts_afresh(
+    live_servers: LiveServers, ws: Clients, each_transport: str
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    await went_away(ws, server, token, ann, scope="acme")
+    await off_loop(Company.objects.create, workspace=acme, name="missed")
+    # Signed for ann and recent, but of the other shape of history (after a switch of
+    # transport): a global log's id on Redis, Redis's streams on a global log.
+    foreign = (
+        Vector({GLOBAL: ("", 1)})
+        if each_transport == "redis"
+        else Vector({base_channel(): ("AbCdEfGhIjKl", 0), scope_channel(acme.pk): ("mNoPqR", 0)})
+    )
+
+    back, answer = await resuming(ws, server, token, cursor_for(ann.pk, foreign), scope="acme")
+
+    assert answer["data"]["resumed"] is False
+    assert await heard(back, ann) == []
+    live = await off_loop(Company.objects.create, workspace=acme, name="live")
+    assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
 
 
 async def test_a_cursor_older_than_the_window_starts_afresh(
@@ -373,9 +473,9 @@ async def test_a_cursor_older_than_the_window_starts_afresh(
     server = live_servers.get()
     client, answer = await resuming(ws, server, token, scope="acme")
     await client.close()
-    position = position_of(ann.pk, answer["data"]["cursor"])
+    where = place(ann.pk, answer["data"]["cursor"], acme.pk)
     # Signed properly, handed out 301 seconds ago (the window is 300).
-    old = cursor_for(ann.pk, position, now=time.time() - 301)
+    old = cursor_for(ann.pk, where, now=time.time() - 301)
     await off_loop(Company.objects.create, workspace=acme, name="missed")
 
     back, again = await resuming(ws, server, token, old, scope="acme")
@@ -393,14 +493,10 @@ async def test_a_cursor_whose_messages_were_trimmed_starts_afresh(
     cursor = await went_away(ws, server, token, ann, scope="acme")
     await off_loop(Company.objects.create, workspace=acme, name="missed, then trimmed")
     await off_loop(Company.objects.create, workspace=acme, name="missed, kept")
-    position = position_of(ann.pk, cursor)
-    assert position is not None
+    where = place(ann.pk, cursor, acme.pk)
+    assert where is not None
 
-    def trim_the_first_missed() -> None:
-        with connection.cursor() as sql:
-            sql.execute("DELETE FROM firm_channel_messages WHERE id <= %s", [position + 1])
-
-    await off_loop(trim_the_first_missed)
+    await off_loop(trim_up_to, where)
     back, answer = await resuming(ws, server, token, cursor, scope="acme")
 
     assert answer["data"]["resumed"] is False

@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 
-from realtime.sockets.cursors import position_of
 from tests.helpers import off_loop
+from tests.histories import place, reached, trim_everything
 from tests.live import Client, Clients, LiveServers
 from tests.test_resume_e2e import MARKER, heard, kinds, make_member, make_workspace, resuming
 from tests.testapp.models import Company
@@ -46,18 +44,13 @@ async def refreshed(client: Client) -> str:
             return cursor
 
 
-def trim_everything() -> None:
-    """``manage.py realtime_trim`` with no retention: every row of the log goes."""
-    call_command("realtime_trim", retention=0, stdout=StringIO())
-
-
 async def test_an_opted_in_socket_s_heartbeat_is_answered_with_a_cursor_not_behind_its_last(
     live_servers: LiveServers, ws: Clients
 ) -> None:
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     client, answer = await resuming(ws, live_servers.get(), token, scope="acme")
-    start = position_of(ann.pk, answer["data"]["cursor"])
+    start = place(ann.pk, answer["data"]["cursor"], acme.pk)
     assert start is not None
 
     first = await refreshed(client)
@@ -66,14 +59,11 @@ async def test_an_opted_in_socket_s_heartbeat_is_answered_with_a_cursor_not_behi
     assert frame["data"]["id"] == company.pk
     second = await refreshed(client)
 
-    first_at = position_of(ann.pk, first)
-    assert first_at is not None
-    assert first_at >= start
-    frame_at = position_of(ann.pk, frame["cursor"])
-    assert frame_at is not None
-    second_at = position_of(ann.pk, second)
-    assert second_at is not None
-    assert second_at >= frame_at
+    first_at = place(ann.pk, first, acme.pk)
+    assert reached(first_at, start), (first_at, start)
+    frame_at = place(ann.pk, frame["cursor"], acme.pk)
+    second_at = place(ann.pk, second, acme.pk)
+    assert reached(second_at, frame_at), (second_at, frame_at)
 
 
 async def test_a_socket_that_did_not_opt_in_gets_no_answer_to_heartbeat(

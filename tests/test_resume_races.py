@@ -21,8 +21,9 @@ from django.db import connection
 
 from realtime.broadcast import broadcast_to_user
 from realtime.messages import base_channel
-from realtime.sockets.cursors import position_of
+from realtime.positions import Vector
 from tests.helpers import off_loop, only_on, start_worker
+from tests.histories import messages_between, place
 from tests.live import Client, Clients, LiveServers
 from tests.test_resume_e2e import heard, kinds, make_member, make_workspace, resuming, went_away
 
@@ -85,6 +86,8 @@ async def test_a_publish_holding_the_log_while_a_socket_comes_back_reaches_it_on
     workers: list[subprocess.Popen[str]],
     each_transport: str,
 ) -> None:
+    if each_transport == "redis":
+        pytest.skip("a Redis publish is one atomic script: nothing holds the history open")
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)
     server = live_servers.get()
@@ -102,15 +105,11 @@ async def test_a_publish_holding_the_log_while_a_socket_comes_back_reaches_it_on
     assert [f["data"] for f in frames] == [{"text": "missed"}, {"text": "under way"}]
 
 
-def ticks_in_log(user_id: Any, after: int, upto: int) -> list[int]:
-    """The ``n`` of every tick for ``user_id`` the log holds in (after, upto], in order."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT payload FROM firm_channel_messages WHERE channel = %s AND id > %s "
-            "AND id <= %s ORDER BY id",
-            [base_channel().encode(), after, upto],
-        )
-        rows = [json.loads(bytes(row[0])) for row in cursor.fetchall()]
+def ticks_in_log(user_id: Any, after: Vector, upto: Vector | None = None) -> list[int]:
+    """The ``n`` of every tick for ``user_id`` the history holds after ``after`` (up to
+    ``upto``), in order."""
+    entries = messages_between([base_channel()], after, upto)
+    rows = [json.loads(payload) for _, payload, _ in entries]
     return [
         row["data"]["n"]
         for row in rows
@@ -159,12 +158,12 @@ async def test_ticks_flowing_through_reconnects_each_reach_the_socket_once_in_or
         for round_ in range(6):
             client, answer = await resuming(ws, servers[round_ % 2], token, cursor, scope="acme")
             assert answer["data"].get("resumed", True) is True
-            start = position_of(ann.pk, answer["data"]["cursor"])
+            start = place(ann.pk, answer["data"]["cursor"], acme.pk)
             assert start is not None
             frames = [await client.wait_for(lambda f: f["type"] == TICK) for _ in range(15)]
             client.drop()
             cursor = frames[-1]["cursor"]
-            end = position_of(ann.pk, cursor)
+            end = place(ann.pk, cursor, acme.pk)
             assert end is not None
             got = [frame["data"]["n"] for frame in frames]
             # Exactly what the log holds for this socket between its start and its last frame.
@@ -188,11 +187,11 @@ async def test_a_socket_starting_now_hears_every_write_after_its_cursor_even_mid
     server = live_servers.get()
     ticker = Ticker(ann.pk, pace=0.002)
     ticker.start()
-    clients: list[tuple[Client, int]] = []
+    clients: list[tuple[Client, Vector]] = []
     try:
         for _ in range(5):
             client, answer = await resuming(ws, server, token, scope="acme")
-            start = position_of(ann.pk, answer["data"]["cursor"])
+            start = place(ann.pk, answer["data"]["cursor"], acme.pk)
             assert start is not None
             clients.append((client, start))
     finally:
@@ -200,7 +199,7 @@ async def test_a_socket_starting_now_hears_every_write_after_its_cursor_even_mid
     # Every tick is committed now: each socket heard exactly those after its cursor.
     for client, start in clients:
         frames = [f for f in await heard(client, ann) if f["type"] == TICK]
-        expected = await off_loop(ticks_in_log, ann.pk, start, 2**62)
+        expected = await off_loop(ticks_in_log, ann.pk, start)
         assert [f["data"]["n"] for f in frames] == expected
         if client is clients[0][0]:
             # The first started before the ticker stopped: it heard ticks, up to the last.

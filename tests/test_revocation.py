@@ -50,10 +50,12 @@ async def test_events_committed_after_a_saved_deactivation_never_reach_the_socke
 ) -> None:
     acme, ann, bob = await in_thread(make_members)
     server = live_servers.get()
-    ann_socket = await ws.authenticated(server, await in_thread(issue_token, ann), scope="acme")
-    bob_socket = await ws.authenticated(server, await in_thread(issue_token, bob), scope="acme")
-    for client in (ann_socket, bob_socket):
-        await client.send("subscribe", {"channels": ["contact"]})
+    ann_socket, bob_socket = [
+        await ws.authenticated(
+            server, await in_thread(issue_token, user), scope="acme", channels=["contact"]
+        )
+        for user in (ann, bob)
+    ]
     await in_thread(Contact.objects.create, workspace=acme, name="before")
     await ann_socket.wait_for(lambda f: f["type"] == "contact.created")
 
@@ -86,8 +88,9 @@ async def test_a_guarded_row_never_reaches_an_account_made_inactive_by_update(
 ) -> None:
     acme, ann, _ = await in_thread(make_members)
     server = live_servers.get()
-    client = await ws.authenticated(server, await in_thread(issue_token, ann), scope="acme")
-    await client.send("subscribe", {"channels": ["private_note"]})
+    client = await ws.authenticated(
+        server, await in_thread(issue_token, ann), scope="acme", channels=["private_note"]
+    )
     await in_thread(PrivateNote.objects.create, workspace=acme, author=ann, title="before")
     await client.wait_for(lambda f: f["type"] == "private_note.created")
 
@@ -115,9 +118,8 @@ async def hearing_contacts(live_servers: LiveServers, ws: Clients) -> tuple[Work
     """Ann's socket in Acme, subscribed to contacts, once it heard one created there."""
     acme, ann, _ = await in_thread(make_members)
     client = await ws.authenticated(
-        live_servers.get(), await in_thread(issue_token, ann), scope="acme"
+        live_servers.get(), await in_thread(issue_token, ann), scope="acme", channels=["contact"]
     )
-    await client.send("subscribe", {"channels": ["contact"]})
     await in_thread(Contact.objects.create, workspace=acme, name="before")
     await client.wait_for(lambda f: f["type"] == "contact.created")
     return acme, ann, client

@@ -24,7 +24,15 @@ from django.contrib.auth import get_user_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from tests.helpers import off_loop
-from tests.live import Client, Clients, LiveServers, Server, each_stack  # noqa: F401
+from tests.live import (  # noqa: F401
+    Client,
+    Clients,
+    LiveServers,
+    Server,
+    each_stack,
+    sockets_of,
+    wait_for_socket,
+)
 from tests.testapp.models import Company, Membership, Notification, Tag, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,31 +118,6 @@ def padded(type_: str, data: dict[str, Any], size: int, fill: str = "x") -> str:
     )
     assert len(text) == size
     return text
-
-
-# The manager's state ------------------------------------------------------------------------
-
-
-def sockets_of(state: dict[str, Any], user_id: Any) -> list[dict[str, Any]]:
-    return [socket for socket in state["sockets"] if socket["user_id"] == user_id]
-
-
-async def wait_for_socket(server: Server, user_id: Any, **expected: Any) -> dict[str, Any]:
-    """Wait until the account holds exactly one socket on ``server`` whose fields (``scopes``,
-    ``slugs``, ``channels``) equal ``expected``; return that socket."""
-
-    def matches(state: dict[str, Any]) -> bool:
-        mine = sockets_of(state, user_id)
-        return len(mine) == 1 and all(mine[0][key] == value for key, value in expected.items())
-
-    try:
-        state = await server.wait_for_state(matches)
-    except TimeoutError:
-        last = sockets_of(await asyncio.to_thread(server.state), user_id)
-        raise AssertionError(
-            f"expected one socket with {expected}; the server holds {last}"
-        ) from None
-    return sockets_of(state, user_id)[0]
 
 
 async def read_log(server: Server) -> str:

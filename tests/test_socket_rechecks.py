@@ -10,10 +10,10 @@ from django.contrib.auth import get_user_model
 from django.test import override_settings
 
 from realtime.auth import RealtimeAuth, issue_token
-from realtime.broadcast import broadcast_to_user, recheck_users
+from realtime.broadcast import recheck_users
 from realtime.sockets.manager import get_manager
 from realtime.testing import in_thread, realtime_client
-from tests.live import Clients, LiveServers
+from tests.live import Clients, LiveServers, sockets_of, wait_for_socket
 from tests.testapp.models import Company, Membership, Notification, Workspace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
@@ -29,10 +29,6 @@ def setup_member(username: str, *slugs: str) -> tuple[Any, str, list[Workspace]]
     for workspace in workspaces:
         Membership.objects.create(workspace=workspace, user=user)
     return user, issue_token(user), workspaces
-
-
-def sockets_of(state: dict[str, Any], user_id: Any) -> list[dict[str, Any]]:
-    return [socket for socket in state["sockets"] if socket["user_id"] == user_id]
 
 
 async def test_a_bearer_that_no_longer_stands_is_refused_and_closed(
@@ -82,8 +78,7 @@ async def test_a_renamed_slug_keeps_the_socket_in_its_scope(
     )
     assert [s["scopes"] for s in sockets_of(state, user.pk)] == [[acme.pk]]
     await client.send("subscribe", {"channels": ["company"]})
-    await in_thread(broadcast_to_user, user.pk, "test.marker", None)
-    await client.wait_for(lambda f: f["type"] == "test.marker")
+    await wait_for_socket(server, user.pk, channels=["company"])
     await in_thread(Company.objects.create, workspace=acme, name="Still heard")
     frame = await client.wait_for(lambda f: f["type"] == "company.created")
     assert frame["scope_id"] == acme.pk

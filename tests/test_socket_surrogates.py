@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_users
 from realtime.testing import in_thread
-from tests.live import Clients, LiveServers, Server
+from tests.live import Clients, LiveServers, Server, wait_for_socket
 from tests.testapp.models import Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,6 +121,7 @@ async def test_watches_and_subscribes_holding_lone_surrogates_name_nothing_and_l
         await send_raw_json(client, "subscribe", {"channels": [SURROGATE, "contact:" + SURROGATE]})
         await send_raw_json(client, "watch", {"scopes": ["acme", SURROGATE]})
     await send_raw_json(client, "subscribe", {"channel": "company"})
+    await wait_for_socket(server, user.pk, channels=["company"])
     await in_thread(Company.objects.create, workspace=acme, name="Heard")
     frame = await client.wait_for(lambda f: f["type"] == "company.created")
     assert frame["scope_id"] == acme.pk

@@ -152,7 +152,7 @@ class TestSchema:
             cursor.execute("SELECT created_at FROM firm_channel_messages")
             row = cursor.fetchone()
         assert row is not None
-        value = table_store._as_datetime(row[0])
+        value = table_store.as_datetime(row[0])
         assert value.tzinfo is None
         assert abs((naive_utc_now() - value).total_seconds()) < 60
 

@@ -32,20 +32,39 @@ there. What the server writes of its own accord (pongs, pings) or the consumer s
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, NamedTuple
 
 from realtime.encoding import normal_id
+from realtime.positions import StreamPos, Vector
 from realtime.sockets.link import Link, Send
 from realtime.sockets.protocol import ScopeAsk
 
-__all__ = ["STALL_BYTES", "Send", "Socket"]
+__all__ = ["STALL_BYTES", "Held", "Send", "Socket"]
 
 #: Bytes of backlog a socket may have before it counts as not reading.
 STALL_BYTES = 256 * 1024
+
+
+class Held(NamedTuple):
+    """A frame held for a socket (see ``Socket.held``), with how it was addressed: so that,
+    after a recheck, one the socket should no longer hear is left out without reading it."""
+
+    #: The position of its message (``None``: unknown, or a replayed frame).
+    position: StreamPos | None
+    #: The ``websocket.send`` message.
+    message: dict[str, Any]
+    #: The scope it was addressed to (``None``: to the account).
+    scope_id: Any = None
+    #: The channels of its event (``None``: every socket of the scope hears it).
+    channels: Sequence[str] | None = None
+    #: For a frame of a stream-per-channel history that carries a cursor: the frame without
+    #: it, and where the cursor says the socket is, so that the cursor can be made again
+    #: when the frame goes out after a resume read further in the socket's other streams.
+    frame: str | None = None
+    where: Vector | None = None
 
 
 class Socket:
@@ -58,11 +77,13 @@ class Socket:
         "_send",
         "_sending_since",
         "_writer",
+        "allowed",
         "ask",
         "channels",
         "closed",
         "consumer",
         "floor",
+        "handed",
         "held",
         "link",
         "next_recheck",
@@ -113,6 +134,9 @@ class Socket:
         self.scopes = scopes
         #: Channels subscribed to; they apply to every scope the socket reads.
         self.channels: set[str] = set()
+        #: Of ``channels``, those the ``may_subscribe`` hook allowed, by scope id it reads
+        #: (``None``: the hook is the default one, and every channel is heard in every scope).
+        self.allowed: dict[Any, set[str]] | None = None
         #: Bumped by each client ``watch``: an older recheck answer is then discarded.
         self.scope_version = 0
         #: A client ``watch`` is being resolved: the scopes above are about to change.
@@ -127,12 +151,16 @@ class Socket:
         #: The sockets the manager's stall watch observes every tick; this one joins on each
         #: frame handed to it (``None``: not registered, nobody watches).
         self.watch: set[Socket] | None = None
-        #: The log position this socket has every frame up to (a resuming socket's, once its
-        #: handshake read the log): a frame at or below it is not sent again.
-        self.floor: int | None = None
+        #: Where this socket has every frame up to, in each stream it heard when its
+        #: handshake finished (a resuming socket's, once its handshake read the history): a
+        #: frame at or below it is not sent again.
+        self.floor: Vector | None = None
+        #: Where the last cursor handed to it (in a frame, or answering a heartbeat) said it
+        #: was: the next one is never behind it.
+        self.handed: Vector | None = None
         #: While its handshake finishes, the frames delivered to it wait here with their log
         #: positions (``None`` once it is live; see ``SocketManager.go_live``).
-        self.held: deque[tuple[int | None, dict[str, Any]]] | None = deque()
+        self.held: deque[Held] | None = deque()
         #: Its frames are held (in ``held``) until a requested recheck answers: refused, they
         #: are dropped; kept, those of scopes it still reads go out.
         self.rechecking = False
@@ -140,19 +168,34 @@ class Socket:
         #: or a recheck under way): when they would go out, they stay held for that recheck.
         self.recheck_asked = False
 
-    def has_heard(self, position: int | None) -> bool:
+    def channels_in(self, scope_id: Any) -> Collection[str]:
+        """The channels it hears in the scope ``scope_id``."""
+        if self.allowed is None:
+            return self.channels
+        return self.allowed.get(scope_id, ())
+
+    def hears(self, scope_id: Any, channels: Iterable[str]) -> set[str]:
+        """Of ``channels``, those it hears in the scope ``scope_id`` (``None``: an event to
+        its account, which no subscription narrows: those it holds)."""
+        if scope_id is None or self.allowed is None:
+            return self.channels.intersection(channels)
+        return self.allowed.get(scope_id, set()).intersection(channels)
+
+    def has_heard(self, position: StreamPos | None) -> bool:
         """Whether the frame of the message at ``position`` went out to it already."""
         floor = self.floor
-        return floor is not None and position is not None and position <= floor
+        return floor is not None and position is not None and floor.covers(position)
 
-    def reads(self, message: dict[str, Any]) -> bool:
+    def reads(self, held: Held) -> bool:
         """Whether a frame held during a recheck is still for this socket: one addressed to
-        a scope it no longer reads is not."""
-        try:
-            scope_id = json.loads(message["text"]).get("scope_id")
-        except (ValueError, KeyError, TypeError, AttributeError):
+        a scope it no longer reads, or of channels it no longer hears there (unsubscribed,
+        or refused by that recheck's ``may_subscribe``), is not."""
+        scope_id = held.scope_id
+        if scope_id is None:
             return True
-        return scope_id is None or normal_id(scope_id) in self.scopes
+        if scope_id not in self.scopes:
+            return False
+        return held.channels is None or bool(self.hears(scope_id, held.channels))
 
     def backlog(self) -> int:
         """Bytes not yet sent on the network."""

@@ -30,7 +30,7 @@ from realtime.auth import Scope, get_auth
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import normal_id, storable
-from realtime.sockets import protocol
+from realtime.sockets import protocol, subscriptions
 from realtime.sockets.access import resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
@@ -157,8 +157,9 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         Registering before ``auth_success`` means a write that commits at any point after it
         reaches the socket: nothing falls between the answer and the follow. A worker that
         could not start hearing everything the socket reads (its listener or a scope's
-        follow took too long) closes it 1012 instead: its client reconnects, rather than
-        miss what is written meanwhile. ``False`` then.
+        follow took too long), or could not read the history a cursor asks to resume,
+        closes it 1012 instead: its client reconnects (with its cursor), rather than miss
+        what is written meanwhile or reload what it shows. ``False`` then.
         """
         manager = get_manager()
         resume = protocol.read_resume(data)
@@ -172,9 +173,16 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             link=self.link,
             resumable=resume.opted,
         )
+        if subscriptions.hooked(get_auth()):
+            socket.allowed = {}
         self.user, self.socket = user, socket
         self._proven()
-        if not await manager.register(socket, protocol.read_channels(data)):
+        # Asked before the socket is registered: no frame, live or replayed, of a channel
+        # the hook refuses ever reaches it.
+        channels, allowed = await self.inbox.watching(
+            manager.decide(socket, protocol.read_channels(data))
+        )
+        if not await manager.register(socket, channels, allowed):
             metrics.handshake("not_listening")
             await self._close(CloseCode.SERVICE_RESTART)
             return False
@@ -185,6 +193,10 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             await manager.go_live(socket)
             return True
         start = await self.inbox.watching(manager.resumer.resume(socket, resume))
+        if start.unreadable:
+            metrics.handshake("history_unreadable")
+            await self._close(CloseCode.SERVICE_RESTART)
+            return False
         socket.floor = start.floor
         success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
         await self.base_send(_text(success))
@@ -192,7 +204,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         # The missed frames go out first, with the held ones (and wait with them for a
         # recheck asked meanwhile).
         if socket.held is not None:  # None: closed meanwhile
-            socket.held.extendleft((None, message) for message in reversed(start.frames))
+            socket.held.extendleft(reversed(start.frames))
             await manager.go_live(socket)
         return True
 
@@ -303,7 +315,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _on_subscribe(self, frame: Frame) -> None:
         assert self.socket is not None
-        get_manager().subscribe(self.socket, protocol.read_channels(frame.data))
+        # Awaited before the next frame is read: an unsubscribe after it comes after it.
+        await get_manager().subscribe(self.socket, protocol.read_channels(frame.data))
 
     async def _on_unsubscribe(self, frame: Frame) -> None:
         assert self.socket is not None

@@ -1,13 +1,26 @@
-"""Resume cursors: a position in the log, signed for one account, stamped with its time.
+"""Resume cursors: where a socket is in the history, signed for one account, stamped with its
+time.
 
-A cursor is ``<position>.<time>.<signature>``: the position (the log id of the last message
-the socket was handed, base 36; ``-`` when there is none), the time it was handed out (seconds,
-base 36) and an HMAC-SHA256 of both under a key derived from ``SECRET_KEY`` and the account's
-id (128 bits, URL-safe base64). Any worker sharing the database and the secret reads it; a
-garbled or forged cursor, one of another account, or one older than ``REALTIME_RESUME_WINDOW``
-reads as nothing. ``SECRET_KEY_FALLBACKS`` still verify cursors signed before a rotation.
+A cursor is ``<where>.<time>.<signature>``: where the socket is, the time it was handed out
+(seconds, base 36) and an HMAC-SHA256 of both under a key derived from ``SECRET_KEY`` and the
+account's id (128 bits, URL-safe base64). Any worker sharing the secret reads it; a garbled or
+forged cursor, one of another account, or one older than ``REALTIME_RESUME_WINDOW`` reads as
+nothing. ``SECRET_KEY_FALLBACKS`` still verify cursors signed before a rotation.
 
-Signing costs one HMAC per frame of a resumable socket, with the account's key cached.
+``where`` takes one of two forms (``realtime.positions``):
+
+* a transport with one global log (table, pg_notify): the log id of the last message the
+  socket was handed, base 36, or ``-`` when there is none;
+* a transport with a stream per channel (Redis): ``2.<entry>~<entry>…``, one entry per stream
+  the socket hears, each ``<stream key><epoch><offset>``: 4 characters of the stream name's
+  SHA-256 (URL-safe base64), the first ``EPOCH_CHARS`` characters of its epoch and the offset
+  in base 36. The stream a key names is found among the streams the socket hears when it
+  comes back (two of them with one key make no cursor). Where the entries would make a cursor
+  longer than ``MAX_LENGTH``, the cursor names no position: such a socket keeps its frames but
+  is not resumed.
+
+Signing costs one HMAC per frame of a resumable socket (per account and frame on a global
+log), with the account's key cached.
 """
 
 from __future__ import annotations
@@ -16,12 +29,14 @@ import base64
 import hashlib
 import hmac
 import time
+from collections.abc import Collection
 from functools import lru_cache
 from typing import Any, Final
 
 from django.conf import settings
 
 from realtime.conf import conf
+from realtime.positions import GLOBAL, Vector
 
 SALT: Final = "realtime.cursor"
 #: The longest cursor a client may send back: anything longer is garbage.
@@ -29,39 +44,121 @@ MAX_LENGTH: Final = 256
 NO_POSITION: Final = "-"
 #: Seconds a cursor may seem to come from the future (workers' clocks differ a little).
 CLOCK_SKEW: Final = 60
+#: Characters of a stream's epoch a cursor keeps (36 bits of a random epoch).
+EPOCH_CHARS: Final = 6
+#: The mark of a cursor whose position is a vector of streams.
+STREAMS: Final = "2"
+STREAM_KEY_CHARS: Final = 4
+ENTRY_SEPARATOR: Final = "~"
 
 
-def cursor_for(user_id: Any, position: int | None, now: float | None = None) -> str:
-    """The cursor of ``position`` for the account ``user_id`` (normalised id)."""
+def cursor_for(user_id: Any, where: Vector | None, now: float | None = None) -> str:
+    """The cursor of ``where`` for the account ``user_id`` (normalised id)."""
     stamp = _base36(int(time.time() if now is None else now))
-    where = NO_POSITION if position is None else _base36(position)
-    message = f"{where}.{stamp}"
+    message = f"{_where(where)}.{stamp}"
+    if len(message) + 23 > MAX_LENGTH:  # the signature and its dot
+        message = f"{NO_POSITION}.{stamp}"
     return f"{message}.{_signature(settings.SECRET_KEY, user_id, message)}"
 
 
-def position_of(user_id: Any, cursor: Any, now: float | None = None) -> int | None:
-    """The position a cursor names for ``user_id``; ``None`` for anything that is not a valid,
-    unexpired cursor of that account with a position."""
+def read_cursor(
+    user_id: Any, cursor: Any, streams: Collection[str] = (GLOBAL,), now: float | None = None
+) -> Vector | None:
+    """Where a cursor says the socket of ``user_id`` was, among ``streams`` (those it hears
+    now: a stream's entry is found by its key); ``None`` for anything that is not a valid,
+    unexpired cursor of that account with a position.
+
+    The epochs of a stream vector's entries are what the cursor kept of them: compare them
+    with ``same_epoch``."""
     if not isinstance(cursor, str) or not 0 < len(cursor) <= MAX_LENGTH or not cursor.isascii():
         return None
-    parts = cursor.split(".")
-    if len(parts) != 3:
-        return None
-    where, stamp, signature = parts
-    message = f"{where}.{stamp}"
+    message, _, signature = cursor.rpartition(".")
+    where, _, stamp = message.rpartition(".")
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
     if not any(hmac.compare_digest(signature, _signature(s, user_id, message)) for s in secrets):
         return None
     try:
         handed_out = int(stamp, 36)
-        position = None if where == NO_POSITION else int(where, 36)
+        vector = _vector(where, streams)
     except ValueError:
         return None
     age = (time.time() if now is None else now) - handed_out
     # Another worker's clock may run a little ahead of this one's.
     if age > conf.RESUME_WINDOW or age < -CLOCK_SKEW:
         return None
-    return position
+    return vector
+
+
+def position_of(user_id: Any, cursor: Any, now: float | None = None) -> int | None:
+    """The global log position a cursor names for ``user_id`` (``None``: none, or not a valid
+    cursor of that account); see ``read_cursor``."""
+    vector = read_cursor(user_id, cursor, (GLOBAL,), now)
+    entry = None if vector is None else vector.get(GLOBAL)
+    return None if entry is None else entry[1]
+
+
+def same_epoch(epoch: str, kept: str) -> bool:
+    """Whether ``kept``, an epoch as a cursor gave it back, is ``epoch``."""
+    return kept == epoch or kept == _epoch_prefix(epoch)
+
+
+def _epoch_prefix(epoch: str) -> str:
+    """What a stream cursor keeps of ``epoch``: its first ``EPOCH_CHARS`` characters."""
+    return f"{epoch[:EPOCH_CHARS]:_<{EPOCH_CHARS}}"
+
+
+def _where(where: Vector | None) -> str:
+    if not where:
+        return NO_POSITION
+    if set(where) == {GLOBAL}:
+        epoch, offset = where[GLOBAL]
+        if not epoch:
+            return _base36(offset)
+    keys = [stream_key(stream) for stream in where]
+    if len(set(keys)) < len(keys):
+        return NO_POSITION  # two streams of one key: a cursor could not tell them apart
+    entries = [
+        f"{key}{_epoch_prefix(epoch)}{_base36(offset)}"
+        for key, (epoch, offset) in zip(keys, where.values(), strict=True)
+    ]
+    return f"{STREAMS}.{ENTRY_SEPARATOR.join(sorted(entries))}"
+
+
+def _vector(where: str, streams: Collection[str]) -> Vector | None:
+    """Raises ``ValueError`` for what is not a ``where``."""
+    if where == NO_POSITION:
+        return None
+    kind, _, entries = where.rpartition(".")
+    if not kind:
+        if "." in where:
+            raise ValueError(where)
+        return Vector({GLOBAL: ("", _number(where))})
+    if kind != STREAMS:
+        raise ValueError(where)
+    by_key: dict[str, str] = {}
+    for stream in streams:
+        by_key.setdefault(stream_key(stream), stream)
+    vector: dict[str, tuple[str, int]] = {}
+    for entry in entries.split(ENTRY_SEPARATOR):
+        key = entry[:STREAM_KEY_CHARS]
+        epoch = entry[STREAM_KEY_CHARS : STREAM_KEY_CHARS + EPOCH_CHARS]
+        offset = _number(entry[STREAM_KEY_CHARS + EPOCH_CHARS :])
+        if key in by_key:
+            vector[by_key[key]] = (epoch, offset)
+    return Vector(vector)
+
+
+def _number(text: str) -> int:
+    if not text or not text.isalnum():
+        raise ValueError(text)
+    return int(text, 36)
+
+
+@lru_cache(maxsize=65536)
+def stream_key(stream: str) -> str:
+    """The characters that stand for ``stream`` in a cursor."""
+    digest = hashlib.sha256(stream.encode("utf-8")).digest()[:3]
+    return base64.urlsafe_b64encode(digest).decode("ascii")
 
 
 def _signature(secret: Any, user_id: Any, message: str) -> str:

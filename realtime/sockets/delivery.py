@@ -23,8 +23,9 @@ A frame is encoded once per event and handed to every target's ``Socket.send_fra
 never waits for the network (see ``connection``): the sender goes on to the next message while
 slow sockets' writers catch up. A socket that is not reading is dropped at once and closed
 1011 beside delivery, by the manager; the others hear the event now. A socket that opted in to
-resume gets the frame with its cursor (one per account and event); one still finishing its
-handshake has its frames held, with their positions, until it goes live.
+resume gets the frame with its cursor (one per account and event on a global log; per
+account, event and place in the other streams it hears otherwise, see ``cursor_vector``); one
+still finishing its handshake has its frames held, with their positions, until it goes live.
 
 ``plan`` also serves resuming sockets (``resume``): planned ``among`` a few sockets only, a
 message from the log comes to the frames those would have heard, under today's permissions:
@@ -39,7 +40,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,12 +51,15 @@ from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import id_order
 from realtime.logs import describe
+from realtime.messages import base_channel, scope_channel
+from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.readers import readers_now, row_of
 from realtime.sockets import protocol
-from realtime.sockets.connection import Socket
+from realtime.sockets.connection import Held, Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure
+from realtime.transports.base import Transport
 from realtime.transports.tally import Tally
 
 logger = logging.getLogger(__name__)
@@ -63,10 +67,10 @@ logger = logging.getLogger(__name__)
 #: Sockets handed a frame before the loop gets a turn to write to the network.
 YIELD_EVERY = 100
 
-#: A message waiting to be planned: its channel, its payload, its position in the log.
-Queued = tuple[str, bytes, "int | None"]
-#: A message being planned: its channel, its log position and its plan to come.
-Planned = tuple[str, "int | None", "asyncio.Future[Plan | None]"]
+#: A message waiting to be planned: its channel, its payload, its position.
+Queued = tuple[str, bytes, "StreamPos | None"]
+#: A message being planned: its channel, its position and its plan to come.
+Planned = tuple[str, "StreamPos | None", "asyncio.Future[Plan | None]"]
 
 
 @dataclass
@@ -79,10 +83,12 @@ class Plan:
     data: Any = None
     channels: list[str] | None = None
     action: Callable[[], None] | None = None
-    #: The message's position in the log (``None``: the transport keeps none).
-    position: int | None = None
+    #: The message's position (``None``: the transport keeps no history).
+    position: StreamPos | None = None
     #: The message's ``mid``, which says when it was published (``messages.published_at``).
     mid: Any = None
+    #: The scope a scope event is addressed to (``None``: an account event).
+    scope_id: Any = None
 
 
 class Host(Protocol):
@@ -95,6 +101,8 @@ class Host(Protocol):
     def on_missed(self, channels: frozenset[str]) -> None: ...
 
     def restart(self, socket: Socket) -> None: ...
+
+    def transport(self) -> Transport: ...
 
 
 class Dispatcher:
@@ -135,9 +143,10 @@ class Dispatcher:
         self._quiet: asyncio.Event | None = None
         self._idle = threading.Event()
         self._idle.set()
-        #: The highest log position of a message carried out (``None``: none yet); frames of
-        #: messages at or below it have been handed to every target (see ``refresh``).
-        self.carried: int | None = None
+        #: In each stream, the highest position of a message carried out, or where the
+        #: transport started the stream when this worker followed it: frames of messages at or
+        #: below it have been handed to every target (see ``refresh``).
+        self.carried = Vector()
         #: A message is being carried out: some of its targets may have its frame already.
         self.carrying = False
         #: Whether ``carried`` still means what it says: ``False`` for good once a message
@@ -151,7 +160,7 @@ class Dispatcher:
             return conf.NOTIFY_QUEUE_SIZE
         return max(0, queue.maxsize - queue.qsize())
 
-    def put(self, channel: str, payload: bytes, position: int | None = None) -> None:
+    def put(self, channel: str, payload: bytes, position: StreamPos | None = None) -> None:
         if self._queue is None:
             return
         try:
@@ -260,10 +269,15 @@ class Dispatcher:
             # Not in a ``finally``: a sender cancelled mid-message leaves it owed, and the
             # restart reports its channel missed (and stops trusting ``carried``).
             if position is not None:
-                self.carried = max(position, self.carried or 0)
+                self.carried = self.carried.advanced(position)
             self._settled(channel=channel)
 
-    async def _plan(self, payload: bytes, position: int | None) -> Plan | None:
+    def started(self, position: StreamPos) -> None:
+        """The transport started following a stream after ``position``: nothing of it up to
+        there is this worker's to carry."""
+        self.carried = self.carried.advanced(position)
+
+    async def _plan(self, payload: bytes, position: StreamPos | None) -> Plan | None:
         message = read_message(payload)
         if message is None:
             return None
@@ -296,7 +310,7 @@ class Dispatcher:
         if among is not None:
             targets = {s for s in among if scope_id in s.scopes}
             if channels is not None:
-                targets = {s for s in targets if not s.channels.isdisjoint(channels)}
+                targets = {s for s in targets if s.hears(scope_id, channels)}
         elif not (members := index.by_scope.get(scope_id)):
             return None
         elif channels is None:
@@ -322,7 +336,7 @@ class Dispatcher:
             )
             targets = {s for s in targets if s.user_id in allowed}
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
-        return Plan(targets, frame, event_type, data, channels)
+        return Plan(targets, frame, event_type, data, channels, scope_id=scope_id)
 
     async def _plan_users(self, message: dict[str, Any], among: Iterable[Socket] | None) -> Plan:
         user_ids = message.get("user_ids") or ()
@@ -352,18 +366,26 @@ class Dispatcher:
             plan.action()
         if plan.frame is None or not plan.targets:
             return
-        await self.send_all(plan.targets, plan.frame, plan.position)
+        await self.send_all(plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels)
         metrics.delivered(plan.mid, len(plan.targets))
         self._delivered(plan)
 
     async def send_all(
-        self, targets: Iterable[Socket], frame: str, position: int | None = None
+        self,
+        targets: Iterable[Socket],
+        frame: str,
+        position: StreamPos | None = None,
+        scope_id: Any = None,
+        channels: Sequence[str] | None = None,
     ) -> None:
-        """Hand one encoded frame to every target; drop those not reading."""
+        """Hand one encoded frame to every target; drop those not reading. ``scope_id`` and
+        ``channels``: how its event was addressed, kept with it where it is held."""
         message = {"type": "websocket.send", "text": frame}
         timeout = conf.SEND_TIMEOUT
-        #: The frame with the cursor of each account that opted in to resume.
-        cursored: dict[Any, dict[str, Any]] = {}
+        #: The frame with each cursor of the sockets that opted in to resume.
+        cursored: dict[tuple[Any, Vector | None], dict[str, Any]] = {}
+        alone = None if position is None else Vector.of([position])
+        streamed = position is not None and position.stream != GLOBAL
         for count, socket in enumerate(targets, 1):
             if socket.closed:
                 continue  # dropped since this message was planned
@@ -371,12 +393,21 @@ class Dispatcher:
             if socket.resumable:
                 if socket.has_heard(position):
                     continue  # replayed when it came back
-                out = cursored.get(socket.user_id) or cursored.setdefault(
-                    socket.user_id, with_cursor(frame, socket.user_id, position)
+                where = alone
+                if streamed and position is not None:
+                    where = self.cursor_vector(socket, position)
+                key = (socket.user_id, where)
+                out = cursored.get(key) or cursored.setdefault(
+                    key, with_cursor(frame, socket.user_id, where)
                 )
+                socket.handed = where
             if socket.held is not None:
                 if len(socket.held) < held_bound():
-                    socket.held.append((position, out))
+                    socket.held.append(
+                        Held(position, out, scope_id, channels, frame, where)
+                        if streamed and socket.resumable
+                        else Held(position, out, scope_id, channels)
+                    )
                 else:
                     self._held_too_long(socket)
             # No send_frame waits for the network: going through the targets in turn costs
@@ -388,6 +419,28 @@ class Dispatcher:
                 # Let the event loop write what is buffered so far: the first sockets need
                 # not wait until the frame is queued for the last one.
                 await asyncio.sleep(0)
+
+    def cursor_vector(self, socket: Socket, position: StreamPos) -> Vector:
+        """Where ``socket`` is once it has the frame of the message at ``position``, in every
+        stream it hears (on a global log: ``position`` alone).
+
+        The sender carries messages out one at a time in arrival order, and a transport hands
+        each stream's over in order: every message of another stream up to ``carried`` was
+        carried out before this one (``floor``: or was not the socket's)."""
+        return self.known(socket).advanced(position)
+
+    def known(self, socket: Socket) -> Vector:
+        """Where ``socket`` is known to have every frame up to, in each stream it hears: its
+        ``floor``, ``carried`` while that is trusted, and the last cursor it was handed (a
+        cursor never goes back, whatever was lost since). Where epochs differ the newer
+        wins: what was carried of a stream before it lost its history names the old epoch
+        until the stream's next message, the floor names the epoch of the handshake."""
+        where = socket.floor or Vector()
+        if self.trusted:
+            where = self.carried.merged(where)
+        if socket.handed is not None:
+            where = where.merged(socket.handed)
+        return where.only(streams_heard(socket, self.host.transport()))
 
     def _held_too_long(self, socket: Socket) -> None:
         """A socket whose frames are held (its handshake, resume or a recheck not answered
@@ -403,7 +456,7 @@ class Dispatcher:
         event_channels = set(plan.channels)
         watchers: dict[Any, set[str]] = {}
         for socket in plan.targets:
-            heard = event_channels & socket.channels
+            heard = socket.hears(plan.scope_id, event_channels)
             if heard:
                 watchers.setdefault(socket.user_id, set()).update(heard)
         if not watchers:
@@ -443,13 +496,19 @@ def read_message(payload: bytes) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-def with_cursor(frame: str, user_id: Any, position: int | None) -> dict[str, Any]:
-    """The ``websocket.send`` message of ``frame`` with the cursor of ``position`` for the
+def with_cursor(frame: str, user_id: Any, where: Vector | None) -> dict[str, Any]:
+    """The ``websocket.send`` message of ``frame`` with the cursor of ``where`` for the
     account ``user_id``."""
     return {
         "type": "websocket.send",
-        "text": protocol.with_cursor(frame, cursor_for(user_id, position)),
+        "text": protocol.with_cursor(frame, cursor_for(user_id, where)),
     }
+
+
+def streams_heard(socket: Socket, transport: Transport) -> frozenset[str]:
+    """The streams of the channels ``socket`` hears: its scopes' and the base channel."""
+    channels = [base_channel(), *(scope_channel(scope_id) for scope_id in socket.scopes)]
+    return frozenset(transport.stream_of(channel) for channel in channels)
 
 
 def _overrides_audience(auth: RealtimeAuth) -> bool:

@@ -39,23 +39,24 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from realtime import metrics
-from realtime.auth import Scope, get_auth
+from realtime.auth import RealtimeAuth, Scope, get_auth
 from realtime.blocking import cut_stuck_statements, run_blocking, run_in_background
 from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.messages import base_channel, scope_channel
-from realtime.sockets import access
+from realtime.positions import StreamPos
+from realtime.sockets import access, subscriptions
 from realtime.sockets.batcher import Batcher
-from realtime.sockets.connection import Socket
-from realtime.sockets.delivery import Dispatcher
+from realtime.sockets.connection import Held, Socket
+from realtime.sockets.delivery import Dispatcher, with_cursor
 from realtime.sockets.index import SocketIndex
-from realtime.sockets.limits import log_own_failure, log_trouble, log_warning
+from realtime.sockets.limits import log_hook_failure, log_own_failure, log_trouble, log_warning
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
@@ -112,6 +113,10 @@ class SocketManager:
         self.handshakes: Batcher[tuple[str, ScopeAsk]] = Batcher(
             _authenticate_all, size=MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
         )
+        #: Subscribes asked of the ``may_subscribe`` hook together (see ``subscriptions``).
+        self.subscriptions: Batcher[subscriptions.Ask] = Batcher(
+            _decide_all, size=MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
+        )
 
     # Listening ------------------------------------------------------------------------
 
@@ -157,7 +162,7 @@ class SocketManager:
             )
             self._transport = transport
         await transport.start()
-        await transport.follow(base_channel())
+        self._started(await transport.follow(base_channel()))
 
     # Sockets --------------------------------------------------------------------------
 
@@ -179,9 +184,15 @@ class SocketManager:
         else:
             self._reserved.pop(key, None)
 
-    async def register(self, socket: Socket, channels: Iterable[str] = ()) -> bool:
-        """Index a socket that just authenticated, subscribed to ``channels``, and follow the
-        scopes it reads; ``True`` when every one of them is followed.
+    async def register(
+        self,
+        socket: Socket,
+        channels: Iterable[str] = (),
+        allowed: dict[Any, set[str]] | None = None,
+    ) -> bool:
+        """Index a socket that just authenticated, subscribed to ``channels`` as ``decide``
+        answered (with ``allowed``), and follow the scopes it reads; ``True`` when every one
+        of them is followed.
 
         From here on the socket is handed every frame it should hear; until ``go_live`` they
         are held (its handshake is not over, see ``Socket.held``).
@@ -191,7 +202,7 @@ class SocketManager:
         socket.watch = self._unsettled
         self.index.add(socket)
         metrics.sockets_open(len(self.index.sockets))
-        self.index.subscribe(socket, channels)
+        self.index.subscribe(socket, channels, allowed)
         await self._sync_follows(socket.scopes)
         return self._listening_done() and all(s in self._followed for s in socket.scopes)
 
@@ -226,7 +237,7 @@ class SocketManager:
     async def _release(
         self,
         socket: Socket,
-        held: deque[tuple[int | None, dict[str, Any]]],
+        held: deque[Held],
         rechecked: bool,
         *,
         behind_delivery: bool,
@@ -237,10 +248,10 @@ class SocketManager:
         timeout = conf.SEND_TIMEOUT
         sent = 0
         while held:
-            position, message = held.popleft()
-            if socket.has_heard(position) or (rechecked and not socket.reads(message)):
+            entry = held.popleft()
+            if socket.has_heard(entry.position) or (rechecked and not socket.reads(entry)):
                 continue
-            if not await socket.send_frame(message, timeout):
+            if not await socket.send_frame(restamped(socket, entry), timeout):
                 self.drop_soon(socket)
                 held.clear()
                 return
@@ -273,9 +284,53 @@ class SocketManager:
             self.index.enter(socket, added)
             await self._sync_follows(added)
 
-    def subscribe(self, socket: Socket, channels: Iterable[str]) -> None:
-        """Add channels (known models only, up to ``REALTIME_MAX_CHANNELS``)."""
-        self.index.subscribe(socket, channels)
+    async def decide(
+        self, socket: Socket, channels: Iterable[str]
+    ) -> tuple[list[str], dict[Any, set[str]] | None]:
+        """The channels of a client's frame ``socket`` may subscribe to, and the channels
+        each scope it reads allows (``None``: all, the hook is not asked).
+
+        When the socket's hook is asked (``Socket.allowed``), ``may_subscribe`` answers off
+        the event loop, with the other sockets subscribing at the same moment. Should a
+        recheck change the scopes the socket reads meanwhile, the channels accepted are asked
+        about again in the scopes not asked about yet; those no scope it then reads allows
+        are dropped. A hook that raises refuses them all.
+        """
+        candidates = self.index.candidates(socket, channels)
+        if socket.allowed is None or not candidates:
+            return candidates, None
+        asking, room = candidates, self.index.room(socket)
+        if not room:
+            return [], {}
+        asked: list[str] | None = None
+        allowed: dict[Any, set[str]] = {}
+        while asking and (missing := [s for s in _reads(socket) if s not in allowed]):
+            ask = subscriptions.Ask(socket.user, missing, asking, room)
+            try:
+                decided: subscriptions.Decided = await self.subscriptions.ask(ask)
+            except Exception as exc:
+                log_hook_failure(
+                    "realtime: may_subscribe failed; the subscribe's channels are refused", exc
+                )
+                return [], {}
+            if asked is None:  # the first answer: what was asked about at all, and accepted
+                asked = [*decided.channels, *decided.refused]
+                asking, room = decided.channels, len(decided.channels)
+            allowed.update(decided.allowed)
+        reads = _reads(socket)
+        accepted = [c for c in asking if any(c in allowed.get(s, ()) for s in reads)]
+        kept = set(accepted)
+        for channel in asked or ():
+            if channel not in kept:
+                subscriptions.log_refused(channel)
+        return accepted, allowed
+
+    async def subscribe(self, socket: Socket, channels: Iterable[str]) -> None:
+        """Subscribe ``socket`` to the channels a client's ``subscribe`` names, as
+        ``decide`` answers."""
+        accepted, allowed = await self.decide(socket, channels)
+        if accepted and not socket.closed:
+            self.index.subscribe(socket, accepted, allowed)
 
     def unsubscribe(self, socket: Socket, channels: Iterable[str]) -> None:
         self.index.unsubscribe(socket, channels)
@@ -298,7 +353,7 @@ class SocketManager:
             channel = scope_channel(scope_id)
             try:
                 if wanted and scope_id not in self._followed:
-                    await asyncio.wait_for(transport.follow(channel), LISTEN_WAIT)
+                    self._started(await asyncio.wait_for(transport.follow(channel), LISTEN_WAIT))
                     self._followed.add(scope_id)
                 elif not wanted and scope_id in self._followed:
                     self._followed.discard(scope_id)
@@ -310,6 +365,11 @@ class SocketManager:
                     logger.exception("realtime: unfollowing scope %s failed", scope_id)
         if not lock.locked() and scope_id not in self.index.by_scope:
             self._scope_locks.pop(scope_id, None)
+
+    def _started(self, position: StreamPos | None) -> None:
+        """A follow returned where the transport started the stream (see ``Transport.follow``)."""
+        if position is not None:
+            self.dispatcher.started(position)
 
     async def _not_followed(self, scope_id: Any, channel: str, exc: Exception) -> None:
         """Close 1012 the sockets of a scope whose follow timed out or failed, and take the
@@ -339,7 +399,7 @@ class SocketManager:
 
     # Delivery -------------------------------------------------------------------------
 
-    def on_message(self, channel: str, payload: bytes, position: int | None = None) -> None:
+    def on_message(self, channel: str, payload: bytes, position: StreamPos | None = None) -> None:
         """Transport listener: queue a message for delivery (drop it if nobody is here)."""
         if self.index.sockets:
             self.dispatcher.put(channel, payload, position)
@@ -484,7 +544,9 @@ class SocketManager:
         if any(socket.rechecking for socket in due):
             deadline = 0.0
         between = functools.partial(self._behind_delivery, deadline)
-        answers = await run_in_background(access.recheck, get_auth(), questions, between)
+        auth = get_auth()
+        answers = await run_in_background(access.recheck, auth, questions, between)
+        channels = await self._recheck_channels(auth, due, answers, between)
         for socket, version, answer in zip(due, versions, answers, strict=True):
             if socket.closed or socket not in self.index.sockets:
                 continue
@@ -493,11 +555,61 @@ class SocketManager:
                 self.index.remove(socket)
                 self._beside(self._refuse(socket))
                 continue
-            if answer is not access.FAILED and socket.scope_version == version:
+            applied = answer is not access.FAILED and socket.scope_version == version
+            asked = channels.get(socket)
+            if asked is not None and (applied or set(_reads(socket)) == set(asked[0].scope_ids)):
+                # Before the scopes change: a scope given back enters with what it allows.
+                self.index.reallow(socket, asked[0].channels, asked[1].allowed)
+            if applied:
+                gained = any(normal_id(scope.id) not in socket.scopes for scope in answer)
                 await self.set_scopes(socket, answer, keep_channels=True)
+                unasked = socket.channels.difference(asked[0].channels if asked else ())
+                if gained and unasked and socket.allowed is not None:
+                    # Subscribed while this recheck asked: not heard in the scopes it gave
+                    # until the hook is asked there, by the next recheck, due now.
+                    socket.next_recheck = 0.0
+                    self._wake_up()
             if socket.rechecking:
                 # Could not tell (FAILED): the socket goes on as it was, like any recheck.
                 await self.go_live(socket)
+
+    async def _recheck_channels(
+        self,
+        auth: RealtimeAuth,
+        due: list[Socket],
+        answers: list[Any],
+        between: Callable[[], None],
+    ) -> dict[Socket, tuple[subscriptions.Ask, subscriptions.Decided]]:
+        """Ask ``may_subscribe`` again about the channels of each socket whose recheck kept
+        it, in the scopes it is about to read: by socket, the question and its answer (a
+        socket whose hook raised is left out, logged: it keeps what it had)."""
+        if not subscriptions.hooked(auth):
+            return {}
+        asks = {
+            socket: subscriptions.Ask(
+                socket.user,
+                subscriptions.scopes_asked(normal_id(scope.id) for scope in answer),
+                sorted(socket.channels),
+                len(socket.channels),
+            )
+            for socket, answer in zip(due, answers, strict=True)
+            if socket.allowed is not None and socket.channels and isinstance(answer, list)
+        }
+        if not asks:
+            return {}
+        decided = await run_in_background(
+            subscriptions.decide_all, auth, list(asks.values()), between
+        )
+        answered: dict[Socket, tuple[subscriptions.Ask, subscriptions.Decided]] = {}
+        for (socket, ask), answer in zip(asks.items(), decided, strict=True):
+            if isinstance(answer, Exception):
+                log_hook_failure(
+                    "realtime: may_subscribe failed at a recheck; channels kept as they were",
+                    answer,
+                )
+            else:
+                answered[socket] = (ask, answer)
+        return answered
 
     def _behind_delivery(self, deadline: float) -> None:
         """Between the steps of a recheck batch, on its thread: wait while a message is being
@@ -554,12 +666,36 @@ class SocketManager:
             await self._sync_follow(scope_id)
 
 
+def restamped(socket: Socket, entry: Held) -> dict[str, Any]:
+    """The message of a held frame, its cursor made again where the socket's floor is now
+    further in its other streams (a resume read them after the frame was held): a cursor
+    behind what was replayed would have the next resume replay it twice."""
+    where, floor = entry.where, socket.floor
+    if where is None or entry.frame is None or floor is None:
+        return entry.message
+    now = where.merged(floor.only(where))
+    if now == where:
+        return entry.message
+    socket.handed = now if socket.handed is None else socket.handed.merged(now)
+    return with_cursor(entry.frame, socket.user_id, now)
+
+
+def _reads(socket: Socket) -> list[Any]:
+    """The scopes the hook is asked about for ``socket`` (``None`` alone: it reads none)."""
+    return subscriptions.scopes_asked(socket.scopes)
+
+
 def _due_at(socket: Socket) -> float:
     return socket.next_recheck
 
 
 async def _authenticate_all(asks: list[tuple[str, ScopeAsk]]) -> list[Any]:
     return await run_blocking(access.authenticate_many, get_auth(), asks)
+
+
+async def _decide_all(asks: list[subscriptions.Ask]) -> list[subscriptions.Decided | Exception]:
+    # An exception is raised to that socket's asker alone (``Batcher``).
+    return await run_blocking(subscriptions.decide_all, get_auth(), asks)
 
 
 _managers: dict[asyncio.AbstractEventLoop, SocketManager] = {}

@@ -26,8 +26,9 @@ every frame of a message at or below it that it was to get. Two positions are kn
   Messages still queued, being planned, or not yet read by the transport (behind, in an
   outage, catching up) are above it, and a resume from ``P`` replays them.
 
-``P`` is the larger of the two, taken only when nothing can be on its way to this socket out
-of that order:
+``P`` is the larger of the two in each stream the socket hears (a global log is one stream;
+Redis has one per channel, each handed over in order), taken only when nothing can be on its
+way to this socket out of that order:
 
 * its frames are not held (``Socket.held`` is ``None``): during its handshake, its resume or a
   requested recheck, frames carried out wait for it, and a cursor past them would let a
@@ -38,7 +39,8 @@ of that order:
 * nothing was ever lost on the way (``Dispatcher.trusted``): a delivery that failed, or a
   delivery task that died with messages queued, leaves messages below later positions that
   some sockets never got. From then on ``carried`` is not used; the ``floor`` still is (a
-  resume from it replays whatever was lost after it).
+  resume from it replays whatever was lost after it), and so is the last cursor the socket
+  was handed (``Socket.handed``: its frames up to there went out to it, as that cursor said).
 
 A socket that is still indexed has missed nothing the transport reported lost: those are
 closed 1012 (``SocketManager.on_missed``). When no sound ``P`` is known (the transport keeps
@@ -58,24 +60,21 @@ they drop.
 
 from __future__ import annotations
 
+from realtime.positions import Vector
 from realtime.sockets.connection import Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.delivery import Dispatcher
 from realtime.sockets.protocol import cursor_frame
 
 
-def refreshed_position(socket: Socket, dispatcher: Dispatcher) -> int | None:
-    """The position ``socket`` is known to have every frame up to now; ``None`` when none is
-    known soundly (see the module docstring)."""
+def refreshed_position(socket: Socket, dispatcher: Dispatcher) -> Vector | None:
+    """Where ``socket`` is known to have every frame up to now, in each stream it hears;
+    ``None`` when that is not known soundly (see the module docstring)."""
     if not socket.resumable or socket.closed or socket.held is not None:
         return None
     if dispatcher.carrying:
         return None
-    known = [socket.floor]
-    if dispatcher.trusted:
-        known.append(dispatcher.carried)
-    positions = [position for position in known if position is not None]
-    return max(positions) if positions else None
+    return dispatcher.known(socket) or None
 
 
 def cursor_answer(socket: Socket, dispatcher: Dispatcher) -> str | None:
@@ -84,4 +83,5 @@ def cursor_answer(socket: Socket, dispatcher: Dispatcher) -> str | None:
     position = refreshed_position(socket, dispatcher)
     if position is None:
         return None
+    socket.handed = position
     return cursor_frame(cursor_for(socket.user_id, position))

@@ -1,26 +1,35 @@
-"""Resuming sockets: what a socket that opted in missed while away, read from the log.
+"""Resuming sockets: what a socket that opted in missed while away, read from the history.
 
 A socket that opts in (``authenticate.resume``) is registered, subscribed and following its
 scopes before this runs, its live frames held (``Socket.held``). Then, for a cursor that is
 valid (signed for this account, within ``REALTIME_RESUME_WINDOW``) and still covered by the
-log (nothing after it trimmed), the log is read from the cursor's position on the channels the
-socket hears — its scopes' and the base channel — and each message is planned by the
-``Dispatcher`` among the resuming sockets only: today's scopes, subscriptions, ``only`` lists
-and audience checks decide, as if the message were published now. The missed frames go out
-after ``auth_success``, then the held live frames the log read did not already cover.
+history, the history is read after the cursor on the channels the socket hears — its scopes'
+and the base channel — and each message is planned by the ``Dispatcher`` among the resuming
+sockets only: today's scopes, subscriptions, ``only`` lists and audience checks decide, as if
+the message were published now. The missed frames go out after ``auth_success``, then the
+held live frames the read did not already cover.
 
-Publishers serialize on the log, so every message up to the highest position read had
-committed when it was read: a held frame at or below it was read too (if it was this
-socket's), one above it was not. That is the seam: no frame twice, none skipped.
+The history is one global log (table, pg_notify) or a stream per channel (Redis); either way
+a cursor says where the socket was in each stream it heard (``realtime.positions``). It is
+covered when, in every stream it names that the socket still hears, the epoch is the same and
+nothing after its offset was trimmed. A stream the socket hears now that the cursor does not
+name (a scope gained while away) is not read: what it held before the socket came back was
+not the socket's, and what came since reaches it live (held meanwhile).
+
+Within a stream, every message up to the highest position read was there when it was read
+(publishers serialize on the log; a Redis stream appends dense offsets atomically): a held
+frame at or below it was read too (if it was this socket's), one above it was not. That is
+the seam: no frame twice, none skipped.
 
 Sockets that resume together (a worker restart brings back many at once) are answered in one
 batch: one read of the log bounds, one read of the log for the batch's channels, each message
 planned once for all the sockets that missed it. They share reads, never a budget: each socket
 is refused only for its own reasons — its cursor, the log no longer covering it, more than
-``REALTIME_RESUME_MAX_FRAMES`` frames for it, or more than ``SCAN_PER_FRAME`` times that many
-messages of its own scopes to scan. A socket refused drops out of the batch at once, its
-channels with it, and the read moves on from the oldest cursor still resuming: an old cursor
-or a busy scope costs the batch only the pages that socket needed.
+``REALTIME_RESUME_MAX_FRAMES`` frames for it, or more than ``RESUME_SCAN_PER_FRAME`` (in
+``realtime.limits``) times that many messages of its own scopes to scan. A socket refused
+drops out of the batch at once, its channels with it, and the read moves on from the oldest
+cursor still resuming: an old cursor or a busy scope costs the batch only the pages that
+socket needed.
 
 Replay's frames are made on the event loop in slices (``SLICE`` sockets at a time), and the sockets
 of a batch are answered in slices too: live delivery gets a turn of the loop between them,
@@ -34,38 +43,41 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from realtime.blocking import run_blocking
 from realtime.chunks import chunked
 from realtime.conf import conf
+from realtime.limits import RESUME_SCAN_PER_FRAME
 from realtime.messages import base_channel, scope_channel
+from realtime.positions import StreamPos, Vector
 from realtime.sockets.batcher import SLICE
-from realtime.sockets.connection import Socket
-from realtime.sockets.cursors import cursor_for, position_of
-from realtime.sockets.delivery import Dispatcher, read_message, with_cursor
+from realtime.sockets.connection import Held, Socket
+from realtime.sockets.cursors import cursor_for, read_cursor, same_epoch
+from realtime.sockets.delivery import Dispatcher, read_message, streams_heard, with_cursor
+from realtime.sockets.limits import log_own_failure
 from realtime.sockets.protocol import ResumeAsk
-from realtime.transports.base import Transport
+from realtime.transports.base import StreamBounds, Transport
 
 logger = logging.getLogger(__name__)
 
 #: Messages read from the log per query.
 PAGE: Final = 1000
-#: Messages of its scopes a socket's resume reads, at most, per allowed frame: a log busier
-#: than this on its scopes is not scanned to the end (that socket starts afresh instead).
-SCAN_PER_FRAME: Final = 50
 
 
 @dataclass
 class Resumed:
-    """How a socket starts: what ``auth_success`` says, the missed frames, and the position
-    it has every frame up to once they are sent (``None``: unknown; see ``Socket.floor``)."""
+    """How a socket starts: what ``auth_success`` says, the missed frames, and where it has
+    every frame up to once they are sent (``None``: unknown; see ``Socket.floor``)."""
 
     cursor: str
     #: ``None`` when no cursor was given (``resumed`` is then left out of ``auth_success``).
     resumed: bool | None
-    frames: list[dict[str, Any]]
-    floor: int | None
+    frames: list[Held]
+    floor: Vector | None
+    #: The history could not be read to resume the cursor given (the database or Redis
+    #: away): the socket is closed 1012 and comes back with it, rather than told to reload.
+    unreadable: bool = False
 
 
 @dataclass(eq=False)
@@ -73,11 +85,16 @@ class _Request:
     socket: Socket
     ask: ResumeAsk
     future: asyncio.Future[Resumed]
-    after: int | None = None
-    frames: list[dict[str, Any]] = field(default_factory=list)
+    #: Where its cursor says it was, in each stream it names that the socket still hears
+    #: (``None``: not resumable).
+    after: Vector | None = None
+    #: Where the frames replayed so far take it (the cursor of its next replayed frame).
+    at: Vector = field(default_factory=Vector)
+    frames: list[Held] = field(default_factory=list)
     refused: bool = False
-    #: The transport channels it hears (its scopes' and the base channel).
+    #: The transport channels it hears (its scopes' and the base channel), and their streams.
     channels: frozenset[str] = frozenset()
+    streams: frozenset[str] = frozenset()
     #: Messages of its channels it may still have read before it is refused.
     scan_left: int = 0
 
@@ -113,24 +130,26 @@ class Resumer:
 
     async def _answer(self, batch: list[_Request]) -> None:
         transport = self.transport()
+        base = base_channel()
+        for request in batch:
+            scopes = request.socket.scopes
+            request.channels = frozenset([base, *(scope_channel(s) for s in scopes)])
+            request.streams = streams_heard(request.socket, transport)
         try:
-            bounds = await run_blocking(transport.log_bounds)
-        except Exception:
-            logger.warning("realtime: reading the log's bounds failed", exc_info=True)
-            bounds = None
-        if bounds is None:
+            streams = sorted(frozenset().union(*(request.streams for request in batch)))
+            bounds = await run_blocking(transport.stream_bounds, streams)
+        except Exception as exc:
+            _unreadable(batch, None, exc)
+            return
+        if bounds is None:  # no history kept (pg_notify without its log)
             for request in batch:
                 _settle(request, _afresh(request, None))
             return
-        first, last = bounds
+        top = Vector({stream: (b.epoch, b.last) for stream, b in bounds.items()})
         resuming = []
         for request in batch:
-            request.after = _position(request)
-            after = request.after
-            covered = after is not None and (
-                after == last or (after < last and first is not None and first <= after + 1)
-            )
-            if covered:
+            request.after = _covered(request, bounds, transport.stream_of(base))
+            if request.after is not None:
                 resuming.append(request)
             else:
                 if request.ask.cursor is not None:
@@ -139,15 +158,13 @@ class Resumer:
                         "resumable",
                         request.socket.user_id,
                     )
-                _settle(request, _afresh(request, last))
+                _settle(request, _afresh(request, top))
         if not resuming:
             return
         try:
-            high = await self._replay(transport, resuming, last)
-        except Exception:
-            logger.warning("realtime: reading the log to resume sockets failed", exc_info=True)
-            for request in resuming:
-                _settle(request, _afresh(request, last))
+            read = await self._replay(transport, resuming)
+        except Exception as exc:
+            _unreadable(resuming, top, exc)
             return
         for count, request in enumerate(resuming, 1):
             if request.refused:
@@ -155,50 +172,52 @@ class Resumer:
                     "realtime: a socket of account %s starts afresh: it missed too much",
                     request.socket.user_id,
                 )
-                _settle(request, _afresh(request, last))
+                _settle(request, _afresh(request, top))
             else:
-                _settle(request, Resumed(request.ask.cursor, True, request.frames, high))
+                assert request.after is not None
+                floor = top.merged(read).only(request.after)
+                _settle(request, Resumed(request.ask.cursor, True, request.frames, floor))
             if count % SLICE == 0:
                 await asyncio.sleep(0)  # the sockets answered go on before the next are
 
-    async def _replay(self, transport: Transport, resuming: list[_Request], last: int) -> int:
-        """Plan what the log holds after each request's position into its frames (refusing
-        those that would get too many, or scan too much); return the highest position read."""
-        base = base_channel()
+    async def _replay(self, transport: Transport, resuming: list[_Request]) -> Vector:
+        """Plan what the history holds after each request's cursor into its frames (refusing
+        those that would get too many, or scan too much); return how far it was read."""
         for request in resuming:
-            request.channels = frozenset(
-                [base, *(scope_channel(scope_id) for scope_id in request.socket.scopes)]
-            )
-            request.scan_left = conf.RESUME_MAX_FRAMES * SCAN_PER_FRAME
-        high = last
-        read: int | None = None  # how far the log is read, on the channels still needed
+            request.scan_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
+            request.at = request.after or Vector()
+        read = Vector()  # how far each stream is read, on the channels still needed
         active = list(resuming)
         while active:
             # From the oldest cursor still resuming: those refused no longer hold it back.
-            oldest = min(request.after or 0 for request in active)
-            start = oldest if read is None else max(read, oldest)
+            oldest: dict[str, tuple[str, int]] = {}
+            for request in active:
+                for stream, (epoch, offset) in (request.after or Vector()).items():
+                    held = oldest.get(stream)
+                    oldest[stream] = (epoch, offset if held is None else min(held[1], offset))
+            start = Vector(oldest).merged(read.only(oldest))
             channels = sorted(frozenset().union(*(request.channels for request in active)))
-            entries = await run_blocking(transport.read_log, channels, start, PAGE)
+            entries = await run_blocking(transport.read_streams, channels, start, PAGE)
             for channel, payload, position in entries:
                 await self._plan_entry(channel, payload, position, active)
                 active = [request for request in active if not request.refused]
-            read = entries[-1][2] if entries else start
-            high = max(high, read)
+            read = start.merged(Vector.of(position for _, _, position in entries))
             if len(entries) < PAGE:
                 break
-        return high
+        return read
 
     async def _plan_entry(
-        self, channel: str, payload: bytes, position: int, active: list[_Request]
+        self, channel: str, payload: bytes, position: StreamPos, active: list[_Request]
     ) -> None:
-        """Add the frame one message of the log comes to for each request it is missed by;
-        count a scope's message against the scan of each request reading that scope (the
+        """Add the frame one message of the history comes to for each request it is missed
+        by; count a scope's message against the scan of each request reading that scope (the
         base channel is every account's: another account's events are not a socket's own
         reason to start afresh, its own count as frames)."""
         scoped = channel != base_channel()
         among = []
         for request in active:
-            if request.after is None or request.after >= position:
+            after = request.after
+            if after is None or position.stream not in after or after.covers(position):
                 continue
             if channel not in request.channels:
                 continue
@@ -219,7 +238,9 @@ class Resumer:
             for request in part:
                 socket = request.socket
                 if socket in plan.targets:
-                    request.frames.append(with_cursor(plan.frame, socket.user_id, position))
+                    request.at = request.at.advanced(position)
+                    frame = with_cursor(plan.frame, socket.user_id, request.at)
+                    request.frames.append(Held(None, frame, plan.scope_id, plan.channels))
                     if len(request.frames) > most:
                         _refuse(request)
             await asyncio.sleep(0)  # a slice: live delivery goes on between them
@@ -230,16 +251,56 @@ def _refuse(request: _Request) -> None:
     request.frames = []
 
 
-def _position(request: _Request) -> int | None:
-    """The position of the cursor the socket gave, if it is a valid one of its account."""
+def _covered(request: _Request, bounds: dict[str, StreamBounds], base_stream: str) -> Vector | None:
+    """Where the cursor the socket gave says it was, in the streams it names that the socket
+    still hears, when the history still covers it there; ``None`` otherwise (no cursor, not
+    a valid one of its account, another epoch, or something after it trimmed).
+
+    Every cursor handed out names the stream of the base channel, which every socket hears:
+    one that does not was made for another shape of history (a cursor of the Redis transport
+    brought to the table transport, or the other way round). And it must name every stream
+    the socket hears now: where it was in a stream it does not name (a scope gained since,
+    or asked for now) is unknown, and starting that stream anywhere could skip frames."""
     cursor = request.ask.cursor
-    return None if cursor is None else position_of(request.socket.user_id, cursor)
+    if cursor is None:
+        return None
+    said = read_cursor(request.socket.user_id, cursor, request.streams)
+    if said is None or base_stream not in said or not request.streams <= said.keys():
+        return None
+    after = {}
+    for stream, (kept, offset) in said.items():
+        held = bounds.get(stream)
+        if held is None or not same_epoch(held.epoch, kept):
+            return None
+        first, last = held.first, held.last
+        if not (offset == last or (offset < last and first is not None and first <= offset + 1)):
+            return None
+        after[stream] = (held.epoch, offset)
+    return Vector(after)
 
 
-def _afresh(request: _Request, last: int | None) -> Resumed:
-    """Start from now (``last``; ``None``: the log is unknown): nothing is replayed."""
+def _afresh(request: _Request, top: Vector | None) -> Resumed:
+    """Start from now (``top``; ``None``: the history is unknown): nothing is replayed."""
     resumed = None if request.ask.cursor is None else False
-    return Resumed(cursor_for(request.socket.user_id, last), resumed, [], last)
+    floor = None if top is None else top.only(request.streams)
+    return Resumed(cursor_for(request.socket.user_id, floor), resumed, [], floor)
+
+
+def _unreadable(requests: list[_Request], top: Vector | None, error: BaseException) -> None:
+    """The history could not be read for ``requests``: those that gave a cursor are closed
+    1012 to come back with it (a transient outage must not cost them a reload); the others
+    start from now (``top``), as they asked."""
+    log_own_failure(
+        "realtime: reading the history to resume %d socket(s) failed; those with a cursor "
+        "are closed 1012 to resume later",
+        error,
+        len(requests),
+    )
+    for request in requests:
+        if request.ask.cursor is None:
+            _settle(request, _afresh(request, top))
+        else:
+            _settle(request, Resumed("", False, [], None, unreadable=True))  # closed, not said
 
 
 def _settle(request: _Request, answer: Resumed) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from django.db import DatabaseError
 
@@ -22,14 +23,22 @@ logger = logging.getLogger(__name__)
 
 
 def expected(exc: BaseException) -> bool:
-    """Whether ``exc`` is what a lost database or network gives (no traceback needed)."""
+    """Whether ``exc`` is what a lost database, Redis server or network gives (no traceback
+    needed)."""
     if isinstance(exc, DatabaseError | OSError | TimeoutError):
         return True
     try:
         import psycopg
     except ImportError:  # pragma: no cover - psycopg is optional
+        pass
+    else:
+        if isinstance(exc, psycopg.Error):
+            return True
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - redis-py is optional
         return False
-    return isinstance(exc, psycopg.Error)
+    return isinstance(exc, redis.ConnectionError | redis.TimeoutError)
 
 
 class Outage:
@@ -111,3 +120,44 @@ class Outage:
             self.attempts + 1,
         )
         self.since, self.attempts, self.escalated = None, 0, False
+
+
+class WatchedReads:
+    """Reads of a history (the pg_notify log, the Redis streams) retried until they work.
+
+    Each failure goes to an ``Outage`` (its log lines). Reads failing for longer than
+    ``bound`` seconds leave sockets staler than a lost connection would: one ERROR, and the
+    channels still owed are reported to ``missed`` (their sockets are closed 1012), again
+    after each further ``bound`` while the reads still fail. ``bound`` ``None``: never.
+    """
+
+    def __init__(
+        self, what: str, bound: float | None, missed: Callable[[frozenset[str]], None]
+    ) -> None:
+        self.outage = Outage(what, "failed", "works again")
+        self.bound = bound
+        self.missed = missed
+        self._reported_at: float | None = None
+
+    def failed(
+        self, exc: BaseException, retry_in: float, owed: Callable[[], frozenset[str]]
+    ) -> None:
+        """A read failed; ``owed()`` names the channels that wait for it."""
+        self.outage.failed(exc, retry_in)
+        bound, since = self.bound, self.outage.since
+        now = time.monotonic()
+        if bound is None or since is None or now - since < bound:
+            return
+        self.outage.escalate(
+            f"keeps failing for over {bound:.1f} s: the sockets it owes messages are closed 1012",
+            exc,
+        )
+        if self._reported_at is None or now - self._reported_at >= bound:
+            self._reported_at = now
+            channels = owed()
+            if channels:
+                self.missed(channels)
+
+    def worked(self) -> None:
+        self.outage.recovered()
+        self._reported_at = None

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -44,7 +43,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from realtime import metrics
 from realtime.logs import describe
-from realtime.transports.outage import Outage
+from realtime.transports.outage import WatchedReads
 from realtime.transports.table_store import (
     PG_PUBLISH_START,
     PUBLISH_LOCK_KEY,
@@ -146,9 +145,6 @@ class Sequencer:
         self.room = room or (lambda: None)
         #: Notifications waiting (for a row, or behind one) at most; ``None``: no bound.
         self.max_pending = max_pending
-        #: Seconds reads may keep failing before the channels concerned are reported
-        #: ``missed``; ``None``: never reported.
-        self.stall_bound = stall_bound
         self.missed = missed or _ignore
         #: Every channel followed: what a catch-up after a lost connection may owe.
         self.followed = followed or frozenset
@@ -172,14 +168,14 @@ class Sequencer:
         self._reading: asyncio.Task[None] | None = None
         self._catching: asyncio.Task[None] | None = None
         self._why: str | None = None
-        self.reads = Outage("reading the log", "failed", "works again")
+        #: Past ``stall_bound`` seconds of failed reads, the channels concerned are reported
+        #: ``missed`` (``None``: never).
+        self.reads = WatchedReads("reading the log", stall_bound, self.missed)
         #: The first position heard while behind: what comes before it was missed.
         self._first_heard: int | None = None
         self._missed = 0
         #: Channels whose messages the catch-up owes (``None``: every channel followed).
         self._owed: set[str] | None = set()
-        #: When the channels concerned were last reported missed, in the current failure.
-        self._reported_at: float | None = None
 
     def received(self, channel: str, message: bytes | None, position: int) -> None:
         """A notification arrived (in commit order)."""
@@ -256,28 +252,6 @@ class Sequencer:
             self._reading = None
             self._drain()
 
-    def _failed(self, exc: BaseException, concerned: Callable[[], frozenset[str]]) -> None:
-        """A read failed: log it (``outage``); past the bound, one ERROR, and the channels
-        ``concerned`` reported missed (again after each further bound)."""
-        self.reads.failed(exc, RETRY_WAIT)
-        bound, since = self.stall_bound, self.reads.since
-        now = time.monotonic()
-        if bound is None or since is None or now - since < bound:
-            return
-        self.reads.escalate(
-            f"keeps failing for over {bound:.1f} s: the sockets it owes messages are closed 1012",
-            exc,
-        )
-        if self._reported_at is None or now - self._reported_at >= bound:
-            self._reported_at = now
-            channels = concerned()
-            if channels:
-                self.missed(channels)
-
-    def _worked(self) -> None:
-        self.reads.recovered()
-        self._reported_at = None
-
     def _owed_channels(self) -> frozenset[str]:
         return self.followed() if self._owed is None else frozenset(self._owed)
 
@@ -296,10 +270,10 @@ class Sequencer:
             try:
                 entries, covered, complete = await self.read_after(after, room or 1000)
             except Exception as exc:
-                self._failed(exc, self._owed_channels)
+                self.reads.failed(exc, RETRY_WAIT, self._owed_channels)
                 await asyncio.sleep(RETRY_WAIT)
                 continue
-            self._worked()
+            self.reads.worked()
             for channel, message, position in entries:
                 if position > (self.last or 0):
                     self.last = position
@@ -346,12 +320,12 @@ class Sequencer:
         try:
             missing = [position for _, message, position in self._queue if message is None]
             rows = {row.id: row.payload for row in await self.read_rows(missing)}
-            self._worked()
+            self.reads.worked()
             # Fallen behind meanwhile: the catch-up reads them.
             if not self.behind:
                 self._fill(rows)
         except Exception as exc:
-            self._failed(exc, self._queued_channels)
+            self.reads.failed(exc, RETRY_WAIT, self._queued_channels)
             await asyncio.sleep(RETRY_WAIT)
         # Not in a ``finally``: a read cancelled or broken is restarted by ``_ended``.
         self._reading = None

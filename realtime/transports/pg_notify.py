@@ -43,6 +43,7 @@ from realtime.transports.pg_listener import ListenerOptions, PgListener
 from realtime.transports.pg_log import Sequencer, parse, publish_logged
 from realtime.transports.table_store import MessageStore, Row, encode_channel
 from realtime.transports.tally import Tally
+from realtime.transports.tasks import Tasks
 from realtime.transports.trimming import Trimmer
 
 logger = logging.getLogger(__name__)
@@ -172,12 +173,11 @@ class PgNotifyTransport(Transport):
         self._sequencer.on_overflow = self.overflows.add
         self.listener: PgListener | None = None
         self._names: dict[str, str] = {}
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: Tasks | None = None
 
     # Publishing ---------------------------------------------------------------------------
 
-    def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+    def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
         if self.log:
             named = [(_checked(c), payload, pg_channel(c)) for c, payload in messages]
             if not named:
@@ -218,10 +218,9 @@ class PgNotifyTransport(Transport):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._loop is not loop:
+        if self._tasks is None or self._tasks.loop is not loop:
             # First start, or a start on a new loop (a test's): begin from scratch.
-            self._loop = loop
-            self._tasks = {}
+            self._tasks = Tasks(loop, "the pg_notify")
             wanted = self.listener.wanted if self.listener is not None else set()
             self.listener = PgListener(
                 conninfo_of(self.listen_database),
@@ -235,18 +234,10 @@ class PgNotifyTransport(Transport):
         self._ensure_tasks()
 
     def _ensure_tasks(self) -> None:
-        listener, loop = self.listener, self._loop
-        if listener is None or loop is None:
-            return
-        for name, work in (("listener", listener.run), ("supervisor", self._supervise)):
-            task = self._tasks.get(name)
-            if task is None or task.done():
-                if task is not None and not task.cancelled():
-                    error = task.exception()
-                    logger.error(
-                        "realtime: the pg_notify %s stopped; restarting it", name, exc_info=error
-                    )
-                self._tasks[name] = loop.create_task(work())
+        listener, tasks = self.listener, self._tasks
+        if listener is not None and tasks is not None:
+            tasks.ensure("listener", listener.run)
+            tasks.ensure("supervisor", self._supervise)
 
     async def _supervise(self) -> None:
         while True:
@@ -259,14 +250,10 @@ class PgNotifyTransport(Transport):
                 logger.exception("realtime: a pg_notify supervisor round failed")
 
     async def stop(self) -> None:
-        tasks, self._tasks = self._tasks, {}
-        for task in tasks.values():
-            task.cancel()
-        for task in tasks.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        tasks, self._tasks = self._tasks, None
+        if tasks is not None:
+            await tasks.stop(self.options.heartbeat_interval + self.options.heartbeat_timeout)
         self._sequencer.stop()
-        self._loop = None
         self.listener = None
         self._names.clear()
 

@@ -62,7 +62,7 @@ class TableTransport(Transport):
         if self.max_message_bytes < 1:
             raise ImproperlyConfigured("table transport: the payload cap must be >= 1")
 
-    def publish(self, messages: Sequence[tuple[str, bytes]]) -> None:
+    def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
         rows = [(encode_channel(channel), payload) for channel, payload in messages]
         if not rows:
             return

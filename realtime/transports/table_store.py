@@ -78,7 +78,8 @@ class TableStats:
     payload_bytes: int
 
 
-def _as_datetime(value: Any) -> datetime.datetime:
+def as_datetime(value: Any) -> datetime.datetime:
+    """A naive UTC datetime read from a time column (SQLite answers text)."""
     if isinstance(value, str):
         value = datetime.datetime.fromisoformat(value)
     if not isinstance(value, datetime.datetime):
@@ -196,6 +197,32 @@ def _window_sql(vendor: str, hashes: int, driver: bool) -> str:
         f"ELSE 0 END FROM {TABLE} WHERE channel_hash IN ({', '.join([mark] * hashes)}) "
         f"AND id > {mark} ORDER BY id"
     )
+
+
+@contextmanager
+def write_transaction(using: str) -> Iterator[CursorWrapper]:
+    """Open a transaction that locks rows (a trim, a claim of the outbox): ``BEGIN IMMEDIATE``
+    on SQLite, else ``atomic``.
+
+    SQLite has no row locks: taking the write lock up front makes a second such transaction
+    wait for the first to commit (then find other rows) instead of failing to upgrade a read
+    lock halfway through.
+    """
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            yield cursor
+        return
+    if not transaction.get_autocommit(using):
+        raise RuntimeError("a SQLite write transaction needs a connection outside any transaction")
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            yield cursor
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
 
 
 class MessageStore:
@@ -446,7 +473,7 @@ class MessageStore:
             cursor.execute(expired, [retention])
             if cursor.fetchone() is None:
                 return []
-        with self._trim_transaction() as cursor:
+        with write_transaction(self.using) as cursor:
             lock = "" if connection.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
             cursor.execute(
                 f"SELECT id FROM {TABLE} WHERE created_at < {cutoff} ORDER BY id LIMIT %s{lock}",
@@ -463,30 +490,6 @@ class MessageStore:
                 cursor.execute(f"DELETE FROM {TABLE} WHERE id IN ({placeholders})", ids)
         return ids
 
-    @contextmanager
-    def _trim_transaction(self) -> Iterator[CursorWrapper]:
-        """Open the transaction a trim runs in: ``BEGIN IMMEDIATE`` on SQLite, else ``atomic``.
-
-        SQLite has no row locks: taking the write lock up front makes a second trimmer wait
-        for the first to commit (then find other rows) instead of failing to upgrade a read
-        lock halfway through.
-        """
-        connection = self.connection
-        if connection.vendor != "sqlite":
-            with transaction.atomic(using=self.using), connection.cursor() as cursor:
-                yield cursor
-            return
-        if not transaction.get_autocommit(self.using):
-            raise RuntimeError("a SQLite trim needs a connection outside any transaction")
-        with connection.cursor() as cursor:
-            cursor.execute("BEGIN IMMEDIATE")
-            try:
-                yield cursor
-            except BaseException:
-                cursor.execute("ROLLBACK")
-                raise
-            cursor.execute("COMMIT")
-
     def stats(self) -> TableStats:
         """Count rows, distinct channels and payload bytes, and find the oldest row."""
         with self.connection.cursor() as cursor:
@@ -499,6 +502,6 @@ class MessageStore:
         return TableStats(
             rows=int(rows),
             channels=int(channels),
-            oldest=None if oldest is None else _as_datetime(oldest),
+            oldest=None if oldest is None else as_datetime(oldest),
             payload_bytes=int(payload_bytes),
         )
