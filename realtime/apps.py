@@ -48,7 +48,15 @@ class RealtimeConfig(AppConfig):
 
         from realtime import checks  # noqa: F401 - registers the system checks
         from realtime.registry import options_for
-        from realtime.writes import access, cascades, memberships, querysets, rechecks, unlinked
+        from realtime.writes import (
+            access,
+            cascades,
+            memberships,
+            querysets,
+            rechecks,
+            relay,
+            unlinked,
+        )
 
         for model in apps.get_models():
             # Django rebuilt the managers it copies for each model once all were loaded.
@@ -61,6 +69,7 @@ class RealtimeConfig(AppConfig):
         for model in memberships.membership_models():
             querysets.extend(model)  # their bulk writes change memberships
         rechecks.connect()
+        relay.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")
         # daphne runs no lifespan events: a worker's start, for it, is when its apps are ready.
         from realtime.sockets.link import check_starting_server

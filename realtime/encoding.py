@@ -13,12 +13,14 @@ import contextlib
 import datetime
 import decimal
 import json
+import math
 import uuid
 from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 from django.core.exceptions import ValidationError
 from django.db.models import Model
+from django.utils.functional import Promise
 
 #: Types JSON holds as they are; looked up by exact type first (ids are read in every batch).
 _AS_IS = frozenset({str, int, float, bool, list, dict, type(None)})
@@ -41,6 +43,36 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, tuple):  # a composite primary key: its values, in the key's order
         return [jsonable(part) for part in value]
     return str(value)
+
+
+def strict_jsonable(value: Any, where: str = "") -> Any:
+    """``jsonable`` for a structure application code hands over (a model's ``payload=``):
+    lists, tuples and dicts walked, each value in the form ``jsonable`` gives it; a value
+    with no JSON form (an object, a set, a key that is not text, a float JSON cannot write)
+    raises ``TypeError`` naming where it is, instead of being sent as its text."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{where or 'the value'}: {value!r} has no JSON form")
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where or 'a dict'} has a key that is not text: {key!r}")
+            out[key] = strict_jsonable(item, f"{where}.{key}" if where else key)
+        return out
+    if isinstance(value, list | tuple):
+        return [strict_jsonable(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, _JSONABLE):
+        return jsonable(value)
+    raise TypeError(f"{where or 'the value'}: a {type(value).__name__} has no JSON form")
+
+
+#: Values ``jsonable`` gives a JSON form of their own, and lazy text (all else it writes as
+#: text, which ``strict_jsonable`` refuses).
+_JSONABLE = (datetime.date, datetime.time, decimal.Decimal, uuid.UUID, bytes, memoryview, Promise)
 
 
 def record_channel(name: str, pk: Any) -> str:

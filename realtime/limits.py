@@ -15,3 +15,15 @@ MAX_ORIGIN_LENGTH: Final = 64
 ORIGIN_HEADER: Final = "X-Origin-Id"
 #: Seconds of the fixed window client frames are counted in.
 FRAME_WINDOW: Final = 10.0
+#: Messages of its scopes a socket's resume reads, at most, per allowed frame (the scan
+#: budget): a history busier than this on its scopes is not scanned to the end (that socket
+#: starts afresh instead). The Redis transport's streams keep ``REALTIME_RESUME_MAX_FRAMES``
+#: times this many.
+RESUME_SCAN_PER_FRAME: Final = 50
+#: Rows of the outbox one sweep reads to find the transactions whose writers did not relay
+#: them (the oldest first).
+OUTBOX_ROWS_PER_SWEEP: Final = 1000
+#: Transactions one sweep relays at most (each with all its rows).
+OUTBOX_TXNS_PER_SWEEP: Final = 100
+#: Seconds a sweeper holds the rows it relays; past it another may relay them.
+OUTBOX_LEASE: Final = 60.0

@@ -9,6 +9,9 @@ the machine is loaded.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import os
 import subprocess
 import sys
@@ -20,6 +23,9 @@ import pytest
 from realtime.transports.table import TableTransport
 from tests.helpers import Inbox
 from tests.proxy import Proxy
+from tests.redis_cluster import RedisCluster
+from tests.redis_cluster import available as cluster_available
+from tests.redis_server import RedisServer, missing, transports
 
 #: Runs of each ``stall`` test.
 SLOW_REPEAT = int(os.environ.get("REALTIME_SLOW_REPEAT") or 1)
@@ -27,12 +33,35 @@ SLOW_REPEAT = int(os.environ.get("REALTIME_SLOW_REPEAT") or 1)
 CPU_LOAD = int(os.environ.get("REALTIME_CPU_LOAD") or 0)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``server`` each test served by real daphne or uvicorn workers (it needs the
-    ``live_servers`` fixture), so that a run can leave them out with ``-m "not server"``."""
+    ``live_servers`` fixture), so that a run can leave them out with ``-m "not server"``;
+    bound the body of each coroutine test (see ``bounded``)."""
+    default = float(config.getini("timeout") or 0)
     for item in items:
         if "live_servers" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
+        function = getattr(item, "obj", None)
+        marked = item.get_closest_marker("timeout")
+        limit = float(marked.args[0]) if marked is not None and marked.args else default
+        if limit > BODY_MARGIN and inspect.iscoroutinefunction(function):
+            item.obj = bounded(function, limit - BODY_MARGIN)  # type: ignore[attr-defined]
+
+
+#: Seconds before pytest-timeout's limit at which a coroutine test's body is cancelled.
+BODY_MARGIN = 15.0
+
+
+def bounded(test: Callable[..., Any], seconds: float) -> Callable[..., Any]:
+    """``test`` cancelled after ``seconds``: the failure's traceback then goes through the
+    await that never returned (pytest-timeout, later, shows only the event loop's wait)."""
+
+    @functools.wraps(test)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        async with asyncio.timeout(seconds):
+            return await test(*args, **kwargs)
+
+    return run
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -145,18 +174,31 @@ def _release_transports(django_db_setup: None) -> Any:
     close_connections()
 
 
-@pytest.fixture(params=["table", "pg_notify"])
+#: The transports ``each_transport`` runs a test on: all of them, or those
+#: ``REALTIME_TEST_TRANSPORTS`` names (comma-separated; CI runs Redis in a cell of its own).
+TRANSPORTS = [
+    name
+    for name in ["table", "pg_notify", "redis"]
+    if name in os.environ.get("REALTIME_TEST_TRANSPORTS", "table,pg_notify,redis").split(",")
+]
+
+
+@pytest.fixture(params=TRANSPORTS)
 def each_transport(request: pytest.FixtureRequest, live_servers: Any, settings: Any) -> Any:
     """Run a test once per transport: in this process and in the daphne servers it starts.
 
-    pg_notify needs PostgreSQL; elsewhere its run is skipped.
+    pg_notify needs PostgreSQL, and redis a ``redis-server``; elsewhere their runs are skipped.
     """
     from django.db import connection
 
     if request.param == "pg_notify" and connection.vendor != "postgresql":
         pytest.skip("pg_notify needs PostgreSQL")
-    settings.REALTIME_TRANSPORT = request.param
-    live_servers.defaults = {"REALTIME_TRANSPORT": request.param}
+    chosen = {"REALTIME_TRANSPORT": request.param}
+    if request.param == "redis":
+        chosen["REALTIME_REDIS_URL"] = request.getfixturevalue("sockets_redis").url
+    for name, value in chosen.items():
+        setattr(settings, name, value)
+    live_servers.defaults = chosen
     yield request.param
     live_servers.defaults = {}
 
@@ -171,6 +213,75 @@ async def proxy() -> AsyncIterator[Proxy]:
     await relay.open()
     yield relay
     await relay.close()
+
+
+@pytest.fixture(scope="session")
+def _redis_process() -> Iterator[RedisServer]:
+    """This run's ``redis-server``, started on first use (see ``tests.redis_server``)."""
+    reason = missing()
+    if reason is not None:
+        pytest.skip(reason)
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def sockets_redis() -> Iterator[RedisServer]:
+    """The ``redis-server`` of the tests over sockets (``each_transport``): one of its own,
+    never flushed nor restarted, since the run's daphne servers outlive each test and keep
+    following its streams (a flush would change their epochs: every socket closed 1012)."""
+    reason = missing()
+    if reason is not None:
+        pytest.skip(reason)
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_server(_redis_process: RedisServer) -> RedisServer:
+    """The run's ``redis-server``, running (a test may have stopped it) and flushed."""
+    _redis_process.start()
+    _redis_process.flush()
+    return _redis_process
+
+
+@pytest.fixture(scope="session")
+def _redis_cluster_process() -> Iterator[RedisCluster]:
+    """This run's Redis Cluster (three primaries, a replica each), started on first use (see
+    ``tests.redis_cluster``)."""
+    reason = missing() or (None if cluster_available() else "redis-cli is not installed")
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = RedisCluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(_redis_cluster_process: RedisCluster) -> Iterator[RedisCluster]:
+    """The run's Redis Cluster, every node running and every slot served, flushed; nodes a
+    test killed are started again afterwards."""
+    cluster = _redis_cluster_process
+    cluster.wait_ok()
+    cluster.flush()
+    yield cluster
+    stopped = [node for node in cluster.nodes if node.process is None]
+    for node in stopped:
+        cluster.launch(node)
+    if stopped:
+        cluster.wait_ok()
+
+
+@pytest.fixture
+async def make_redis_transport(redis_server: RedisServer) -> AsyncIterator[Callable[..., Any]]:
+    """Build Redis transports on the test server with fast test timings; stop and close
+    them afterwards."""
+    async with transports(redis_server.url) as make:
+        yield make
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import pytest
 from django.db import connection, connections
 
+from realtime.positions import StreamPos
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,14 +30,24 @@ class Inbox:
 
     def __init__(self) -> None:
         self.messages: list[tuple[str, bytes]] = []
-        #: The position of each message heard, in the same order (``None`` without a log).
-        self.positions: list[int | None] = []
+        #: The position of each message heard, in the same order (``None`` without a history).
+        self.places: list[StreamPos | None] = []
         self._arrived = asyncio.Event()
 
-    def __call__(self, channel: str, payload: bytes, position: int | None = None) -> None:
+    def __call__(self, channel: str, payload: bytes, position: StreamPos | None = None) -> None:
         self.messages.append((channel, payload))
-        self.positions.append(position)
+        self.places.append(position)
         self._arrived.set()
+
+    @property
+    def positions(self) -> list[int | None]:
+        """The offset of each message heard (a global log's: its id)."""
+        return [None if place is None else place.seq for place in self.places]
+
+    def heard_at(self) -> list[StreamPos]:
+        """The position of each message heard, from a transport that keeps a history."""
+        assert None not in self.places, self.places
+        return [place for place in self.places if place is not None]
 
     def payloads(self, channel: str | None = None) -> list[bytes]:
         return [p for c, p in self.messages if channel is None or c == channel]
@@ -59,7 +71,7 @@ class SmallQueue:
         self.heard: list[bytes] = []
         self.overflowed = 0
 
-    def __call__(self, channel: str, payload: bytes, position: int | None = None) -> None:
+    def __call__(self, channel: str, payload: bytes, position: StreamPos | None = None) -> None:
         if len(self.queued) >= self.size:
             self.overflowed += 1
             return
@@ -146,11 +158,18 @@ def subprocess_env() -> dict[str, str]:
 
 
 def start_worker(*args: str) -> subprocess.Popen[str]:
-    """Start ``python -m tests.worker ARGS`` on the test database, with pipes to talk to it."""
+    """Start ``python -m tests.worker ARGS`` on the test database, with pipes to talk to it
+    (publishing on Redis when this test does: the others share the table's log)."""
+    from realtime.conf import conf
+
+    env = subprocess_env()
+    if conf.TRANSPORT == "redis":
+        chosen = {"REALTIME_TRANSPORT": "redis", "REALTIME_REDIS_URL": conf.REDIS_URL}
+        env["REALTIME_TEST_SETTINGS"] = json.dumps(chosen)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.worker", *args],
         cwd=ROOT,
-        env=subprocess_env(),
+        env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -185,3 +204,12 @@ def forget_messages() -> None:
     """Empty ``firm_channel_messages`` (a test's own setup announces too)."""
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM firm_channel_messages")
+
+
+def running_task(transport: Any, name: str) -> asyncio.Task[None]:
+    """The task ``name`` (``"listener"``, ``"supervisor"``) a started transport runs."""
+    tasks = transport._tasks
+    assert tasks is not None, "the transport is not started"
+    task = tasks.get(name)
+    assert task is not None, f"the transport runs no {name} task"
+    return task  # type: ignore[no-any-return]

@@ -319,3 +319,28 @@ class Clients:
     async def close_all(self) -> None:
         for client in self.opened:
             await client.close()
+
+
+# The manager's state ------------------------------------------------------------------------
+
+
+def sockets_of(state: dict[str, Any], user_id: Any) -> list[dict[str, Any]]:
+    return [socket for socket in state["sockets"] if socket["user_id"] == user_id]
+
+
+async def wait_for_socket(server: Server, user_id: Any, **expected: Any) -> dict[str, Any]:
+    """Wait until the account holds exactly one socket on ``server`` whose fields (``scopes``,
+    ``slugs``, ``channels``) equal ``expected``; return that socket."""
+
+    def matches(state: dict[str, Any]) -> bool:
+        mine = sockets_of(state, user_id)
+        return len(mine) == 1 and all(mine[0][key] == value for key, value in expected.items())
+
+    try:
+        state = await server.wait_for_state(matches)
+    except TimeoutError:
+        last = sockets_of(await asyncio.to_thread(server.state), user_id)
+        raise AssertionError(
+            f"expected one socket with {expected}; the server holds {last}"
+        ) from None
+    return sockets_of(state, user_id)[0]

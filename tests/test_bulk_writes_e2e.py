@@ -156,9 +156,7 @@ async def test_an_account_changed_in_bulk_hears_its_row_leave(
     bob, bob_token = await off_loop(member, "bob")
     clients = {}
     for user, token in ((ann, ann_token), (bob, bob_token)):
-        client = await ws.authenticated(live_servers.get(), token)
-        await client.send("subscribe", {"channels": ["notification"]})
-        clients[user] = client
+        clients[user] = await ws.authenticated(live_servers.get(), token, channels=["notification"])
     note = await off_loop(Notification.objects.create, user=ann, text="hi")
     await heard(clients[ann], ann)
 

@@ -54,7 +54,10 @@ networked = only_on("postgresql", "mysql")
 
 @pytest.fixture(autouse=True)
 def unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each use's self-test runs again in the test (the verdicts from before come back after)."""
+    """Each use's self-test runs again in the test (the verdicts from before come back after).
+
+    A test reads the verdict of its own use only: realtime's threads left running by earlier
+    tests (pollers, trims) may check other uses meanwhile."""
     monkeypatch.setattr(django_compat, "_verdicts", {})
 
 
@@ -126,7 +129,7 @@ def test_plain_instances_tells_a_queryset_that_builds_instances_its_own_way(
     assert not plain_instances(User.objects.extra(select={"realtime_banned": "0"}))
     assert not plain_instances(User.objects.values("pk"))
     assert not plain_instances(User.objects.values_list("pk"))
-    assert django_compat._verdicts == {django_compat.QUERYSETS: True}
+    assert django_compat._verdicts[django_compat.QUERYSETS] is True
     assert not errors(caplog)
 
 
@@ -142,7 +145,7 @@ def test_has_receivers_sees_receivers_of_the_sender_and_of_every_sender() -> Non
         finally:
             post_init.disconnect(tidy, sender=sender)
         assert not has_receivers(post_init, User)
-    assert django_compat._verdicts == {django_compat.RECEIVERS: True}
+    assert django_compat._verdicts[django_compat.RECEIVERS] is True
 
 
 def test_live_receivers_are_the_sender_s_and_every_sender_s_sync_apart_from_async() -> None:
@@ -158,7 +161,7 @@ def test_live_receivers_are_the_sender_s_and_every_sender_s_sync_apart_from_asyn
     signal.connect(everyone_s, weak=False)
     assert live_receivers(signal, User) == ([mine], [everyone_s])
     assert live_receivers(signal, Workspace) == ([], [everyone_s])
-    assert django_compat._verdicts == {django_compat.LIVE_RECEIVERS: True}
+    assert django_compat._verdicts[django_compat.LIVE_RECEIVERS] is True
 
 
 async def test_signals_whose_receivers_cannot_be_told_are_sent_robustly_and_said_once(

@@ -98,8 +98,7 @@ async def test_a_reader_of_the_record_channel_hears_its_writes(
     user = await off_loop(get_user_model().objects.create_user, username="ann")
     await off_loop(Membership.objects.create, workspace=acme, user=user)
     token = await off_loop(issue_token, user)
-    client = await ws.authenticated(live_servers.get(), token, scope="acme")
-    await client.send("subscribe", {"channels": ["line:12,3"]})
+    client = await ws.authenticated(live_servers.get(), token, scope="acme", channels=["line:12,3"])
 
     await off_loop(Line.objects.create, workspace=acme, order_no=12, position=3)
     await off_loop(Line.objects.create, workspace=acme, order_no=12, position=4)

@@ -53,6 +53,7 @@ DOCUMENTED: dict[str, Any] = {
     "RESUME_WINDOW": 300.0,
     "RESUME_MAX_FRAMES": 1000,
     "PG_NOTIFY_LOG": True,
+    "REDIS_URL": None,
     "ALLOWED_ORIGINS": [],
     "MAX_UNAUTHENTICATED_PER_ADDRESS": None,
 }

@@ -247,9 +247,9 @@ async def test_over_sockets_a_participant_added_hears_the_room_and_one_removed_h
     clients = {}
     for user in (ann, bob):
         token = await off_loop(issue_token, user)
-        client = await ws.authenticated(live_servers.get(), token)
-        await client.send("subscribe", {"channels": ["room", "chat_line"]})
-        clients[user] = client
+        clients[user] = await ws.authenticated(
+            live_servers.get(), token, channels=["room", "chat_line"]
+        )
     room = await off_loop(Room.objects.create, name="r")
     await off_loop(room.participants.add, ann)
 

@@ -2,8 +2,9 @@
 library: a name below, found anywhere else in the package, fails this test.
 
 The names are the internals realtime once leaned on (Django's transaction state and signing
-format, daphne's, Twisted's and autobahn's connection, Channels' session wrapper). A new use
-of another library's internals belongs in its compat module, checked there by a self-test.
+format, daphne's, Twisted's and autobahn's connection, Channels' session wrapper, routers and
+validator). A new use of another library's internals belongs in its compat module, checked
+there by a self-test.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ INTERNALS = {
     "handle_reply",
     # Channels
     "real_send",
+    "application_mapping",
+    "routes",
+    "consumer_class",
+    "allowed_origins",
 }
 
 

@@ -3,6 +3,8 @@
 Commands
     publish CHANNEL PAYLOAD [COUNT]  publish through the table transport, print "published"
     publish-pg CHANNEL PAYLOAD [COUNT]  the same through the pg_notify transport
+    publish-redis URL CHANNEL PAYLOAD   publish through the Redis transport on the server at
+                                     URL, print "published"
     hold-insert CHANNEL PAYLOAD      insert in an open transaction, as another process
                                      sharing the table would (a firm-channel publisher: plain
                                      SQL, none of realtime's publish lock), print
@@ -22,6 +24,13 @@ Commands
                                      release when a line arrives on stdin
     trim BATCH                       wait for a line on stdin, trim until nothing expired is
                                      left, print the deleted ids as JSON
+    durable-write WORKSPACE_ID NAME  create a Company in an atomic block (with the transport
+                                     of ``REALTIME_TEST_SETTINGS``: a durable one that dies
+                                     when asked to publish ends the process right after the
+                                     commit)
+    relay                            print "ready", wait for a line on stdin, sweep the
+                                     outbox (no grace) until it is empty, print the number
+                                     of rows this process relayed
 """
 
 from __future__ import annotations
@@ -52,6 +61,14 @@ def main(argv: list[str]) -> None:
         for index in range(int(count[0]) if count else 1):
             suffix = f"-{index}" if count else ""
             transport.publish([(channel, f"{payload}{suffix}".encode())])
+        print("published", flush=True)
+    elif command == "publish-redis":
+        from realtime.transports.redis import RedisTransport
+
+        url, channel, payload = args
+        redis_transport = RedisTransport(url=url)
+        redis_transport.publish([(channel, payload.encode())])
+        redis_transport.close()
         print("published", flush=True)
     elif command == "hold-insert":
         channel, payload = args
@@ -123,6 +140,24 @@ def main(argv: list[str]) -> None:
             if len(ids) < int(batch):
                 break
         print(json.dumps(deleted), flush=True)
+    elif command == "durable-write":
+        from tests.testapp.models import Company
+
+        workspace_id, name = args
+        with transaction.atomic():
+            Company.objects.create(workspace_id=int(workspace_id), name=name)
+        print("committed", flush=True)
+    elif command == "relay":
+        from realtime.writes import outbox_store
+        from realtime.writes.relay import Sweeper
+
+        sweeper = Sweeper(grace=0.0)
+        print("ready", flush=True)
+        sys.stdin.readline()
+        relayed = 0
+        while outbox_store.backlog("default").rows:
+            relayed += sweeper.sweep_database("default")
+        print(relayed, flush=True)
     else:
         raise SystemExit(f"unknown command {command!r}")
 

@@ -77,8 +77,7 @@ def _on_links_changed(
         after = _readers_of_roots(sender, instance, pk_set)
         return _root_events(sender, before, after)
 
-    for event in failsafe(label, using, True, changes) or []:
-        outbox.add(event, using)
+    outbox.add_all(failsafe(label, using, True, changes) or [], using)
 
 
 # Who hears a row enter or leave --------------------------------------------------------------
@@ -96,10 +95,10 @@ def row_events(
     action = "created" if entered else "deleted"
     events: list[Event] = []
     for row in found[:limit]:
-        event = read_event(options, row, action, scopeless=True)
+        event = read_event(options, row, action, scopeless=True, with_payload=entered)
         if event is None:
             continue
-        if not entered:
+        if not entered:  # a leaver may no longer read the row: its identity alone
             event.data = {"model": options.name, "id": event.data["id"]}
         event.accounts = accounts
         events.append(event)

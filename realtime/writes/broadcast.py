@@ -12,30 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, models
 
-from realtime.auth import account_ids, scope_key
-from realtime.encoding import key_of
-from realtime.registry import options_named, wire_name
+from realtime.auth import account_ids
+from realtime.registry import wire_name
 from realtime.writes import outbox, rechecks
-from realtime.writes.payload import scope_messages, users_messages
+from realtime.writes.items import ScopeBroadcast, UsersBroadcast
 
 logger = logging.getLogger(__name__)
 
 _tasks: set[asyncio.Task[None]] = set()
-
-
-@dataclass
-class Broadcast:
-    """Messages built after commit from a broadcast call's arguments."""
-
-    build: Callable[[int | None], list[tuple[str, bytes]]]
-
-    def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
-        return self.build(budget)
 
 
 def _submit(work: Callable[[], None]) -> None:
@@ -65,13 +53,11 @@ def _logged(work: Callable[[], None]) -> None:
         close_old_connections()
 
 
-def _about(about: tuple[type[models.Model] | str, Any] | None) -> dict[str, Any] | None:
+def _about(about: tuple[type[models.Model] | str, Any] | None) -> tuple[str, Any] | None:
     if about is None:
         return None
     model, pk = about
-    name = model if isinstance(model, str) else wire_name(model)
-    options = options_named(name)
-    return {"model": name, "id": pk if options is None else key_of(options.model, pk)}
+    return (model if isinstance(model, str) else wire_name(model), pk)
 
 
 def broadcast_to_scope(
@@ -91,23 +77,17 @@ def broadcast_to_scope(
     only = None if audience is None else list(audience)
     if only == []:
         return
-    channel_list = None if channels is None else list(channels)
-    excluded = list(exclude_user_ids or ())
-
-    def build(budget: int | None) -> list[tuple[str, bytes]]:
-        return scope_messages(
-            scope_key(scope_id),
-            event_type,
-            data,
-            channels=channel_list,
-            meta=dict(meta or {}),
-            exclude=account_ids(excluded),
-            about=_about(about),
-            only=None if only is None else account_ids(only),
-            budget=budget,
-        )
-
-    _submit(lambda: outbox.add(Broadcast(build), using))
+    item = ScopeBroadcast(
+        scope_id,
+        event_type,
+        data,
+        channels=None if channels is None else list(channels),
+        meta=dict(meta or {}),
+        exclude=list(exclude_user_ids or ()),
+        about=_about(about),
+        only=only,
+    )
+    _submit(lambda: outbox.add(item, using))
 
 
 def broadcast_to_users(
@@ -125,20 +105,15 @@ def broadcast_to_users(
     ids = list(user_ids)
     if not ids:
         return
-    channel_list = None if channels is None else list(channels)
-
-    def build(budget: int | None) -> list[tuple[str, bytes]]:
-        return users_messages(
-            account_ids(ids),
-            event_type,
-            data,
-            channels=channel_list,
-            meta=dict(meta or {}),
-            skip_scope=None if skip_scope is None else scope_key(skip_scope),
-            budget=budget,
-        )
-
-    _submit(lambda: outbox.add(Broadcast(build), using))
+    item = UsersBroadcast(
+        ids,
+        event_type,
+        data,
+        channels=None if channels is None else list(channels),
+        meta=dict(meta or {}),
+        skip_scope=skip_scope,
+    )
+    _submit(lambda: outbox.add(item, using))
 
 
 def broadcast_to_user(

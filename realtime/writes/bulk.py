@@ -104,8 +104,10 @@ def created(
         if action == "updated":
             meta = queryset.model._meta
             changed = sorted({meta.get_field(name).name for name in kwargs["update_fields"]})
-        for obj in exact[: conf.BULK_LIMIT]:
-            _add(prepare_write(options, obj, action, changed, db), db)
+        _add_all(
+            (prepare_write(options, obj, action, changed, db) for obj in exact[: conf.BULK_LIMIT]),
+            db,
+        )
         told = {id(obj) for obj in exact}
         rest = [*exact[conf.BULK_LIMIT :], *(obj for obj in objs if id(obj) not in told)]
         _fold(options, action, [_audience_of(options, obj) for obj in rest], db)
@@ -197,6 +199,7 @@ class _Matched:
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
             rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
             to_many = to_many_of_rows(options, self.model, chunk, db)
+            events = []
             for instance in rows:
                 before = self.befores.get(instance.pk)
                 event = prepare_write(
@@ -210,7 +213,8 @@ class _Matched:
                 )
                 if event is not None:
                     event.before = before
-                _add(event, db)
+                events.append(event)
+            _add_all(events, db)
         rest = self.rows[conf.BULK_LIMIT :]
         audiences = [audience for _, audience in rest]
         if rest and moving:
@@ -353,6 +357,7 @@ def _announce_changes(
     audiences = []
     announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
     to_many = to_many_of_rows(options, options.model, announced, db)
+    events = []
     for index, (obj, names, before) in enumerate(changes):
         snapshots.saved(obj, snapshots.written_attnames(obj, fields), db)
         if index >= conf.BULK_LIMIT:
@@ -369,7 +374,8 @@ def _announce_changes(
         )
         if event is not None:
             event.before = before
-        _add(event, db)
+        events.append(event)
+    _add_all(events, db)
     _fold(options, "updated", audiences, db)
 
 
@@ -403,12 +409,12 @@ def _fold(options: ModelOptions, action: str, audiences: Iterable[Any], db: str)
                 folded=True,
                 accounts=sorted_ids(accounts),
             )
-            _add(event, db)
+            outbox.add(event, db)
         return
-    for scope in sorted_ids(scope for scope in audiences if scope is not None):
-        _add(folded_event(options, scope, action), db)
+    scopes = sorted_ids(scope for scope in audiences if scope is not None)
+    _add_all((folded_event(options, scope, action) for scope in scopes), db)
 
 
-def _add(event: Event | None, db: str) -> None:
-    if event is not None:
-        outbox.add(event, db)
+def _add_all(events: Iterable[Event | None], db: str) -> None:
+    """Hand the events to the outbox together (durable: one statement), in order."""
+    outbox.add_all([event for event in events if event is not None], db)

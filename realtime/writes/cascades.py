@@ -113,8 +113,7 @@ def _on_parent_pre_delete(
 def _on_parent_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    for event in instance.__dict__.pop(PENDING_CASCADE, []):
-        outbox.add(event, using)
+    outbox.add_all(instance.__dict__.pop(PENDING_CASCADE, []), using)
 
 
 def _children_events(parent: type[models.Model], instance: models.Model) -> list[Event]:

@@ -2,9 +2,10 @@
 
 Everything an announcement needs is read here, from the instance and the values written:
 ``data`` (declared fields, foreign keys as ids, nothing lazy-loaded: a column the instance does
-not hold is ``None``), the channels (the model's own, one per relation), the scope or the
-accounts, ``changed`` and ``origin``. What may cost a query — to-many relation channels, a
-multi-hop account path — costs at most one each.
+not hold is ``None``; then the keys of the model's ``payload=``, ``writes.payload_hook``), the
+channels (the model's own, one per relation), the scope or the accounts, ``changed`` and
+``origin``. What may cost a query — to-many relation channels, a multi-hop account path —
+costs at most one each (a ``payload=`` that queries: its own cost).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from realtime.encoding import jsonable, record_channel, row_key
 from realtime.middleware import current_origin
 from realtime.paths import split_path, values_on_path
 from realtime.registry import ModelOptions, generic_fk, wire_name
+from realtime.writes.payload_hook import add_payload
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,9 @@ class Event:
     #: The row entered or left the view of ``accounts`` without a write of its own (a path's
     #: or a shared root's links changed): an account event to them alone, never coalesced.
     accounts: list[Any] | None = None
+    #: A create or update whose ``payload=`` failed: ``data`` lacks its keys, so it goes only
+    #: to the readers an update takes the row from, whose frame carries its identity alone.
+    leaves_only: bool = False
 
     @property
     def event_type(self) -> str:
@@ -101,10 +106,18 @@ def read_event(
     *,
     scopeless: bool = False,
     to_many: dict[str, list[Any]] | None = None,
+    using: str | None = None,
+    with_payload: bool = True,
 ) -> Event | None:
     """Prepare the event of one write; ``None`` when the row announces nothing (no scope,
     unless ``scopeless``: an update that took the row out of every scope still tells the
-    readers it left)."""
+    readers it left). ``with_payload=False``: without the keys of ``payload=`` (a leave frame,
+    which carries the identity alone).
+
+    When ``payload=`` fails the write still removes what it removes: a delete is announced
+    with its declared fields alone, and a create or update is ``leaves_only``, heard only by
+    the readers it takes the row from. Nobody is sent a record without the payload's keys as
+    if it were whole."""
     values = instance.__dict__
     pk = instance.pk
     scope_id = None
@@ -118,6 +131,7 @@ def read_event(
     data: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
     for wire, attname in options.field_attnames.items():
         data[wire] = jsonable(values.get(attname))
+    failed = with_payload and not add_payload(options, instance, action, data, using)
     event = Event(
         options=options,
         action=action,
@@ -132,6 +146,7 @@ def read_event(
         user_ids=user_ids,
         changed=changed,
         origin=current_origin(),
+        leaves_only=failed and action != "deleted",
     )
     if options.shared_via is not None:
         event.extra["root_pk"] = _column_of_path(instance, options.shared_via)

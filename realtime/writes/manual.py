@@ -93,5 +93,4 @@ def deleting(
                 if event is not None:
                     events.append(event)
         yield instances
-        for event in events:
-            outbox.add(event, using)
+        outbox.add_all(events, using)

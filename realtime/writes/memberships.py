@@ -312,8 +312,7 @@ def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> Non
         for owner in sorted(by_owner, key=id_order):
             rows = _records_of(watch, owner)
             events += row_events(watch.options, rows, sorted_ids(by_owner[owner]), entering)
-    for event in events:
-        outbox.add(event, db)
+    outbox.add_all(events, db)
 
 
 def _records_of(watch: Watch, owner: Any) -> models.QuerySet[Any, Any]:

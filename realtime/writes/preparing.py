@@ -56,7 +56,13 @@ def prepare_write(
         using,
         queries,
         lambda: read_event(
-            options, instance, action, changed, scopeless=scopeless, to_many=to_many
+            options,
+            instance,
+            action,
+            changed,
+            scopeless=scopeless,
+            to_many=to_many,
+            using=using,
         ),
     )
 
@@ -67,7 +73,7 @@ def prepare_delete(options: ModelOptions, instance: models.Model, using: str) ->
         f"{options.name}:{instance.pk}",
         using,
         delete_queries(options),
-        lambda: delete_event(options, instance),
+        lambda: delete_event(options, instance, using),
     )
 
 
@@ -81,9 +87,11 @@ def delete_queries(options: ModelOptions) -> bool:
     return options.delete_queries or overridden
 
 
-def delete_event(options: ModelOptions, instance: models.Model) -> Event | None:
+def delete_event(
+    options: ModelOptions, instance: models.Model, using: str | None = None
+) -> Event | None:
     """Read a deletion's event and decide its audiences while the row still exists."""
-    event = read_event(options, instance, "deleted")
+    event = read_event(options, instance, "deleted", using=using)
     if event is None:
         return None
     if options.user_field is not None:

@@ -6,6 +6,11 @@ Several events of one row in one transaction become one: created+updated is a ``
 updated+updated one ``updated`` whose ``changed`` is the union, anything+deleted a
 ``deleted``, created+deleted nothing; the event sits at its last write. Nothing raised here
 reaches the write that committed: failures are logged, and cost only what failed.
+
+Announcements relayed from realtime's outbox (durable transports) carry the key of their rows
+(``txn``), handed to the transport, and a ``relayed`` callback that deletes the rows once the
+transport took the messages, in whichever thread published them; a sweeper relaying rows
+later builds their messages with ``build`` and publishes them with ``send_now``.
 """
 
 from __future__ import annotations
@@ -13,10 +18,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections, connections
 
@@ -26,57 +31,79 @@ from realtime.transports import get_transport
 from realtime.transports.base import Transport
 from realtime.writes.audiences import outside_recipients, recipients, shared_readers
 from realtime.writes.events import Event
+from realtime.writes.items import Announcement, Recheck
 from realtime.writes.payload import recheck_messages, scope_messages, users_messages
 from realtime.writes.views import view_messages
 
 logger = logging.getLogger(__name__)
 
 
-class Announcement(Protocol):
-    """What the outbox carries besides model events: it builds its own messages."""
-
-    def messages(self, budget: int | None) -> list[tuple[str, bytes]]: ...
-
-
-@dataclass
-class Recheck:
-    """A request that every worker recheck the sockets of these accounts."""
-
-    user_ids: list[Any]
-
-    def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
-        return recheck_messages(self.user_ids, budget)
+#: Called once the messages of the announcements were published (the outbox deletes their
+#: rows then); not called when publishing failed.
+Relayed = Callable[[], None]
 
 
-def publish(items: Iterable[Event | Announcement], using: str = DEFAULT_DB_ALIAS) -> None:
+def publish(
+    items: Iterable[Event | Announcement],
+    using: str = DEFAULT_DB_ALIAS,
+    *,
+    txn: str | None = None,
+    relayed: Relayed | None = None,
+) -> None:
     """Publish committed announcements of writes on ``using`` in one transport call, in write
-    order; never raise."""
+    order; never raise. ``txn`` keys the outbox rows they came from (the transport may drop a
+    relay it has seen); ``relayed`` runs once the transport took the messages."""
     items = list(items)
     try:
         transport = get_transport()
-        budget = transport.max_message_bytes
-        messages: list[tuple[str, bytes]] = []
-        rechecks: set[Any] = set()
-        for item in coalesce(items):
-            if isinstance(item, Recheck):
-                rechecks.update(item.user_ids)
-                continue
-            try:
-                if isinstance(item, Event):
-                    messages += event_messages(item, budget)
-                else:
-                    messages += item.messages(budget)
-            except Exception:
-                logger.exception("realtime: preparing %s failed; it is not announced", _label(item))
-        if rechecks:
-            messages += recheck_messages(rechecks, budget)
+        messages = build(items, transport.max_message_bytes)
         if messages:
-            _send(transport, messages, using)
+            _send(transport, messages, using, txn, relayed)
+        elif relayed is not None:
+            relayed()
     except Exception:
         logger.exception("realtime: publishing %d announcement(s) failed", len(items))
 
 
-def _send(transport: Transport, messages: list[tuple[str, bytes]], using: str) -> None:
+def build(items: Iterable[Event | Announcement], budget: int | None) -> list[tuple[str, bytes]]:
+    """The messages of committed announcements, in write order: each row's events coalesced,
+    the audiences asked now. An announcement that fails costs only its own messages (logged)."""
+    messages: list[tuple[str, bytes]] = []
+    rechecks: set[Any] = set()
+    for item in coalesce(items):
+        if isinstance(item, Recheck):
+            rechecks.update(item.user_ids)
+            continue
+        try:
+            if isinstance(item, Event):
+                messages += event_messages(item, budget)
+            else:
+                messages += item.messages(budget)
+        except Exception:
+            logger.exception("realtime: preparing %s failed; it is not announced", _label(item))
+    if rechecks:
+        messages += recheck_messages(rechecks, budget)
+    return messages
+
+
+def send_now(
+    transport: Transport, messages: Sequence[tuple[str, bytes]], txn: str | None = None
+) -> None:
+    """``transport.publish``, with ``txn`` only when there is one (a transport of the
+    application's written before the keyword existed keeps working)."""
+    if txn is None:
+        transport.publish(messages)
+    else:
+        transport.publish(messages, txn=txn)
+
+
+def _send(
+    transport: Transport,
+    messages: list[tuple[str, bytes]],
+    using: str,
+    txn: str | None,
+    relayed: Relayed | None,
+) -> None:
     """``transport.publish(messages)``, never inside a transaction realtime did not open.
 
     A write on one database (``using``) can commit while the application holds a transaction
@@ -99,25 +126,34 @@ def _send(transport: Transport, messages: list[tuple[str, bytes]], using: str) -
             direct = False
             _aside_pending[0] += 1
     if direct:
-        transport.publish(messages)
+        send_now(transport, messages, txn)
+        if relayed is not None:
+            relayed()
     else:
-        _aside().submit(_publish_aside, transport, messages)
+        _aside().submit(_publish_aside, transport, messages, txn, relayed)
 
 
-def _publish_aside(transport: Transport, messages: list[tuple[str, bytes]]) -> None:
+def _publish_aside(
+    transport: Transport,
+    messages: list[tuple[str, bytes]],
+    txn: str | None,
+    relayed: Relayed | None,
+) -> None:
     """Publish on realtime's thread; a database still locked by the application's open
     transaction (SQLite) is waited for, within ``ASIDE_WAIT`` seconds."""
     deadline = time.monotonic() + ASIDE_WAIT
     try:
         while True:
             try:
-                transport.publish(messages)
-                return
+                send_now(transport, messages, txn)
+                break
             except OperationalError as exc:
                 # Only SQLite's "database is locked" is known to have written nothing.
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+        if relayed is not None:
+            relayed()
     except Exception:
         logger.exception("realtime: publishing %d message(s) failed", len(messages))
     finally:
@@ -181,6 +217,10 @@ def _merge(first: Event, then: Event) -> Event | None:
 
 def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
     """The messages of one model event: to its scope (and beyond), or to its accounts."""
+    if event.leaves_only:  # its payload= failed: only the readers an update took it from
+        if event.action != "updated" or event.before is None or event.accounts is not None:
+            return []
+        return view_messages(event, budget)[0]
     if event.accounts is not None:
         data = None if event.folded else event.data
         return users_messages(

@@ -34,7 +34,7 @@ from realtime.conf import conf
 from realtime.paths import resolve_path, values_on_path
 from realtime.writes import outbox
 from realtime.writes.failsafe import failsafe, never_raises
-from realtime.writes.publish import Recheck
+from realtime.writes.items import Recheck
 
 logger = logging.getLogger(__name__)
 

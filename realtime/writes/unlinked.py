@@ -123,5 +123,4 @@ def _on_target_deleted(
         return events
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinked"
-    for event in failsafe(label, using, True, read) or []:
-        outbox.add(event, using)
+    outbox.add_all(failsafe(label, using, True, read) or [], using)

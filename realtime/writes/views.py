@@ -15,6 +15,10 @@ after undecided: that part of the event goes to nobody (a reader before may stil
 and one after is not known). Readers before undecided: the readers after hear the update
 as if nothing moved — as when the audience before was not taken at all. Each failure is
 logged once, with its traceback, where the hook is asked (``realtime.writes.audiences``).
+
+An update whose ``payload=`` failed (``Event.leaves_only``) sends the leave frames alone: they
+carry the identity only, while a frame to a reader who enters or stays would carry a record
+without the payload's keys as if it were whole.
 """
 
 from __future__ import annotations
@@ -66,8 +70,11 @@ def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -
     identity, moved, meta = _forms(event)
     before, after = set(was), set(now)
     common: dict[str, Any] = {"channels": event.channels, "budget": budget}
+    leaves = users_messages(before - after, f"{name}.deleted", identity, meta=moved, **common)
+    if event.leaves_only:
+        return leaves
     return [
-        *users_messages(before - after, f"{name}.deleted", identity, meta=moved, **common),
+        *leaves,
         *users_messages(after - before, f"{name}.created", event.data, meta=moved, **common),
         *users_messages(after & before, event.event_type, event.data, meta=meta, **common),
     ]
@@ -99,10 +106,10 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
             out += scope_messages(
                 was_scope, f"{name}.deleted", identity, meta=moved, only=only, **left
             )
-        if now_scope is not None:
+        if now_scope is not None and not event.leaves_only:
             out += scope_messages(now_scope, f"{name}.created", event.data, meta=moved, **here)
         return out
-    if now_scope is None:
+    if now_scope is None or (event.leaves_only and (not guarded or before.readers is None)):
         return []
     if not guarded or before.readers is None:
         return scope_messages(now_scope, event.event_type, event.data, meta=meta, **here)
@@ -113,7 +120,7 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
         (now - was, f"{name}.created", event.data, moved, here),
         (now & was, event.event_type, event.data, meta, here),
     )
-    for accounts, event_type, data, frame_meta, where in kinds:
+    for accounts, event_type, data, frame_meta, where in kinds[:1] if event.leaves_only else kinds:
         if accounts:
             only = sorted_ids(accounts)
             out += scope_messages(now_scope, event_type, data, meta=frame_meta, only=only, **where)
