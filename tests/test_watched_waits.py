@@ -16,6 +16,7 @@ import contextlib
 import logging
 import re
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import uvicorn
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from prometheus_client import REGISTRY
 
 from realtime import signals
@@ -32,6 +33,7 @@ from realtime.messages import scope_channel
 from realtime.positions import StreamPos
 from realtime.sockets.manager import SocketManager, get_manager
 from realtime.transports import trimming
+from realtime.transports.table_store import MessageStore, db_seconds_ago
 
 if TYPE_CHECKING:
     from realtime.transports.pg_notify import PgNotifyTransport
@@ -299,6 +301,22 @@ def log_table_locked() -> Iterator[None]:
         thread.join(WAIT)
 
 
+def insert_expired_rows(store: MessageStore, count: int) -> None:
+    """Insert ``count`` rows into ``store``'s log and return once a trim with no retention
+    would find them expired (the database's clock has moved past their time)."""
+    store.insert([(b"trimmed", b"{}")] * count)
+    expired = (
+        f"SELECT 1 FROM firm_channel_messages WHERE created_at < {db_seconds_ago(store.connection)}"
+    )
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with connections[store.using].cursor() as cursor:
+            cursor.execute(expired, [0.0])
+            if cursor.fetchone() is not None:
+                return
+    raise AssertionError("the rows inserted never expired")
+
+
 async def test_trim_requests_past_their_bound_are_not_made_and_are_counted(
     make_table_transport: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -306,6 +324,9 @@ async def test_trim_requests_past_their_bound_are_not_made_and_are_counted(
     trimmer = transport.trimmer
     before = overflowed("trim_requests")
     wanted = trimming.PENDING_TRIMS + 5
+    # Trims look for expired rows before they lock, and that look is not held by the lock
+    # (SQLite's readers, PostgreSQL's EXCLUSIVE mode): only with rows to delete do they wait.
+    await off_loop(insert_expired_rows, transport.store, trimming.PENDING_TRIMS)
     with caplog.at_level(logging.WARNING, logger="realtime"), log_table_locked():
         # Each message published earns two trims of one row: twice as many as are let wait.
         trimmer.published(wanted)
