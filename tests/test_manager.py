@@ -748,9 +748,11 @@ async def test_the_stall_watch_observes_every_tick_only_the_sockets_handed_frame
     observed: list[Socket] = []
     stalled = Socket.stalled
 
-    def observing(socket: Socket, timeout: float, now: float | None = None) -> bool:
+    def observing(
+        socket: Socket, timeout: float, now: float | None = None, *, exact: bool = False
+    ) -> bool:
         observed.append(socket)
-        return stalled(socket, timeout, now)
+        return stalled(socket, timeout, now, exact=exact)
 
     monkeypatch.setattr(Socket, "stalled", observing)
     hearing = FakeAutobahnProtocol()

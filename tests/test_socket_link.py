@@ -14,6 +14,7 @@ run yet, nothing reported (``fresh_seams``). The servers end to end, with real c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import logging
@@ -21,6 +22,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,7 +31,8 @@ from prometheus_client import REGISTRY
 
 from realtime.compat import channels, daphne, kernel, uvicorn
 from realtime.origins import SocketOriginValidator
-from realtime.sockets import link
+from realtime.sockets import link, protocol
+from realtime.sockets.connection import STALL_BYTES, SURELY_UNDER, Socket
 from realtime.sockets.link import AsyncioLink, DaphneLink, Link, Send, find_link
 from tests.asgi import PassThrough
 
@@ -223,6 +226,58 @@ def test_daphnes_backlog_counts_what_the_kernel_holds_unsent_under_its_buffer(
     assert written > 0
     assert written <= found.pending() <= 4 * written
     assert protection("kernel") == 1
+
+
+def test_the_kernels_queue_is_read_only_when_what_was_handed_since_could_fill_it(
+    daphne_connection: Daphne,
+) -> None:
+    found = find_link(daphne_connection.send)
+    assert found.pending() == 0  # read
+    written = daphne_connection.transport.socket.send(b"x" * 100_000)
+    assert written > 0
+    # Written to the kernel behind the link's back: its bound knows nothing of it, and
+    # nothing is read.
+    assert found.most() == 0
+    found.handed(written)
+    assert found.most() == written
+    # A reading starts the count again from what it found.
+    read = found.pending()
+    assert written <= read == found.most()
+    found.handed(10)
+    assert found.most() == read + 10
+    # What the server's buffer holds now is counted as well (it is read for free).
+    daphne_connection.transport.write(b"y" * 70_000)
+    assert found.most() == read + 10 + 70_000
+
+
+def test_a_backlog_not_counted_is_seen_by_the_sweep_and_its_run_followed_exactly(
+    daphne_connection: Daphne,
+) -> None:
+    ours = daphne_connection.transport.socket
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    found = find_link(daphne_connection.send)
+    watched = Socket(
+        consumer=None,
+        send=daphne_connection.send,
+        user=SimpleNamespace(pk=1),
+        token="t",
+        ask=protocol.read_scopes({}),
+        scopes={},
+        link=found,
+    )
+    # Written by the server of its own accord (a client's pings answered, say): over the
+    # bound, and not counted.
+    ours.setblocking(False)
+    written = 0
+    with contextlib.suppress(BlockingIOError):
+        while written <= STALL_BYTES:
+            written += ours.send(b"x" * 65_536)
+    assert written > STALL_BYTES
+    assert found.most() <= SURELY_UNDER
+    assert not watched.stalled(5.0, now=100.0)  # the count says surely under: not read
+    assert not watched.stalled(5.0, now=101.0, exact=True)  # the sweep reads it: a run starts
+    assert not watched.stalled(5.0, now=103.0)  # during a run, every observation reads it
+    assert watched.stalled(5.0, now=106.0)
 
 
 @pytest.mark.django_db

@@ -27,6 +27,14 @@ was over it ever since the one before: had the client read it down in between, t
 brought it back up would have been observed under the bound, and the run would have ended
 there. What the server writes of its own accord (pongs, pings) or the consumer sends itself
 (handshake answers, a cursor, a refusal) is a few bytes a frame, bounded by the frame limit.
+
+Reading the kernel's queue is a system call, so an observation makes it only when it could
+matter (``link``): counting what it hands over, realtime knows the most the backlog can be,
+and finding that under half the bound is as good as a reading (the other half is room for
+what is not counted). During a run every observation reads it (the reading that started the
+run was over the bound, and until the next one the sum is never less), and so does the stall
+watch's sweep of all sockets (``manager.SWEEP_TICKS``): what is not counted (a client's pings
+answered, say) is seen there, and a run it starts is followed exactly.
 """
 
 from __future__ import annotations
@@ -46,6 +54,12 @@ __all__ = ["STALL_BYTES", "Held", "Send", "Socket"]
 
 #: Bytes of backlog a socket may have before it counts as not reading.
 STALL_BYTES = 256 * 1024
+#: A backlog known to be at most this far is not observed more closely before a frame: the
+#: other half of the bound leaves room for what is not counted (what the server sends of its
+#: own accord, what the consumer sends itself, see the module docstring).
+SURELY_UNDER = STALL_BYTES // 2
+#: The most a WebSocket frame's header adds to it (a server's frames are not masked).
+FRAME_HEADER = 10
 
 
 class Held(NamedTuple):
@@ -202,23 +216,36 @@ class Socket:
         return self._queued + self.link.pending()
 
     def settled(self) -> bool:
-        """Whether nothing of it is on the way: no send under way, no backlog."""
-        return self._sending_since is None and not self.backlog()
+        """Whether nothing of it is on the way: no send under way, no backlog (the kernel's
+        queue read only if frames went out since it was last found empty)."""
+        if self._sending_since is not None or self._queued:
+            return False
+        return not self.link.most() or not self.link.pending()
 
-    def stalled(self, timeout: float, now: float | None = None) -> bool:
+    def stalled(self, timeout: float, now: float | None = None, *, exact: bool = False) -> bool:
         """Observe the socket: whether a send or a too large backlog has lasted ``timeout``
-        seconds (``now``: the ``time.monotonic()`` of the observation).
+        seconds (``now``: the ``time.monotonic()`` of the observation; ``exact``: read the
+        kernel's queue whatever the count of bytes handed over says).
 
         A run of observations over the bound ends only at one under it, never for the time
         between two (see the module docstring).
         """
+        if (
+            not exact
+            and self._sending_since is None
+            and self._queued + self.link.most() <= SURELY_UNDER
+        ):
+            # The usual case: the backlog cannot be near the bound, and the kernel's queue is
+            # not read (see ``link``). Never during a run: the reading that started it was
+            # over the bound, and until the next one that sum is never less.
+            self._over_since = None
+            return False
         sending = self._sending_since
         if sending is not None:
             now = time.monotonic() if now is None else now
             if now - sending >= timeout:
                 return True
         if self._queued + self.link.pending() <= STALL_BYTES:
-            # The usual case, on every frame: no clock reading.
             self._over_since = None
             return False
         now = time.monotonic() if now is None else now
@@ -238,15 +265,18 @@ class Socket:
             return False
         if self.watch is not None:
             self.watch.add(self)
+        text = message["text"]
         if self.link.buffered:
+            # At most the bytes it becomes (isascii() is a flag, read for free; a character
+            # is at most 4 bytes of UTF-8), and its header.
+            self.link.handed(FRAME_HEADER + (len(text) if text.isascii() else 4 * len(text)))
             try:
                 await self._send(message)
             except Exception:
                 return False
             return True
-        text = message["text"]
-        # Counted as the bytes it becomes (isascii() is a flag, read for free): moving a frame
-        # from the queue into the server must not grow the backlog unobserved.
+        # Counted as the bytes it becomes: moving a frame from the queue into the server must
+        # not grow the backlog unobserved.
         size = len(text) if text.isascii() else len(text.encode())
         if self._queue is None:
             self._queue = deque()
@@ -268,6 +298,7 @@ class Socket:
                 await self._send(message)
                 queue.popleft()
                 self._queued -= size
+                self.link.handed(FRAME_HEADER + size)
         except Exception:
             queue.clear()
             self._queued = 0

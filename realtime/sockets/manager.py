@@ -636,18 +636,20 @@ class SocketManager:
     def drop_stalled(self) -> None:
         """Drop the sockets whose send under way or too large backlog has lasted too long.
 
-        Observes those handed frames lately, and every ``SWEEP_TICKS`` all of them: bytes
-        the server sends of its own accord (pongs) reach a backlog without a frame of ours.
+        Observes those handed frames lately, and every ``SWEEP_TICKS`` all of them, reading
+        each one's kernel queue: bytes the server sends of its own accord (pongs) reach a
+        backlog without a frame of ours, and without being counted (see ``connection``).
         """
         timeout, now = conf.SEND_TIMEOUT, time.monotonic()
         self._ticks += 1
         indexed, unsettled = self.index.sockets, self._unsettled
-        observed = indexed if self._ticks % SWEEP_TICKS == 0 else unsettled
+        sweep = self._ticks % SWEEP_TICKS == 0
+        observed = indexed if sweep else unsettled
         for socket in list(observed):
             try:
                 if socket not in indexed:
                     unsettled.discard(socket)
-                elif socket.stalled(timeout, now):
+                elif socket.stalled(timeout, now, exact=sweep):
                     unsettled.discard(socket)
                     self.drop_soon(socket)
                 elif socket.settled():
