@@ -38,7 +38,7 @@ from realtime.chunks import id_chunks
 from realtime.conf import conf
 from realtime.encoding import key_of, normal_id, storable
 from realtime.paths import to_lookup
-from realtime.registry import options_named
+from realtime.registry import ModelOptions, options_named
 
 # ``issue_token`` is a public name of this module; tokens live in ``realtime.tokens``.
 from realtime.tokens import claims_of, issue_token, standing
@@ -90,6 +90,17 @@ def member_ids(scope_id: Any) -> models.QuerySet[Any, Any]:
     if model is None:
         return get_user_model()._default_manager.none().values_list("pk", flat=True)
     return model._default_manager.filter(pk=scope_id).values_list(members_lookup(), flat=True)
+
+
+def readers_pool(options: ModelOptions, scope_id: Any) -> models.QuerySet[Any, Any]:
+    """The accounts a row of ``options`` may reach, as a lazy query: its scope's members; for
+    a global model, every active account (its guard narrows them)."""
+    if not options.is_global:
+        return member_ids(scope_id)
+    accounts = get_user_model()._default_manager.all()
+    if any(field.name == "is_active" for field in accounts.model._meta.concrete_fields):
+        accounts = accounts.filter(is_active=True)
+    return accounts.values_list("pk", flat=True)
 
 
 class ScopeQuestion(NamedTuple):
@@ -255,7 +266,8 @@ class RealtimeAuth:
         user_ids: Iterable[Any],
         about: dict[str, Any] | None,
     ) -> Iterable[Any]:
-        """Of ``user_ids``, those who may hear a scope event.
+        """Of ``user_ids``, those who may hear a scope event (``scope_id`` ``None``: an event
+        of a global model, asked about every account holding a socket subscribed to it).
 
         An event ``about`` a record of a guarded model reaches that record's readers among
         the accounts still active (one statement for up to 200 accounts); about a model

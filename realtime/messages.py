@@ -9,6 +9,10 @@ module is the contract between them. A message is a JSON object with a ``target`
     (``null``: every socket of the scope), ``meta``; optionally ``only`` (the accounts it
     reaches), ``exclude`` (accounts it skips) and ``about`` (``{"model", "id"}``: ask the
     audience hook).
+``global``
+    on ``<REALTIME_CHANNEL>``: ``event_type``, ``data``, ``channels``, ``meta``; optionally
+    ``only`` and ``about`` as above. An event of a global model (``scope_field=None``): every
+    signed-in socket holding one of ``channels`` hears it, whatever scopes it reads.
 ``users``
     on ``<REALTIME_CHANNEL>``: ``user_ids``, ``event_type``, ``data``, ``channels``, ``meta``;
     optionally ``skip_scope`` (sockets reading that scope heard it there already).
@@ -32,6 +36,7 @@ from typing import Any, Final
 from realtime.conf import conf
 
 SCOPE: Final = "scope"
+GLOBAL: Final = "global"
 USERS: Final = "users"
 RECHECK: Final = "recheck"
 

@@ -35,7 +35,8 @@ class ModelOptions:
     actions: frozenset[str]
     fields: Mapping[str, str]  # wire name -> field name
     relations: tuple[str, ...]
-    scope_field: str
+    #: The foreign key to the scope; ``None`` with no ``user_field``: a global model.
+    scope_field: str | None
     user_field: str | None
     guard: Callable[[Any], Q] | None
     shared_via: str | None
@@ -66,9 +67,16 @@ class ModelOptions:
         )
 
     @cached_property
+    def is_global(self) -> bool:
+        """Whether the model is announced to every signed-in socket subscribed to its
+        channels (``scope_field=None``, no ``user_field``), narrowed by its guard."""
+        return self.user_field is None and self.scope_field is None
+
+    @cached_property
     def scope_attname(self) -> str | None:
-        """The attribute holding the scope id; ``None`` for account-addressed models."""
-        if self.user_field is not None:
+        """The attribute holding the scope id; ``None`` for account-addressed and global
+        models."""
+        if self.user_field is not None or self.scope_field is None:
             return None
         if self.scope_field in ("id", "pk"):
             return self.model._meta.pk.attname

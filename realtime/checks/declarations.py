@@ -127,6 +127,17 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
                     id="realtime.W032",
                 )
             )
+    elif options.is_global:
+        if options.shared_via is not None:
+            out.append(
+                _e(
+                    38,
+                    model,
+                    "shared_via gives readers outside a row's scope, and a global model "
+                    "(scope_field=None) has none: every signed-in account reads it already.",
+                    "Remove shared_via, or give the model a scope_field.",
+                )
+            )
     else:
         out += _check_scope_field(options)
     if options.shared_via is not None and not _reaches(model, options.shared_via, None):
@@ -184,7 +195,8 @@ def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
                 35,
                 model,
                 "announces to a scope, but REALTIME_SCOPE_MODEL is not set.",
-                'Set REALTIME_SCOPE_MODEL = "app_label.Model", or give the model a user_field.',
+                'Set REALTIME_SCOPE_MODEL = "app_label.Model", give the model a user_field, or '
+                "declare it global with scope_field=None.",
             )
         ]
     if options.scope_field in ("id", "pk"):
@@ -192,7 +204,7 @@ def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
             return []
         return [_e(36, model, 'scope_field "id" is only for the scope model itself.')]
     try:
-        field = model._meta.get_field(options.scope_field)
+        field = model._meta.get_field(options.scope_field or "")
     except FieldDoesNotExist:
         return [_e(36, model, f"has no scope field {options.scope_field!r}.")]
     if not (field.many_to_one and field.related_model is scope):

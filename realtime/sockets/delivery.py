@@ -294,6 +294,8 @@ class Dispatcher:
         target = message.get("target")
         if target == messages.SCOPE:
             return await self._plan_scope(message, among)
+        if target == messages.GLOBAL:
+            return await self._plan_global(message, among)
         if target == messages.USERS:
             return await self._plan_users(message, among)
         if target == messages.RECHECK and among is None:
@@ -319,6 +321,27 @@ class Dispatcher:
             targets = set()
             for channel in channels:
                 targets |= index.by_scope_channel.get((scope_id, channel), set())
+        return await self._narrowed(message, targets, scope_id)
+
+    async def _plan_global(
+        self, message: dict[str, Any], among: Iterable[Socket] | None
+    ) -> Plan | None:
+        """An event of a global model: every socket holding one of its channels, whatever
+        scopes it reads (``Socket.hears`` with no scope: the channels it holds)."""
+        channels = list(message.get("channels") or ())
+        if among is not None:
+            targets = {s for s in among if s.hears(None, channels)}
+        else:
+            targets = set()
+            for channel in channels:
+                targets |= self.index.by_channel.get(channel, set())
+        if not targets:
+            return None
+        return await self._narrowed(message, targets, None)
+
+    async def _narrowed(self, message: dict[str, Any], targets: set[Socket], scope_id: Any) -> Plan:
+        """The plan of an event to ``targets``, narrowed by the message's ``exclude`` and
+        ``only`` and, where an audience is to be asked, by ``auth.audience``."""
         if message.get("exclude"):
             excluded = set(message["exclude"])
             targets = {s for s in targets if s.user_id not in excluded}
@@ -336,6 +359,7 @@ class Dispatcher:
             )
             targets = {s for s in targets if s.user_id in allowed}
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
+        channels = message.get("channels")
         return Plan(targets, frame, event_type, data, channels, scope_id=scope_id)
 
     async def _plan_users(self, message: dict[str, Any], among: Iterable[Socket] | None) -> Plan:

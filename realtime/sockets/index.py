@@ -1,8 +1,9 @@
 """This process's sockets, indexed the way deliveries look them up.
 
-Sockets are indexed by scope, by (scope, channel) and by account, so an event costs what it
-delivers, not what the process holds. Subscriptions are per socket and apply to every scope it
-reads, but for a channel the ``may_subscribe`` hook did not allow in a scope
+Sockets are indexed by scope, by (scope, channel), by channel (what a global model's events
+look up: every socket holding the channel, whatever it reads) and by account, so an event
+costs what it delivers, not what the process holds. Subscriptions are per socket and apply to
+every scope it reads, but for a channel the ``may_subscribe`` hook did not allow in a scope
 (``Socket.allowed``): that one is not indexed under that scope. The index only records:
 following scopes on the transport is the manager's job.
 """
@@ -20,18 +21,21 @@ from realtime.sockets.subscriptions import log_unknown
 
 
 class SocketIndex:
-    """The sockets of this process by scope, by (scope, channel) and by account."""
+    """The sockets of this process by scope, by (scope, channel), by channel and by account."""
 
     def __init__(self) -> None:
         self.sockets: set[Socket] = set()
         self.by_scope: dict[Any, set[Socket]] = {}
         self.by_scope_channel: dict[tuple[Any, str], set[Socket]] = {}
+        self.by_channel: dict[str, set[Socket]] = {}
         self.by_user: dict[Any, set[Socket]] = {}
 
     def add(self, socket: Socket) -> None:
-        """Index a socket and the scopes it reads."""
+        """Index a socket, the scopes it reads and the channels it holds."""
         self.sockets.add(socket)
         self.by_user.setdefault(socket.user_id, set()).add(socket)
+        for channel in socket.channels:
+            self.by_channel.setdefault(channel, set()).add(socket)
         self.enter(socket, list(socket.scopes))
 
     def remove(self, socket: Socket) -> bool:
@@ -40,6 +44,8 @@ class SocketIndex:
             return False
         self.sockets.discard(socket)
         _discard(self.by_user, socket.user_id, socket)
+        for channel in socket.channels:
+            _discard(self.by_channel, channel, socket)
         self.leave(socket, list(socket.scopes))
         return True
 
@@ -62,6 +68,8 @@ class SocketIndex:
         """Drop every subscription of ``socket``."""
         for scope_id in socket.scopes:
             self.unindex_channels(socket, scope_id, socket.channels)
+        for channel in socket.channels:
+            _discard(self.by_channel, channel, socket)
         socket.channels.clear()
         if socket.allowed is not None:
             socket.allowed.clear()
@@ -106,6 +114,9 @@ class SocketIndex:
         if not fresh:
             return
         socket.channels.update(fresh)
+        if socket in self.sockets:
+            for channel in fresh:
+                self.by_channel.setdefault(channel, set()).add(socket)
         if socket.allowed is not None and allowed:
             for scope_id in socket.scopes:
                 there = allowed.get(scope_id)
@@ -121,6 +132,8 @@ class SocketIndex:
         if not held:
             return
         socket.channels.difference_update(held)
+        for channel in held:
+            _discard(self.by_channel, channel, socket)
         for scope_id in socket.scopes:
             self.unindex_channels(socket, scope_id, held)
         if socket.allowed is not None:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from realtime.auth import account_ids, get_auth, member_ids
+from realtime.auth import account_ids, get_auth, readers_pool
 from realtime.logs import log_hook_failure
 from realtime.readers import shared_readers_of
 from realtime.writes.events import Event
@@ -47,13 +47,11 @@ def recipients_or_none(
 
 
 def guarded_readers(event: Event) -> list[Any]:
-    """The scope's members who may read a guarded row, asked through ``auth.audience``."""
+    """The accounts who may read a guarded row (its scope's members; every active account,
+    for a global model), asked through ``auth.audience``."""
     about = {"model": event.options.name, "id": event.data["id"]}
-    return list(
-        get_auth().audience(
-            event.scope_id, event.event_type, event.data, member_ids(event.scope_id), about
-        )
-    )
+    pool = readers_pool(event.options, event.scope_id)
+    return list(get_auth().audience(event.scope_id, event.event_type, event.data, pool, about))
 
 
 def shared_readers(event: Event) -> list[Any]:

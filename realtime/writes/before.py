@@ -18,7 +18,7 @@ from typing import Any
 from django.db import models
 
 from realtime.audience import readers
-from realtime.auth import member_ids
+from realtime.auth import readers_pool
 from realtime.encoding import normal_id, record_channel, sorted_ids
 from realtime.paths import split_path, values_on_path
 from realtime.readers import shared_readers_of
@@ -95,7 +95,7 @@ def plan_before(
             return None
         one_hop = len(split_path(options.user_field)) == 1
         return Plan(past, queries=not (one_hop and past.knows([first.attname])), accounts=True)
-    scope_moves = past.may_change(options.scope_attname or "")
+    scope_moves = options.scope_attname is not None and past.may_change(options.scope_attname)
     guarded = guard_attnames(options)
     columns = guarded if guarded is not None else [f.attname for f in instance._meta.fields]
     guard_asks = options.guard is not None and (
@@ -105,7 +105,9 @@ def plan_before(
     root_moves = root is not None and past.may_change(root.attname)
     if not (scope_moves or guard_asks or root_moves):
         return None
-    read = [options.scope_attname or "", *(f.attname for f in _foreign_keys(options, instance))]
+    read = [f.attname for f in _foreign_keys(options, instance)]
+    if options.scope_attname is not None:
+        read.append(options.scope_attname)
     if root is not None:
         read.append(root.attname)
     queries = guard_asks or options.shared_via is not None or not past.knows(read)
@@ -127,7 +129,7 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
             return Before(accounts=[] if old is None else sorted_ids([old]))
         return Before(accounts=values_on_path(instance, path))
     scope_att = options.scope_attname or ""
-    old_scope = past.value(scope_att)
+    old_scope = past.value(scope_att) if scope_att else None
     root = _first_hop(options.model, options.shared_via)
     old_root = past.value(root.attname) if root is not None else None
     moved = not _same(old_scope, instance, scope_att)
@@ -137,8 +139,9 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
         return None
     before = Before(scope_id=None if old_scope is None else normal_id(old_scope))
     before.channels = _old_channels(options, instance, past)
-    if plan.readers and old_scope is not None:
-        before.readers = sorted_ids(readers(options, instance.pk, member_ids(old_scope)))
+    if plan.readers and (old_scope is not None or options.is_global):
+        pool = readers_pool(options, old_scope)
+        before.readers = sorted_ids(readers(options, instance.pk, pool))
     if moved or rerooted:
         before.shared = shared_readers_of(
             options,

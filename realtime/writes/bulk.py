@@ -31,7 +31,7 @@ from typing import Any
 from django.db import connections, models, transaction
 
 from realtime.audience import readers_of_rows
-from realtime.auth import member_ids
+from realtime.auth import readers_pool
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
 from realtime.conf import conf
@@ -285,10 +285,10 @@ def _scoped_befores(
     if options.guard is not None:
         by_scope: dict[Any, list[Any]] = {}
         for pk, before in befores.items():
-            if before.scope_id is not None:
+            if before.scope_id is not None or options.is_global:
                 by_scope.setdefault(before.scope_id, []).append(pk)
         for scope, rows in by_scope.items():
-            found = readers_of_rows(options, rows, member_ids(scope))
+            found = readers_of_rows(options, rows, readers_pool(options, scope))
             for pk in rows:
                 befores[pk].readers = sorted_ids(found[row_key(pk)])
     return befores
@@ -410,6 +410,10 @@ def _fold(options: ModelOptions, action: str, audiences: Iterable[Any], db: str)
                 accounts=sorted_ids(accounts),
             )
             outbox.add(event, db)
+        return
+    if options.is_global:
+        if any(True for _ in audiences):
+            _add_all([folded_event(options, None, action)], db)
         return
     scopes = sorted_ids(scope for scope in audiences if scope is not None)
     _add_all((folded_event(options, scope, action) for scope in scopes), db)

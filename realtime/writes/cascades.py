@@ -63,7 +63,7 @@ def fold(options: ModelOptions, instance: models.Model, origin: Any) -> Event | 
     if options.user_field is not None:
         return None
     scope_id = instance.__dict__.get(options.scope_attname or "")
-    if scope_id is None:
+    if scope_id is None and not options.is_global:
         return None
     seen = _folded.setdefault(origin, set())
     if (options.model, scope_id) in seen:
@@ -132,7 +132,9 @@ def _children_events(parent: type[models.Model], instance: models.Model) -> list
                 event = delete_event(options_for(type(child)) or options, child)
                 if event is not None:
                     events.append(event)
-            if len(rows) > limit and options.scope_attname is not None:
+            if len(rows) > limit and options.is_global:
+                events.append(folded_event(options, None))
+            elif len(rows) > limit and options.scope_attname is not None:
                 surplus = children.values_list(options.scope_attname, flat=True)[limit:]
                 for scope_id in sorted({s for s in surplus if s is not None}, key=id_order):
                     events.append(folded_event(options, scope_id))

@@ -32,7 +32,7 @@ def realtime_model(
     delete: bool = True,
     fields: Sequence[str] | Mapping[str, str] | None = None,
     relations: Sequence[str] | None = None,
-    scope_field: str = "workspace",
+    scope_field: str | None = "workspace",
     user_field: str | None = None,
     guard: Callable[[Any], Q] | None = None,
     guard_fields: Sequence[str] | None = None,
@@ -112,8 +112,12 @@ def _validate_columns(options: ModelOptions) -> None:
     for fk_name in options.cascade:
         if fk_name not in own:
             raise ValueError(f"{meta.label} has no foreign key {fk_name!r} to cascade from")
-    if options.user_field is None and options.scope_field not in own:
-        raise ValueError(f"{meta.label} has no scope field {options.scope_field!r}")
+    scoped = options.user_field is None and options.scope_field is not None
+    if scoped and options.scope_field not in own:
+        raise ValueError(
+            f"{meta.label} has no scope field {options.scope_field!r} (a model read by "
+            "every signed-in account declares scope_field=None)"
+        )
 
 
 def register(options: ModelOptions) -> None:

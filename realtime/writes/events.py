@@ -124,7 +124,7 @@ def read_event(
     user_ids = None
     if options.user_field is None:
         scope_id = values.get(options.scope_attname or "")
-        if scope_id is None and not scopeless:
+        if scope_id is None and not (scopeless or options.is_global):
             return None
     else:
         user_ids = read_accounts(options, instance)

@@ -72,14 +72,78 @@ def scope_messages(
         "channels": list(channels) if channels is not None else None,
         "meta": meta,
     }
+    return _addressed(base, scope_channel(scope_id), exclude, about, only, budget)
+
+
+def global_messages(
+    event_type: str,
+    data: Any,
+    *,
+    channels: Sequence[str],
+    meta: dict[str, Any],
+    about: dict[str, Any] | None = None,
+    only: Sequence[Any] | None = None,
+    budget: int | None,
+) -> list[tuple[str, bytes]]:
+    """Build the messages of one event of a global model: to every signed-in socket
+    subscribed to one of ``channels`` (several messages when ``only`` names over 200
+    accounts). Its channels are never dropped to fit: they are all that narrows it."""
+    base: Message = {
+        "target": messages.GLOBAL,
+        "event_type": event_type,
+        "data": data,
+        "channels": list(channels),
+        "meta": meta,
+    }
+    return _addressed(base, base_channel(), None, about, only, budget)
+
+
+def place_messages(
+    is_global: bool,
+    scope_id: Any,
+    event_type: str,
+    data: Any,
+    *,
+    channels: Sequence[str],
+    meta: dict[str, Any],
+    about: dict[str, Any] | None = None,
+    only: Sequence[Any] | None = None,
+    budget: int | None,
+) -> list[tuple[str, bytes]]:
+    """The messages of a model's event to the place its rows are read in: its scope, or,
+    for a global model, every signed-in socket subscribed to its channels."""
+    if is_global:
+        return global_messages(
+            event_type, data, channels=channels, meta=meta, about=about, only=only, budget=budget
+        )
+    return scope_messages(
+        scope_id,
+        event_type,
+        data,
+        channels=channels,
+        meta=meta,
+        about=about,
+        only=only,
+        budget=budget,
+    )
+
+
+def _addressed(
+    base: Message,
+    channel: str,
+    exclude: Iterable[Any] | None,
+    about: dict[str, Any] | None,
+    only: Sequence[Any] | None,
+    budget: int | None,
+) -> list[tuple[str, bytes]]:
+    """The messages of one event on ``channel``, sliced by ``only``, fitted to ``budget``."""
     if about is not None:
         base["about"] = about
     excluded = sorted_ids(exclude or ())
     slices: list[list[Any] | None] = [None] if only is None else list(_id_slices(only))
-    channel = scope_channel(scope_id)
     out: list[tuple[str, bytes]] = []
     for ids in slices:
-        for payload in _fit_with_ids(base, "only", ids, excluded, event_type, budget):
+        for payload in _fit_with_ids(base, "only", ids, excluded, base["event_type"], budget):
             out.append((channel, payload))
     return out
 

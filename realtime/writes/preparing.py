@@ -101,5 +101,6 @@ def delete_event(
         event.readers = guarded_readers(event)
     if options.shared_via is not None:
         event.shared = shared_readers(event)
-    event.outside = outside_recipients(event)
+    if not options.is_global:
+        event.outside = outside_recipients(event)
     return event

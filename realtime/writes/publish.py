@@ -32,7 +32,7 @@ from realtime.transports.base import Transport
 from realtime.writes.audiences import outside_recipients, recipients, shared_readers
 from realtime.writes.events import Event
 from realtime.writes.items import Announcement, Recheck
-from realtime.writes.payload import recheck_messages, scope_messages, users_messages
+from realtime.writes.payload import place_messages, recheck_messages, users_messages
 from realtime.writes.views import view_messages
 
 logger = logging.getLogger(__name__)
@@ -249,17 +249,16 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
             accounts = recipients(event)
         return users_messages(accounts, event.event_type, data, **common)
     out: list[tuple[str, bytes]] = []
+    place = (options.is_global, event.scope_id, event.event_type, data)
     if options.guard is not None and not event.folded and event.readers is not None:
         if event.readers:
-            out += scope_messages(
-                event.scope_id, event.event_type, data, only=event.readers, **common
-            )
+            out += place_messages(*place, only=event.readers, **common)
     elif options.guard is not None and not event.folded:
         about = {"model": options.name, "id": event.data["id"]}
-        out += scope_messages(event.scope_id, event.event_type, data, about=about, **common)
+        out += place_messages(*place, about=about, **common)
     else:
-        out += scope_messages(event.scope_id, event.event_type, data, **common)
-    if event.folded:
+        out += place_messages(*place, **common)
+    if event.folded or options.is_global:
         return out
     shared = event.shared if event.shared is not None else shared_readers(event)
     if shared:

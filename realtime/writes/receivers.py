@@ -40,8 +40,12 @@ def connect(model: type[models.Model]) -> None:
     pre_delete.connect(on_pre_delete, sender=model, dispatch_uid=uid)
     post_delete.connect(on_post_delete, sender=model, dispatch_uid=uid)
     for field in model._meta.local_many_to_many:
-        through = field.remote_field.through
-        m2m_changed.connect(on_m2m_changed, sender=through, dispatch_uid=f"{uid}:{field.name}")
+        m2m_changed.connect(
+            on_m2m_changed,
+            sender=_through(model, field),
+            dispatch_uid=f"{uid}:{field.name}",
+            apps=model._meta.apps,
+        )
     snapshots.track(model)
 
 
@@ -52,9 +56,22 @@ def disconnect(model: type[models.Model]) -> None:
     pre_delete.disconnect(sender=model, dispatch_uid=uid)
     post_delete.disconnect(sender=model, dispatch_uid=uid)
     for field in model._meta.local_many_to_many:
-        through = field.remote_field.through
-        m2m_changed.disconnect(sender=through, dispatch_uid=f"{uid}:{field.name}")
+        m2m_changed.disconnect(
+            sender=_through(model, field),
+            dispatch_uid=f"{uid}:{field.name}",
+            apps=model._meta.apps,
+        )
     snapshots.untrack(model)
+
+
+def _through(model: type[models.Model], field: Any) -> type[models.Model] | str:
+    """The through model of a many-to-many, or, while its class statement is still to come
+    (``through="Seat"``), its ``"app_label.Model"`` name: Django's model signals connect to
+    a model named so once it is registered."""
+    through = field.remote_field.through
+    if isinstance(through, str) and "." not in through:
+        return f"{model._meta.app_label}.{through}"
+    return through  # type: ignore[no-any-return]
 
 
 @never_raises

@@ -83,7 +83,9 @@ def _on_target_deleting(
             children = options.model._base_manager.filter(**{field.name: instance.pk})
             ids = list(children.order_by("pk").values_list("pk", flat=True)[: limit + 1])
             surplus: list[Any] = []
-            if len(ids) > limit and options.scope_attname is not None:
+            if len(ids) > limit and options.is_global:
+                surplus = [None]
+            elif len(ids) > limit and options.scope_attname is not None:
                 scopes = children.order_by("pk").values_list(options.scope_attname, flat=True)
                 surplus = sorted({s for s in scopes[limit:] if s is not None}, key=id_order)
             found.append((options, field, ids[:limit], surplus))

@@ -26,11 +26,11 @@ from __future__ import annotations
 from typing import Any
 
 from realtime.audience import readers
-from realtime.auth import member_ids
+from realtime.auth import readers_pool
 from realtime.encoding import normal_id, sorted_ids
 from realtime.writes.audiences import recipients_or_none, shared_readers_or_none
 from realtime.writes.events import Before, Event
-from realtime.writes.payload import scope_messages, users_messages
+from realtime.writes.payload import place_messages, scope_messages, users_messages
 
 Messages = list[tuple[str, bytes]]
 
@@ -109,11 +109,14 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
         if now_scope is not None and not event.leaves_only:
             out += scope_messages(now_scope, f"{name}.created", event.data, meta=moved, **here)
         return out
-    if now_scope is None or (event.leaves_only and (not guarded or before.readers is None)):
+    placed = now_scope is not None or options.is_global
+    if not placed or (event.leaves_only and (not guarded or before.readers is None)):
         return []
     if not guarded or before.readers is None:
-        return scope_messages(now_scope, event.event_type, event.data, meta=meta, **here)
-    now = set(sorted_ids(readers(options, event.pk, member_ids(event.scope_id))))
+        return place_messages(
+            options.is_global, now_scope, event.event_type, event.data, meta=meta, **here
+        )
+    now = set(sorted_ids(readers(options, event.pk, readers_pool(options, event.scope_id))))
     was = set(before.readers)
     kinds = (
         (was - now, f"{name}.deleted", identity, moved, left),
@@ -123,5 +126,7 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
     for accounts, event_type, data, frame_meta, where in kinds[:1] if event.leaves_only else kinds:
         if accounts:
             only = sorted_ids(accounts)
-            out += scope_messages(now_scope, event_type, data, meta=frame_meta, only=only, **where)
+            out += place_messages(
+                options.is_global, now_scope, event_type, data, meta=frame_meta, only=only, **where
+            )
     return out

@@ -499,3 +499,31 @@ class Card(models.Model):
 
     def __str__(self) -> str:
         return self.label
+
+
+@realtime_model(scope_field=None, fields=["title"])
+class Bulletin(models.Model):
+    """Global: read by every signed-in account, whatever scope it reads."""
+
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+def may_read_release(user: Any) -> Q:
+    return Q(public=True) | Q(owner=user)
+
+
+@realtime_model(
+    scope_field=None, fields=["title"], guard=may_read_release, guard_fields=["public", "owner"]
+)
+class Release(models.Model):
+    """Global and guarded: every signed-in account once public, its owner before."""
+
+    title = models.CharField(max_length=100)
+    public = models.BooleanField(default=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+
+    def __str__(self) -> str:
+        return self.title
