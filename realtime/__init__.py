@@ -1,7 +1,8 @@
 """realtime: tell WebSocket clients about the model writes they may read, after commit.
 
-``from realtime import realtime_model, announce, deleting, silent`` is safe in ``models.py``:
-the names load on first use and touch neither the database nor the settings.
+``from realtime import realtime_model, announce, deleting, silent, RealtimeQuerySet,
+RealtimeManager`` is safe in ``models.py``: the names load on first use and touch neither the
+database nor the settings.
 """
 
 from __future__ import annotations
@@ -11,9 +12,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from realtime.writes.decorator import realtime_model
     from realtime.writes.manual import announce, deleting
-    from realtime.writes.querysets import silent
+    from realtime.writes.querysets import RealtimeManager, RealtimeQuerySet, silent
 
-__all__ = ["announce", "deleting", "realtime_model", "silent"]
+__all__ = [
+    "RealtimeManager",
+    "RealtimeQuerySet",
+    "announce",
+    "deleting",
+    "realtime_model",
+    "silent",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,8 +33,8 @@ def __getattr__(name: str) -> Any:
         from realtime.writes import manual
 
         return getattr(manual, name)
-    if name == "silent":
-        from realtime.writes.querysets import silent
+    if name in ("silent", "RealtimeQuerySet", "RealtimeManager"):
+        from realtime.writes import querysets
 
-        return silent
+        return getattr(querysets, name)
     raise AttributeError(f"module 'realtime' has no attribute {name!r}")

@@ -44,10 +44,7 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.apps import apps
-
         from realtime import checks  # noqa: F401 - registers the system checks
-        from realtime.registry import options_for
         from realtime.writes import (
             access,
             cascades,
@@ -58,16 +55,12 @@ class RealtimeConfig(AppConfig):
             unlinked,
         )
 
-        for model in apps.get_models():
-            # Django rebuilt the managers it copies for each model once all were loaded.
-            if options_for(model) is not None:
-                querysets.extend(model)
         cascades.connect_database_cascades()
         unlinked.connect()
         access.connect()
         memberships.connect()
         for model in memberships.membership_models():
-            querysets.extend(model)  # their bulk writes change memberships
+            querysets.install(model)  # their bulk writes change memberships
         rechecks.connect()
         relay.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")

@@ -22,7 +22,12 @@ from realtime.registry import ModelOptions
 
 
 def readers(
-    options: ModelOptions, pk: Any, user_ids: Iterable[Any], *, active_only: bool = False
+    options: ModelOptions,
+    pk: Any,
+    user_ids: Iterable[Any],
+    *,
+    active_only: bool = False,
+    using: str | None = None,
 ) -> list[Any]:
     """Of ``user_ids``, those whose ``guard`` lets them read row ``pk`` (with ``active_only``,
     of the accounts still active); none if it is gone.
@@ -30,7 +35,8 @@ def readers(
     One query for the accounts (``user_ids`` may be a lazy query: it becomes a subquery),
     then one statement per 200 accounts.
     """
-    return readers_of_rows(options, [pk], user_ids, active_only=active_only)[row_key(pk)]
+    found = readers_of_rows(options, [pk], user_ids, active_only=active_only, using=using)
+    return found[row_key(pk)]
 
 
 def readers_of_rows(
@@ -39,6 +45,7 @@ def readers_of_rows(
     user_ids: Iterable[Any],
     *,
     active_only: bool = False,
+    using: str | None = None,
 ) -> dict[Any, list[Any]]:
     """``readers`` of several rows at once, by ``row_key`` (a row that is gone: none): one
     query for the accounts, then one statement per 200 accounts and 500 rows."""
@@ -46,7 +53,7 @@ def readers_of_rows(
     if guard is None:
         everyone = list(user_ids)
         return {row_key(pk): list(everyone) for pk in pks}
-    accounts = get_user_model()._default_manager.filter(pk__in=user_ids)
+    accounts = get_user_model()._default_manager.db_manager(using).filter(pk__in=user_ids)
     if active_only and _has_field(accounts.model, "is_active"):
         # Checked at delivery too, not only by rechecks: an account made inactive by an
         # ``update()`` (which sends no signal) reads no guarded row from then on.
@@ -62,7 +69,7 @@ def readers_of_rows(
                 )
                 for index, user in enumerate(chunk)
             }
-            found = model._base_manager.filter(pk__in=rows).annotate(**checks)
+            found = model._base_manager.db_manager(using).filter(pk__in=rows).annotate(**checks)
             for pk, *may_read in found.values_list("pk", *checks):
                 admitted = allowed.setdefault(row_key(pk), [])
                 admitted += [user.pk for user, yes in zip(chunk, may_read, strict=True) if yes]

@@ -84,20 +84,23 @@ def members_lookup() -> str:
     return to_lookup(conf.SCOPE_MEMBERS)
 
 
-def member_ids(scope_id: Any) -> models.QuerySet[Any, Any]:
+def member_ids(scope_id: Any, using: str | None = None) -> models.QuerySet[Any, Any]:
     """The ids of a scope's members, as a lazy query (usable as a subquery)."""
     model = scope_model()
     if model is None:
         return get_user_model()._default_manager.none().values_list("pk", flat=True)
-    return model._default_manager.filter(pk=scope_id).values_list(members_lookup(), flat=True)
+    members = model._default_manager.db_manager(using).filter(pk=scope_id)
+    return members.values_list(members_lookup(), flat=True)
 
 
-def readers_pool(options: ModelOptions, scope_id: Any) -> models.QuerySet[Any, Any]:
+def readers_pool(
+    options: ModelOptions, scope_id: Any, using: str | None = None
+) -> models.QuerySet[Any, Any]:
     """The accounts a row of ``options`` may reach, as a lazy query: its scope's members; for
     a global model, every active account (its guard narrows them)."""
     if not options.is_global:
-        return member_ids(scope_id)
-    accounts = get_user_model()._default_manager.all()
+        return member_ids(scope_id, using)
+    accounts = get_user_model()._default_manager.db_manager(using).all()
     if any(field.name == "is_active" for field in accounts.model._meta.concrete_fields):
         accounts = accounts.filter(is_active=True)
     return accounts.values_list("pk", flat=True)

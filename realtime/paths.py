@@ -57,18 +57,45 @@ def path_target(model: type[models.Model], path: str) -> type[models.Model] | No
     return related if isinstance(related, type) else None
 
 
-def values_on_path(instance: models.Model, path: str) -> list[Any]:
+def values_on_path(instance: models.Model, path: str, using: str | None = None) -> list[Any]:
     """The ids ``path`` reaches from ``instance``, sorted: a one-hop foreign key is read from
-    the row, a longer path costs one query; an empty hop reaches nothing."""
+    the row, a longer path costs one query (on ``using``, else where the routers read); an
+    empty hop reaches nothing."""
     parts = split_path(path)
-    first = instance._meta.get_field(parts[0])
-    if len(parts) == 1 and first.concrete and (first.many_to_one or first.one_to_one):
+    first: Any = instance._meta.get_field(parts[0])
+    direct = first.concrete and (first.many_to_one or first.one_to_one)
+    if len(parts) == 1 and direct and first.target_field.primary_key:
         value = instance.__dict__.get(first.attname)
         return [] if value is None else [value]
+    lookup = to_lookup(path)
+    if direct and not first.target_field.primary_key and len(parts) == 1:
+        lookup = f"{lookup}__pk"  # the key holds another field's value (to_field)
     ids = (
         type(instance)
-        ._base_manager.filter(pk=instance.pk)
+        ._base_manager.db_manager(using)
+        .filter(pk=instance.pk)
         .order_by()
-        .values_list(to_lookup(path), flat=True)
+        .values_list(lookup, flat=True)
     )
     return sorted_ids(value for value in ids if value is not None)
+
+
+def source_key(field: Any) -> Any:
+    """The foreign key of a many-to-many's through model that points at the model declaring
+    the many-to-many (``through_fields`` names it; else the first to that model)."""
+    return _through_key(field, 0, field.model)
+
+
+def target_key(field: Any) -> Any:
+    """The foreign key of a many-to-many's through model that points at its target model."""
+    return _through_key(field, 1, field.related_model)
+
+
+def _through_key(field: Any, side: int, model: Any) -> Any:
+    through = field.remote_field.through
+    names = field.remote_field.through_fields
+    if names:
+        return through._meta.get_field(names[side])
+    keys = [f for f in through._meta.concrete_fields if f.many_to_one and f.related_model == model]
+    # A many-to-many to its own model has two keys to it: the source first, the target next.
+    return keys[side if len(keys) > 1 and field.model == field.related_model else 0]

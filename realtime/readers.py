@@ -73,7 +73,13 @@ def readers_now(
 
 
 def shared_readers_of(
-    options: ModelOptions, pk: Any, scope_id: Any, root_pk: Any, what: str, failing: str
+    options: ModelOptions,
+    pk: Any,
+    scope_id: Any,
+    root_pk: Any,
+    what: str,
+    failing: str,
+    using: str | None = None,
 ) -> list[Any] | None:
     """Readers of a row's shared root outside ``scope_id`` (guard-checked); ``None`` when
     asking fails, logged once with its traceback and ``failing`` (what the failure costs).
@@ -83,31 +89,33 @@ def shared_readers_of(
     if options.shared_via is None:
         return []
     try:
-        root = load_root(options, pk, root_pk)
+        root = load_root(options, pk, root_pk, using)
         if root is None:
             return []
         found = set(account_ids(get_auth().shared_readers(root, scope_id)))
-        found -= set(member_ids(scope_id))
+        found -= set(member_ids(scope_id, using))
         if found and options.guard is not None:
-            found = set(readers(options, pk, found))
+            found = set(readers(options, pk, found, using=using))
         return sorted_ids(found)
     except Exception as exc:
         log_hook_failure(logger, "realtime: shared_readers() failed for %s; %s", exc, what, failing)
         return None
 
 
-def load_root(options: ModelOptions, pk: Any, root_pk: Any = None) -> Any:
-    """The record ``shared_via`` points at, read from the database."""
+def load_root(options: ModelOptions, pk: Any, root_pk: Any = None, using: str | None = None) -> Any:
+    """The record ``shared_via`` points at, read from the database (``using``, else where
+    the routers read)."""
     path = options.shared_via or ""
     target = path_target(options.model, path)
     if target is None:
         return None
     if root_pk is None:
         root_pk = (
-            options.model._base_manager.filter(pk=pk)
+            options.model._base_manager.db_manager(using)
+            .filter(pk=pk)
             .values_list(to_lookup(path), flat=True)
             .first()
         )
     if root_pk is None:
         return None
-    return target._base_manager.filter(pk=root_pk).first()
+    return target._base_manager.db_manager(using).filter(pk=root_pk).first()

@@ -9,6 +9,7 @@ looks up: it connects no receiver and imports nothing of the parts above it.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,9 +29,12 @@ def default_name(model: type[models.Model]) -> str:
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """What one decorated model announces, read by receivers, checks and the socket side."""
+    """What one decorated model announces, read by receivers, checks and the socket side.
 
-    model: type[models.Model]
+    It holds its model weakly: a model defined for a while (in a test) is released with its
+    class, and its options are forgotten then."""
+
+    model_ref: Callable[[], type[models.Model] | None]
     name: str
     actions: frozenset[str]
     fields: Mapping[str, str]  # wire name -> field name
@@ -46,6 +50,13 @@ class ModelOptions:
     #: ``payload=``: called with the instance, its dict's keys added to ``data``
     #: (``realtime.writes.payload_hook``).
     payload: Callable[[Any], Mapping[str, Any]] | None = None
+
+    @property
+    def model(self) -> type[models.Model]:
+        model = self.model_ref()
+        if model is None:
+            raise LookupError(f"the model announced as {self.name!r} is gone")
+        return model
 
     @cached_property
     def field_attnames(self) -> dict[str, str]:
@@ -143,41 +154,63 @@ def is_generic_fk(model: type[models.Model], name: str) -> bool:
     return generic_fk(model, name) is not None
 
 
-_by_model: dict[type[models.Model], ModelOptions] = {}
+#: By the ``id()`` of the decorated class (which it holds weakly: see ``ModelOptions``).
+_by_model: dict[int, ModelOptions] = {}
 _by_name: dict[str, list[ModelOptions]] = {}
 _subscribable: frozenset[str] | None = None
+
+
+def options_of(model: type[models.Model], **given: Any) -> ModelOptions:
+    """The options of ``model`` (``given``: the others), forgotten when the class goes."""
+    key = id(model)
+
+    def gone(ref: Any) -> None:
+        options = _by_model.get(key)
+        if options is not None and options.model_ref is ref:
+            _drop(key, options)
+
+    return ModelOptions(model_ref=weakref.ref(model, gone), **given)
 
 
 def record(options: ModelOptions) -> None:
     """Record the options of a decorated model."""
     global _subscribable
-    _by_model[options.model] = options
+    _by_model[id(options.model)] = options
     _by_name.setdefault(options.name, []).append(options)
     _subscribable = None
 
 
 def forget(model: type[models.Model]) -> ModelOptions | None:
     """Forget a decorated model; return the options it had, if any."""
-    global _subscribable
-    options = _by_model.pop(model, None)
-    _subscribable = None
-    if options is not None:
-        _by_name[options.name].remove(options)
-        if not _by_name[options.name]:
-            del _by_name[options.name]
+    options = _by_model.get(id(model))
+    if options is None or options.model_ref() is not model:
+        return None
+    _drop(id(model), options)
     return options
+
+
+def _drop(key: int, options: ModelOptions) -> None:
+    global _subscribable
+    _by_model.pop(key, None)
+    _subscribable = None
+    group = _by_name.get(options.name, [])
+    if options in group:
+        group.remove(options)
+    if not group:
+        _by_name.pop(options.name, None)
 
 
 def is_recorded(model: type[models.Model]) -> bool:
     """Whether ``model`` itself (not an ancestor) was decorated."""
-    return model in _by_model
+    found = _by_model.get(id(model))
+    return found is not None and found.model_ref() is model
 
 
 def options_for(model: type[models.Model]) -> ModelOptions | None:
     """Return the options a model announces with: its own, or a decorated ancestor's."""
     for klass in model.__mro__:
-        found = _by_model.get(klass)
-        if found is not None:
+        found = _by_model.get(id(klass))
+        if found is not None and found.model_ref() is klass:
             return found
     return None
 

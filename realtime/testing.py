@@ -16,6 +16,10 @@ Announcements go out after commit, so use it from transactional tests
 Waits are bounded (``timeout`` seconds). Absence is proven with a marker: an account event
 sent after the fact arrives after anything published before it, so what arrived before the
 marker is everything that was going to arrive.
+
+``raise_preparation_failures()`` makes a failure to prepare an announcement raise in the
+write that met it, instead of being logged: call it once for the whole test run (in a
+``conftest.py``, or a test runner's setup) so that a systematic failure fails tests.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from realtime.blocking import close_connections
 from realtime.broadcast import broadcast_to_user
 from realtime.consumers import RealtimeConsumer
 from realtime.signals import frame_received
+from realtime.writes.failsafe import raise_failures
 
 MARKER = "realtime.test_marker"
 SETTLE = "realtime.test_settle"
@@ -53,6 +58,13 @@ async def _on_frame(sender: Any, event_type: str, data: Any, **kwargs: Any) -> N
 
 
 frame_received.connect(_on_frame, dispatch_uid="realtime.testing.settle")
+
+
+def raise_preparation_failures(on: bool = True) -> None:
+    """Raise, in the write that met it, any failure to prepare an announcement (realtime logs
+    it and lets the write go on otherwise). What your own hooks raise (``payload=``, the auth
+    hooks) is still logged where they are called, as in production."""
+    raise_failures(on)
 
 
 async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -33,6 +33,28 @@ SLOW_REPEAT = int(os.environ.get("REALTIME_SLOW_REPEAT") or 1)
 CPU_LOAD = int(os.environ.get("REALTIME_CPU_LOAD") or 0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _preparation_failures_raise() -> Iterator[None]:
+    """A failure to prepare an announcement fails the test that met it (realtime logs it and
+    goes on, in production): a systematic one cannot hide behind a green run. Tests of that
+    logging turn it off for themselves (``quiet_preparation_failures``)."""
+    from realtime.testing import raise_preparation_failures
+
+    raise_preparation_failures(True)
+    yield
+    raise_preparation_failures(False)
+
+
+@pytest.fixture
+def quiet_preparation_failures() -> Iterator[None]:
+    """Within the test: a failure to prepare an announcement is logged, as in production."""
+    from realtime.testing import raise_preparation_failures
+
+    raise_preparation_failures(False)
+    yield
+    raise_preparation_failures(True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``server`` each test served by real daphne or uvicorn workers (it needs the
     ``live_servers`` fixture), so that a run can leave them out with ``-m "not server"``;

@@ -72,7 +72,11 @@ other = {
     },
 }
 
-DATABASES = {"default": default, "other": other}
+# A read replica of the default database (the same database in tests: Django mirrors it), for
+# the tests of writes routed to the primary while reads go to a replica.
+replica = {**default, "TEST": {"MIRROR": "default"}}
+
+DATABASES = {"default": default, "other": other, "replica": replica}
 
 SECRET_KEY = "tests-only-secret-key-of-realtime"
 USE_TZ = True

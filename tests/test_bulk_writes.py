@@ -240,7 +240,7 @@ def test_an_update_of_a_model_that_announces_no_updates_announces_nothing() -> N
 def test_an_update_through_any_manager_is_announced(acme: Workspace, manager: str) -> None:
     (ticket,) = tickets(acme, 1)
     name = manager.split(" ")[0]
-    through = acme.tickets if name == "workspace.tickets" else getattr(Ticket, name)
+    through: Any = acme.tickets if name == "workspace.tickets" else getattr(Ticket, name)
 
     assert through.filter(pk=ticket.pk).update(points=9) == 1
 

@@ -31,7 +31,6 @@ from realtime.compat.django import (
     has_receivers,
     in_transaction,
     live_receivers,
-    managers_of,
     plain_instances,
     socket_of,
 )
@@ -400,38 +399,6 @@ def test_in_transaction_that_cannot_be_told_asks_autocommit(
         with transaction.atomic():
             assert in_transaction(connection) is True
     said_once(caplog, "in_atomic_block", "get_autocommit")
-
-
-def names_of(managers: list[Any]) -> set[str]:
-    return {manager.name for manager in managers}
-
-
-def test_the_managers_of_a_model_are_those_it_declares_inherits_and_is_given() -> None:
-    from tests.testapp.models import Ticket
-
-    found = managers_of(Ticket)
-
-    assert names_of(found) == {
-        "objects",
-        "as_manager",
-        "open_tickets",
-        "everything",
-        "_base_manager",
-    }
-    assert any(manager is Ticket._default_manager for manager in found)
-    assert any(manager is Ticket._base_manager for manager in found)
-
-
-def test_managers_that_cannot_be_listed_are_the_default_and_base_ones(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from tests.testapp.models import Ticket
-
-    failing(monkeypatch, "_probe_managers")
-    with caplog.at_level(logging.ERROR, logger="realtime"):
-        found = managers_of(Ticket)
-    assert names_of(found) == {"objects", "_base_manager"}
-    said_once(caplog, "Options.local_managers", "default and base managers")
 
 
 def test_this_django_releases_the_callbacks_it_discards(monkeypatch: pytest.MonkeyPatch) -> None:

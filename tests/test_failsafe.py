@@ -30,7 +30,10 @@ from tests.testapp.models import (
     Workspace,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("quiet_preparation_failures"),
+]
 
 MakeUser = Callable[..., Any]
 

@@ -21,7 +21,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from realtime import realtime_model
+from realtime import RealtimeManager, realtime_model
 from realtime.checks.declarations import check_models
 from realtime.registry import all_options, options_for, options_named
 from realtime.writes.decorator import unregister
@@ -373,7 +373,38 @@ def test_managers_of_every_kind_give_no_warning() -> None:
         made = models.Manager.from_queryset(TicketQuerySet)()
         narrowed = OpenTickets()
 
+        class Meta:
+            app_label = "testapp"
+            base_manager_name = "objects"
+
     assert messages() == []
+
+
+def test_a_model_of_plain_managers_gets_realtimes_and_gives_no_warning() -> None:
+    @realtime_model()
+    class Plain_(Record):  # noqa: N801
+        objects = models.Manager()
+        also = models.Manager()
+
+    assert messages() == []
+    assert type(Plain_._meta.managers_map["objects"]) is RealtimeManager
+    assert type(Plain_._meta.managers_map["also"]) is RealtimeManager
+    assert type(Plain_._base_manager) is RealtimeManager
+
+
+def test_a_manager_of_the_applications_own_is_named_with_its_one_line_w031() -> None:
+    class Mine(models.Manager["Own_"]):
+        pass
+
+    @realtime_model()
+    class Own_(Record):  # noqa: N801
+        objects = Mine()
+
+    by_manager = {m.msg.split(":")[0]: m for m in messages()}
+    assert set(by_manager) == {"testapp.Own_.objects", "testapp.Own_._base_manager"}
+    assert all(m.id == "realtime.W031" for m in by_manager.values())
+    assert "`class Mine(RealtimeManager, ...)`" in (by_manager["testapp.Own_.objects"].hint or "")
+    assert 'base_manager_name = "objects"' in (by_manager["testapp.Own_._base_manager"].hint or "")
 
 
 # At decoration time

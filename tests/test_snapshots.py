@@ -14,7 +14,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import models, transaction
 
-from realtime.writes import snapshots
+from realtime.compat.django_orm import kept_on_state
+from realtime.writes import tracking
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Contact, Document, Workspace
 
@@ -113,7 +114,7 @@ def test_a_save_retried_outside_a_transaction_after_a_rollback_is_announced(
     assert changes() == [("contact.updated", ["email"])]
 
 
-def test_a_row_read_inside_a_rolled_back_transaction_counts_as_changed(
+def test_a_value_read_from_a_write_that_rolled_back_counts_as_changed(
     workspace: Workspace,
 ) -> None:
     # Nothing else of the row is known in this thread: the instance made by create() is gone.
@@ -127,11 +128,12 @@ def test_a_row_read_inside_a_rolled_back_transaction_counts_as_changed(
     rolled_back(write_then_read)
     (stale,) = seen
     forget_messages()
-    # The database holds "v1"; the instance read "v2" inside the lost transaction, so nothing
-    # it read is known to be stored: every column it holds counts as written.
+    # The database holds "v1"; the instance read "v2", which the lost transaction wrote: that
+    # column is not known to be stored, and counts as changed. The others were read as the
+    # database holds them.
     stale.save()
-    everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
-    assert changes() == [("contact.updated", everything)]
+    assert changes() == [("contact.updated", ["name"])]
+    assert Contact.objects.get(pk=pk).name == "v2"
 
 
 def test_a_read_inside_a_rolled_back_transaction_gives_way_to_what_the_row_was_known_to_hold(
@@ -271,18 +273,60 @@ def test_a_row_built_by_hand_over_a_loaded_one_counts_every_column(workspace: Wo
     assert changes() == []
 
 
-def test_a_row_read_again_and_again_in_a_transaction_keeps_what_it_knows_small(
-    workspace: Workspace,
+def test_the_rows_of_one_read_share_what_they_were_loaded_with(workspace: Workspace) -> None:
+    for name in ("a", "b", "c"):
+        Contact.objects.create(workspace=workspace, name=name)
+    first, *rest = Contact.objects.order_by("pk")
+    # One object for the whole read, none per row: a read barely notices.
+    assert all(kept_on_state(r._state) is kept_on_state(first._state) for r in rest)
+    forget_messages()
+    rest[0].name = "b2"
+    rest[0].save()
+    assert changes() == [("contact.updated", ["name"])]
+
+
+def test_a_thread_writing_past_its_log_knows_nothing_of_what_it_read_before(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     contact = Contact.objects.create(workspace=workspace, name="v1")
-    with transaction.atomic():
-        held = [Contact.objects.get(pk=contact.pk) for _ in range(200)]
-        held[0].name = "v2"
-        held[0].save()
-        held += [Contact.objects.get(pk=contact.pk) for _ in range(200)]
-        # What was created, the reads before the save, the save, the reads after it (the
-        # latest is merged with them when the row is next read or saved).
-        assert len(held[0].__dict__[snapshots.ROW].layers) <= 5
+    loaded = Contact.objects.get(pk=contact.pk)
+    monkeypatch.setattr(tracking, "LOG_ROWS", 3)
+    for n in range(4):
+        Contact.objects.create(workspace=workspace, name=f"other {n}")
     forget_messages()
-    held[-1].save()
-    assert changes() == []
+    # The log started afresh: what was loaded before may have been written since.
+    loaded.save()
+    everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
+    assert changes() == [("contact.updated", everything)]
+
+
+def test_an_instance_knows_its_own_saves_whichever_thread_made_them(
+    workspace: Workspace,
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1", email="a@x")
+
+    def in_another_thread(work: Callable[[], Any]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from django.db import connections
+
+        def run() -> None:
+            try:
+                work()
+            finally:
+                connections.close_all()
+
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(run).result()
+
+    contact.email = "b@x"
+    in_another_thread(contact.save)
+    forget_messages()
+    # The row holds "b@x" and "v1": only the name changes, whichever thread knew the email.
+    contact.name = "v2"
+    contact.save()
+    assert changes() == [("contact.updated", ["name"])]
+    forget_messages()
+    contact.email = "a@x"
+    in_another_thread(contact.save)
+    assert changes() == [("contact.updated", ["email"])]

@@ -96,7 +96,8 @@ def _sqlite_option(alias: str, option: str, vendor: str, what: str = "") -> chec
 def check_outbox_databases(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
     """``realtime.E025``: with a durable transport, each alias where the routers let a
     decorated model live must let realtime's outbox live there too: its rows are written in
-    the write's own transaction."""
+    the write's own transaction. A replica (an alias whose ``TEST["MIRROR"]`` names another)
+    takes no write, and is left out."""
     if not _uses_durable_transport():
         return []
     from realtime.models import OutboxItem
@@ -104,7 +105,7 @@ def check_outbox_databases(app_configs: Iterable[Any] | None = None, **kwargs: A
 
     errors: list[checks.CheckMessage] = []
     for alias in connections:
-        if _allows(alias, OutboxItem):
+        if _allows(alias, OutboxItem) or _mirrors(alias):
             continue
         models = sorted(o.model._meta.label for o in all_options() if _allows(alias, o.model))
         if models:
@@ -120,6 +121,13 @@ def check_outbox_databases(app_configs: Iterable[Any] | None = None, **kwargs: A
                 )
             )
     return errors
+
+
+def _mirrors(alias: str) -> bool:
+    """Whether ``alias`` is a replica of another (``TEST["MIRROR"]``)."""
+    given: dict[str, Any] = settings.DATABASES.get(alias, {})
+    test: dict[str, Any] = given.get("TEST") or {}
+    return bool(test.get("MIRROR"))
 
 
 def _allows(alias: str, model: Any) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import FieldDoesNotExist
+from django.db import models
 
 from realtime.auth import scope_model
 from realtime.paths import path_target, resolve_path
@@ -77,22 +78,52 @@ def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
 
 
 def _check_managers(model: type[Any]) -> list[checks.CheckMessage]:
-    """``realtime.W031``: a manager whose bulk writes realtime cannot announce."""
-    from realtime.writes.querysets import extend, unextended
+    """``realtime.W031``: a manager whose bulk writes realtime does not announce, with the
+    one line that makes it announce them."""
+    from realtime.writes.querysets import unextended
 
-    extend(model)  # the managers Django made since start-up
-    return [
-        checks.Warning(
-            f"{model._meta.label}.{name}: bulk writes through this manager (update(), "
-            "bulk_create, bulk_update) are not announced: its get_queryset() returns no "
-            "QuerySet realtime can extend.",
-            hint="Return a QuerySet (or a subclass) from get_queryset(), or announce such "
-            "writes with realtime.announce().",
+    return [_unextended(model, name, manager) for name, manager in unextended(model)]
+
+
+def _unextended(model: type[Any], name: str, manager: Any) -> checks.CheckMessage:
+    label = f"{model._meta.label}.{name}"
+    missed = (
+        f"{label}: bulk writes through this manager (update(), bulk_create, bulk_update, "
+        "QuerySet.delete()) are not announced"
+    )
+    try:
+        queryset_class: Any = type(manager.get_queryset())
+    except Exception:
+        queryset_class = None
+    if queryset_class is None or not issubclass(queryset_class, models.QuerySet):
+        return checks.Warning(
+            f"{missed}: its get_queryset() returns no QuerySet.",
+            hint="Return a realtime.RealtimeQuerySet (or a subclass) from get_queryset(), or "
+            "announce such writes with realtime.announce().",
             obj=model,
             id="realtime.W031",
         )
-        for name in unextended(model)
-    ]
+    if name == "_base_manager":
+        return checks.Warning(
+            f"{missed} (Django moves rows between related managers, with add(), and reads "
+            "related rows through it): the model's base manager is Django's own.",
+            hint="Name an unfiltered manager whose queryset is a realtime.RealtimeQuerySet in "
+            'the model\'s Meta: `base_manager_name = "objects"`.',
+            obj=model,
+            id="realtime.W031",
+        )
+    if queryset_class is models.QuerySet:
+        mine, theirs = type(manager), "RealtimeManager"
+    else:
+        mine, theirs = queryset_class, "RealtimeQuerySet"
+    return checks.Warning(
+        f"{missed}: its queryset is not a realtime.RealtimeQuerySet.",
+        hint=f"Make {mine.__module__}.{mine.__qualname__} derive from realtime's class, "
+        f"first among its bases: `class {mine.__name__}({theirs}, ...)` (from realtime "
+        f"import {theirs}); or announce such writes with realtime.announce().",
+        obj=model,
+        id="realtime.W031",
+    )
 
 
 def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
@@ -188,7 +219,10 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
 
 def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
     model = options.model
-    scope = scope_model()
+    try:
+        scope = scope_model()
+    except (LookupError, ValueError):
+        return []  # REALTIME_SCOPE_MODEL names no installed model: realtime.E003 says so
     if scope is None:
         return [
             _e(

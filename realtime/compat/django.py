@@ -25,12 +25,6 @@ them:
 * **Driver options for one thread's connection** (``use_options``): the connection wrapper's
   ``settings_dict`` replaced, on realtime's own threads, by the alias's settings with more
   driver options (keepalives, client timeouts). Fallback: the project's options alone.
-* **Every manager of a model** (``managers_of``): ``Options.local_managers`` of the model and
-  its parents (the managers declared, which Django copies for each model whenever it rebuilds
-  its managers) and ``Options.managers`` (the copies), beside the documented
-  ``_default_manager`` and ``_base_manager``, so that bulk writes through any of them are
-  announced. Fallback: the default and base managers
-  only (a system check names the managers left out).
 * **Whether a transaction is open, without opening a connection** (``in_transaction``): the
   wrapper's ``in_atomic_block``. The documented ``transaction.get_autocommit()`` connects to
   the database, and a model built by hand, which runs no query, must not. Fallback:
@@ -46,8 +40,9 @@ them:
   coalescing, and an update that cannot tell what was committed lists every column as
   changed.
 
-Each is checked by a self-test the first time a process uses it; the tests change nothing of
-the application's, and only the last runs statements. Where one fails, one ERROR line names the
+What the ORM's querysets and managers rely on is ``realtime.compat.django_orm``, checked the same
+way. Each is checked by a self-test the first time a process uses it; the tests change nothing
+of the application's, and only the last runs statements. Where one fails, one ERROR line names the
 Django version and what realtime does instead, and that use falls back for the life of the
 process.
 """
@@ -81,7 +76,6 @@ ERRORS = "the translation of driver errors (wrap_database_errors)"
 OPTIONS = "per-thread driver options (settings_dict, get_connection_params)"
 TRANSACTION = "the open-transaction flag of a connection wrapper (in_atomic_block)"
 CALLBACKS = "the release of the on_commit callbacks of rolled-back savepoints"
-MANAGERS = "the managers a model declares or inherits (Options.local_managers, managers)"
 
 #: What realtime does where each use does not fit.
 INSTEAD = {
@@ -105,7 +99,6 @@ INSTEAD = {
         "the poller's and the trims' connections open with the project's OPTIONS only (their "
         "statement timeout and the watchdog still bound them)"
     ),
-    MANAGERS: "only bulk writes through the default and base managers are announced",
     TRANSACTION: "whether a transaction is open is asked with get_autocommit(), which connects",
     CALLBACKS: (
         "announcements are published one by one, without coalescing, and updates that cannot "
@@ -245,39 +238,6 @@ def _probe_live_receivers() -> None:
     finally:
         for receiver in (first, second, third):
             signal.disconnect(receiver, sender=Sender if receiver is first else None)
-
-
-def managers_of(model: type[models.Model]) -> list[models.Manager[Any]]:
-    """The managers of ``model``: those it and its parents declare (the originals Django
-    copies again whenever it rebuilds a model's managers), the copies it holds now, its
-    default and its base manager (each once)."""
-    found: list[models.Manager[Any]] = []
-    if _fits(MANAGERS, _probe_managers):
-        for klass in model.__mro__:
-            meta = klass.__dict__.get("_meta")
-            if meta is not None:
-                found += meta.local_managers
-        found += model._meta.managers
-    for manager in (*found, model._default_manager, model._base_manager):
-        if not any(manager is known for known in found):
-            found.append(manager)
-    return found
-
-
-def _probe_managers() -> None:
-    class Probe(models.Model):  # noqa: DJ008 - never shown
-        alternative = models.Manager()
-
-        class Meta:
-            app_label = "realtime"
-            apps = _probe_apps()
-
-    declared = Probe._meta.local_managers
-    names = [manager.name for manager in Probe._meta.managers]
-    if names != ["alternative"] or Probe._meta.managers[0] is not Probe._default_manager:
-        raise TypeError(f"Options.managers lists {names}, not the declared manager")
-    if [manager.name for manager in declared] != ["alternative"]:
-        raise TypeError("Options.local_managers does not list the declared manager")
 
 
 def _probe_apps() -> Any:

@@ -17,7 +17,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from realtime.auth import account_ids, get_auth, readers_pool
+from realtime.audience import readers
+from realtime.auth import account_ids, get_auth, overridden, readers_pool
 from realtime.logs import log_hook_failure
 from realtime.readers import shared_readers_of
 from realtime.writes.events import Event
@@ -46,20 +47,26 @@ def recipients_or_none(
         return None
 
 
-def guarded_readers(event: Event) -> list[Any]:
+def guarded_readers(event: Event, using: str) -> list[Any]:
     """The accounts who may read a guarded row (its scope's members; every active account,
-    for a global model), asked through ``auth.audience``."""
+    for a global model), asked through ``auth.audience`` — or, when the application keeps
+    Django's default, asked of the guard on ``using``, in the write's transaction."""
     about = {"model": event.options.name, "id": event.data["id"]}
-    pool = readers_pool(event.options, event.scope_id)
-    return list(get_auth().audience(event.scope_id, event.event_type, event.data, pool, about))
+    pool = readers_pool(event.options, event.scope_id, using)
+    auth = get_auth()
+    if not overridden(auth, "audience"):
+        return readers(event.options, event.pk, pool, active_only=True, using=using)
+    return list(auth.audience(event.scope_id, event.event_type, event.data, pool, about))
 
 
-def shared_readers(event: Event) -> list[Any]:
+def shared_readers(event: Event, using: str | None = None) -> list[Any]:
     """Readers of the event's shared root outside its scope (guard-checked); [] on failure."""
-    return shared_readers_or_none(event, "they hear nothing of it") or []
+    return shared_readers_or_none(event, "they hear nothing of it", using) or []
 
 
-def shared_readers_or_none(event: Event, failing: str) -> list[Any] | None:
+def shared_readers_or_none(
+    event: Event, failing: str, using: str | None = None
+) -> list[Any] | None:
     """``shared_readers`` of the event; ``None`` on failure (see ``shared_readers_of``)."""
     return shared_readers_of(
         event.options,
@@ -68,6 +75,7 @@ def shared_readers_or_none(event: Event, failing: str) -> list[Any] | None:
         event.extra.get("root_pk"),
         event.event_type,
         failing,
+        using,
     )
 
 

@@ -23,16 +23,25 @@ from realtime.encoding import normal_id, record_channel, sorted_ids
 from realtime.paths import split_path, values_on_path
 from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
-from realtime.writes import snapshots
+from realtime.writes import tracking
 from realtime.writes.events import Before
 
 
 class Past:
-    """The row as stored before this save: from the snapshot when it knows, else read once."""
+    """The row as stored before this save: from the snapshot when it knows, else read once
+    (``stored``: the instance was read from the database just now, and holds it)."""
 
-    def __init__(self, instance: models.Model, update_fields: Iterable[str] | None) -> None:
+    def __init__(
+        self,
+        instance: models.Model,
+        update_fields: Iterable[str] | None,
+        stored: bool = False,
+        using: str | None = None,
+    ) -> None:
         self.instance = instance
-        self.known = snapshots.before(instance)
+        #: The database of the write (the row's own, if it was read from one).
+        self.using = using or instance._state.db
+        self.known = dict(instance.__dict__) if stored else tracking.known(instance)
         meta = instance._meta
         self.written = (
             None
@@ -45,25 +54,31 @@ class Past:
         """Whether this save may write a new value of ``attname`` (no query)."""
         if self.written is not None and attname not in self.written:
             return False
-        if self.known is None or not snapshots.knows(self.known, attname):
+        if self.known is None or not _knows(self.known, attname):
             return True
-        return snapshots.differs(self.instance.__dict__, self.known, attname)
+        return tracking.differs(self.instance.__dict__, self.known, attname)
 
     def knows(self, attnames: Iterable[str]) -> bool:
         """Whether the snapshot knows every one of ``attnames`` (reading them costs nothing)."""
         known = self.known
-        return known is not None and all(snapshots.knows(known, a) for a in attnames)
+        return known is not None and all(_knows(known, a) for a in attnames)
 
     def value(self, attname: str) -> Any:
         """The stored value of ``attname`` (a query the first time the snapshot does not know)."""
-        if self.known is not None and snapshots.knows(self.known, attname):
+        if self.known is not None and _knows(self.known, attname):
             return self.known[attname]
         if self._stored is None:
             instance = self.instance
             concrete = [f.attname for f in instance._meta.concrete_fields]
-            row = type(instance)._base_manager.filter(pk=instance.pk).values(*concrete).first()
+            stored = type(instance)._base_manager.db_manager(self.using)
+            row = stored.filter(pk=instance.pk).values(*concrete).first()
             self._stored = row or {}
         return self._stored.get(attname)
+
+
+def _knows(known: dict[str, Any], attname: str) -> bool:
+    """Whether ``known`` (``tracking.known``) holds a value of ``attname`` still known."""
+    return known.get(attname, tracking.UNKNOWN) is not tracking.UNKNOWN
 
 
 class Plan:
@@ -80,7 +95,10 @@ class Plan:
 
 
 def plan_before(
-    options: ModelOptions, instance: models.Model, update_fields: Iterable[str] | None
+    options: ModelOptions,
+    instance: models.Model,
+    update_fields: Iterable[str] | None,
+    using: str | None = None,
 ) -> Plan | None:
     """What of the row's audience the save about to run may change; ``None`` when nothing
     can (then the update costs no query, not even a savepoint)."""
@@ -88,7 +106,7 @@ def plan_before(
         return None
     if instance._state.adding and instance._meta.pk.has_default():
         return None  # an insert, as Django will make it
-    past = Past(instance, update_fields)
+    past = Past(instance, update_fields, using=using)
     if options.user_field is not None:
         first = _first_hop(options.model, options.user_field)
         if first is None or not past.may_change(first.attname):
@@ -127,7 +145,7 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
         if len(split_path(path)) == 1:
             old = past.value(_first_hop(options.model, path).attname)
             return Before(accounts=[] if old is None else sorted_ids([old]))
-        return Before(accounts=values_on_path(instance, path))
+        return Before(accounts=values_on_path(instance, path, past.using))
     scope_att = options.scope_attname or ""
     old_scope = past.value(scope_att) if scope_att else None
     root = _first_hop(options.model, options.shared_via)
@@ -140,8 +158,8 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
     before = Before(scope_id=None if old_scope is None else normal_id(old_scope))
     before.channels = _old_channels(options, instance, past)
     if plan.readers and (old_scope is not None or options.is_global):
-        pool = readers_pool(options, old_scope)
-        before.readers = sorted_ids(readers(options, instance.pk, pool))
+        pool = readers_pool(options, old_scope, past.using)
+        before.readers = sorted_ids(readers(options, instance.pk, pool, using=past.using))
     if moved or rerooted:
         before.shared = shared_readers_of(
             options,
@@ -150,6 +168,7 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
             old_root,
             f"{options.name}:{instance.pk}",
             "nobody outside its scope hears it leave",
+            past.using,
         )
     return before
 

@@ -1,31 +1,42 @@
-"""Bulk writes announced: ``update()``, ``bulk_create`` and ``bulk_update`` of decorated models.
+"""Bulk writes announced: ``update()``, ``bulk_create``, ``bulk_update`` and ``QuerySet.delete()``
+of decorated models.
 
-Each is announced as the saves it stands for would be — same events, audiences, coalescing,
-origin and views — in a bounded number of statements, never one per row:
+Each is announced as the saves or deletes it stands for would be — same events, audiences,
+coalescing, origin and views — in a bounded number of statements, never one per row, on the
+database the write goes to (``realtime.compat.django_orm.write_alias``), never a replica:
 
-* ``update(**values)``: the matching rows' ids and audience columns are read before the write,
-  in the same transaction (one statement); the rows are read again after it (one statement per
-  500), so ``data`` holds the values written, an ``F()`` expression's result included. Each
-  row is ``<model>.updated`` with ``changed`` the names given. When the values written may
-  change who reads a row (its scope, a guard's column, the first hop of an account or shared
-  path), who could read each row before is taken too, and the row leaves and enters views.
+* ``update(**values)``: the keys of the rows the queryset matches are read first, through the
+  caller's own query (one statement); when the values written may change who reads a row (its
+  scope, a guard's column, the first hop of an account or shared path), the rows are locked and
+  their audience read by primary key through the base manager — never through the caller's
+  joins, which may hide readers, and never locking a joined table's rows. After the write the
+  rows are read again by key (one statement per 500), so ``data`` holds the values written, an
+  ``F()`` expression's result included; ``changed`` is the names given. Nothing realtime does
+  wraps Django's own ``update()``: a failing one fails, and leaves the transaction, exactly as
+  without realtime.
 * ``bulk_create``: each row inserted is ``<model>.created``; rows an ``update_conflicts``
   insert found already there are ``<model>.updated``; where the database does not say which
   rows it inserted (``ignore_conflicts``, or no primary keys returned), one truncated event per
   scope.
-* ``bulk_update``: each object whose listed fields differ from what its row held (its
-  snapshot) is ``<model>.updated``, ``changed`` those fields.
+* ``bulk_update``: each object whose listed fields differ from what its row held
+  (``realtime.writes.tracking``) is ``<model>.updated``, ``changed`` those fields.
+* ``QuerySet.delete()``, when Django would delete the rows in one statement were it not for
+  realtime's own receivers (nothing cascades, nothing else listens): the rows are read (one
+  statement for the first ``REALTIME_BULK_LIMIT``, one for the scopes of the rest), then
+  deleted in one statement. Otherwise Django deletes them row by row, and each row's signals
+  announce it.
 
 Past ``REALTIME_BULK_LIMIT`` rows, the rest fold into one truncated event per distinct scope
-(per batch of accounts for account models), with ``data`` null: clients read again. Any
-failure while reading what to announce is logged and costs the announcements, never the write.
+(per batch of accounts for account models; one for a global model), with ``data`` null:
+clients read again. Any failure while reading what to announce costs the announcements,
+never the write (``realtime.writes.failsafe``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connections, models, transaction
@@ -34,16 +45,17 @@ from realtime.audience import readers_of_rows
 from realtime.auth import readers_pool
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
+from realtime.compat.django_orm import fast_delete, write_alias
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
 from realtime.paths import split_path, to_lookup
 from realtime.registry import ModelOptions, options_for
-from realtime.writes import outbox, snapshots
+from realtime.writes import outbox, tracking
 from realtime.writes.before import Past, Plan, moves_audience, plan_before, take_before
 from realtime.writes.cascades import folded_event
 from realtime.writes.events import Before, Event, to_many_of_rows
 from realtime.writes.failsafe import failsafe
-from realtime.writes.preparing import prepare_write
+from realtime.writes.preparing import delete_event, prepare_write
 
 logger = logging.getLogger(__name__)
 
@@ -58,19 +70,21 @@ def update(
     options = _options(queryset)
     if "updated" not in options.actions:
         return run(**values)
-    db = queryset.db
     meta = queryset.model._meta
     try:
         fields = [meta.get_field(name) for name in values]
     except Exception:
         return run(**values)  # the update raises its own error
+    db = write_alias(queryset)
     changed = sorted({field.name for field in fields})
     written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
-    with _transaction(db, queryset.model):
-        what = f"a bulk update of {options.name}"
-        matched = failsafe(what, db, True, lambda: _matched(queryset, options, moving))
+    what = f"a bulk update of {options.name}"
+    with _locking(db, queryset.model, moving):
+        matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
         count = run(**values)
+        pks = None if matched is None else [pk for pk, _ in matched.rows]
+        tracking.bulk_written(queryset.model, pks, written, db)
         if matched is not None:
             if count != len(matched.rows):
                 logger.warning(
@@ -80,7 +94,7 @@ def update(
                     count,
                     len(matched.rows),
                 )
-            failsafe(what, db, True, lambda: matched.announce(changed, written, values, moving))
+            failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
     return count
 
 
@@ -89,7 +103,7 @@ def created(
 ) -> None:
     """Announce the rows ``bulk_create`` wrote (``kwargs``: the options it was given)."""
     options = _options(queryset)
-    db = queryset.db
+    db = write_alias(queryset)
 
     def announce() -> None:
         # ignore_conflicts: which rows went in is not known. update_conflicts: whether a row
@@ -97,7 +111,7 @@ def created(
         action = "updated" if kwargs.get("update_conflicts") else "created"
         exact = [] if kwargs.get("ignore_conflicts") else [o for o in objs if o.pk is not None]
         for obj in exact:
-            snapshots.saved(obj, snapshots.written_attnames(obj, None), db)
+            tracking.saved(obj, tracking.written_attnames(obj, None), db)
         if action not in options.actions:
             return
         changed = None
@@ -125,19 +139,76 @@ def updated(
     options = _options(queryset)
     if "updated" not in options.actions:
         return run()
-    db = queryset.db
     try:
         for name in fields:
             queryset.model._meta.get_field(name)
     except Exception:
         return run()  # bulk_update raises its own error
+    db = write_alias(queryset)
     what = f"a bulk update of {options.name}"
-    with _transaction(db, queryset.model):
-        changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
-        count = run()
-        if changes is not None:
-            failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
+    changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
+    count = run()
+    if changes is not None:
+        failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
     return count
+
+
+def deleted(
+    queryset: models.QuerySet[Any, Any], run: Callable[[], tuple[int, dict[str, int]]]
+) -> tuple[int, dict[str, int]]:
+    """Run a ``QuerySet.delete()``: in one statement, its rows read and announced here, when
+    Django would delete them so but for realtime's own receivers; else ``run()`` (Django's,
+    whose signals announce each row)."""
+    options = _options(queryset)
+    if "deleted" not in options.actions:
+        return run()
+    from realtime.writes.receivers import on_post_delete, on_pre_delete
+
+    db = write_alias(queryset)
+    events: list[Event] = []
+
+    def read(doomed: models.QuerySet[Any, Any]) -> None:
+        events.extend(_doomed_events(options, doomed, db))
+
+    count = fast_delete(queryset, (on_pre_delete, on_post_delete), db, before=read)
+    if count is None:
+        return run()
+    _add_all(events, db)
+    return count, ({queryset.model._meta.label: count} if count else {})
+
+
+def _doomed_events(
+    options: ModelOptions, doomed: models.QuerySet[Any, Any], db: str
+) -> list[Event]:
+    """The events of the rows a delete is about to remove: the first ``REALTIME_BULK_LIMIT``
+    one by one (one statement), the rest folded by scope (one more)."""
+    limit = conf.BULK_LIMIT
+    events: list[Event] = []
+
+    def read() -> None:
+        rows = list(doomed.order_by("pk")[: limit + 1])
+        for row in rows[:limit]:
+            event = delete_event(options, row, db)
+            if event is not None:
+                events.append(event)
+        if len(rows) > limit:
+            rest = doomed.filter(pk__gte=rows[limit].pk)
+            events.extend(_folded(options, "deleted", _audiences_of(options, rest)))
+
+    failsafe(f"a bulk delete of {options.name}", db, True, read)
+    return events
+
+
+def _audiences_of(options: ModelOptions, rows: models.QuerySet[Any, Any]) -> list[Any]:
+    """Where the rows of ``rows`` (some rows) are heard: their distinct scopes, or their
+    accounts; everywhere, for a global model (no statement)."""
+    if options.is_global:
+        return [None]
+    column = _audience_column(options)
+    if column is None:
+        return []
+    found = list(rows.order_by().values_list(column, flat=True).distinct())
+    return [[value] for value in found] if options.user_field is not None else found
 
 
 def _options(queryset: models.QuerySet[Any, Any]) -> ModelOptions:
@@ -146,19 +217,16 @@ def _options(queryset: models.QuerySet[Any, Any]) -> ModelOptions:
     return options
 
 
-def _transaction(db: str, model: type[models.Model]) -> AbstractContextManager[Any]:
-    """The write and the reads around it in one transaction: the application's, or one that
-    realtime opens around them (the write alone would have been one by itself)."""
-    if in_transaction(connections[db]):
-        return transaction.atomic(using=db, savepoint=False)
-    return _writing(db, model)
-
-
 @contextmanager
-def _writing(db: str, model: type[models.Model]) -> Iterator[None]:
-    """A transaction of realtime's around a bulk write: on SQLite it takes the write lock
-    before the first read (SQLite refuses a transaction that read, then writes after another
-    connection wrote: "database is locked"), with a write that changes no row."""
+def _locking(db: str, model: type[models.Model], moving: bool) -> Iterator[None]:
+    """Around an ``update()`` that may move rows, outside a transaction: a transaction of
+    realtime's, so that the rows locked before it stay so until it is made. On SQLite it takes
+    the write lock before the first read (SQLite refuses a transaction that read, then writes
+    after another connection wrote: "database is locked"), with a write that changes no row.
+    Inside the application's transaction, or for an update that cannot move rows: nothing."""
+    if not moving or in_transaction(connections[db]):
+        yield
+        return
     with transaction.atomic(using=db):
         connection = connections[db]
         if connection.vendor == "sqlite":
@@ -190,12 +258,9 @@ class _Matched:
         self.rows = rows
         self.befores = befores
 
-    def announce(
-        self, changed: list[str], written: set[str], values: dict[str, Any], moving: bool
-    ) -> None:
+    def announce(self, changed: list[str], values: dict[str, Any], moving: bool) -> None:
         options, db = self.options, self.db
         pks = [pk for pk, _ in self.rows]
-        snapshots.overwritten(self.model, pks, written, db)
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
             rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
             to_many = to_many_of_rows(options, self.model, chunk, db)
@@ -242,43 +307,65 @@ class _Matched:
         return found if options.user_field is not None else [value for [value] in found]
 
 
-def _matched(queryset: models.QuerySet[Any, Any], options: ModelOptions, moving: bool) -> _Matched:
-    """Read the rows ``queryset`` matches, before its update: ids and audience (one
-    statement), and who could read the first ``REALTIME_BULK_LIMIT`` when that may change."""
+def _matched(
+    queryset: models.QuerySet[Any, Any], options: ModelOptions, db: str, moving: bool
+) -> _Matched:
+    """Read the rows ``queryset`` matches, before its update: their keys through the caller's
+    query (with the scope, a column of the row itself: one statement), the accounts of an
+    account path by key (the caller's joins would narrow them); when the update may move
+    rows, the rows locked by key and who could read the first ``REALTIME_BULK_LIMIT``."""
     model = queryset.model
-    column = _audience_column(options)
-    read = queryset.order_by()
-    if connections[queryset.db].features.has_select_for_update:
-        read = read.select_for_update()  # the rows cannot change before the update
-    rows = (
-        list(read.values_list("pk", column))
-        if column is not None
-        else [(pk, None) for pk in read.values_list("pk", flat=True)]
-    )
-    rows.sort(key=lambda row: id_order(row[0]))
-    if options.user_field is not None and column is not None:
-        rows = _by_row(rows)
+    scope = options.scope_attname
+    caller = queryset.using(db).order_by()
+    if scope is not None:
+        listed: list[tuple[Any, Any]] = list(caller.values_list("pk", scope))
+    else:
+        listed = [(pk, None) for pk in caller.values_list("pk", flat=True)]
+    rows = sorted(dict(listed).items(), key=lambda row: id_order(row[0]))
+    stored = model._base_manager.using(db)
+    if moving and connections[db].features.has_select_for_update:
+        # Locked by key, the model's own rows only: they cannot change before the update.
+        locked: list[Any] = []
+        for chunk in chunked([pk for pk, _ in rows], READ_CHUNK):
+            locked += (
+                stored.filter(pk__in=chunk).select_for_update().values_list("pk", scope or "pk")
+            )
+        if scope is not None:
+            rows = sorted(locked, key=lambda row: id_order(row[0]))
+    if options.user_field is not None:
+        rows = _accounts_of_rows(options, stored, [pk for pk, _ in rows])
     befores: dict[Any, Before] = {}
     if moving and options.user_field is not None:
-        # The accounts each row reached were read with its id.
         first = rows[: conf.BULK_LIMIT]
         befores = {pk: Before(accounts=sorted_ids(found or ())) for pk, found in first}
     elif moving:
-        befores = _scoped_befores(options, queryset, [pk for pk, _ in rows[: conf.BULK_LIMIT]])
-    return _Matched(options, model, queryset.db, rows, befores)
+        befores = _scoped_befores(options, stored, [pk for pk, _ in rows[: conf.BULK_LIMIT]])
+    return _Matched(options, model, db, rows, befores)
+
+
+def _accounts_of_rows(
+    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
+) -> list[tuple[Any, Any]]:
+    """(key, the accounts its path reaches) of each row, read by key (one statement per 500)."""
+    lookup = to_lookup(options.user_field or "")
+    merged: dict[Any, list[Any]] = {pk: [] for pk in pks}
+    for chunk in chunked(pks, READ_CHUNK):
+        for pk, account in stored.filter(pk__in=chunk).values_list("pk", lookup):
+            if account is not None:
+                merged.setdefault(pk, []).append(account)
+    return list(merged.items())
 
 
 def _scoped_befores(
-    options: ModelOptions, queryset: models.QuerySet[Any, Any], pks: list[Any]
+    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
 ) -> dict[Any, Before]:
     """Who could read each row before the update: its scope and channels (one statement per
     500 rows), a guard's readers (asked for all the rows of a scope together), the readers of
     a shared root (asked of the application's hook, row by row)."""
     befores: dict[Any, Before] = {}
-    stored = queryset.model._base_manager.using(queryset.db)
     for chunk in chunked(pks, READ_CHUNK):
         for old in stored.filter(pk__in=chunk):
-            plan = Plan(Past(old, None), queries=True)
+            plan = Plan(Past(old, None, stored=True, using=old._state.db), queries=True)
             before = take_before(options, plan, always=True)
             if before is not None:
                 befores[old.pk] = before
@@ -288,21 +375,11 @@ def _scoped_befores(
             if before.scope_id is not None or options.is_global:
                 by_scope.setdefault(before.scope_id, []).append(pk)
         for scope, rows in by_scope.items():
-            found = readers_of_rows(options, rows, readers_pool(options, scope))
+            pool = readers_pool(options, scope, stored.db)
+            found = readers_of_rows(options, rows, pool, using=stored.db)
             for pk in rows:
                 befores[pk].readers = sorted_ids(found[row_key(pk)])
     return befores
-
-
-def _by_row(rows: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """An account path read as one (row, account) pair per account: one pair per row, holding
-    the list of its accounts."""
-    merged: dict[Any, list[Any]] = {}
-    for pk, account in rows:
-        accounts = merged.setdefault(pk, [])
-        if account is not None:
-            accounts.append(account)
-    return [(pk, accounts) for pk, accounts in merged.items()]
 
 
 def _audience_column(options: ModelOptions) -> str | None:
@@ -336,13 +413,13 @@ def _changes(
     who could read it before when that may change (taken now, before the write)."""
     changes = []
     for index, obj in enumerate(objs):
-        changed = snapshots.changed_fields(obj, None)
+        changed = tracking.changed_fields(obj, None)
         names = sorted({obj._meta.get_field(name).name for name in fields} & set(changed))
         if not names:
             continue
         before = None
         if index < conf.BULK_LIMIT:
-            plan = plan_before(options, obj, names)
+            plan = plan_before(options, obj, names, db)
             before = None if plan is None else take_before(options, plan)
         changes.append((obj, names, before))
     return changes
@@ -359,7 +436,7 @@ def _announce_changes(
     to_many = to_many_of_rows(options, options.model, announced, db)
     events = []
     for index, (obj, names, before) in enumerate(changes):
-        snapshots.saved(obj, snapshots.written_attnames(obj, fields), db)
+        tracking.saved(obj, tracking.written_attnames(obj, fields), db)
         if index >= conf.BULK_LIMIT:
             audiences.append(_audience_of(options, obj))
             continue
@@ -392,15 +469,22 @@ def _audience_of(options: ModelOptions, obj: models.Model) -> Any:
 
 
 def _fold(options: ModelOptions, action: str, audiences: Iterable[Any], db: str) -> None:
+    """Hand the outbox the events folding rows heard in ``audiences`` (``_folded``)."""
+    _add_all(_folded(options, action, audiences), db)
+
+
+def _folded(options: ModelOptions, action: str, audiences: Iterable[Any]) -> list[Event]:
     """One truncated event per distinct scope of ``audiences`` (one account event to all the
-    accounts, for account models)."""
+    accounts, for account models; one, for a global model)."""
     if options.user_field is not None:
         accounts: set[Any] = set()
         for found in audiences:
             accounts.update(found if isinstance(found, list) else [found])
         accounts.discard(None)
-        if accounts:
-            event = Event(
+        if not accounts:
+            return []
+        return [
+            Event(
                 options=options,
                 action=action,
                 pk=None,
@@ -409,14 +493,11 @@ def _fold(options: ModelOptions, action: str, audiences: Iterable[Any], db: str)
                 folded=True,
                 accounts=sorted_ids(accounts),
             )
-            outbox.add(event, db)
-        return
+        ]
     if options.is_global:
-        if any(True for _ in audiences):
-            _add_all([folded_event(options, None, action)], db)
-        return
+        return [folded_event(options, None, action)] if any(True for _ in audiences) else []
     scopes = sorted_ids(scope for scope in audiences if scope is not None)
-    _add_all((folded_event(options, scope, action) for scope in scopes), db)
+    return [folded_event(options, scope, action) for scope in scopes]
 
 
 def _add_all(events: Iterable[Event | None], db: str) -> None:

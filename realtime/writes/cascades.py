@@ -104,7 +104,7 @@ def _on_parent_pre_delete(
         f"the database cascade of {sender._meta.label}:{instance.pk}",
         using,
         True,
-        lambda: _children_events(sender, instance),
+        lambda: _children_events(sender, instance, using),
     )
     if events:
         instance.__dict__[PENDING_CASCADE] = events
@@ -116,7 +116,7 @@ def _on_parent_post_delete(
     outbox.add_all(instance.__dict__.pop(PENDING_CASCADE, []), using)
 
 
-def _children_events(parent: type[models.Model], instance: models.Model) -> list[Event]:
+def _children_events(parent: type[models.Model], instance: models.Model, using: str) -> list[Event]:
     limit = conf.CASCADE_LIMIT
     events: list[Event] = []
     for options in all_options():
@@ -126,10 +126,11 @@ def _children_events(parent: type[models.Model], instance: models.Model) -> list
             field = options.model._meta.get_field(fk_name)
             if field.related_model is not parent:
                 continue
-            children = options.model._base_manager.filter(**{fk_name: instance.pk}).order_by("pk")
+            stored = options.model._base_manager.using(using)
+            children = stored.filter(**{fk_name: instance.pk}).order_by("pk")
             rows = list(children[: limit + 1])
             for child in rows[:limit]:
-                event = delete_event(options_for(type(child)) or options, child)
+                event = delete_event(options_for(type(child)) or options, child, using)
                 if event is not None:
                     events.append(event)
             if len(rows) > limit and options.is_global:

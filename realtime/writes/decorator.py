@@ -71,8 +71,8 @@ def realtime_model(
     def decorate(model: ModelT) -> ModelT:
         if not (isinstance(model, type) and issubclass(model, models.Model)):
             raise TypeError("@realtime_model decorates Django model classes")
-        options = ModelOptions(
-            model=model,
+        options = registry.options_of(
+            model,
             name=name or default_name(model),
             actions=actions,
             fields=field_map,
@@ -124,7 +124,7 @@ def register(options: ModelOptions) -> None:
     """Record ``options`` and connect its model's receivers."""
     registry.record(options)
     receivers.connect(options.model)
-    querysets.extend(options.model)
+    querysets.install(options.model)
 
 
 def unregister(model: type[models.Model]) -> None:
@@ -137,7 +137,7 @@ def _connect_subclass(sender: type[models.Model], **kwargs: Any) -> None:
     # A proxy or multi-table child defined after its decorated parent announces like it.
     if not registry.is_recorded(sender) and registry.options_for(sender) is not None:
         receivers.connect(sender)
-        querysets.extend(sender)
+        querysets.install(sender)
 
 
 class_prepared.connect(_connect_subclass, dispatch_uid="realtime.registry.subclasses")

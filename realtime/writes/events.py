@@ -127,7 +127,7 @@ def read_event(
         if scope_id is None and not (scopeless or options.is_global):
             return None
     else:
-        user_ids = read_accounts(options, instance)
+        user_ids = read_accounts(options, instance, using)
     data: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
     for wire, attname in options.field_attnames.items():
         data[wire] = jsonable(values.get(attname))
@@ -140,7 +140,9 @@ def read_event(
         channels=[
             options.name,
             record_channel(options.name, pk),
-            *relation_channels(options, instance, created=action == "created", known=to_many),
+            *relation_channels(
+                options, instance, created=action == "created", known=to_many, using=using
+            ),
         ],
         scope_id=scope_id,
         user_ids=user_ids,
@@ -170,6 +172,7 @@ def relation_channels(
     *,
     created: bool = False,
     known: dict[str, list[Any]] | None = None,
+    using: str | None = None,
 ) -> list[str]:
     """``<target>:<pk>`` for each declared relation; none at all past 50 of them.
 
@@ -183,13 +186,15 @@ def relation_channels(
             target = options.model._meta.get_field(name).related_model
             channels += [record_channel(wire_name(target), pk) for pk in known[name]]  # type: ignore[arg-type]
         else:
-            channels += _channels_of(instance, name, created)
+            channels += _channels_of(instance, name, created, using)
         if len(channels) > limits.MAX_RELATION_CHANNELS:
             return []
     return channels
 
 
-def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
+def _channels_of(
+    instance: models.Model, name: str, created: bool, using: str | None = None
+) -> list[str]:
     generic = generic_fk(type(instance), name)
     values = instance.__dict__
     if generic is not None:
@@ -199,7 +204,7 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
             return []
         from django.contrib.contenttypes.models import ContentType
 
-        model = ContentType.objects.get_for_id(type_id).model_class()
+        model = ContentType.objects.db_manager(using).get_for_id(type_id).model_class()
         return [record_channel(wire_name(model), object_id)] if model is not None else []
     relation = instance._meta.get_field(name)
     target = relation.related_model
@@ -215,7 +220,8 @@ def _channels_of(instance: models.Model, name: str, created: bool) -> list[str]:
     if isinstance(relation, models.ForeignObjectRel):
         accessor = relation.get_accessor_name() or name
     manager = getattr(instance, accessor)
-    pks = manager.order_by().values_list("pk", flat=True)[: limits.MAX_RELATION_CHANNELS + 1]
+    related = manager.using(using) if using is not None else manager.all()
+    pks = related.order_by().values_list("pk", flat=True)[: limits.MAX_RELATION_CHANNELS + 1]
     return [record_channel(wire_name(target), pk) for pk in pks]
 
 
@@ -235,6 +241,8 @@ def to_many_of_rows(
     return found
 
 
-def read_accounts(options: ModelOptions, instance: models.Model) -> list[Any]:
+def read_accounts(
+    options: ModelOptions, instance: models.Model, using: str | None = None
+) -> list[Any]:
     """The account ids a ``user_field`` path reaches from ``instance`` (an empty hop: none)."""
-    return values_on_path(instance, options.user_field or "")
+    return values_on_path(instance, options.user_field or "", using)

@@ -1,13 +1,18 @@
-"""Realtime's work inside a user's write must never fail that write.
+"""Realtime's part of a write never fails the write — and, in tests, never fails in silence.
 
-Two rules, applied everywhere on the write side: every receiver catches whatever it raises at
-its outermost point and logs it (``never_raises``), and every query realtime adds inside a
-user's transaction runs in a savepoint, because on PostgreSQL a failed statement aborts the
-whole transaction even when the exception is caught. The savepoint is always Django's
-``transaction.atomic``, so that it is released, or rolled back, exactly as Django does it:
-around what realtime reads when it may query (``failsafe``), and around application code
-that may query (a model's ``payload=``), entered before its first statement
-(``savepoint_from_first_query``).
+Each place where a write enters realtime (a signal receiver, a bulk write, a link that changed)
+runs its part through ``failsafe`` once: whatever it raises is caught there, logged with its
+traceback, and costs the announcement, never the write. Inside a transaction, its statements
+run in a savepoint where a failed statement would abort the transaction (PostgreSQL: every
+statement after it would fail, the application's included); SQLite and MySQL go on after a
+failed statement, so no savepoint is made there, and no statement is added to the write.
+
+A test suite wants the opposite: a failure that would be logged once per write in production
+(a query the database refuses for one shape of queryset, say) must fail the test that met it.
+``raise_failures()`` turns that on (``realtime.testing.raise_preparation_failures``); realtime's
+own suite and its Django-suite harness run with it. What application code raises in its hooks
+(``payload=``, ``recipients``...) is caught and logged where the hook is called, as documented,
+and is not such a failure.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, transaction
@@ -24,87 +29,122 @@ from realtime.compat.django import in_transaction
 
 logger = logging.getLogger(__name__)
 
-P = ParamSpec("P")
 T = TypeVar("T")
+P = ParamSpec("P")
+
+#: Databases on which a failed statement leaves the transaction usable (no savepoint needed).
+FORGIVING = frozenset({"sqlite", "mysql"})
+
+_raising = False
+
+
+def raise_failures(on: bool = True) -> None:
+    """Raise, instead of logging, what realtime's part of a write raises (for tests)."""
+    global _raising
+    _raising = on
 
 
 def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
-    """Run ``build``, logging and swallowing any failure; in a savepoint when it may query
-    inside a transaction, so that a failed query cannot poison the write's transaction."""
+    """Run ``build`` (realtime's part of a write about ``what``), never failing the write:
+    what it raises is logged (raised, with ``raise_failures``), and ``None`` returned. In a
+    savepoint when it may query inside a transaction on a database that needs one."""
     try:
-        if queries and in_transaction(connections[using]):
+        if queries and needs_savepoint(using):
             with transaction.atomic(using=using):
                 return build()
         return build()
     except Exception:
+        if _raising:
+            raise
         logger.exception("realtime: preparing the announcement of %s failed; not announced", what)
         return None
 
 
 @contextmanager
+def savepoint(using: str) -> Iterator[None]:
+    """Around statements realtime adds inside a write: a savepoint where a failed statement
+    would abort the application's transaction (``needs_savepoint``), else nothing."""
+    if needs_savepoint(using):
+        with transaction.atomic(using=using):
+            yield
+    else:
+        yield
+
+
+@contextmanager
 def savepoint_from_first_query(using: str) -> Iterator[None]:
-    """Run the block, inside a transaction on ``using``, in ``transaction.atomic`` entered just
-    before its first statement: a block that sends none costs no statement.
+    """Around application code that may query inside a write (a model's ``payload=``): a
+    savepoint where one is needed (``needs_savepoint``), taken just before the block's first
+    statement, so that a block that sends none costs no statement.
 
     The savepoint is rolled back when the block raises, and also when one of its statements
-    failed though the block caught the error (application code may): on PostgreSQL that
-    statement aborted the transaction, so releasing the savepoint would fail, and so would
-    every statement of the write after it. Elsewhere the rollback undoes the same thing, so
-    such a block ends alike on every database. Outside a transaction each statement commits by
-    itself, and a failed one poisons nothing: no savepoint.
-    """
-    connection = connections[using]
-    if not in_transaction(connection):
+    failed though the block caught the error (application code may): that statement aborted
+    the transaction, and releasing the savepoint would fail, and so would every statement of
+    the write after it. It is taken with Django's documented ``transaction.savepoint`` from a
+    documented ``connection.execute_wrapper``."""
+    if not needs_savepoint(using):
         yield
         return
-    opener = _AtomicFromFirstQuery(using)
+    opener = _SavepointFromFirstQuery(using)
     try:
-        with connection.execute_wrapper(opener):
+        with connections[using].execute_wrapper(opener):
             yield
-    except BaseException as error:
-        opener.close(error)
+    except BaseException:
+        opener.close(failed=True)
         raise
-    opener.close(opener.failed)
+    opener.close(failed=opener.failed)
 
 
-class _AtomicFromFirstQuery:
-    """An execute wrapper entering ``transaction.atomic`` before the first statement it sees,
-    and noting a statement that fails."""
+class _SavepointFromFirstQuery:
+    """An execute wrapper taking a savepoint before the first statement it sees, and noting
+    a statement that fails."""
 
     def __init__(self, using: str) -> None:
         self.using = using
-        self.block = ExitStack()
+        self.sid: str | None = None
         self.entering = False
-        self.failed: DatabaseError | None = None
+        self.failed = False
 
     def __call__(
         self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
     ) -> Any:
         if not self.entering:
             self.entering = True  # the SAVEPOINT statement passes through here too
-            self.block.enter_context(transaction.atomic(using=self.using))
+            self.sid = transaction.savepoint(using=self.using)
         try:
             return execute(sql, params, many, context)
-        except DatabaseError as error:
-            self.failed = error
+        except DatabaseError:
+            self.failed = True
             raise
 
-    def close(self, error: BaseException | None) -> None:
-        """Leave the atomic block (if entered) as the error, if any, would leave it."""
-        if error is None:
-            self.block.close()
+    def close(self, failed: bool) -> None:
+        """Release the savepoint, or roll back to it when something failed."""
+        if self.sid is None:
+            return
+        if failed:
+            transaction.savepoint_rollback(self.sid, using=self.using)
         else:
-            self.block.__exit__(type(error), error, error.__traceback__)
+            transaction.savepoint_commit(self.sid, using=self.using)
+
+
+def needs_savepoint(using: str) -> bool:
+    """Whether a statement realtime adds on ``using`` now runs in a savepoint: inside a
+    transaction, on a database where a failed statement aborts it."""
+    connection = connections[using]
+    return connection.vendor not in FORGIVING and in_transaction(connection)
 
 
 def never_raises(receiver: Callable[P, None]) -> Callable[P, None]:
-    """Wrap a signal receiver so that nothing it raises reaches the write (it is logged)."""
+    """Wrap a signal receiver so that nothing it raises reaches the write (it is logged;
+    raised, with ``raise_failures``)."""
 
     @functools.wraps(receiver)
     def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
             receiver(*args, **kwargs)
         except Exception:
+            if _raising:
+                raise
             logger.exception("realtime: %s failed; the write goes on", receiver.__qualname__)
 
     return guarded

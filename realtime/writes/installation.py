@@ -23,7 +23,8 @@ def check_installed(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> 
     """Report decorated models when ``"realtime"`` is not in ``INSTALLED_APPS``."""
     if apps.is_installed("realtime"):
         return []
-    labels = sorted({options.model._meta.label for options in all_options()})
+    installed = set(apps.get_models())
+    labels = sorted({o.model._meta.label for o in all_options() if o.model in installed})
     if not labels:
         return []
     return [

@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from django.db import DEFAULT_DB_ALIAS, models, router, transaction
 
 from realtime.registry import ACTIONS, options_for
-from realtime.writes import outbox, snapshots
+from realtime.writes import outbox, tracking
 from realtime.writes.events import Event
-from realtime.writes.preparing import prepare_delete, prepare_write
+from realtime.writes.failsafe import failsafe
+from realtime.writes.preparing import prepare_delete, prepare_write, write_queries
 
 
 def announce(
@@ -53,9 +54,14 @@ def announce(
         else:
             fields = None
             if action == "updated":
-                names = changed if changed is not None else snapshots.all_fields(instance)
-                fields = snapshots.changed_fields(instance, names)
-            event = prepare_write(options, instance, action, fields, alias)
+                names = changed if changed is not None else tracking.all_fields(instance)
+                fields = tracking.changed_fields(instance, names)
+            event = failsafe(
+                f"{options.name}:{instance.pk}",
+                alias,
+                write_queries(options, action),
+                lambda: prepare_write(options, instance, action, fields, alias),  # noqa: B023
+            )
         if event is not None:
             outbox.add(event, alias)
 

@@ -40,7 +40,7 @@ from django.db.models.signals import post_delete, post_save, pre_delete, pre_sav
 
 from realtime.chunks import chunked
 from realtime.encoding import id_order, normal_id, sorted_ids
-from realtime.paths import resolve_path, split_path, to_lookup
+from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import outbox
 from realtime.writes.access import row_events
@@ -66,8 +66,12 @@ class Watch:
     #: Attnames, on the membership model, of the foreign keys to the owner and to the account.
     owner: str
     account: str
-    #: From a record to its owner's primary key (``"thread"``); ``None``: the record itself.
+    #: From a record to its owner (``"thread"``); ``None``: the record itself.
     lookup: str | None
+    #: The fields of the owner and of the account those foreign keys hold the values of: the
+    #: primary keys, unless they name another (``to_field``).
+    owner_target: str = "pk"
+    account_target: str = "pk"
 
 
 _watches: dict[type[models.Model], list[Watch]] = {}
@@ -93,26 +97,39 @@ def watch_of(options: ModelOptions) -> Watch | bool:
     if not all(f.concrete and f.many_to_one for f in hops):
         return False
     lookup = to_lookup(".".join(split_path(path)[: len(hops)])) if hops else None
-    return Watch(options, membership, owner, account, lookup)
+    return Watch(
+        options,
+        membership,
+        owner.attname,
+        account.attname,
+        lookup,
+        _target(owner),
+        _target(account),
+    )
 
 
-def _membership(fields: list[Any]) -> tuple[list[Any], type[models.Model], str, str] | None:
-    """The hops before the membership row, its model, and the attnames of its keys to the
-    owner and to the account; ``None`` for a path that ends some other way."""
+def _target(key: Any) -> str:
+    """The field a foreign key's values are values of: ``pk``, or the one ``to_field`` names."""
+    target = key.target_field
+    return "pk" if target.primary_key else str(target.name)
+
+
+def _membership(fields: list[Any]) -> tuple[list[Any], type[models.Model], Any, Any] | None:
+    """The hops before the membership row, its model, and its foreign keys to the owner and
+    to the account; ``None`` for a path that ends some other way."""
     user_model = get_user_model()
     last = fields[-1]
     if last.many_to_many and last.related_model is user_model:
         if isinstance(last, ForeignObjectRel):  # the many-to-many is declared on the account
             m2m: Any = last.field
-            owner_name, account_name = m2m.m2m_reverse_field_name(), m2m.m2m_field_name()
+            owner, account = target_key(m2m), source_key(m2m)
         else:
             m2m = last
-            owner_name, account_name = m2m.m2m_field_name(), m2m.m2m_reverse_field_name()
+            owner, account = source_key(m2m), target_key(m2m)
         through = m2m.remote_field.through
         if not (isinstance(through, type) and issubclass(through, models.Model)):
             return None
-        keys: dict[str, Any] = {f.name: f for f in through._meta.concrete_fields}
-        return fields[:-1], through, keys[owner_name].attname, keys[account_name].attname
+        return fields[:-1], through, owner, account
     before_last = fields[-2] if len(fields) >= 2 else None
     if (
         last.concrete
@@ -124,7 +141,7 @@ def _membership(fields: list[Any]) -> tuple[list[Any], type[models.Model], str, 
         rows = before_last.related_model
         if not isinstance(rows, type):
             return None
-        return fields[:-2], rows, before_last.field.attname, last.attname
+        return fields[:-2], rows, before_last.field, last
     return None
 
 
@@ -305,21 +322,37 @@ def _changed(watch: Watch, db: str, was: set[Pair], now: set[Pair], touched: Seq
 
 def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> None:
     events: list[Event] = []
+    accounts = _account_ids(watch, db, {account for _, account in entered | left})
     for pairs, entering in ((left, False), (entered, True)):
         by_owner: dict[Any, set[Any]] = {}
         for owner, account in pairs:
-            by_owner.setdefault(owner, set()).add(account)
+            if account in accounts:
+                by_owner.setdefault(owner, set()).add(accounts[account])
         for owner in sorted(by_owner, key=id_order):
-            rows = _records_of(watch, owner)
+            rows = _records_of(watch, owner, db)
             events += row_events(watch.options, rows, sorted_ids(by_owner[owner]), entering)
     outbox.add_all(events, db)
 
 
-def _records_of(watch: Watch, owner: Any) -> models.QuerySet[Any, Any]:
-    manager = watch.options.model._base_manager
+def _account_ids(watch: Watch, db: str, values: set[Any]) -> dict[Any, Any]:
+    """The primary key of each account named by ``values`` (what the membership rows hold:
+    the keys themselves, unless their foreign key names another field)."""
+    if watch.account_target == "pk":
+        return {value: value for value in values}
+    target = watch.account_target
+    found: dict[Any, Any] = {}
+    accounts = get_user_model()._base_manager.using(db)
+    for chunk in chunked(sorted(values, key=id_order), CHUNK):
+        rows = accounts.filter(**{f"{target}__in": chunk}).values_list(target, "pk")
+        found.update((normal_id(value), normal_id(pk)) for value, pk in rows)
+    return found
+
+
+def _records_of(watch: Watch, owner: Any, db: str) -> models.QuerySet[Any, Any]:
+    manager = watch.options.model._base_manager.using(db)
     if watch.lookup is None:
-        return manager.filter(pk=owner)
-    return manager.filter(**{watch.lookup: owner})
+        return manager.filter(**{watch.owner_target: owner})
+    return manager.filter(**{f"{watch.lookup}__{watch.owner_target}": owner})
 
 
 def _pair(obj: models.Model, watch: Watch) -> Pair:

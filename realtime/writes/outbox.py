@@ -15,9 +15,10 @@ Two cases publish more than once: a callback of the application registered with
 ``robust=False`` that raises stops the callbacks after it (what ran before it is published
 once Django lets go of the rest, when the exception has been handled), and a transaction opened
 and committed by another ``on_commit`` callback publishes when it commits. Where Django keeps
-discarded callbacks alive, each announcement publishes itself. Outside a transaction an
-announcement is published at once; under manual transaction management (no atomic block,
-autocommit off) too, as there is no commit to wait for.
+discarded callbacks alive, each announcement publishes itself. Outside a transaction the
+announcements of one write (a ``save()``, a ``bulk_create`` of 200 rows) are published at once,
+in one call; under manual transaction management (no atomic block, autocommit off) too, as
+there is no commit to wait for.
 
 When the transport is ``durable``, each announcement made inside an atomic block is also
 written to realtime's outbox (``realtime_outbox``) on the write's own connection, in the
@@ -125,7 +126,11 @@ class _Outbox:
         self.next_row = 0
 
     def add(self, items: Sequence[Any]) -> None:
-        """Hold ``items`` (announcements of the transaction under way, in write order)."""
+        """Hold ``items`` (announcements of the transaction under way, in write order);
+        outside a transaction, publish them at once, in one call."""
+        if not in_transaction(connections[self.using]):
+            _publish([_Entry(item, None) for item in items], self.using)
+            return
         if len(self.entries) >= self.compact_at:
             self.entries = [entry for entry in self.entries if entry.pending()]
             self.compact_at = max(COMPACT_AFTER, 2 * len(self.entries))

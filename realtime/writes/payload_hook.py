@@ -14,11 +14,12 @@ declared fields alone; an update that takes the row from readers still tells the
 frame carries its identity alone); nobody else hears of that write (``events.read_event``).
 
 Its queries are its own cost: a callable that queries does so once per row of a bulk write.
-On PostgreSQL a failed statement aborts the transaction it runs in, so inside a transaction
-the callable's first query opens a savepoint (``failsafe.savepoint_from_first_query``), rolled
-back if the callable fails or one of its statements did (a callable may catch its own
-database error: what it returns is then announced). A callable that does not query costs no
-statement at all, however many rows a bulk write announces.
+On PostgreSQL a failed statement aborts the transaction it runs in, so there, inside a
+transaction, the callable's first query opens a savepoint
+(``failsafe.savepoint_from_first_query``), rolled back if the callable fails or one of its
+statements did (a callable may catch its own database error: what it returns is then
+announced). A callable that does not query costs no statement at all, however many rows a
+bulk write announces; SQLite and MySQL go on after a failed statement, and take no savepoint.
 """
 
 from __future__ import annotations
@@ -87,6 +88,6 @@ def _alias(instance: models.Model) -> str:
 
 
 def _call(hook: Callable[[Any], Any], instance: models.Model, using: str) -> Any:
-    """Call ``hook``; inside a transaction, its queries in a savepoint opened by the first."""
+    """Call ``hook``; its queries in a savepoint opened by the first, where one is needed."""
     with savepoint_from_first_query(using):
         return hook(instance)

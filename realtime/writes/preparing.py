@@ -44,31 +44,30 @@ def prepare_write(
 ) -> Event | None:
     """The event of a create or an update, read in the write's transaction (``scopeless``:
     also when the row is in no scope, for an update that may have taken it out of one;
-    ``to_many``: its to-many relations' targets, read already for many rows at once)."""
-    if action == "created":
-        queries = options.create_queries
-    elif to_many is not None:
-        queries = options.queries_besides_to_many
-    else:
-        queries = options.write_queries
-    return failsafe(
-        f"{options.name}:{instance.pk}",
-        using,
-        queries,
-        lambda: read_event(
-            options,
-            instance,
-            action,
-            changed,
-            scopeless=scopeless,
-            to_many=to_many,
-            using=using,
-        ),
+    ``to_many``: its to-many relations' targets, read already for many rows at once). Run by
+    a caller that never fails the write (``realtime.writes.failsafe``)."""
+    return read_event(
+        options,
+        instance,
+        action,
+        changed,
+        scopeless=scopeless,
+        to_many=to_many,
+        using=using,
     )
 
 
+def write_queries(options: ModelOptions, action: str, to_many: bool = False) -> bool:
+    """Whether reading the event of a create or an update may query (``to_many``: its
+    to-many targets are read already)."""
+    if action == "created":
+        return options.create_queries
+    return options.queries_besides_to_many if to_many else options.write_queries
+
+
 def prepare_delete(options: ModelOptions, instance: models.Model, using: str) -> Event | None:
-    """The event of a delete and its audiences, read while the row still exists."""
+    """The event of a delete and its audiences, read while the row still exists; never
+    failing the delete."""
     return failsafe(
         f"{options.name}:{instance.pk}",
         using,
@@ -97,10 +96,11 @@ def delete_event(
     if options.user_field is not None:
         event.readers = recipients(event)
         return event
+    db = using or instance._state.db or "default"
     if options.guard is not None:
-        event.readers = guarded_readers(event)
+        event.readers = guarded_readers(event, db)
     if options.shared_via is not None:
-        event.shared = shared_readers(event)
+        event.shared = shared_readers(event, db)
     if not options.is_global:
         event.outside = outside_recipients(event)
     return event

@@ -1,16 +1,21 @@
-"""Bulk writes take part: every manager and queryset of a decorated model announces them.
+"""``RealtimeQuerySet`` and ``RealtimeManager``: where a decorated model's bulk writes and loads
+enter realtime.
 
-``QuerySet.update()``, ``bulk_create`` and ``bulk_update`` send no model signals. Rather than
-asking applications to change their managers, realtime gives each manager of a decorated
-model (declared, inherited, default, base — and so the related managers Django derives from
-the default one) a class of its own: a subclass of the manager's class, same name and module
-(migrations see no change), whose ``get_queryset`` hands back the queryset as an announcing
-subclass of its own class. The queryset's three bulk writes go through ``realtime.writes.bulk``;
-everything else is the application's, unchanged. The async forms (``aupdate``,
-``abulk_create``, ``abulk_update``) run the sync ones in a thread, so they announce too.
+``QuerySet.update()``, ``bulk_create``, ``bulk_update`` and a ``QuerySet.delete()`` that Django
+makes in one statement send no model signals, so they are announced by the queryset itself:
+``RealtimeQuerySet`` hands each to ``realtime.writes.bulk``, and is otherwise Django's own. Its
+fetches also keep what the rows were loaded with (``realtime.writes.tracking``), so that a save
+knows what it changed. The async forms (``aupdate``, ``abulk_create``...) run these in a thread.
 
-A manager whose queryset does not come back announcing (a ``get_queryset`` that builds
-something that is not a ``QuerySet``) is named by a system check (``realtime.W020``).
+They are real, importable classes: querysets and managers pickle, ``type()`` names them, and
+migrations see nothing (``RealtimeManager`` is never ``use_in_migrations``). The decorator puts a
+``RealtimeManager`` in place of each manager of the model whose class is exactly Django's
+``Manager`` (``objects`` included); the related managers Django derives from the default one
+follow. A queryset or manager class of the application's own takes them in one line —
+``class ContactQuerySet(RealtimeQuerySet)`` (or as a mixin, first among the bases), or
+``class ContactManager(RealtimeManager)`` — and ``realtime.W031`` names each manager of a
+decorated model whose queryset is not one, until it is. Nothing is patched at run time.
+
 ``silent()`` turns bulk announcements off where code announces by itself or wants none.
 """
 
@@ -20,14 +25,20 @@ import contextvars
 import inspect
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, models
 
-from realtime.compat.django import in_transaction, managers_of
+from realtime.compat.django import in_transaction
+from realtime.compat.django_orm import (
+    FetchingQuerySet,
+    instance_hint,
+    replace_managers,
+    through_rows,
+)
 from realtime.registry import options_for
-from realtime.writes import bulk, memberships
+from realtime.writes import bulk, memberships, tracking
 
 _silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("realtime_silent", default=False)
 #: The models whose ``bulk_update`` is running here: the ``update()`` calls Django makes inside
@@ -35,33 +46,6 @@ _silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("realtime_silen
 _updating: contextvars.ContextVar[frozenset[type[models.Model]]] = contextvars.ContextVar(
     "realtime_bulk_updating", default=frozenset()
 )
-
-
-@contextmanager
-def silent() -> Iterator[None]:
-    """Announce no bulk write (``update``, ``bulk_create``, ``bulk_update``) made inside.
-
-    For code that announces by itself (``realtime.announce``) or wants no announcement (a
-    data migration). Writes that send model signals (``save``, ``delete``) still announce.
-    """
-    token = _silenced.set(True)
-    try:
-        yield
-    finally:
-        _silenced.reset(token)
-
-
-def _active(queryset: models.QuerySet[Any, Any]) -> bool:
-    """Whether bulk writes of ``queryset`` are announced here and now (not ``silent()``, and
-    not the ``update()`` calls Django makes inside a ``bulk_update`` announced by itself)."""
-    return not _silenced.get() and queryset.model not in _updating.get()
-
-
-def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:
-    """Whether a bulk write of ``queryset`` announces its rows (its model is decorated)."""
-    return _active(queryset) and options_for(queryset.model) is not None
-
-
 #: (model, foreign key) pairs a delete in progress is unlinking (``on_delete=SET_NULL`` and
 #: the like): Django's ``update()`` of those children is announced by
 #: ``realtime.writes.unlinked``, which knows the row they were linked to.
@@ -70,28 +54,48 @@ _unlinking: contextvars.ContextVar[frozenset[tuple[Any, str]]] = contextvars.Con
 )
 
 
+@contextmanager
+def silent() -> Iterator[None]:
+    """Announce no bulk write (``update``, ``bulk_create``, ``bulk_update``, ``QuerySet.delete``)
+    made inside.
+
+    For code that announces by itself (``realtime.announce``) or wants no announcement (a
+    data migration). Writes that send model signals (``save``, ``delete()`` of an instance)
+    still announce.
+    """
+    token = _silenced.set(True)
+    try:
+        yield
+    finally:
+        _silenced.reset(token)
+
+
 def unlinking(pairs: Iterable[tuple[Any, str]], on: bool) -> None:
     """Note (``on``) or forget that a delete is unlinking the children of ``pairs``."""
     now = _unlinking.get()
     _unlinking.set(now | frozenset(pairs) if on else now - frozenset(pairs))
 
 
-def _left_to_unlinked(queryset: models.QuerySet[Any, Any], values: dict[str, Any]) -> bool:
-    """Whether this ``update()`` is the one Django makes for a delete unlinking children (one
-    foreign key written, in the delete's transaction)."""
-    pairs = _unlinking.get()
-    if not pairs or len(values) != 1:
-        return False
-    (name,) = values
-    model = queryset.model._meta.concrete_model
-    return (model, name) in pairs and in_transaction(connections[queryset.db])
-
-
 _BULK_CREATE = inspect.signature(models.QuerySet.bulk_create)
 
 
-class AnnouncingQuerySet(models.QuerySet[Any, Any]):
-    """Mixed in before a decorated model's queryset class: its bulk writes announce."""
+_Model = TypeVar("_Model", bound=models.Model, covariant=True)
+_Row = TypeVar("_Row", covariant=True)
+
+
+class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
+    """A decorated model's queryset: Django's own, its bulk writes announced.
+
+    Also a mixin: ``class MyQuerySet(RealtimeQuerySet, SomeoneElsesQuerySet)``.
+    """
+
+    def fetched(self, instances: list[Any]) -> None:
+        if self._tracked():
+            tracking.loaded(self.db, instances, refreshing=instance_hint(self))
+
+    def _tracked(self) -> bool:
+        options = options_for(self.model)
+        return options is not None and "updated" in options.actions
 
     def update(self, **kwargs: Any) -> int:
         run = super().update
@@ -110,14 +114,14 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
         meta = self.model._meta
         if meta.auto_created and _active(self) and memberships.watched(self.model):
             return memberships.around_delete(self, super().delete)
-        return super().delete()
+        if not _announcing(self):
+            return super().delete()
+        return bulk.deleted(self, super().delete)
 
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
 
-    def bulk_create(
-        self, objs: Iterable[models.Model], *args: Any, **kwargs: Any
-    ) -> list[models.Model]:
+    def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
         links = _active(self) and memberships.watched(self.model)
         if not (links or _announcing(self)):
             return super().bulk_create(objs, *args, **kwargs)
@@ -142,7 +146,7 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
         def run() -> int:
             token = _updating.set(_updating.get() | {self.model})
             try:
-                return super(AnnouncingQuerySet, self).bulk_update(objs, fields, *args, **kwargs)
+                return super(RealtimeQuerySet, self).bulk_update(objs, fields, *args, **kwargs)
             finally:
                 _updating.reset(token)
 
@@ -164,6 +168,83 @@ class AnnouncingQuerySet(models.QuerySet[Any, Any]):
     bulk_update.alters_data = True  # type: ignore[attr-defined]
 
 
+class RealtimeManager(models.Manager[_Model]):
+    """Django's ``Manager`` whose querysets are ``RealtimeQuerySet``s.
+
+    ``count()`` and ``exists()`` of a many-to-many's related manager go through its table
+    alone, as they do when the target's default manager is Django's ``Manager`` (which this
+    one stands for).
+    """
+
+    _queryset_class = RealtimeQuerySet
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to a Django Manager built with the same arguments, as one Manager is to
+        # another: the one it stands for (a migration's state holds such a Manager). A
+        # subclass of the application's own is its own class, as with Django's.
+        if type(self) is RealtimeManager and type(other) is models.Manager:
+            return bool(self._constructor_args == other._constructor_args)  # type: ignore[attr-defined]
+        return super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def count(self) -> int:
+        rows = through_rows(self)
+        return rows.count() if rows is not None else super().count()
+
+    def exists(self) -> bool:
+        rows = through_rows(self)
+        return rows.exists() if rows is not None else super().exists()
+
+
+def install(model: type[models.Model]) -> None:
+    """Put a ``RealtimeManager`` in place of each manager ``model`` declares whose class is
+    exactly Django's ``Manager`` (the ``objects`` Django adds included)."""
+    replace_managers(model, RealtimeManager)
+
+
+def unextended(model: type[models.Model]) -> list[tuple[str, Any]]:
+    """The managers of ``model`` (name, manager) whose querysets are no ``RealtimeQuerySet``:
+    bulk writes through them are not announced."""
+    missing = []
+    seen: set[str] = set()
+    for manager in [*model._meta.managers, model._default_manager, model._base_manager]:
+        name = manager.name or type(manager).__name__
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            queryset = manager.get_queryset()
+        except Exception:
+            queryset = None
+        if not isinstance(queryset, RealtimeQuerySet):
+            missing.append((name, manager))
+    return missing
+
+
+def _active(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether bulk writes of ``queryset`` are announced here and now (not ``silent()``, and
+    not the ``update()`` calls Django makes inside a ``bulk_update`` announced by itself)."""
+    return not _silenced.get() and queryset.model not in _updating.get()
+
+
+def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether a bulk write of ``queryset`` announces its rows (its model is decorated)."""
+    return _active(queryset) and options_for(queryset.model) is not None
+
+
+def _left_to_unlinked(queryset: models.QuerySet[Any, Any], values: dict[str, Any]) -> bool:
+    """Whether this ``update()`` is the one Django makes for a delete unlinking children (one
+    foreign key written, in the delete's transaction)."""
+    pairs = _unlinking.get()
+    if not pairs or len(values) != 1:
+        return False
+    (name,) = values
+    model = queryset.model._meta.concrete_model
+    return (model, name) in pairs and in_transaction(connections[queryset.db])
+
+
 def _attnames(model: type[models.Model], values: dict[str, Any]) -> set[str]:
     """The columns ``values`` (field names) write; names that are no field are left out (the
     write raises its own error)."""
@@ -175,57 +256,3 @@ def _attnames(model: type[models.Model], values: dict[str, Any]) -> set[str]:
             continue
         found.add(str(getattr(field, "attname", name)))
     return found
-
-
-class AnnouncingManager:
-    """Mixed in before a decorated model's manager class: its querysets announce."""
-
-    def get_queryset(self) -> models.QuerySet[Any, Any]:
-        queryset: models.QuerySet[Any, Any] = super().get_queryset()  # type: ignore[misc]
-        if not isinstance(queryset, models.QuerySet):
-            return queryset  # left alone, and named by a system check (W031)
-        queryset.__class__ = _announcing_class(type(queryset))
-        if not isinstance(queryset.model._base_manager, AnnouncingManager):
-            # Django makes the base manager anew whenever its app registry changes.
-            extend(queryset.model)
-        return queryset
-
-
-_classes: dict[tuple[type, type], type] = {}
-
-
-def _subclass(mixin: type, base: type) -> type:
-    """``base`` with ``mixin`` before it, under ``base``'s name and module (made once): a
-    manager's migrations and repr stay the application's."""
-    if issubclass(base, mixin):
-        return base
-    made = _classes.get((mixin, base))
-    if made is None:
-        namespace = {"__module__": base.__module__, "__qualname__": base.__qualname__}
-        made = _classes[mixin, base] = type(base.__name__, (mixin, base), namespace)
-    return made
-
-
-def _announcing_class(queryset_class: type) -> type:
-    return _subclass(AnnouncingQuerySet, queryset_class)
-
-
-def extend(model: type[models.Model]) -> None:
-    """Give every manager of ``model`` its announcing class (again, where Django rebuilt one)."""
-    for manager in managers_of(model):
-        if not isinstance(manager, AnnouncingManager):
-            manager.__class__ = _subclass(AnnouncingManager, type(manager))
-
-
-def unextended(model: type[models.Model]) -> list[str]:
-    """The names of ``model``'s managers whose querysets do not announce bulk writes."""
-    missing = []
-    for manager in managers_of(model):
-        try:
-            announcing = isinstance(manager.get_queryset(), AnnouncingQuerySet)
-        except Exception:
-            announcing = False
-        name = manager.name or type(manager).__name__
-        if not announcing and name not in missing:
-            missing.append(name)
-    return missing

@@ -20,13 +20,13 @@ from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from realtime.conf import conf
-from realtime.paths import split_path
+from realtime.paths import source_key, split_path
 from realtime.registry import ModelOptions, options_for
-from realtime.writes import cascades, outbox, snapshots
+from realtime.writes import cascades, outbox, tracking
 from realtime.writes.before import Past, Plan, plan_before, take_before
 from realtime.writes.events import Before
-from realtime.writes.failsafe import failsafe, never_raises
-from realtime.writes.preparing import prepare_delete, prepare_write
+from realtime.writes.failsafe import failsafe, savepoint
+from realtime.writes.preparing import delete_event, delete_queries, prepare_write
 
 PENDING_DELETE = "_realtime_pending_delete"
 PENDING_BEFORE = "_realtime_audience_before"
@@ -46,7 +46,6 @@ def connect(model: type[models.Model]) -> None:
             dispatch_uid=f"{uid}:{field.name}",
             apps=model._meta.apps,
         )
-    snapshots.track(model)
 
 
 def disconnect(model: type[models.Model]) -> None:
@@ -61,7 +60,6 @@ def disconnect(model: type[models.Model]) -> None:
             dispatch_uid=f"{uid}:{field.name}",
             apps=model._meta.apps,
         )
-    snapshots.untrack(model)
 
 
 def _through(model: type[models.Model], field: Any) -> type[models.Model] | str:
@@ -74,7 +72,6 @@ def _through(model: type[models.Model], field: Any) -> type[models.Model] | str:
     return through  # type: ignore[no-any-return]
 
 
-@never_raises
 def on_pre_save(
     sender: type[models.Model],
     instance: models.Model,
@@ -83,20 +80,23 @@ def on_pre_save(
     update_fields: Iterable[str] | None,
     **kwargs: Any,
 ) -> None:
-    # Who could read the row before this save: read now, while the database still holds it.
+    """Who could read the row before this save, when the save may change it: read now,
+    while the database still holds the row."""
     options = options_for(sender)
     if raw or options is None:
         return
-    snapshots.saving(instance)
-    plan = plan_before(options, instance, update_fields)
+    label = _label(options, instance)
+    plan = failsafe(
+        label, using, False, lambda: plan_before(options, instance, update_fields, using)
+    )
     if plan is not None:
-        label = f"the readers of {options.name}:{instance.pk}"
-        before = failsafe(label, using, plan.queries, lambda: take_before(options, plan))
+        before = failsafe(
+            _label(options, instance), using, plan.queries, lambda: take_before(options, plan)
+        )
         if before is not None:
             instance.__dict__[PENDING_BEFORE] = before
 
 
-@never_raises
 def on_post_save(
     sender: type[models.Model],
     instance: models.Model,
@@ -106,12 +106,30 @@ def on_post_save(
     update_fields: Iterable[str] | None,
     **kwargs: Any,
 ) -> None:
+    """What the save changed, read into an event in its transaction, for the outbox."""
     options = options_for(sender)
     before = instance.__dict__.pop(PENDING_BEFORE, None)
     if raw or options is None:
         return
-    changed = None if created else snapshots.changed_fields(instance, update_fields)
-    snapshots.saved(instance, snapshots.written_attnames(instance, update_fields), using)
+    queries = options.create_queries if created else options.write_queries
+    failsafe(
+        _label(options, instance),
+        using,
+        queries,
+        lambda: _saved(options, instance, created, using, update_fields, before),
+    )
+
+
+def _saved(
+    options: ModelOptions,
+    instance: models.Model,
+    created: bool,
+    using: str,
+    update_fields: Iterable[str] | None,
+    before: Before | None,
+) -> None:
+    changed = None if created else tracking.changed_fields(instance, update_fields)
+    tracking.saved(instance, tracking.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
@@ -122,7 +140,6 @@ def on_post_save(
         outbox.add(event, using)
 
 
-@never_raises
 def on_pre_delete(
     sender: type[models.Model],
     instance: models.Model,
@@ -130,27 +147,38 @@ def on_pre_delete(
     origin: Any = None,
     **kwargs: Any,
 ) -> None:
+    """The event of a delete and who may read the row, decided while it still exists."""
     options = options_for(sender)
     if options is None or "deleted" not in options.actions:
         return
-    if cascades.past_limit(sender, instance, origin):
-        event = cascades.fold(options, instance, origin)
-    else:
-        event = prepare_delete(options, instance, using)
-    if event is not None:
-        instance.__dict__[PENDING_DELETE] = event
+
+    def prepare() -> None:
+        if cascades.past_limit(sender, instance, origin):
+            event = cascades.fold(options, instance, origin)
+        elif delete_queries(options):
+            with savepoint(using):
+                event = delete_event(options, instance, using)
+        else:
+            event = delete_event(options, instance, using)
+        if event is not None:
+            instance.__dict__[PENDING_DELETE] = event
+
+    failsafe(_label(options, instance), using, False, prepare)
 
 
-@never_raises
 def on_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
+    """The row is gone: its event to the outbox."""
     event = instance.__dict__.pop(PENDING_DELETE, None)
     if event is not None:
-        outbox.add(event, using)
+        failsafe(f"a deleted {sender._meta.label}", using, False, lambda: outbox.add(event, using))
 
 
-@never_raises
+def _label(options: ModelOptions, instance: models.Model) -> str:
+    return f"{options.name}:{instance.pk}"
+
+
 def on_m2m_changed(
     sender: type[models.Model],
     instance: models.Model,
@@ -182,22 +210,27 @@ def on_m2m_changed(
             return
 
         def read() -> tuple[list[models.Model], dict[Any, Before]]:
-            owners = _owners(field, instance, reverse, pk_set, clearing)
-            return owners, _readers_before(options, owners) if guarded else {}
+            owners = _owners(field, instance, reverse, pk_set, using, clearing)
+            return owners, _readers_before(options, owners, using) if guarded else {}
 
         instance.__dict__[pending] = failsafe(links, using, True, read)
         return
     owners, befores = instance.__dict__.pop(pending, None) or ([], {})
-    if action != "post_clear":
-        owners = failsafe(links, using, True, lambda: _owners(field, instance, reverse, pk_set))
-    for owner in owners or []:
-        before = befores.get(owner.pk)
-        event = prepare_write(
-            options, owner, "updated", [field.name], using, scopeless=before is not None
-        )
-        if event is not None:
-            event.before = before
-            outbox.add(event, using)
+
+    def announce() -> None:
+        found: list[models.Model] = owners
+        if action != "post_clear":
+            found = _owners(field, instance, reverse, pk_set, using)
+        for owner in found:
+            before = befores.get(owner.pk)
+            event = prepare_write(
+                options, owner, "updated", [field.name], using, scopeless=before is not None
+            )
+            if event is not None:
+                event.before = before
+                outbox.add(event, using)
+
+    failsafe(links, using, True, announce)
 
 
 AFTER = ("post_add", "post_remove", "post_clear")
@@ -208,16 +241,20 @@ def _owners(
     instance: models.Model,
     reverse: bool,
     pk_set: set[Any] | None,
+    using: str,
     clearing: bool = False,
 ) -> list[models.Model]:
     """The rows of the decorated model whose links change: the instance itself, or (from the
-    other side) the rows named by ``pk_set``; for ``clear()``, those linked now."""
+    other side) the rows named by ``pk_set`` — the values of the key the links hold, which is
+    the primary key unless the through model's foreign key names another (``to_field``); for
+    ``clear()``, those linked now."""
     if clearing:
-        return _linked_owners(field, instance, reverse)
+        return _linked_owners(field, instance, reverse, using)
     if not reverse:
         return [instance] if pk_set else []
-    owner_model = field.model
-    return list(owner_model._base_manager.filter(pk__in=pk_set or ()).order_by("pk"))
+    key = source_key(field).target_field.name
+    rows = field.model._base_manager.using(using).filter(**{f"{key}__in": pk_set or ()})
+    return list(rows.order_by("pk"))
 
 
 def _guard_reads(options: ModelOptions, field: models.ManyToManyField[Any, Any]) -> bool:
@@ -227,11 +264,13 @@ def _guard_reads(options: ModelOptions, field: models.ManyToManyField[Any, Any])
     return options.guard is not None and (guarded is None or field.name in guarded)
 
 
-def _readers_before(options: ModelOptions, owners: list[models.Model]) -> dict[Any, Before]:
+def _readers_before(
+    options: ModelOptions, owners: list[models.Model], using: str
+) -> dict[Any, Before]:
     """Who could read each owner before its links change."""
     befores = {}
     for owner in owners[: conf.CASCADE_LIMIT]:
-        plan = Plan(Past(owner, None), queries=True, readers=True)
+        plan = Plan(Past(owner, None, using=using), queries=True, readers=True)
         before = take_before(options, plan, always=True)
         if before is not None:
             befores[owner.pk] = before
@@ -251,10 +290,10 @@ def _m2m_field(
 
 
 def _linked_owners(
-    field: models.ManyToManyField[Any, Any], instance: models.Model, reverse: bool
+    field: models.ManyToManyField[Any, Any], instance: models.Model, reverse: bool, using: str
 ) -> list[models.Model]:
     if not reverse:
-        has_links = getattr(instance, field.name).exists()
+        has_links = getattr(instance, field.name).using(using).exists()
         return [instance] if has_links else []
-    owner_model = field.model
-    return list(owner_model._base_manager.filter(**{field.name: instance.pk}).order_by("pk"))
+    rows = field.model._base_manager.using(using).filter(**{field.name: instance})
+    return list(rows.order_by("pk"))

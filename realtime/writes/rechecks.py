@@ -24,6 +24,7 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import ForeignObjectRel
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
@@ -53,12 +54,13 @@ class Watched:
     def accounts(self, instance: models.Model, using: str) -> list[Any]:
         """The accounts the row names now (a multi-hop path costs a query, in a savepoint)."""
         label = f"the accounts of {self.model._meta.label}:{instance.pk}"
-        return failsafe(label, using, True, lambda: values_on_path(instance, self.path)) or []
+        found = failsafe(label, using, True, lambda: values_on_path(instance, self.path, using))
+        return found or []
 
-    def accounts_before(self, instance: models.Model) -> list[Any]:
+    def accounts_before(self, instance: models.Model, using: str) -> list[Any]:
         """The accounts the stored row names, read before the save about to run."""
-        stored = self.model._base_manager.filter(pk=instance.pk).first()
-        return [] if stored is None else values_on_path(stored, self.path)
+        stored = self.model._base_manager.using(using).filter(pk=instance.pk).first()
+        return [] if stored is None else values_on_path(stored, self.path, using)
 
 
 _connected: list[tuple[Signal, Any]] = []
@@ -79,7 +81,12 @@ def connect() -> None:
         signal.disconnect(sender=sender, dispatch_uid=UID)
     _connected.clear()
     _watched.clear()
-    user_model = get_user_model()
+    try:
+        user_model = get_user_model()
+    except (ImproperlyConfigured, LookupError, ValueError):
+        # AUTH_USER_MODEL names no installed model (a test's override_settings): nothing to
+        # watch; Django's own checks say what is wrong.
+        return
     _on(pre_save, _on_account_saving, user_model)
     _on(post_save, _on_account_saved, user_model)
     _on(pre_delete, _on_account_deleting, user_model)
@@ -157,7 +164,7 @@ def _on_account_saving(
         label,
         using,
         True,
-        lambda: sender._base_manager.filter(pk=instance.pk).values(*attnames).first(),
+        lambda: sender._base_manager.using(using).filter(pk=instance.pk).values(*attnames).first(),
     )
     values = instance.__dict__
     if stored is not None and any(
@@ -184,7 +191,7 @@ def _on_scope_deleting(
         f"the members of deleted scope {instance.pk}",
         using,
         True,
-        lambda: list(member_ids(instance.pk)),
+        lambda: list(member_ids(instance.pk, using)),
     )
     instance.__dict__[PENDING] = members or []
 
@@ -214,7 +221,7 @@ def _on_watched_saving(
     if watched is None or raw or instance.pk is None or inserting:
         return
     label = f"the accounts {sender._meta.label}:{instance.pk} named"
-    before = failsafe(label, using, True, lambda: watched.accounts_before(instance))
+    before = failsafe(label, using, True, lambda: watched.accounts_before(instance, using))
     instance.__dict__[BEFORE] = before or []
 
 
@@ -247,7 +254,7 @@ def _on_links_changed(
                 f"the members of scope {instance.pk}",
                 using,
                 True,
-                lambda: list(member_ids(instance.pk)),
+                lambda: list(member_ids(instance.pk, using)),
             )
             instance.__dict__[PENDING] = members or []
     elif action == "post_clear":

@@ -80,7 +80,7 @@ def _on_target_deleting(
         found = []
         limit = conf.CASCADE_LIMIT
         for options, field in _links.get(sender, ()):
-            children = options.model._base_manager.filter(**{field.name: instance.pk})
+            children = options.model._base_manager.using(using).filter(**{field.name: instance})
             ids = list(children.order_by("pk").values_list("pk", flat=True)[: limit + 1])
             surplus: list[Any] = []
             if len(ids) > limit and options.is_global:
@@ -114,8 +114,9 @@ def _on_target_deleted(
         events: list[Event] = []
         for options, field, ids, surplus in pending:
             # Read as the delete left them: the new value of the key, whatever set it.
-            for child in options.model._base_manager.filter(pk__in=ids).order_by("pk"):
-                event = read_event(options, child, "updated", [field.name])
+            stored = options.model._base_manager.using(using)
+            for child in stored.filter(pk__in=ids).order_by("pk"):
+                event = read_event(options, child, "updated", [field.name], using=using)
                 if event is None:
                     continue
                 if field.name in options.relations and target_channel not in event.channels:

@@ -10,10 +10,10 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connection, models
 from django.db.models import Q
 
-from realtime import realtime_model
+from realtime import RealtimeManager, RealtimeQuerySet, realtime_model
 
 
-class Workspace(models.Model):  # type: ignore[django-manager-missing]
+class Workspace(models.Model):
     """The scope: clients name it by slug; its members read what is announced in it."""
 
     name = models.CharField(max_length=100)
@@ -231,7 +231,7 @@ class Plain(models.Model):
 
 
 @realtime_model(scope_field="id", fields=["name"], name="workspace_view", create=False)
-class WorkspaceView(Workspace):  # type: ignore[django-manager-missing]
+class WorkspaceView(Workspace):
     """The scope model itself announcing its updates (a proxy of the scope)."""
 
     class Meta:
@@ -309,29 +309,28 @@ class ApiKey(models.Model):
         return self.label
 
 
-class TicketQuerySet(models.QuerySet):  # type: ignore[type-arg]
-    """A queryset of the application's own, with a method of its own."""
+class TicketQuerySet(RealtimeQuerySet[Any, Any]):
+    """A queryset of the application's own, with a method of its own, deriving from realtime's
+    (the one line that makes its bulk writes announced)."""
 
     def still_open(self) -> TicketQuerySet:
         return self.filter(done=False)
 
 
-class OpenTickets(models.Manager[Any]):
-    """A manager whose ``get_queryset`` narrows the rows."""
+class OpenTickets(RealtimeManager[Any]):
+    """A manager whose ``get_queryset`` narrows the rows, deriving from realtime's."""
 
     def get_queryset(self) -> models.QuerySet[Any]:
         return super().get_queryset().filter(done=False)
 
 
-# django-stubs cannot type the managers made from this queryset (the ignores on
-# django-manager-missing here, and on the models related to Ticket, say so).
 TicketManager = models.Manager.from_queryset(TicketQuerySet)
 
 
 class TicketBase(models.Model):
     """An abstract parent declaring a manager made with ``from_queryset``."""
 
-    everything = TicketManager()  # type: ignore[django-manager-missing]
+    everything = TicketManager()
 
     class Meta:
         abstract = True
@@ -348,9 +347,13 @@ class Ticket(TicketBase):
     done = models.BooleanField(default=False)
     points = models.IntegerField(default=0)
 
-    objects = TicketManager()  # type: ignore[django-manager-missing]
-    as_manager = TicketQuerySet.as_manager()  # type: ignore[django-manager-missing]
+    objects = TicketManager()
+    as_manager = TicketQuerySet.as_manager()
     open_tickets = OpenTickets()
+
+    class Meta:
+        # The related managers move rows with the base manager (``add()``): realtime's, too.
+        base_manager_name = "objects"
 
     def __str__(self) -> str:
         return self.title
@@ -527,3 +530,67 @@ class Release(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class CatalogManager(RealtimeManager["CatalogItem"]):
+    """A manager of the application's own that migrations keep."""
+
+    use_in_migrations = True
+
+    def published(self) -> models.QuerySet[CatalogItem]:
+        return self.filter(published=True)
+
+
+@realtime_model(scope_field=None, fields=["title", "published"])
+class CatalogItem(models.Model):
+    """Global, with a manager migrations keep (``use_in_migrations``)."""
+
+    title = models.CharField(max_length=100)
+    published = models.BooleanField(default=False)
+
+    objects = CatalogManager()
+
+    class Meta:
+        base_manager_name = "objects"
+
+    def __str__(self) -> str:
+        return self.title
+
+
+@realtime_model(scope_field=None, fields=["name"])
+class Crew(models.Model):
+    """Its members are linked by keys other than the primary ones (``to_field``), in a through
+    model declared after it."""
+
+    code = models.CharField(max_length=20, unique=True)
+    name = models.CharField(max_length=100)
+    mates = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        through="Berth",
+        through_fields=("crew", "mate"),
+        related_name="crews",
+    )
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Berth(models.Model):
+    crew = models.ForeignKey(Crew, to_field="code", on_delete=models.CASCADE)
+    mate = models.ForeignKey(
+        settings.AUTH_USER_MODEL, to_field="username", on_delete=models.CASCADE
+    )
+
+    def __str__(self) -> str:
+        return f"{self.mate_id} in {self.crew_id}"
+
+
+@realtime_model(fields=["text"], user_field="crew.mates")
+class Logbook(models.Model):
+    """Read by a crew's mates: an account path through ``to_field`` keys."""
+
+    crew = models.ForeignKey(Crew, to_field="code", on_delete=models.CASCADE)
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text

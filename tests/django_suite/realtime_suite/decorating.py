@@ -4,7 +4,11 @@ Django sends ``class_prepared`` when a model class statement has been run, just 
 class is bound to its name: where a ``@realtime_model`` line above it would apply. Models
 Django builds itself are left alone, as no decorator ever sees them: the historical models
 migrations render (module ``__fake__``), auto-created through tables, and proxies (they
-announce as their decorated parents do).
+announce as their decorated parents do). So are the models a test declares inside its own
+body (``<locals>`` in their qualified name): they are that test's fixtures, not its app's
+models, and some tests count the signal receivers connected while holding such a model —
+a decorated model has its receivers for as long as its class lives. Realtime's own suite
+decorates such short-lived models, and checks that they are released with their class.
 
 Each model is global (``scope_field=None``: Django's test models have neither a scope nor
 accounts), named after its app and its class, as a project with two ``Book`` models names
@@ -31,6 +35,8 @@ def decorate_apps(labels: Iterable[str]) -> None:
 def _decorate(sender: Any, **kwargs: Any) -> None:
     meta = sender._meta
     if meta.app_label not in _apps or sender.__module__ == "__fake__":
+        return
+    if "<locals>" in sender.__qualname__:
         return
     if meta.abstract or meta.proxy or meta.auto_created:
         return

@@ -1,0 +1,367 @@
+"""Django's ORM: what realtime's querysets and managers rely on that Django does not document.
+
+The rest of the Django seam (connections, transactions, signals) is ``realtime.compat.django``;
+each use here is checked by a self-test the first time a process relies on it, as there
+(``_fits``), and falls back to what the public interface allows, said in one ERROR line:
+
+* **The instances a fetch built** (``FetchingQuerySet``): ``QuerySet._fetch_all`` fills
+  ``_result_cache`` from ``_iterable_class``; a ``RealtimeQuerySet`` is told of the model
+  instances of each fetch, to keep what they were loaded with. Fallback: nothing is kept
+  (every save of such a row lists every column as changed).
+* **An attribute of realtime's on an instance's ``ModelState``** (``keep_on_state``): where what
+  it was loaded with is found, without an object per row (``realtime.writes.tracking``).
+  Django copies the state with the instance (pickling, ``copy``): realtime's value says
+  nothing then. Fallback: nothing is kept.
+* **Django's own managers replaced by realtime's** (``replace_managers``): in
+  ``Options.local_managers``, with the class attribute's ``ManagerDescriptor``, and the
+  options' caches expired (``Options._expire_cache``, as ``add_manager`` does). Only managers
+  whose class is exactly ``django.db.models.Manager`` are replaced, keeping their name,
+  creation order and flags: migrations see the same managers. A model whose base manager is
+  the one Django makes (``Meta.base_manager_name`` unset) gets, as its base manager, the
+  replaced manager that stands for ``objects`` (unfiltered, as Django's own), by
+  ``Options.base_manager_name``: Django reads related rows, refreshes instances and moves rows
+  between related managers (``add()``) through it. Migrations read the ``Meta`` a model
+  declared, not this. Fallback: none is replaced (bulk writes through them are not announced;
+  the system check names them).
+* **The many-to-many count shortcut** (``through_rows``): Django's related managers count and
+  test a many-to-many through its table alone (``constrained_target``, unless prefetched:
+  ``get_prefetch_cache``) only when the target's default manager is exactly ``Manager``;
+  ``RealtimeManager`` stands for it, and takes the same shortcut. Fallback: the join.
+* **Deleting without collecting** (``fast_delete``): Django deletes a queryset in one statement
+  (``QuerySet._raw_delete``) when nothing listens to its deletes and nothing cascades
+  (``Collector.can_fast_delete``, ``Collector._has_signal_listeners``). Realtime's own
+  receivers of a decorated model would stop that; a ``RealtimeQuerySet`` reads what it
+  announces itself and asks Django's rule with those receivers left out. Fallback: Django's
+  delete, row by row.
+* **The alias a write goes to** (``write_alias``): a queryset's ``_db`` and ``_hints``, as
+  ``QuerySet.db`` reads them for a write; and the instance a queryset was made for
+  (``instance_hint``: ``refresh_from_db`` hints its instance), which then knows what it read.
+  Fallback: ``router.db_for_write(model)``, and a refreshed instance keeps what it knew
+  before the refresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
+
+from django.db import models, router, transaction
+from django.db.models.base import ModelState
+from django.db.models.deletion import Collector
+from django.db.models.manager import ManagerDescriptor
+from django.db.models.query import ModelIterable
+from django.db.models.signals import post_delete, pre_delete
+
+from realtime.compat.django import INSTEAD, _fits, _probe_apps
+
+FETCH = "the instances a queryset fetch builds (QuerySet._fetch_all, _result_cache)"
+STATE = "an attribute of realtime's on a ModelState"
+REPLACE = "replacing a model's managers (Options.local_managers, _expire_cache)"
+THROUGH = "a many-to-many's count through its table (constrained_target, get_prefetch_cache)"
+FAST_DELETE = "deleting a queryset without collecting (Collector.can_fast_delete, _raw_delete)"
+WRITE_ALIAS = "the alias of a queryset's write (QuerySet._db, _hints)"
+
+INSTEAD.update(
+    {
+        FETCH: "what rows were loaded with is not kept: their saves list every column changed",
+        STATE: "what rows were loaded with is not kept: their saves list every column changed",
+        REPLACE: (
+            "no manager is replaced by realtime's: bulk writes of decorated models are not "
+            "announced (realtime.W031 names the managers)"
+        ),
+        THROUGH: "related managers' count() and exists() join the target table",
+        FAST_DELETE: "QuerySet.delete() of decorated models deletes row by row",
+        WRITE_ALIAS: "a bulk write's reads go to router.db_for_write(model)",
+    }
+)
+
+#: The attribute of ``ModelState`` realtime keeps its value in.
+STATE_ATTRIBUTE = "realtime_snapshot"
+
+
+# Fetches --------------------------------------------------------------------------------------
+
+
+_Model = TypeVar("_Model", bound=models.Model, covariant=True)
+_Row = TypeVar("_Row", covariant=True)
+
+
+class FetchingQuerySet(models.QuerySet[_Model, _Row]):
+    """A queryset told of the model instances each of its fetches builds (``fetched``)."""
+
+    def _fetch_all(self) -> None:
+        fresh = self._result_cache is None
+        super()._fetch_all()
+        cache = self._result_cache
+        if (
+            fresh
+            and cache
+            and issubclass(self._iterable_class, ModelIterable)
+            and _fits(FETCH, _probe_fetch, type(self))
+        ):
+            self.fetched(cache)
+
+    def fetched(self, instances: list[Any]) -> None:
+        """Called with the instances one fetch built (override it)."""
+
+
+def _probe_fetch(queryset_class: type[models.QuerySet[Any, Any]]) -> None:
+    if not callable(getattr(models.QuerySet, "_fetch_all", None)):
+        raise AttributeError("QuerySet has no _fetch_all()")
+    queryset: models.QuerySet[Any, Any] = models.QuerySet(_probe_models()[0]).none()
+    if queryset._result_cache is not None or queryset._iterable_class is not ModelIterable:
+        raise TypeError("a new queryset has a result cache, or is not read by ModelIterable")
+    queryset._fetch_all()
+    if queryset._result_cache != []:
+        raise TypeError("_fetch_all() does not fill _result_cache")
+
+
+# Model state -----------------------------------------------------------------------------------
+
+
+def keep_on_state(states: Iterable[ModelState], value: Any) -> None:
+    """Keep ``value`` on each of ``states`` (nothing, where Django's state takes none)."""
+    if _fits(STATE, _probe_state):
+        for state in states:
+            setattr(state, STATE_ATTRIBUTE, value)
+
+
+def kept_on_state(state: ModelState) -> Any:
+    """What realtime keeps on ``state``; ``None`` when nothing."""
+    return getattr(state, STATE_ATTRIBUTE, None)
+
+
+def _probe_state() -> None:
+    state = ModelState()
+    setattr(state, STATE_ATTRIBUTE, 1)
+    if getattr(state, STATE_ATTRIBUTE, None) != 1 or "__slots__" in vars(ModelState):
+        raise TypeError("a ModelState keeps no attribute of realtime's")
+
+
+# Managers --------------------------------------------------------------------------------------
+
+
+def replace_managers(model: type[models.Model], make: Callable[[], models.Manager[Any]]) -> int:
+    """Give ``model`` ``make()`` in place of each of its managers whose class is exactly
+    Django's ``Manager`` (the ``objects`` Django adds included), under the same name and in
+    the same order; how many were replaced.
+
+    A manager the model inherits (from an abstract parent, a concrete one, a proxy's) is not
+    replaced on its parent, whose other children keep it: the model gets its own copy of each
+    of its managers instead, in the order Django gave them (so its default manager stays
+    what it was), the ones to replace replaced."""
+    if not _fits(REPLACE, _probe_replace):
+        return 0
+    meta = model._meta
+    managers = list(meta.managers)
+    replaced = [m.name for m in managers if type(m) is models.Manager]
+    if not replaced:
+        return 0
+    local = meta.local_managers
+    inherited = {m.name for m in managers} - {m.name for m in local}
+    if inherited & set(replaced):
+        # Its own copy of every manager, in Django's order: the order of its creation counters.
+        local[:] = [_realtime(m, make) if m.name in replaced else m for m in managers]
+        for order, manager in enumerate(local):
+            manager.creation_counter = order
+    else:
+        local[:] = [_realtime(m, make) if m.name in replaced else m for m in local]
+    for manager in local:
+        setattr(model, manager.name, ManagerDescriptor(manager))
+    if replaced:
+        if "objects" in replaced and not meta.base_manager_name and _auto_base(model):
+            meta.base_manager_name = "objects"
+        meta._expire_cache()  # type: ignore[attr-defined]
+    return len(replaced)
+
+
+def _realtime(manager: models.Manager[Any], make: Callable[[], models.Manager[Any]]) -> Any:
+    """``make()`` standing for ``manager``: its name, model, place and flags."""
+    new = make()
+    new.name = manager.name
+    new.model = manager.model
+    new.creation_counter = manager.creation_counter
+    new.auto_created = manager.auto_created
+    new.use_in_migrations = manager.use_in_migrations
+    new._db = manager._db
+    new._hints = manager._hints  # type: ignore[attr-defined]
+    return new
+
+
+def _auto_base(model: type[models.Model]) -> bool:
+    """Whether the base manager of ``model`` is the one Django makes (no parent names one)."""
+    return bool(model._base_manager.auto_created and model._base_manager.name == "_base_manager")
+
+
+def _probe_replace() -> None:
+    probe, _ = _probe_models()
+    (auto,) = probe._meta.local_managers
+    if type(auto) is not models.Manager or not auto.auto_created or auto.name != "objects":
+        raise TypeError("a model without managers has no auto-created 'objects' Manager")
+    if probe._meta.default_manager is not probe._meta.managers[0]:
+        raise TypeError("Options.managers does not start with the default manager")
+    if not isinstance(vars(probe).get("objects"), ManagerDescriptor):
+        raise TypeError("a manager is not reached through a ManagerDescriptor")
+    if not callable(getattr(probe._meta, "_expire_cache", None)):
+        raise AttributeError("Options has no _expire_cache()")
+    if probe._meta.base_manager_name is not None or not _auto_base(probe):
+        raise TypeError("a model without Meta.base_manager_name has no base manager of Django's")
+
+
+def through_rows(manager: Any) -> models.QuerySet[Any, Any] | None:
+    """The rows of a many-to-many's table that Django's own ``Manager`` would count and test
+    for existence on, when ``manager`` is the related manager of such a relation (and nothing
+    was prefetched); ``None`` otherwise."""
+    if getattr(type(manager), "constrained_target", None) is None:
+        return None
+    if not _fits(THROUGH, _probe_through):
+        return None
+    if manager.get_prefetch_cache() is not None:
+        return None
+    found: models.QuerySet[Any, Any] | None = manager.constrained_target
+    return found
+
+
+def _probe_through() -> None:
+    _, linked = _probe_models()
+    manager_class = linked.links.related_manager_cls
+    if not isinstance(vars(manager_class).get("constrained_target"), property):
+        raise TypeError("a many-to-many's related manager has no constrained_target")
+    if not callable(getattr(manager_class, "get_prefetch_cache", None)):
+        raise TypeError("a many-to-many's related manager has no get_prefetch_cache()")
+
+
+# Deletes ---------------------------------------------------------------------------------------
+
+
+def fast_delete(
+    queryset: models.QuerySet[Any, Any],
+    ignoring: Collection[Any],
+    using: str,
+    before: Callable[[models.QuerySet[Any, Any]], None] | None = None,
+) -> int | None:
+    """Delete the rows of ``queryset`` on ``using`` in one statement, as Django's
+    ``QuerySet.delete()`` does when nothing but the receivers ``ignoring`` listens to the
+    model's deletes and nothing cascades; how many went (``before`` is called just before,
+    with the queryset of the rows to delete).
+    ``None``, deleting nothing, where Django would delete otherwise (or refuse: a slice,
+    ``values()``, ``distinct(*fields)``)."""
+    if not _fits(FAST_DELETE, _probe_fast_delete):
+        return None
+    query = queryset.query
+    if query.is_sliced or query.distinct_fields or query.combinator:
+        return None
+    if queryset._fields is not None:  # type: ignore[attr-defined]
+        return None
+    doomed = queryset.using(using).order_by()
+    doomed.query.select_for_update = False
+    doomed.query.select_related = False
+    collector = _Collector(using=using, origin=queryset)
+    collector.ignoring = ignoring
+    if not collector.can_fast_delete(doomed):
+        return None
+    if before is not None:
+        before(doomed)
+    with transaction.mark_for_rollback_on_error(using):
+        count: int = doomed._raw_delete(using)
+    return count
+
+
+class _Collector(Collector):
+    """Django's collector, told that the receivers ``ignoring`` do not count as listeners."""
+
+    ignoring: Collection[Any] = ()
+
+    def _has_signal_listeners(self, model: type[models.Model]) -> bool:
+        for signal in (pre_delete, post_delete):
+            found, asynchronous = signal._live_receivers(model)
+            if any(receiver not in self.ignoring for receiver in (*found, *asynchronous)):
+                return True
+        return False
+
+
+def _probe_fast_delete() -> None:
+    probe, _ = _probe_models()
+    if not callable(getattr(models.QuerySet, "_raw_delete", None)):
+        raise AttributeError("QuerySet has no _raw_delete()")
+    collector = _Collector(using="default", origin=None)
+    queryset: models.QuerySet[Any, Any] = models.QuerySet(probe)
+    if not collector.can_fast_delete(queryset) or collector._has_signal_listeners(probe):
+        raise TypeError("a model nothing listens to cannot be fast-deleted")
+
+    def listener(**kwargs: Any) -> None:
+        return None
+
+    pre_delete.connect(listener, sender=probe, weak=False)
+    try:
+        if Collector(using="default").can_fast_delete(queryset):
+            raise TypeError("Collector.can_fast_delete() ignores signal listeners")
+        collector.ignoring = [listener]
+        if not collector.can_fast_delete(queryset):
+            raise TypeError("Collector._has_signal_listeners() is not what decides")
+    finally:
+        pre_delete.disconnect(listener, sender=probe)
+
+
+# Aliases ---------------------------------------------------------------------------------------
+
+
+def write_alias(queryset: models.QuerySet[Any, Any]) -> str:
+    """The alias a write of ``queryset`` (``update()``, ``delete()``) goes to: its
+    ``using()``, else the routers' ``db_for_write``."""
+    if not _fits(WRITE_ALIAS, _probe_write_alias):
+        return router.db_for_write(queryset.model)
+    given: Any = queryset
+    alias: str = given._db or router.db_for_write(queryset.model, **given._hints)
+    return alias
+
+
+def instance_hint(queryset: models.QuerySet[Any, Any]) -> models.Model | None:
+    """The instance ``queryset`` was made for, as its router hints say (``refresh_from_db``
+    reads an instance again through such a queryset); ``None`` when none."""
+    if not _fits(WRITE_ALIAS, _probe_write_alias):
+        return None
+    given: Any = queryset
+    found = given._hints.get("instance")
+    return found if isinstance(found, models.Model) else None
+
+
+def _probe_write_alias() -> None:
+    probe, _ = _probe_models()
+    hints: dict[str, Any] = {"instance": None}
+    queryset: Any = models.QuerySet(probe, using="elsewhere", hints=hints)
+    if queryset._db != "elsewhere" or queryset._hints != hints:
+        raise TypeError("a queryset keeps no _db and _hints")
+
+
+# Probes ----------------------------------------------------------------------------------------
+
+_models: tuple[Any, Any] | None = None
+
+
+def _probe_models() -> tuple[Any, Any]:
+    """Models of a registry of their own (never migrated, never queried): one nothing points
+    at, and one with a many-to-many (to a third)."""
+    global _models
+    if _models is None:
+        registry = _probe_apps()
+
+        class Alone(models.Model):  # noqa: DJ008 - never shown
+            class Meta:
+                app_label = "realtime"
+                apps = registry
+
+        class Target(models.Model):  # noqa: DJ008 - never shown
+            class Meta:
+                app_label = "realtime"
+                apps = registry
+
+        class Linked(models.Model):  # noqa: DJ008 - never shown
+            links = models.ManyToManyField(Target)
+
+            class Meta:
+                app_label = "realtime"
+                apps = registry
+
+        _models = (Alone, Linked)
+    return _models

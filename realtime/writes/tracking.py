@@ -1,0 +1,553 @@
+"""What this thread knows each row of a decorated model holds, so that an update knows what it
+changed — at a cost a read barely notices.
+
+Where it is learnt:
+
+* **A load** through a ``RealtimeQuerySet`` (a decorated model's managers, its related
+  managers): one ``Loaded`` per fetch keeps the rows' loaded columns column by column, and each
+  instance's ``ModelState`` points at it (``realtime.compat.django.keep_on_state``). No object
+  is made per row: a read of 20,000 rows makes a few lists, not 20,000 snapshots (an object
+  per row doubles a read's cost in Python's garbage collector alone). Values that can change
+  in place (a ``JSONField``'s dict) are copied; deferred columns are not there.
+* **A write** — a save, an ``update()``, a ``bulk_update`` — is noted in this thread's log of
+  writes with its fate (below): what a save wrote, or the columns a bulk write made unknown
+  for the rows it wrote. An instance saved without having been loaded (a new row, a row built
+  by hand) points at the moment of its save: it knows what it wrote from then on.
+
+What an instance knows (``known``) is its snapshot, overlaid in order by the later writes of
+its row in the log that still stand — its own saves, another instance's, a bulk write's. A
+write whose savepoint or transaction rolled back is left out; values read while a write that
+then rolled back was pending are unknown; a column nobody knows (not loaded, deferred, written
+by a bulk write, garbled by a rollback) is ``UNKNOWN``, and counts as changed. So ``changed``
+may over-report, never under-report what this thread knows the row held. What another process
+or raw SQL wrote since is not known here: a save that overwrites it says what changed from
+what this thread last read or wrote.
+
+A **fate** is an ``on_commit`` callback of realtime's own, held by Django alone: it has run
+(committed), is still held (stands so far) or was released unrun (rolled back) — known at
+once, because Django drops a discarded callback when it discards it (checked once per process:
+``realtime.compat.django.callbacks_released``; where it does not hold, a pending fate is
+undecided, and a column it wrote is unknown).
+
+The log is bounded (``LOG_ROWS`` rows, ``LOG_BULK`` bulk writes per model): past it, it starts
+afresh, and whatever was loaded before then is known no more (every column counts as changed).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import decimal
+import itertools
+import threading
+import uuid
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connections, models, transaction
+from django.db.transaction import TransactionManagementError
+
+from realtime.compat.django import callbacks_released
+from realtime.compat.django_orm import keep_on_state, kept_on_state
+
+#: Stands for a value nobody knows: compares unequal to anything.
+UNKNOWN: Any = object()
+#: Rows of the log of writes before it starts afresh.
+LOG_ROWS = 10_000
+#: Bulk writes of one model kept in the log before it starts afresh.
+LOG_BULK = 100
+#: An instance's own writes kept one by one before those that are final are folded.
+OWN_WRITES = 8
+
+#: Values of these types cannot change in place: kept as they are.
+_IMMUTABLE = frozenset(
+    {
+        str,
+        int,
+        float,
+        bool,
+        bytes,
+        type(None),
+        decimal.Decimal,
+        datetime.date,
+        datetime.datetime,
+        datetime.time,
+        datetime.timedelta,
+        uuid.UUID,
+    }
+)
+#: Django's fields whose values never change in place (by ``get_internal_type()``); the
+#: values of any other field are looked at, and copied when they could.
+_PLAIN_FIELDS = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "BigIntegerField",
+        "IntegerField",
+        "SmallIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "BooleanField",
+        "CharField",
+        "TextField",
+        "SlugField",
+        "EmailField",
+        "URLField",
+        "DateField",
+        "DateTimeField",
+        "TimeField",
+        "DurationField",
+        "DecimalField",
+        "FloatField",
+        "UUIDField",
+        "GenericIPAddressField",
+        "IPAddressField",
+        "ForeignKey",
+        "OneToOneField",
+        "FileField",
+        "ImageField",
+        "FilePathField",
+        "BinaryField",
+    }
+)
+
+_sequence = itertools.count(1)
+
+
+# Fates ------------------------------------------------------------------------------------------
+
+
+class Fate:
+    """Whether a write made in a transaction stands (see the module docstring)."""
+
+    __slots__ = ("_callback", "ran", "using")
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.ran = False
+        self._callback: weakref.ref[_Callback] | None = None
+
+    def stands(self) -> bool | None:
+        """``True``: committed or still held; ``False``: rolled back; ``None``: cannot tell."""
+        if self.ran:
+            return True
+        callback = self._callback
+        if callback is None or callback() is None:
+            return False
+        return True if callbacks_released(connections[self.using]) else None
+
+    def settled(self) -> bool:
+        """Whether its fate is final: run, or released unrun."""
+        callback = self._callback
+        return self.ran or callback is None or callback() is None
+
+
+class _Callback:
+    """What Django holds: running it marks its fate committed."""
+
+    __slots__ = ("__weakref__", "fate")
+
+    def __init__(self, fate: Fate) -> None:
+        self.fate = fate
+
+    def __call__(self) -> None:
+        self.fate.ran = True
+
+
+def fate(using: str) -> Fate:
+    """The fate of a write made now on ``using`` (committed at once outside a transaction)."""
+    made = Fate(using)
+    callback = _Callback(made)
+    made._callback = weakref.ref(callback)
+    try:
+        transaction.on_commit(callback, using=using, robust=True)
+    except TransactionManagementError:  # manual transaction management: nothing to await
+        made.ran = True
+    return made
+
+
+# Snapshots --------------------------------------------------------------------------------------
+
+
+class Loaded:
+    """The columns of the rows one fetch loaded, column by column (see the module docstring)."""
+
+    __slots__ = ("attnames", "columns", "db", "depends", "index", "key", "seq")
+
+    def __init__(
+        self,
+        db: str,
+        attnames: list[str],
+        columns: list[list[Any]],
+        index: dict[int, int],
+        key: tuple[int, ...],
+        depends: tuple[Write, ...],
+    ) -> None:
+        self.db = db
+        self.seq = next(_sequence)
+        self.attnames = attnames
+        self.columns = columns
+        #: Row by ``id()`` of its instance's state, checked against the row's key.
+        self.index = index
+        #: Where the key's columns are (several: a composite key; none: not loaded).
+        self.key = key
+        #: Writes of the model still pending when it was read: what they wrote is unknown
+        #: if they roll back.
+        self.depends = depends
+
+    def row_of(self, state: Any, pk: Any) -> int | None:
+        """The row ``state``'s instance was loaded as, if its key is still ``pk``."""
+        row = self.index.get(id(state))
+        if row is None or not self.key or self.key_at(row) != pk:
+            return None
+        return row
+
+    def key_at(self, row: int) -> Any:
+        if len(self.key) == 1:
+            return self.columns[self.key[0]][row]
+        return tuple(self.columns[position][row] for position in self.key)
+
+    def values_at(self, row: int) -> dict[str, Any]:
+        columns = zip(self.attnames, self.columns, strict=True)
+        return {attname: column[row] for attname, column in columns}
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # A pickled instance (a cache) comes back knowing nothing: its transactions are gone.
+        return (_forgotten, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> None:
+        return None
+
+
+class Own:
+    """What one instance knows of its row beyond a fetch it shares: the values it was loaded
+    with (``loaded``, its row of that fetch) or, for a row it wrote without loading it or
+    read again, values of its own as of ``seq``; then its own writes since, in order. Its
+    writes are its own, whichever thread made them; a fetch's instances share nothing else."""
+
+    __slots__ = ("db", "depends", "loaded", "seq", "values", "writes")
+
+    def __init__(
+        self,
+        db: str,
+        seq: int,
+        loaded: Loaded | None = None,
+        values: dict[str, Any] | None = None,
+        depends: tuple[Write, ...] = (),
+    ) -> None:
+        self.db = db
+        self.seq = seq
+        self.loaded = loaded
+        self.values = values or {}
+        self.depends = depends
+        self.writes: list[Write] = []
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_forgotten, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> None:
+        return None
+
+
+def _forgotten() -> None:
+    return None
+
+
+class Write:
+    """One write of the log: what a save wrote (``values``), or the columns a bulk write made
+    unknown (``values`` of ``UNKNOWN``), and the keys of the rows it wrote (``None``: not
+    known, any row of the model)."""
+
+    __slots__ = ("fate", "pks", "seq", "values")
+
+    def __init__(self, values: dict[str, Any], made: Fate, pks: frozenset[Any] | None) -> None:
+        self.seq = next(_sequence)
+        self.values = values
+        self.fate = made
+        self.pks = pks
+
+
+class _Log(threading.local):
+    """This thread's writes of decorated rows (see the module docstring)."""
+
+    def __init__(self) -> None:
+        #: Saves, by (alias, concrete model, primary key), oldest first.
+        self.rows: dict[tuple[str, Any, Any], list[Write]] = {}
+        #: Bulk writes, by (alias, concrete model), oldest first.
+        self.bulk: dict[tuple[str, Any], list[Write]] = {}
+        #: Writes whose fate is not final yet, by concrete model.
+        self.pending: dict[Any, list[Write]] = {}
+        #: What was loaded before this (a sequence number) is known no more.
+        self.horizon = 0
+        self.size = 0
+
+    def note(self, key: Any, model: Any, write: Write, bulk: bool) -> None:
+        if self.size >= LOG_ROWS or len(self.bulk.get(key, ())) >= LOG_BULK:
+            self.restart()
+        table = self.bulk if bulk else self.rows
+        table.setdefault(key, []).append(write)
+        self.size += 1
+        pending = self.pending.setdefault(model, [])
+        pending[:] = [w for w in pending if not w.fate.settled()]
+        pending.append(write)
+
+    def restart(self) -> None:
+        self.rows.clear()
+        self.bulk.clear()
+        self.pending.clear()
+        self.size = 0
+        self.horizon = next(_sequence)
+
+    def pending_for(self, model: Any) -> tuple[Write, ...]:
+        pending = self.pending.get(model)
+        if not pending:
+            return ()
+        pending[:] = [w for w in pending if not w.fate.settled()]
+        return tuple(pending)
+
+
+_log = _Log()
+
+
+class _Shape:
+    """What the snapshots of one model read, looked up once per model."""
+
+    __slots__ = ("columns", "concrete", "key", "looked_at")
+
+    def __init__(self, model: type[models.Model]) -> None:
+        meta = model._meta
+        #: The concrete model, as the log names it: by label and ``id()`` (the log holds no
+        #: class, which may be a short-lived one).
+        concrete = meta.concrete_model or model
+        self.concrete = (concrete._meta.label_lower, id(concrete))
+        #: The key's columns (several: a composite key).
+        parts = getattr(meta.pk, "fields", None)
+        self.key = tuple(f.attname for f in parts) if parts else (meta.pk.attname,)
+        self.columns = tuple(f.attname for f in meta.concrete_fields)
+        #: Columns whose values may change in place: looked at one by one, copied if so.
+        self.looked_at = frozenset(
+            f.attname for f in meta.concrete_fields if f.get_internal_type() not in _PLAIN_FIELDS
+        )
+
+
+_shapes: weakref.WeakKeyDictionary[type[models.Model], _Shape] = weakref.WeakKeyDictionary()
+
+
+def _shape(model: type[models.Model]) -> _Shape:
+    shape = _shapes.get(model)
+    if shape is None:
+        shape = _shapes[model] = _Shape(model)
+    return shape
+
+
+def loaded(
+    db: str, instances: Sequence[models.Model], refreshing: models.Model | None = None
+) -> None:
+    """Keep what ``instances`` (one fetch of a ``RealtimeQuerySet`` on ``db``) were loaded
+    with. ``refreshing``: the instance the fetch is for (``refresh_from_db``), which then
+    knows what it read besides what it knew."""
+    if not instances:
+        return
+    shape = _shape(type(instances[0]))
+    dicts = [instance.__dict__ for instance in instances]
+    first = dicts[0]
+    attnames = [attname for attname in shape.columns if attname in first]
+    columns = [[values[attname] for values in dicts] for attname in attnames]
+    for position, attname in enumerate(attnames):
+        if attname in shape.looked_at:
+            columns[position] = [_frozen(value) for value in columns[position]]
+    key = tuple(attnames.index(part) for part in shape.key if part in attnames)
+    if len(key) != len(shape.key):
+        key = ()
+    states = [values["_state"] for values in dicts]
+    index = {id(state): row for row, state in enumerate(states)}
+    snapshot = Loaded(db, attnames, columns, index, key, _log.pending_for(shape.concrete))
+    keep_on_state(states, snapshot)
+    if refreshing is not None and _shape(type(refreshing)).concrete is shape.concrete:
+        _refreshed(refreshing, snapshot, db)
+
+
+def _refreshed(instance: models.Model, snapshot: Loaded, db: str) -> None:
+    """``instance`` read again the columns of its row in ``snapshot`` (``refresh_from_db``)."""
+    pk = instance.pk
+    if not snapshot.key:
+        return
+    rows = [row for row in range(len(snapshot.index)) if snapshot.key_at(row) == pk]
+    if len(rows) != 1:
+        return
+    values = known(instance) or {}
+    values.update(snapshot.values_at(rows[0]))
+    keep_on_state([instance._state], Own(db, snapshot.seq, values=values, depends=snapshot.depends))
+
+
+def known(instance: models.Model) -> dict[str, Any] | None:
+    """What this thread knows the row of ``instance`` holds, by attname (``UNKNOWN`` for a
+    column not known); ``None`` when it knows nothing of it."""
+    state = instance._state
+    if state.adding:
+        return None
+    snapshot = kept_on_state(state)
+    if snapshot is None or snapshot.db != state.db:
+        return None
+    pk = instance.pk
+    own: tuple[Write, ...] = ()
+    if isinstance(snapshot, Own):
+        own = tuple(snapshot.writes)
+        base = snapshot.loaded
+        values = dict(snapshot.values)
+        depends = snapshot.depends
+    else:
+        base, values, depends = snapshot, {}, ()
+    if base is not None:
+        row = base.row_of(state, pk)
+        if row is None:
+            return None
+        values = base.values_at(row)
+        depends = base.depends
+    if snapshot.seq < _log.horizon:
+        # The log started afresh since: what other instances wrote meanwhile is not known,
+        # only what this one wrote.
+        if not own:
+            return None
+        values, depends = {}, ()
+    for write in depends:
+        if write.fate.stands() is not True and (write.pks is None or pk in write.pks):
+            for attname in write.values:
+                values[attname] = UNKNOWN
+    _overlay(values, snapshot.seq, own, snapshot.db, _shape(type(instance)).concrete, pk)
+    return values
+
+
+def _overlay(
+    values: dict[str, Any],
+    since: int,
+    own: tuple[Write, ...],
+    db: str,
+    concrete: Any,
+    pk: Any,
+) -> None:
+    """Apply to ``values``, in order, the writes of the row made after ``since``: the
+    instance's ``own``, and those this thread noted (another instance's, a bulk write's)."""
+    found = {id(write): write for write in own}
+    if since >= _log.horizon:
+        try:
+            noted = _log.rows.get((db, concrete, pk), ())
+        except TypeError:  # a key that cannot be hashed: nothing noted about it
+            noted = ()
+        for write in (*noted, *_log.bulk.get((db, concrete), ())):
+            if write.seq > since and (write.pks is None or pk in write.pks):
+                found[id(write)] = write
+    for write in sorted(found.values(), key=lambda w: w.seq):
+        stands = write.fate.stands()
+        if stands is False:
+            continue
+        for attname, value in write.values.items():
+            values[attname] = value if stands else UNKNOWN
+
+
+def saved(instance: models.Model, attnames: Iterable[str], using: str) -> None:
+    """A save wrote ``attnames`` of ``instance``'s row on ``using``: the instance knows it
+    from now on, and this thread's log notes it for the row's other instances."""
+    state = instance._state
+    pk = instance.pk
+    shape = _shape(type(instance))
+    values = instance.__dict__
+    written = {attname: _frozen(values[attname]) for attname in attnames if attname in values}
+    try:
+        write = Write(written, fate(using), frozenset([pk]))
+        _log.note((using, shape.concrete, pk), shape.concrete, write, bulk=False)
+    except TypeError:  # a key that cannot be hashed: the instance knows nothing
+        keep_on_state([state], None)
+        return
+    snapshot = kept_on_state(state)
+    if isinstance(snapshot, Own) and snapshot.db == using:
+        if len(snapshot.writes) >= OWN_WRITES:
+            snapshot = _compacted(instance, snapshot)
+    elif isinstance(snapshot, Loaded) and snapshot.db == using:
+        snapshot = Own(using, snapshot.seq, loaded=snapshot)
+    else:
+        snapshot = Own(using, write.seq - 1)
+    snapshot.writes.append(write)
+    keep_on_state([state], snapshot)
+
+
+def _compacted(instance: models.Model, snapshot: Own) -> Own:
+    """``snapshot`` with what its writes told folded into its values, once they and every
+    write of the row this thread noted are final (an instance saved again and again keeps
+    a few); as it was, while one is not."""
+    concrete = _shape(type(instance)).concrete
+    if _log.pending_for(concrete) or not all(w.fate.settled() for w in snapshot.writes):
+        return snapshot
+    values = known(instance)
+    if values is None:
+        return Own(snapshot.db, next(_sequence))
+    return Own(snapshot.db, next(_sequence), values=values)
+
+
+def bulk_written(
+    model: type[models.Model], pks: Iterable[Any] | None, attnames: Iterable[str], using: str
+) -> None:
+    """A bulk write wrote ``attnames`` of the rows ``pks`` (``None``: rows not known) without
+    their instances: what this thread knew of those columns no longer holds, if it stands."""
+    concrete = _shape(model).concrete
+    unknown = dict.fromkeys(attnames, UNKNOWN)
+    if not unknown:
+        return
+    try:
+        rows = None if pks is None else frozenset(pks)
+    except TypeError:
+        rows = None
+    _log.note((using, concrete), concrete, Write(unknown, fate(using), rows), bulk=True)
+
+
+def changed_fields(instance: models.Model, update_fields: Iterable[str] | None) -> list[str]:
+    """The sorted ``Field.name``s a save of ``instance`` changed: those of ``update_fields``
+    when given, else every concrete column but the key whose value differs from what is known
+    (every one, when nothing is)."""
+    meta = instance._meta
+    if update_fields is not None:
+        return sorted({meta.get_field(name).name for name in update_fields})
+    values = instance.__dict__
+    concrete = [f for f in meta.concrete_fields if not f.primary_key and f.attname in values]
+    stored = known(instance)
+    if stored is None:
+        return sorted(f.name for f in concrete)
+    return sorted(f.name for f in concrete if differs(values, stored, f.attname))
+
+
+def differs(values: dict[str, Any], stored: dict[str, Any], attname: str) -> bool:
+    """Whether the instance's value of ``attname`` differs from the one known."""
+    was = stored.get(attname, UNKNOWN)
+    if was is UNKNOWN:
+        return True
+    try:
+        return bool(values.get(attname, UNKNOWN) != was)
+    except Exception:  # a value whose comparison fails is taken as changed
+        return True
+
+
+def written_attnames(instance: models.Model, update_fields: Iterable[str] | None) -> list[str]:
+    """The columns a save with ``update_fields`` writes."""
+    meta = instance._meta
+    if update_fields is None:
+        return [f.attname for f in meta.concrete_fields]
+    return [meta.get_field(name).attname for name in update_fields]  # type: ignore[union-attr]
+
+
+def all_fields(instance: models.Model) -> list[str]:
+    """The names of every concrete column but the primary key."""
+    return [f.name for f in instance._meta.concrete_fields if not f.primary_key]
+
+
+def _frozen(value: Any) -> Any:
+    """``value``, or a deep copy of it when it could change in place (``UNKNOWN`` when it
+    cannot be copied)."""
+    if type(value) in _IMMUTABLE:
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return UNKNOWN

@@ -1,0 +1,424 @@
+"""A transparent guest: decorating a model changes nothing else Django does.
+
+Each test is one of the ways decorating a model once changed Django's behaviour — what a query
+returns, what a write does, which rows it locks, which database it talks to, what migrations
+see, what can be pickled, what an exception leaves behind — and runs on every database the
+suite runs on (where only some databases are concerned, it says so).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import threading
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.cache import caches
+from django.core.exceptions import FieldDoesNotExist
+from django.core.management import call_command
+from django.db import IntegrityError, connection, connections, models, transaction
+from django.db.migrations.state import ModelState
+from django.db.models import Count, Q
+from django.db.models.signals import m2m_changed, post_init
+from django.test.utils import CaptureQueriesContext, isolate_apps, override_settings
+
+from realtime import RealtimeManager, RealtimeQuerySet, realtime_model
+from realtime.writes.decorator import unregister
+from tests.helpers import events, forget_messages, only_on, vendor
+from tests.testapp.models import (
+    Berth,
+    CatalogItem,
+    Chat,
+    ChatLine,
+    ChatPin,
+    Company,
+    Contact,
+    Crew,
+    Logbook,
+    Plain,
+    Room,
+    Seat,
+    Tag,
+    Ticket,
+    TicketQuerySet,
+    Workspace,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+User = get_user_model()
+
+
+def account(name: str) -> Any:
+    return User.objects.create_user(username=name)
+
+
+def kinds() -> list[tuple[str, Any]]:
+    """(event type, id) of each published model event."""
+    return [(m["event_type"], (m["data"] or {}).get("id")) for m in events()]
+
+
+# 1. The read before update() never fails for a queryset Django can update -------------------
+
+
+@pytest.fixture
+def chat() -> tuple[Chat, Any, Any]:
+    ann, bob = account("ann"), account("bob")
+    chat = Chat.objects.create(title="general")
+    Seat.objects.create(chat=chat, user=ann)
+    Seat.objects.create(chat=chat, user=bob)
+    return chat, ann, bob
+
+
+def test_an_update_through_an_account_path_crossing_a_to_many_is_announced(
+    chat: tuple[Chat, Any, Any],
+) -> None:
+    room_chat, ann, bob = chat
+    room = Room.objects.create(name="r")
+    room.participants.add(ann, bob)
+    line = ChatLine.objects.create(chat=room_chat, text="hi")
+    pin = ChatPin.objects.create(chat=room_chat, text="pinned")
+    forget_messages()
+    Room.objects.filter(pk=room.pk).update(name="renamed")
+    ChatLine.objects.filter(pk=line.pk).update(text="edited")
+    ChatPin.objects.filter(pk=pin.pk).update(text="moved")
+    assert sorted(kinds()) == sorted(
+        [("room.updated", room.pk), ("chat_line.updated", line.pk), ("chat_pin.updated", pin.pk)]
+    )
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["distinct", "aggregate", "or_across_to_many", "through_the_account_path"],
+)
+def test_an_update_of_any_queryset_django_can_update_is_announced(
+    shape: str, chat: tuple[Chat, Any, Any]
+) -> None:
+    room_chat, ann, bob = chat
+    lines = [ChatLine.objects.create(chat=room_chat, text=f"line {n}") for n in range(2)]
+    querysets = {
+        "distinct": ChatLine.objects.filter(chat__members__in=[ann, bob]).distinct(),
+        "aggregate": ChatLine.objects.annotate(seats=Count("chat__seats")).filter(seats__gt=1),
+        "or_across_to_many": ChatLine.objects.filter(Q(chat__members=ann) | Q(text="nothing")),
+        "through_the_account_path": ChatLine.objects.filter(chat__members=bob),
+    }
+    forget_messages()
+    assert querysets[shape].update(text="edited") == 2
+    announced = [(m["event_type"], m["data"]["id"], m["data"]["text"]) for m in events()]
+    assert sorted(announced) == [("chat_line.updated", line.pk, "edited") for line in lines]
+
+
+# 2. Querysets and managers pickle, deep-copy and name their real classes ---------------------
+
+
+def test_querysets_and_managers_of_decorated_models_pickle(workspace: Workspace) -> None:
+    Contact.objects.create(workspace=workspace, name="Ann")
+    queryset = Contact.objects.filter(name="Ann")
+    restored = pickle.loads(pickle.dumps(queryset))  # noqa: S301 - our own bytes
+    assert [c.name for c in restored] == ["Ann"]
+    assert [c.name for c in copy.deepcopy(queryset)] == ["Ann"]
+    manager = pickle.loads(pickle.dumps(Contact.objects))  # noqa: S301
+    assert list(manager.values_list("name", flat=True)) == ["Ann"]
+    cache = caches["default"]
+    cache.set("contacts", Contact.objects.all())
+    assert [c.name for c in cache.get("contacts")] == ["Ann"]
+
+
+def test_querysets_name_their_real_classes_and_keep_the_applications_own() -> None:
+    assert type(Contact.objects.all()) is RealtimeQuerySet
+    named = "<class 'realtime.writes.querysets.RealtimeQuerySet'>"
+    assert repr(type(Contact.objects.all())) == named
+    assert type(Contact.objects) is RealtimeManager
+    tickets = Ticket.objects.all()
+    assert isinstance(tickets, TicketQuerySet)
+    assert type(tickets) is TicketQuerySet
+    assert list(tickets.still_open()) == []
+
+
+# 3. Migrations see nothing -------------------------------------------------------------------
+
+
+def test_makemigrations_sees_no_change_in_decorated_models() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("makemigrations", "testapp", "--check", "--dry-run", stdout=out, stderr=err)
+    except SystemExit as exit:
+        raise AssertionError(f"{out.getvalue()}\n{err.getvalue()}") from exit
+    assert "No changes detected" in out.getvalue()
+
+
+class KeptManager(RealtimeManager[Any]):
+    """A manager of the application's own that migrations keep."""
+
+    use_in_migrations = True
+
+
+def test_a_model_decorated_or_not_has_the_same_migration_state() -> None:
+    def twin(decorated: bool) -> type[models.Model]:
+        with isolate_apps("tests.testapp"):
+
+            class Shelf(models.Model):
+                name = models.CharField(max_length=10)
+                objects = models.Manager()
+                kept = KeptManager()
+
+                class Meta:
+                    app_label = "testapp"
+
+                def __str__(self) -> str:
+                    return self.name
+
+            if decorated:
+                realtime_model(scope_field=None, name="migration_twin")(Shelf)
+            return Shelf
+
+    plain, decorated = twin(False), twin(True)
+    try:
+        assert type(decorated._default_manager) is RealtimeManager
+        before, after = ModelState.from_model(plain), ModelState.from_model(decorated)
+        assert before.options == after.options
+        assert [(n, m.deconstruct()) for n, m in before.managers] == [
+            (n, m.deconstruct()) for n, m in after.managers
+        ]
+    finally:
+        unregister(decorated)
+
+
+def test_a_manager_migrations_keep_is_recorded_once() -> None:
+    state = ModelState.from_model(CatalogItem)
+    assert [(name, type(m)) for name, m in state.managers] == [
+        ("objects", type(CatalogItem.objects))
+    ]
+
+
+# 4. and 5. The read before update(): by key, locking only the model's own rows ---------------
+
+
+@only_on("postgresql", "mysql")
+def test_an_update_filtered_through_a_join_locks_no_joined_row(workspace: Workspace) -> None:
+    company = Company.objects.create(workspace=workspace, name="Initech")
+    Contact.objects.create(workspace=workspace, company=company, name="Ann")
+    other = Workspace.objects.create(name="Other", slug="other")
+    got_it: list[bool] = []
+
+    def write_the_company() -> None:
+        with connections["default"].cursor() as cursor:
+            if vendor() == "postgresql":
+                cursor.execute("SET lock_timeout = '2s'")
+            else:
+                cursor.execute("SET SESSION innodb_lock_wait_timeout = 2")
+            cursor.execute(
+                f"UPDATE {Company._meta.db_table} SET name = 'Renamed' WHERE id = %s",
+                [company.pk],
+            )
+            got_it.append(True)
+        connections["default"].close()
+
+    with transaction.atomic():
+        # Moving rows to another scope: realtime locks them before the write, by key.
+        Contact.objects.filter(company__name="Initech").update(workspace=other)
+        writer = threading.Thread(target=write_the_company)
+        writer.start()
+        writer.join(10)
+    assert got_it == [True]
+
+
+def test_readers_before_an_update_are_read_by_key_not_through_the_callers_join(
+    chat: tuple[Chat, Any, Any],
+) -> None:
+    room_chat, ann, bob = chat
+    elsewhere = Chat.objects.create(title="elsewhere")
+    Seat.objects.create(chat=elsewhere, user=ann)
+    line = ChatLine.objects.create(chat=room_chat, text="hi")
+    forget_messages()
+    ChatLine.objects.filter(chat__members=ann).update(chat=elsewhere)
+    told = {
+        (m["event_type"], tuple(m["user_ids"]))
+        for m in events("users")
+        if m["data"]["id"] == line.pk
+    }
+    # Bob read the line through the first chat and does not through the second: he hears it
+    # leave, though the caller's filter joined ann alone.
+    assert ("chat_line.deleted", (bob.pk,)) in told
+    assert ("chat_line.updated", (ann.pk,)) in told
+
+
+# 6. A failed write leaves the transaction as Django would ------------------------------------
+
+
+@pytest.mark.parametrize("model", [Plain, Company], ids=["undecorated", "decorated"])
+def test_an_update_refused_before_its_statement_leaves_the_transaction_usable(
+    model: type[models.Model], workspace: Workspace
+) -> None:
+    model._default_manager.create(workspace=workspace, name="x")
+    with transaction.atomic():
+        with pytest.raises(FieldDoesNotExist):
+            model._default_manager.update(no_such_field=1)
+        with pytest.raises(ValueError, match="primary key"):
+            model._default_manager.bulk_update(list(model._default_manager.all()), ["id"])
+        assert model._default_manager.count() == 1
+
+
+def test_a_caught_integrity_error_leaves_the_transaction_as_django_leaves_it(
+    workspace: Workspace,
+) -> None:
+    Ticket.objects.create(workspace=workspace, title="one")
+    second = Ticket.objects.create(workspace=workspace, title="two")
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                Ticket.objects.filter(pk=second.pk).update(title="one")
+        except IntegrityError:
+            pass
+        assert Ticket.objects.count() == 2
+        second.title = "one"
+        try:
+            with transaction.atomic():
+                Ticket.objects.bulk_update([second], ["title"])
+        except IntegrityError:
+            pass
+        assert Ticket.objects.count() == 2
+
+
+# 7. Reads and locks go to the database the write goes to ------------------------------------
+
+
+class ReplicaRouter:
+    """Reads from the replica, writes to the primary."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return "default"
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+def test_realtimes_reads_for_a_write_go_to_the_primary(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    other = Workspace.objects.create(name="Other", slug="other")
+    forget_messages()
+    with (
+        override_settings(DATABASE_ROUTERS=[ReplicaRouter()]),
+        CaptureQueriesContext(connections["replica"]) as replica,
+    ):
+        Contact.objects.filter(name="Ann").update(name="Bea")
+        Contact.objects.filter(pk=contact.pk).update(workspace=other)
+        contact.workspace, contact.name = other, "Cid"
+        Contact.objects.bulk_update([contact], ["name"])
+        Contact.objects.filter(pk=contact.pk).delete()
+    assert replica.captured_queries == []
+    assert [k for k, _ in kinds()] == [
+        "contact.updated",
+        "contact.deleted",
+        "contact.created",
+        "contact.updated",
+        "contact.deleted",
+    ]
+
+
+# 8. and 9. Imports and keys: lazy through models, to_field keys ------------------------------
+
+
+def test_a_through_model_declared_after_the_decorated_model_is_followed() -> None:
+    with isolate_apps("tests.testapp"):
+
+        @realtime_model(scope_field=None, name="early_bird")
+        class Early(models.Model):
+            people = models.ManyToManyField("auth.User", through="Later")
+
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return "early"
+
+        class Later(models.Model):
+            early = models.ForeignKey(Early, on_delete=models.CASCADE)
+            user = models.ForeignKey("auth.User", on_delete=models.CASCADE)
+
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return "later"
+
+        try:
+            assert m2m_changed.has_listeners(Later)
+        finally:
+            unregister(Early)
+
+
+def test_links_kept_by_other_keys_than_the_primary_ones_are_announced() -> None:
+    ann, bob = account("ann"), account("bob")
+    crew = Crew.objects.create(code="C-1", name="Crew")
+    log = Logbook.objects.create(crew=crew, text="set sail")
+    forget_messages()
+    crew.mates.add(ann)
+    bob.crews.add(crew)
+    Berth.objects.filter(mate=bob).delete()
+    updates = [m for m in events("global") if m["event_type"] == "crew.updated"]
+    assert [m["meta"]["changed"] for m in updates] == [["mates"], ["mates"]]
+    told = [(m["event_type"], m["user_ids"]) for m in events("users")]
+    assert told == [
+        ("logbook.created", [ann.pk]),
+        ("logbook.created", [bob.pk]),
+        ("logbook.deleted", [bob.pk]),
+    ]
+    assert all(m["data"]["id"] == log.pk for m in events("users"))
+
+
+# 10. Related managers count and test through the link table ----------------------------------
+
+
+def test_a_many_to_many_counts_through_its_table_alone(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    contact.tags.add(Tag.objects.create(workspace=workspace, name="vip"))
+    with CaptureQueriesContext(connection) as queries:
+        assert contact.tags.count() == 1
+        assert contact.tags.exists()
+    tag_table = Tag._meta.db_table
+    assert len(queries.captured_queries) == 2
+    assert all(
+        f'"{tag_table}"' not in q["sql"] and tag_table not in q["sql"].split("FROM")[1]
+        for q in queries.captured_queries
+    )
+
+
+# 11. Settings and checks never break ---------------------------------------------------------
+
+
+def test_changing_the_user_model_raises_nothing_from_realtime() -> None:
+    with override_settings(AUTH_USER_MODEL="testapp.NoSuchUser"):
+        pass
+    with override_settings(REALTIME_SCOPE_MODEL="nowhere.Missing"):
+        from django.core import checks
+
+        ids = {m.id for m in checks.run_checks() if str(m.id).startswith("realtime.")}
+        assert "realtime.E003" in ids
+
+
+# 12. bulk_create costs as much in autocommit as in a transaction -----------------------------
+
+
+def test_a_bulk_create_in_autocommit_publishes_once(workspace: Workspace) -> None:
+    rows = [Company(workspace=workspace, name=f"c{n}") for n in range(200)]
+    with CaptureQueriesContext(connection) as outside:
+        Company.objects.bulk_create(rows)
+    rows = [Company(workspace=workspace, name=f"d{n}") for n in range(200)]
+    with CaptureQueriesContext(connection) as inside, transaction.atomic():
+        Company.objects.bulk_create(rows)
+    written = [q for q in outside.captured_queries if "firm_channel_messages" in q["sql"]]
+    assert len(written) <= 1
+    assert len(outside.captured_queries) <= len(inside.captured_queries)
+
+
+# 13. A read makes no object per row ------------------------------------------------------------
+
+
+def test_loading_decorated_rows_connects_nothing_to_their_construction() -> None:
+    for model in (Contact, Company, Ticket, Room, CatalogItem):
+        assert not post_init.has_listeners(model)
