@@ -176,7 +176,7 @@ def realtime_off() -> Iterator[None]:
     from django.db.models.signals import post_delete, pre_delete
 
     from realtime import registry
-    from realtime.writes import cascades, decorator
+    from realtime.writes import decorator, deletes
 
     saved = registry.all_options()
     parents = {
@@ -196,7 +196,7 @@ def realtime_off() -> Iterator[None]:
     finally:
         for options in saved:
             decorator.register(options)
-        cascades.connect_database_cascades()
+        deletes.connect_database_cascades()
 
 
 @contextlib.contextmanager
@@ -206,13 +206,13 @@ def views_off() -> Iterator[None]:
     from django.db.models.signals import m2m_changed, pre_save
 
     from realtime import registry
-    from realtime.writes import access, memberships, receivers
+    from realtime.writes import memberships, receivers, shared_roots
 
     models_ = [options.model for options in registry.all_options()]
     for model in models_:
         pre_save.disconnect(sender=model, dispatch_uid=f"realtime:{model._meta.label}")
-    for through in list(access._roots):
-        m2m_changed.disconnect(sender=through, dispatch_uid=access.UID)
+    for through in list(shared_roots._roots):
+        m2m_changed.disconnect(sender=through, dispatch_uid=shared_roots.UID)
     watches = dict(memberships._watches)
     memberships._watches.clear()  # membership rows written now tell nobody
     try:
@@ -222,7 +222,7 @@ def views_off() -> Iterator[None]:
             pre_save.connect(
                 receivers.on_pre_save, sender=model, dispatch_uid=f"realtime:{model._meta.label}"
             )
-        access.connect()
+        shared_roots.connect()
         memberships._watches.update(watches)
 
 

@@ -46,18 +46,17 @@ class RealtimeConfig(AppConfig):
     def ready(self) -> None:
         from realtime import checks  # noqa: F401 - registers the system checks
         from realtime.writes import (
-            access,
-            cascades,
+            deletes,
             memberships,
             querysets,
             rechecks,
             relay,
-            unlinked,
+            shared_roots,
         )
 
-        cascades.connect_database_cascades()
-        unlinked.connect()
-        access.connect()
+        deletes.connect_database_cascades()
+        deletes.connect_unlinked()
+        shared_roots.connect()
         memberships.connect()
         for model in memberships.membership_models():
             querysets.install(model)  # their bulk writes change memberships

@@ -1,6 +1,6 @@
 """The internal messages between publishing processes and listening workers.
 
-The write side builds them (``realtime.writes.payload``) and a transport carries them; the
+The write side builds them (``realtime.writes.packing``) and a transport carries them; the
 socket side reads them (``realtime.sockets.delivery``). Neither side imports the other: this
 module is the contract between them. A message is a JSON object with a ``target``:
 

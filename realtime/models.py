@@ -3,7 +3,7 @@
 The schema of ``firm_channel_messages`` is firm-channel's, so processes of either library on
 one database read what the other writes. Its three indexes carry names longer than Django
 allows in ``Meta``; the migration creates them. Access in the hot paths goes through
-``realtime.transports.table_store``; the outbox's through ``realtime.writes.outbox_store``.
+``realtime.transports.table_store``; the outbox's through ``realtime.writes.outbox``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class OutboxItem(models.Model):
     created_at = NaiveUTCDateTimeField(default=naive_utc_now)
     #: Until when a sweeper relaying the row holds it (``None``: nobody does).
     claimed_until = NaiveUTCDateTimeField(null=True)
-    #: The announcement, as ``realtime.writes.durable.dump`` wrote it.
+    #: The announcement, as ``realtime.writes.outbox_form.dump`` wrote it.
     item = models.BinaryField()
 
     class Meta:

@@ -48,7 +48,7 @@ class ModelOptions:
     #: The fields whose change may change the guard's answer; ``None``: not declared.
     guard_fields: tuple[str, ...] | None = None
     #: ``payload=``: called with the instance, its dict's keys added to ``data``
-    #: (``realtime.writes.payload_hook``).
+    #: (``realtime.writes.events``).
     payload: Callable[[Any], Mapping[str, Any]] | None = None
 
     @property

@@ -22,7 +22,7 @@ from django.db import connections
 
 from realtime.transports.redis import RedisTransport
 from realtime.transports.table import TableTransport
-from realtime.writes import durable, outbox_store
+from realtime.writes import outbox, outbox_form
 from realtime.writes.publish import build
 
 
@@ -56,7 +56,7 @@ class RoundTripTransport(DurableTableTransport):
         items = []
         for alias in settings.DATABASES:
             try:
-                if not outbox_store.holds_outbox(alias):
+                if not outbox.holds_outbox(alias):
                     continue
                 with connections[alias].cursor() as cursor:
                     cursor.execute(
@@ -67,7 +67,7 @@ class RoundTripTransport(DurableTableTransport):
                     rows = cursor.fetchall()
             except AssertionError:  # Django's DatabaseOperationForbidden
                 continue  # a test that uses one database only
-            items += [durable.load(bytes(raw)) for (raw,) in rows]
+            items += [outbox_form.load(bytes(raw)) for (raw,) in rows]
         rebuilt = build(items, self.max_message_bytes)
         if comparable(rebuilt) != comparable(messages):
             self.mismatches.append((key, comparable(messages), comparable(rebuilt)))

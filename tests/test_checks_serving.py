@@ -29,7 +29,7 @@ from django.test import override_settings
 from realtime.checks.database import sqlite_options_elsewhere
 from realtime.checks.serving import check_serving
 from realtime.compat import channels
-from realtime.writes.installation import check_installed
+from realtime.writes.decorator import check_installed
 from tests.helpers import ROOT, only_on, subprocess_env
 
 QUICKSTART = ROOT / "docs" / "quickstart.md"

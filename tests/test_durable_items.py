@@ -16,7 +16,7 @@ from django.db import transaction
 
 from realtime import announce
 from realtime.broadcast import broadcast_to_scope, broadcast_to_users, recheck_users
-from realtime.writes import durable
+from realtime.writes import outbox_form
 from realtime.writes.events import Before, Event
 from realtime.writes.items import Recheck, ScopeBroadcast, UsersBroadcast
 from tests.durable_transport import RoundTripTransport
@@ -217,7 +217,7 @@ def test_every_kind_of_item_survives_dump_and_load_as_data() -> None:
         UsersBroadcast([1], "y", "text", ["c"], {"m": True}, skip_scope=acme.pk),
     ]
     for item in items:
-        assert durable.load(durable.dump(item)) == item
+        assert outbox_form.load(outbox_form.dump(item)) == item
 
 
 @pytest.mark.parametrize(
@@ -232,5 +232,5 @@ def test_every_kind_of_item_survives_dump_and_load_as_data() -> None:
     ],
 )
 def test_a_row_that_cannot_be_read_raises_unreadable(raw: bytes) -> None:
-    with pytest.raises(durable.UnreadableError):
-        durable.load(raw)
+    with pytest.raises(outbox_form.UnreadableError):
+        outbox_form.load(raw)

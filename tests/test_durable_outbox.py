@@ -24,7 +24,8 @@ from realtime import metrics
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user, broadcast_to_users
 from realtime.checks.database import check_outbox_databases
-from realtime.writes import durable, outbox_store
+from realtime.writes import outbox as outbox_table
+from realtime.writes import outbox_form
 from realtime.writes.items import UsersBroadcast
 from realtime.writes.relay import Sweeper
 from tests.durable_transport import DurableTableTransport
@@ -156,7 +157,7 @@ def test_a_bulk_write_costs_one_insert_into_the_outbox(workspace: Workspace) -> 
 def test_a_large_bulk_write_is_written_in_inserts_of_bounded_size(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(outbox_store, "INSERT_BYTES", 2000)
+    monkeypatch.setattr(outbox, "INSERT_BYTES", 2000)
     Company.objects.bulk_create([Company(workspace=workspace, name=f"c{i}") for i in range(30)])
     forget_messages()
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
@@ -257,7 +258,7 @@ def test_an_unreadable_row_is_logged_and_dropped_and_the_others_are_relayed(
     workspace: Workspace, caplog: pytest.LogCaptureFixture
 ) -> None:
     forget_messages()
-    outbox_store.insert("default", "0" * 32, [(0, b"garbled")])
+    outbox_table.insert("default", "0" * 32, [(0, b"garbled")])
     with TableAway(), transaction.atomic():
         Company.objects.create(workspace=workspace, name="readable")
     with caplog.at_level(logging.WARNING, "realtime"):
@@ -322,7 +323,7 @@ def start(command: list[str], settings: dict[str, Any]) -> subprocess.Popen[str]
 @only_on("postgresql", "mysql")  # SQLite: one claim at a time
 def test_a_claim_takes_a_transaction_whole_or_not_at_all() -> None:
     with transaction.atomic():
-        outbox_store.insert("default", "T", [(0, b"a"), (1, b"b"), (2, b"c")])
+        outbox_table.insert("default", "T", [(0, b"a"), (1, b"b"), (2, b"c")])
     locked, done = threading.Event(), threading.Event()
 
     def another_claim_part_way() -> None:
@@ -341,13 +342,13 @@ def test_a_claim_takes_a_transaction_whole_or_not_at_all() -> None:
     thread.start()
     assert locked.wait(WAIT)
     try:
-        part_way = outbox_store.claim("default", ["T"], 30.0)
+        part_way = outbox_table.claim("default", ["T"], 30.0)
     finally:
         done.set()
         thread.join()
     # Its rows would be relayed under another key than its writer's: a duplicate on Redis.
     assert part_way == []
-    assert [row.seq for row in outbox_store.claim("default", ["T"], 30.0)] == [0, 1, 2]
+    assert [row.seq for row in outbox_table.claim("default", ["T"], 30.0)] == [0, 1, 2]
 
 
 @pytest.mark.usefixtures("durable_transport")
@@ -356,7 +357,7 @@ def test_two_sweepers_in_two_processes_relay_each_row_once(workspace: Workspace)
     count = 300
     for index in range(count):
         item = UsersBroadcast([1], "test.row", {"n": index}, None, {})
-        outbox_store.insert("default", f"{index:032x}", [(0, durable.dump(item))])
+        outbox_table.insert("default", f"{index:032x}", [(0, outbox_form.dump(item))])
     sweepers = [start(["relay"], {"REALTIME_TRANSPORT": DURABLE}) for _ in range(2)]
     try:
         for process in sweepers:

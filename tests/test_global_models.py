@@ -9,9 +9,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.db import models
+from django.test.utils import isolate_apps
 
 from realtime import realtime_model
 from realtime.auth import issue_token
+from realtime.checks.declarations import check_models
 from realtime.broadcast import broadcast_to_user
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, off_loop, published
@@ -94,6 +96,7 @@ def test_a_global_model_needs_no_scope_model(settings: Any) -> None:
     assert ids == set()
 
 
+@isolate_apps("tests.testapp")
 def test_a_global_model_sharing_its_rows_is_a_check_error() -> None:
     class Shelf(models.Model):  # noqa: DJ008 - never shown
         class Meta:
@@ -107,12 +110,13 @@ def test_a_global_model_sharing_its_rows_is_a_check_error() -> None:
 
     realtime_model(scope_field=None, shared_via="shelf", name="global_book")(Book)
     try:
-        found = [m for m in checks.run_checks() if m.obj is Book]
+        found = [m for m in check_models() if m.obj is Book]
         assert [m.id for m in found] == ["realtime.E038"]
     finally:
         unregister(Book)
 
 
+@isolate_apps("tests.testapp")
 def test_a_scope_field_the_model_lacks_names_the_global_declaration() -> None:
     class Loose(models.Model):  # noqa: DJ008 - never shown
         class Meta:

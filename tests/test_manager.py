@@ -12,7 +12,7 @@ How these tests stand in for the rest of the stack:
   (fast polling, built by the ``make_table_transport`` fixture, which stops it afterwards):
   following happens for real against the test database, so every test is transactional. The
   process-wide transport and the manager's listener and housekeeping are never started.
-* Messages are the JSON built by ``realtime.writes.payload.scope_messages`` / ``users_messages``,
+* Messages are the JSON built by ``realtime.writes.packing.scope_messages`` / ``users_messages``,
   decoded, and handed to ``dispatcher.plan`` then ``dispatcher.carry_out`` directly, so each
   test decides when a delivery happens. Only the ``on_message`` test goes through the queue.
   ``deliver`` then lets what the delivery started beside it finish (bounded): the sockets'
@@ -49,7 +49,7 @@ from realtime.sockets.link import DaphneLink, Link
 from realtime.sockets.manager import SocketManager
 from realtime.sockets.refresh import cursor_answer
 from realtime.transports.table import TableTransport
-from realtime.writes.payload import recheck_messages, scope_messages, users_messages
+from realtime.writes.packing import recheck_messages, scope_messages, users_messages
 from tests.helpers import WAIT, off_loop
 from tests.testapp.models import PrivateNote, Workspace
 

@@ -1,4 +1,4 @@
-"""``realtime.writes.payload``: the JSON of internal messages, their shapes and channels, and how a
+"""``realtime.writes.packing``: the JSON of internal messages, their shapes and channels, and how a
 message is shrunk, split or dropped to fit a transport's budget."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from realtime import limits
 from realtime.encoding import encode
-from realtime.writes.payload import fit, recheck_messages, scope_messages, users_messages
+from realtime.writes.packing import fit, recheck_messages, scope_messages, users_messages
 from tests.helpers import without_mid
 
 DATA = {"model": "contact", "id": 7, "name": "Zoë", "notes": "n" * 300}

@@ -23,7 +23,7 @@ from tests.testapp.models import Card, Company, Membership, Workspace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
-LOGGER = "realtime.writes.payload_hook"
+LOGGER = "realtime.writes.events"
 
 
 def member(username: str, *workspaces: Workspace) -> tuple[Any, str]:

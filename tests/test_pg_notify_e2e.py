@@ -27,7 +27,7 @@ from realtime.broadcast import broadcast_to_scope, broadcast_to_users
 from realtime.limits import PG_NOTIFY_BUDGET
 from realtime.messages import base_channel, scope_channel
 from realtime.transports.pg_listener import APPLICATION_NAME
-from realtime.writes.payload import scope_messages
+from realtime.writes.packing import scope_messages
 from tests.helpers import ROOT, off_loop, only_on, subprocess_env
 from tests.live import Client, Clients, LiveServers, Server
 from tests.testapp.models import Comment, Company, Membership, Workspace

@@ -96,7 +96,7 @@ def main(argv: list[str]) -> None:
         from realtime import limits
         from realtime.transports.pg_log import publish_logged
         from realtime.transports.pg_notify import pg_channel
-        from realtime.writes.payload import users_messages
+        from realtime.writes.packing import users_messages
 
         kind, user_id, text = args
         ((base, notice),) = users_messages(
@@ -148,14 +148,14 @@ def main(argv: list[str]) -> None:
             Company.objects.create(workspace_id=int(workspace_id), name=name)
         print("committed", flush=True)
     elif command == "relay":
-        from realtime.writes import outbox_store
+        from realtime.writes import outbox
         from realtime.writes.relay import Sweeper
 
         sweeper = Sweeper(grace=0.0)
         print("ready", flush=True)
         sys.stdin.readline()
         relayed = 0
-        while outbox_store.backlog("default").rows:
+        while outbox.backlog("default").rows:
             relayed += sweeper.sweep_database("default")
         print(relayed, flush=True)
     else:

@@ -29,7 +29,7 @@ guarantees, and the shared contract suite (``tests/transport_contract.py``) chec
   ``watch`` is called on the event loop every housekeeping tick: a transport checks there
   that its connections still make progress. A transport that ignores all three still works.
 * ``max_message_bytes`` is the budget one message must fit (``None``: no cap); publishers
-  shrink what does not fit (see ``realtime.writes.payload``) before calling ``publish``.
+  shrink what does not fit (see ``realtime.writes.packing``) before calling ``publish``.
 
 A transport may also keep a *history*, and resumable delivery rests on it. Each message is then
 handed to the listeners with its position (``realtime.positions``), in order within its

@@ -1,20 +1,28 @@
 """The write side: from a model write, inside its transaction, to ``Transport.publish``.
 
-The path of one ``save()``, each step one call::
+The path of one write, top to bottom (each module one room)::
 
-    receivers.on_post_save          what changed (snapshots), then:
-      preparing.prepare_write       read the event in the transaction, never failing the write
-      outbox.add                    hold it until the outermost commit (nothing on rollback);
-                                    durable transports: also a row of realtime_outbox, in
-                                    the transaction
+    decorator       @realtime_model: the model's options recorded, its receivers connected, a
+                    RealtimeManager in place of Django's own managers
+    querysets       loads keep what rows held (tracking); update(), bulk_create, bulk_update
+                    and QuerySet.delete() enter here -> bulk
+    receivers       save(), delete() and many-to-many changes enter here
+      tracking      what the save changed (no query)
+      audiences     who could read the row before it, when the write may change that
+      events        the Event read from the instance in the transaction (payload=)
+      failsafe      ... never failing the write (raised, in tests)
+      on_commit     held until the outermost commit; nothing on rollback
+                    (durable transports: a row of the outbox too, in the transaction)
     -- commit --
-      publish.publish               coalesce the transaction's events, ask the audiences
-                                    asked after commit, build the messages (payload), and
-                                    hand them to the transport in one call (then delete
-                                    the outbox rows; relay sweeps what writers left)
+      publish       coalesce the transaction's events, ask the audiences asked after commit
+                    (views: who enters, stays, leaves), build the messages (packing), hand
+                    them to the transport in one call; the outbox rows are then deleted, and
+                    a relay sweeps what writers left
 
-``decorator`` declares models (recorded in ``realtime.registry``), ``cascades`` limits and adds
-the deletes of a cascade, ``rechecks`` asks workers to recheck sockets when memberships or
-accounts change, ``broadcast`` sends the application's own events. The write side never
-imports the socket side: they meet only in ``realtime.messages``, through a transport.
+Beside the path: ``memberships`` and ``shared_roots`` (readers gained or lost when links
+change), ``deletes`` (cascades, and rows a delete sets to NULL), ``rechecks`` (sockets to
+recheck when memberships or accounts change), ``manual`` (``announce()``, ``deleting()``),
+``broadcast`` and ``items`` (the application's own events), ``outbox``, ``outbox_form`` and
+``relay`` (the durable outbox, its rows' form, and the sweeper). The write side never imports
+the socket side: they meet only in ``realtime.messages``, through a transport.
 """

@@ -1,50 +1,290 @@
-"""Who hears a model event beyond its scope's sockets: the write side's audience questions.
+"""Who may read a row, decided in the write's transaction, while the database still holds it.
 
-Asked in the write's transaction for a delete (the row and its links are about to go) and
-after commit for the rest. Each answer comes from a ``RealtimeAuth`` hook; a hook that fails
-costs its own answer, logged, never the write and never the other messages of the event:
-``recipients`` failing means the account event reaches nobody, ``shared_readers`` or
-``outside_recipients`` failing means only those extra messages are not sent. Where a failure
-must not pass for an empty answer (who leaves a view, ``realtime.writes.views``), the
-``*_or_none`` forms answer ``None`` instead: undecided, never "nobody". What a hook raises is
-logged at ERROR with its traceback, limited per hook (``realtime.logs``); the ids a hook
-answers are read by the user model's primary key field (``realtime.auth.account_ids``).
+**Before an update.** ``plan_before`` decides, from the instance and what realtime knows it
+held (``realtime.writes.tracking``) alone, whether the save about to run can change who may
+read the row: the scope field, a column the guard reads (every column, when that cannot be
+told), or the first hop of a ``user_field`` or ``shared_via`` path. When none can, the update
+costs nothing more, not even a savepoint. ``take_before`` then reads the audience as it was,
+in ``pre_save``: old values from what is known (no query) and, as needed, the guard's readers
+(the same statements as a delete's readers), a multi-hop path (one query), the root's readers,
+or a column not known; ``realtime.writes.views`` compares after commit.
+
+**Before a delete.** Its scope or accounts, and for guarded, shared and outside readers, who
+may read it, asked now because afterwards there is nothing left to ask about. A guarded row's
+readers come from the guard, asked on the write's database in its transaction — or from the
+application's own ``RealtimeAuth.audience``, when it has one.
+
+Every statement goes to the database of the write, never a replica.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import models
+
 from realtime.audience import readers
-from realtime.auth import account_ids, get_auth, overridden, readers_pool
-from realtime.logs import log_hook_failure
+from realtime.auth import RealtimeAuth, get_auth, overridden, readers_pool
+from realtime.encoding import normal_id, record_channel, sorted_ids
+from realtime.paths import split_path, values_on_path
 from realtime.readers import shared_readers_of
-from realtime.writes.events import Event
-
-logger = logging.getLogger(__name__)
-
-
-def recipients(event: Event) -> list[Any]:
-    """Ask ``auth.recipients``; when it fails, the event reaches nobody."""
-    return recipients_or_none(event) or []
+from realtime.registry import ModelOptions, relation_target, wire_name
+from realtime.writes import tracking
+from realtime.writes.events import Before, Event, read_event
+from realtime.writes.failsafe import failsafe
+from realtime.writes.views import outside_recipients, recipients, shared_readers
 
 
-def recipients_or_none(
-    event: Event, accounts: Iterable[Any] | None = None, failing: str = "it reaches nobody"
-) -> list[Any] | None:
-    """``auth.recipients`` asked about ``accounts`` (by default the event's); ``None`` when
-    it raises, logged once with its traceback and ``failing`` (what the failure costs)."""
-    if accounts is None:
-        accounts = event.user_ids or ()
-    try:
-        return account_ids(get_auth().recipients(event.event_type, event.data, list(accounts)))
-    except Exception as exc:
-        log_hook_failure(
-            logger, "realtime: recipients() failed for %s; %s", exc, event.event_type, failing
+class Past:
+    """The row as stored before this save: from the snapshot when it knows, else read once
+    (``stored``: the instance was read from the database just now, and holds it)."""
+
+    def __init__(
+        self,
+        instance: models.Model,
+        update_fields: Iterable[str] | None,
+        stored: bool = False,
+        using: str | None = None,
+    ) -> None:
+        self.instance = instance
+        #: The database of the write (the row's own, if it was read from one).
+        self.using = using or instance._state.db
+        self.known = dict(instance.__dict__) if stored else tracking.known(instance)
+        meta = instance._meta
+        self.written = (
+            None
+            if update_fields is None
+            else {meta.get_field(name).attname for name in update_fields}  # type: ignore[union-attr]
         )
+        self._stored: dict[str, Any] | None = None
+
+    def may_change(self, attname: str) -> bool:
+        """Whether this save may write a new value of ``attname`` (no query)."""
+        if self.written is not None and attname not in self.written:
+            return False
+        if self.known is None or not _knows(self.known, attname):
+            return True
+        return tracking.differs(self.instance.__dict__, self.known, attname)
+
+    def knows(self, attnames: Iterable[str]) -> bool:
+        """Whether the snapshot knows every one of ``attnames`` (reading them costs nothing)."""
+        known = self.known
+        return known is not None and all(_knows(known, a) for a in attnames)
+
+    def value(self, attname: str) -> Any:
+        """The stored value of ``attname`` (a query the first time the snapshot does not know)."""
+        if self.known is not None and _knows(self.known, attname):
+            return self.known[attname]
+        if self._stored is None:
+            instance = self.instance
+            concrete = [f.attname for f in instance._meta.concrete_fields]
+            stored = type(instance)._base_manager.db_manager(self.using)
+            row = stored.filter(pk=instance.pk).values(*concrete).first()
+            self._stored = row or {}
+        return self._stored.get(attname)
+
+
+def _knows(known: dict[str, Any], attname: str) -> bool:
+    """Whether ``known`` (``tracking.known``) holds a value of ``attname`` still known."""
+    return known.get(attname, tracking.UNKNOWN) is not tracking.UNKNOWN
+
+
+class Plan:
+    """What ``take_before`` is to read, decided without a query, and whether it will query
+    (then it runs in a savepoint)."""
+
+    def __init__(
+        self, past: Past, *, queries: bool, accounts: bool = False, readers: bool = False
+    ) -> None:
+        self.past = past
+        self.queries = queries
+        self.accounts = accounts
+        self.readers = readers
+
+
+def plan_before(
+    options: ModelOptions,
+    instance: models.Model,
+    update_fields: Iterable[str] | None,
+    using: str | None = None,
+) -> Plan | None:
+    """What of the row's audience the save about to run may change; ``None`` when nothing
+    can (then the update costs no query, not even a savepoint)."""
+    if "updated" not in options.actions or instance.pk is None:
         return None
+    if instance._state.adding and instance._meta.pk.has_default():
+        return None  # an insert, as Django will make it
+    past = Past(instance, update_fields, using=using)
+    if options.user_field is not None:
+        first = _first_hop(options.model, options.user_field)
+        if first is None or not past.may_change(first.attname):
+            return None
+        one_hop = len(split_path(options.user_field)) == 1
+        return Plan(past, queries=not (one_hop and past.knows([first.attname])), accounts=True)
+    scope_moves = options.scope_attname is not None and past.may_change(options.scope_attname)
+    guarded = guard_attnames(options)
+    columns = guarded if guarded is not None else [f.attname for f in instance._meta.fields]
+    guard_asks = options.guard is not None and (
+        scope_moves or any(past.may_change(attname) for attname in columns)
+    )
+    root = _first_hop(options.model, options.shared_via)
+    root_moves = root is not None and past.may_change(root.attname)
+    if not (scope_moves or guard_asks or root_moves):
+        return None
+    read = [f.attname for f in _foreign_keys(options, instance)]
+    if options.scope_attname is not None:
+        read.append(options.scope_attname)
+    if root is not None:
+        read.append(root.attname)
+    queries = guard_asks or options.shared_via is not None or not past.knows(read)
+    return Plan(past, queries=queries, readers=guard_asks)
+
+
+def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> Before | None:
+    """Who could read the row before the save about to run, as ``plan`` says; ``None`` when
+    the stored row shows nothing can differ (``always``: taken even then, for a bulk write
+    whose new values are not known yet).
+
+    Run in ``pre_save`` (the database still holds the row as it was), in a savepoint.
+    """
+    past, instance = plan.past, plan.past.instance
+    if plan.accounts:
+        path = options.user_field or ""
+        if len(split_path(path)) == 1:
+            old = past.value(_first_hop(options.model, path).attname)
+            return Before(accounts=[] if old is None else sorted_ids([old]))
+        return Before(accounts=values_on_path(instance, path, past.using))
+    scope_att = options.scope_attname or ""
+    old_scope = past.value(scope_att) if scope_att else None
+    root = _first_hop(options.model, options.shared_via)
+    old_root = past.value(root.attname) if root is not None else None
+    moved = not _same(old_scope, instance, scope_att)
+    rerooted = root is not None and not _same(old_root, instance, root.attname)
+    moved = moved or always
+    if not (moved or rerooted or plan.readers):
+        return None
+    before = Before(scope_id=None if old_scope is None else normal_id(old_scope))
+    before.channels = _old_channels(options, instance, past)
+    if plan.readers and (old_scope is not None or options.is_global):
+        pool = readers_pool(options, old_scope, past.using)
+        before.readers = sorted_ids(readers(options, instance.pk, pool, using=past.using))
+    if moved or rerooted:
+        before.shared = shared_readers_of(
+            options,
+            instance.pk,
+            old_scope,
+            old_root,
+            f"{options.name}:{instance.pk}",
+            "nobody outside its scope hears it leave",
+            past.using,
+        )
+    return before
+
+
+def _same(old: Any, instance: models.Model, attname: str) -> bool:
+    return bool(normal_id(old) == normal_id(instance.__dict__.get(attname)))
+
+
+def _first_hop(model: type[models.Model], path: str | None) -> Any:
+    """The first field of ``path`` when it is a foreign key on the row (a save can change
+    it); ``None`` otherwise."""
+    if not path:
+        return None
+    field = model._meta.get_field(split_path(path)[0])
+    return field if field.concrete and field.many_to_one else None
+
+
+def guard_attnames(options: ModelOptions) -> frozenset[str] | None:
+    """The columns of the row whose change may change a ``guard``'s answer: those named by
+    ``guard_fields``; ``None`` when the model declares none (then every update of the row may
+    change its readers, and they are taken before it)."""
+    return options.guard_attnames
+
+
+def _foreign_keys(options: ModelOptions, instance: models.Model) -> list[Any]:
+    """The declared relations that are foreign keys on the row (their channels are columns)."""
+    fields = []
+    for name in options.relations:
+        field = instance._meta.get_field(name)
+        is_key = field.concrete and (field.many_to_one or field.one_to_one)
+        if is_key and relation_target(options, name) is not None:
+            fields.append(field)
+    return fields
+
+
+def _old_channels(options: ModelOptions, instance: models.Model, past: Past) -> list[str]:
+    """The channels of the row as it was: its foreign-key relations read from the past."""
+    channels = [options.name, record_channel(options.name, instance.pk)]
+    for field in _foreign_keys(options, instance):
+        value = past.value(field.attname)
+        if value is not None:
+            channels.append(record_channel(wire_name(field.related_model), value))
+    return channels
+
+
+def moves_audience(options: ModelOptions, written: Iterable[str]) -> bool:
+    """Whether writing the columns ``written`` (attnames) may change who can read a row: the
+    rule ``plan_before`` applies to one save, for a bulk write whose values are not known."""
+    written = set(written)
+    model = options.model
+    if options.user_field is not None:
+        first = _first_hop(model, options.user_field)
+        return first is not None and first.attname in written
+    root = _first_hop(model, options.shared_via)
+    if options.scope_attname in written or (root is not None and root.attname in written):
+        return True
+    if options.guard is None:
+        return False
+    guarded = guard_attnames(options)
+    return guarded is None or bool(guarded & written)
+
+
+# Before a delete ------------------------------------------------------------------------------
+
+#: Hooks whose default answers a delete's preparation reads without a query.
+DELETE_HOOKS = ("recipients", "outside_recipients", "audience", "shared_readers")
+
+
+def prepare_delete(options: ModelOptions, instance: models.Model, using: str) -> Event | None:
+    """The event of a delete and its audiences, read while the row still exists; never
+    failing the delete."""
+    return failsafe(
+        f"{options.name}:{instance.pk}",
+        using,
+        delete_queries(options),
+        lambda: delete_event(options, instance, using),
+    )
+
+
+def delete_queries(options: ModelOptions) -> bool:
+    """Whether preparing a delete may query: the model's own reads, or an auth hook the
+    application overrode (the defaults of the hooks asked here do not query)."""
+    auth = type(get_auth())
+    overridden = any(
+        getattr(auth, hook) is not getattr(RealtimeAuth, hook) for hook in DELETE_HOOKS
+    )
+    return options.delete_queries or overridden
+
+
+def delete_event(
+    options: ModelOptions, instance: models.Model, using: str | None = None
+) -> Event | None:
+    """Read a deletion's event and decide its audiences while the row still exists."""
+    event = read_event(options, instance, "deleted", using=using)
+    if event is None:
+        return None
+    if options.user_field is not None:
+        event.readers = recipients(event)
+        return event
+    db = using or instance._state.db or "default"
+    if options.guard is not None:
+        event.readers = guarded_readers(event, db)
+    if options.shared_via is not None:
+        event.shared = shared_readers(event, db)
+    if not options.is_global:
+        event.outside = outside_recipients(event)
+    return event
 
 
 def guarded_readers(event: Event, using: str) -> list[Any]:
@@ -57,36 +297,3 @@ def guarded_readers(event: Event, using: str) -> list[Any]:
     if not overridden(auth, "audience"):
         return readers(event.options, event.pk, pool, active_only=True, using=using)
     return list(auth.audience(event.scope_id, event.event_type, event.data, pool, about))
-
-
-def shared_readers(event: Event, using: str | None = None) -> list[Any]:
-    """Readers of the event's shared root outside its scope (guard-checked); [] on failure."""
-    return shared_readers_or_none(event, "they hear nothing of it", using) or []
-
-
-def shared_readers_or_none(
-    event: Event, failing: str, using: str | None = None
-) -> list[Any] | None:
-    """``shared_readers`` of the event; ``None`` on failure (see ``shared_readers_of``)."""
-    return shared_readers_of(
-        event.options,
-        event.pk,
-        event.scope_id,
-        event.extra.get("root_pk"),
-        event.event_type,
-        failing,
-        using,
-    )
-
-
-def outside_recipients(event: Event) -> list[Any]:
-    """Ask ``auth.outside_recipients``; when it fails, log: the scope event still goes."""
-    try:
-        return account_ids(
-            get_auth().outside_recipients(event.scope_id, event.event_type, event.data)
-        )
-    except Exception as exc:
-        log_hook_failure(
-            logger, "realtime: outside_recipients() failed for %s", exc, event.event_type
-        )
-        return []

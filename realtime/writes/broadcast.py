@@ -18,7 +18,7 @@ from django.db import DEFAULT_DB_ALIAS, models
 
 from realtime.auth import account_ids
 from realtime.registry import wire_name
-from realtime.writes import outbox, rechecks
+from realtime.writes import on_commit, rechecks
 from realtime.writes.items import ScopeBroadcast, UsersBroadcast
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def broadcast_to_scope(
         about=_about(about),
         only=only,
     )
-    _submit(lambda: outbox.add(item, using))
+    _submit(lambda: on_commit.add(item, using))
 
 
 def broadcast_to_users(
@@ -113,7 +113,7 @@ def broadcast_to_users(
         meta=dict(meta or {}),
         skip_scope=skip_scope,
     )
-    _submit(lambda: outbox.add(item, using))
+    _submit(lambda: on_commit.add(item, using))
 
 
 def broadcast_to_user(

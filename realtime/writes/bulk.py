@@ -50,12 +50,17 @@ from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
 from realtime.paths import split_path, to_lookup
 from realtime.registry import ModelOptions, options_for
-from realtime.writes import outbox, tracking
-from realtime.writes.before import Past, Plan, moves_audience, plan_before, take_before
-from realtime.writes.cascades import folded_event
-from realtime.writes.events import Before, Event, to_many_of_rows
+from realtime.writes import on_commit, tracking
+from realtime.writes.audiences import (
+    Past,
+    Plan,
+    delete_event,
+    moves_audience,
+    plan_before,
+    take_before,
+)
+from realtime.writes.events import Before, Event, folded_event, read_event, to_many_of_rows
 from realtime.writes.failsafe import failsafe
-from realtime.writes.preparing import delete_event, prepare_write
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +124,10 @@ def created(
             meta = queryset.model._meta
             changed = sorted({meta.get_field(name).name for name in kwargs["update_fields"]})
         _add_all(
-            (prepare_write(options, obj, action, changed, db) for obj in exact[: conf.BULK_LIMIT]),
+            (
+                read_event(options, obj, action, changed, using=db)
+                for obj in exact[: conf.BULK_LIMIT]
+            ),
             db,
         )
         told = {id(obj) for obj in exact}
@@ -267,14 +275,14 @@ class _Matched:
             events = []
             for instance in rows:
                 before = self.befores.get(instance.pk)
-                event = prepare_write(
+                event = read_event(
                     options,
                     instance,
                     "updated",
                     changed,
-                    db,
                     scopeless=before is not None,
                     to_many=to_many[row_key(instance.pk)],
+                    using=db,
                 )
                 if event is not None:
                     event.before = before
@@ -440,14 +448,14 @@ def _announce_changes(
         if index >= conf.BULK_LIMIT:
             audiences.append(_audience_of(options, obj))
             continue
-        event = prepare_write(
+        event = read_event(
             options,
             obj,
             "updated",
             names,
-            db,
             scopeless=before is not None,
             to_many=to_many[row_key(obj.pk)],
+            using=db,
         )
         if event is not None:
             event.before = before
@@ -502,4 +510,4 @@ def _folded(options: ModelOptions, action: str, audiences: Iterable[Any]) -> lis
 
 def _add_all(events: Iterable[Event | None], db: str) -> None:
     """Hand the events to the outbox together (durable: one statement), in order."""
-    outbox.add_all([event for event in events if event is not None], db)
+    on_commit.add_all([event for event in events if event is not None], db)

@@ -10,14 +10,15 @@ resolved lazily, on first use, because related models may not exist yet when it 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from django.apps import apps
+from django.core import checks
 from django.db import models
 from django.db.models import Q
 from django.db.models.signals import class_prepared
 
-import realtime.writes.installation  # noqa: F401 - registers the check realtime.E040
 from realtime import registry
 from realtime.registry import ACTIONS, ModelOptions, default_name
 from realtime.writes import querysets, receivers
@@ -141,3 +142,31 @@ def _connect_subclass(sender: type[models.Model], **kwargs: Any) -> None:
 
 
 class_prepared.connect(_connect_subclass, dispatch_uid="realtime.registry.subclasses")
+
+
+# realtime.E040: models decorated while realtime is not installed. Without "realtime" in
+# INSTALLED_APPS realtime's app config never runs: none of its system checks is registered,
+# its table is never migrated, and every announced write fails on the missing table (logged,
+# the write itself stands). This module is what such a project imports (its models.py does),
+# so the check is registered here, once; it reports only when realtime is not installed.
+
+
+@checks.register()
+def check_installed(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """Report decorated models when ``"realtime"`` is not in ``INSTALLED_APPS``."""
+    if apps.is_installed("realtime"):
+        return []
+    installed = set(apps.get_models())
+    labels = sorted({o.model._meta.label for o in registry.all_options() if o.model in installed})
+    if not labels:
+        return []
+    return [
+        checks.Error(
+            f'"realtime" is not in INSTALLED_APPS, yet {", ".join(labels)} '
+            f"{'is' if len(labels) == 1 else 'are'} decorated with @realtime_model: their "
+            "writes are not announced, and each logs an error on realtime's missing table.",
+            hint='Add "channels" and "realtime" to INSTALLED_APPS ("daphne" first, to serve '
+            'the socket with runserver), then run "python manage.py migrate".',
+            id="realtime.E040",
+        )
+    ]

@@ -1,7 +1,7 @@
 """What the outbox carries besides model events: announcements that build their own messages.
 
 Each is plain data — the arguments of the call that made it — so that it can be written to
-realtime's outbox in the caller's transaction (``realtime.writes.durable``) and its messages
+realtime's outbox in the caller's transaction (``realtime.writes.outbox_form``) and its messages
 built after commit, by the writer or by any worker relaying it later. Ids are read by their
 model's primary key field when the messages are built, as the broadcast API documents.
 """
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from realtime.auth import account_ids, scope_key
 from realtime.encoding import key_of
 from realtime.registry import options_named
-from realtime.writes.payload import recheck_messages, scope_messages, users_messages
+from realtime.writes.packing import recheck_messages, scope_messages, users_messages
 
 
 class Announcement(Protocol):

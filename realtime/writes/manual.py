@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from django.db import DEFAULT_DB_ALIAS, models, router, transaction
 
 from realtime.registry import ACTIONS, options_for
-from realtime.writes import outbox, tracking
-from realtime.writes.events import Event
+from realtime.writes import on_commit, tracking
+from realtime.writes.audiences import prepare_delete
+from realtime.writes.events import Event, read_event, write_queries
 from realtime.writes.failsafe import failsafe
-from realtime.writes.preparing import prepare_delete, prepare_write, write_queries
 
 
 def announce(
@@ -60,10 +60,10 @@ def announce(
                 f"{options.name}:{instance.pk}",
                 alias,
                 write_queries(options, action),
-                lambda: prepare_write(options, instance, action, fields, alias),  # noqa: B023
+                lambda: read_event(options, instance, action, fields, using=alias),  # noqa: B023
             )
         if event is not None:
-            outbox.add(event, alias)
+            on_commit.add(event, alias)
 
 
 @contextmanager
@@ -99,4 +99,4 @@ def deleting(
                 if event is not None:
                     events.append(event)
         yield instances
-        outbox.add_all(events, using)
+        on_commit.add_all(events, using)

@@ -42,10 +42,10 @@ from realtime.chunks import chunked
 from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
-from realtime.writes import outbox
-from realtime.writes.access import row_events
+from realtime.writes import on_commit
 from realtime.writes.events import Event
 from realtime.writes.failsafe import failsafe, never_raises
+from realtime.writes.shared_roots import row_events
 
 logger = logging.getLogger(__name__)
 
@@ -331,7 +331,7 @@ def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> Non
         for owner in sorted(by_owner, key=id_order):
             rows = _records_of(watch, owner, db)
             events += row_events(watch.options, rows, sorted_ids(by_owner[owner]), entering)
-    outbox.add_all(events, db)
+    on_commit.add_all(events, db)
 
 
 def _account_ids(watch: Watch, db: str, values: set[Any]) -> dict[Any, Any]:

@@ -1,275 +1,242 @@
-"""Hold announcements until the write's transaction commits, then publish them in one call.
+"""SQL on ``realtime_outbox``: write a row in the write's transaction, delete it once relayed,
+and what a sweeper reads and claims.
 
-Each announcement registers an ``on_commit`` callback of its own (``robust=True``, on the
-alias of the write), exactly as Django documents: it runs when the transaction commits, after
-the callbacks registered before it, and is discarded, never to run, when the savepoint or
-transaction it was made in rolls back. So what runs is exactly what committed. Publishing once
-per transaction — so that the events of one row can be coalesced — needs one thing more: the
-callback that runs must know whether another announcement's callback will still run after it,
-and then leave the publishing to the last one. The outbox holds its callbacks weakly: Django
-holds the only strong reference and drops it when it discards a callback (checked once per
-process by ``realtime.compat``), so a callback of the outbox that is still alive and has not
-run is one Django will run. The last to run publishes what ran before it, in order.
-
-Two cases publish more than once: a callback of the application registered with
-``robust=False`` that raises stops the callbacks after it (what ran before it is published
-once Django lets go of the rest, when the exception has been handled), and a transaction opened
-and committed by another ``on_commit`` callback publishes when it commits. Where Django keeps
-discarded callbacks alive, each announcement publishes itself. Outside a transaction the
-announcements of one write (a ``save()``, a ``bulk_create`` of 200 rows) are published at once,
-in one call; under manual transaction management (no atomic block, autocommit off) too, as
-there is no commit to wait for.
-
-When the transport is ``durable``, each announcement made inside an atomic block is also
-written to realtime's outbox (``realtime_outbox``) on the write's own connection, in the
-write's transaction, before its callback is registered: a savepoint that rolls back takes
-the row with it, as it takes the callback. The rows of one transaction share a random key
-(``txn``: a new one when the outbox has no announcement pending). After commit the writer
-publishes as ever, handing the transport the key of the rows published, then deletes them;
-when publishing fails, or the process dies before it could, the rows stay, and a worker's
-sweeper relays them (``realtime.writes.relay``). Outside an atomic block (a plain ``save()``
-in autocommit: Django committed before ``post_save``) there is no transaction to join: the
-announcement is published at once, as ever, with no row; a crash in that one statement's
-window loses it. ``ATOMIC_REQUESTS`` or an atomic block closes it.
+Plain SQL through Django's connections, as ``realtime.transports.table_store`` does for the
+log: the INSERT runs inside the application's transaction on every announcing write. Times
+are the database's (``db_now``). Rows are deleted and claimed by primary key: on MySQL a
+statement on ``id IN (...)`` may be planned as a scan that waits for rows other transactions
+hold (an application's uncommitted rows among them), so there each row is its own statement.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
-import weakref
-from collections.abc import Iterable, Sequence
-from typing import Any
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from django.db import connections, transaction
+from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.transaction import TransactionManagementError
+from django.db.backends.utils import CursorWrapper
 
-from realtime.compat.django import callbacks_released, in_transaction
-from realtime.transports import get_transport
-from realtime.writes import durable, outbox_store
-from realtime.writes.publish import publish
+from realtime.chunks import chunked
+from realtime.transports.table_store import as_datetime, db_now, write_transaction
 
 logger = logging.getLogger(__name__)
 
+TABLE: Final = "realtime_outbox"
+#: Rows per statement that names rows by id, or writes them.
+CHUNK: Final = 500
+#: Bytes of announcements one INSERT carries at most (but one row, whatever its size): far
+#: below MySQL's smallest usual ``max_allowed_packet`` (16 MiB on MariaDB).
+INSERT_BYTES: Final = 1 << 20
+#: Seconds before an alias found without the table is looked at again.
+RECHECK_MISSING = 10.0
 
-#: Entries kept before the outbox drops those known discarded (transactions that roll back
-#: leave theirs behind, and a thread may never commit: a test suite inside ``TestCase``).
-COMPACT_AFTER = 256
-_sequence = itertools.count()
 
-
+@dataclass(frozen=True, slots=True)
 class Row:
-    """Where an announcement was written in the outbox."""
+    """One row of the outbox as a sweeper claimed it."""
 
-    __slots__ = ("id", "seq", "txn")
-
-    def __init__(self, txn: str, seq: int, id_: int) -> None:
-        self.txn = txn
-        self.seq = seq
-        self.id = id_
+    id: int
+    txn: str
+    seq: int
+    item: bytes
 
 
-class _Entry:
-    """One announcement: what Django runs is its ``_Callback``."""
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What the outbox of one database holds: rows, and the age of the oldest (seconds)."""
 
-    __slots__ = ("callback", "item", "ran", "row", "seq")
-
-    def __init__(self, item: Any, row: Row | None) -> None:
-        self.item = item
-        #: Its row of the outbox, when it has one.
-        self.row = row
-        #: Registration order, across every outbox of the process.
-        self.seq = next(_sequence)
-        self.ran = False
-        self.callback: weakref.ref[_Callback] | None = None
-
-    def pending(self) -> bool:
-        """Whether Django still holds its callback and has not run it."""
-        return not self.ran and self.callback is not None and self.callback() is not None
+    rows: int
+    oldest: float | None
 
 
-class _Callback:
-    """What Django holds; it holds the outbox weakly, so that the outbox dies with its
-    connection."""
-
-    __slots__ = ("__weakref__", "entry", "outbox", "using")
-
-    def __init__(self, outbox: _Outbox, entry: _Entry) -> None:
-        self.outbox = weakref.ref(outbox)
-        self.entry = entry
-        self.using = outbox.using
-
-    def __call__(self) -> None:
-        outbox = self.outbox()
-        if outbox is None:
-            _publish([self.entry], self.using)
-        else:
-            outbox.ran(self.entry)
+_ready: dict[str, bool] = {}
+_missing_since: dict[str, float] = {}
 
 
-class _Outbox:
-    """The announcements made on one connection of one thread, until they are published."""
-
-    __slots__ = ("__weakref__", "compact_at", "entries", "held", "next_row", "txn", "using")
-
-    def __init__(self, using: str) -> None:
-        self.using = using
-        #: In registration order: announcements that may still be pending.
-        self.entries: list[_Entry] = []
-        #: Announcements whose callback ran, waiting for the last one to run.
-        self.held: list[_Entry] = []
-        self.compact_at = COMPACT_AFTER
-        #: The key of the outbox rows of the transaction under way, and the next row's place.
-        self.txn = ""
-        self.next_row = 0
-
-    def add(self, items: Sequence[Any]) -> None:
-        """Hold ``items`` (announcements of the transaction under way, in write order);
-        outside a transaction, publish them at once, in one call."""
-        if not in_transaction(connections[self.using]):
-            _publish([_Entry(item, None) for item in items], self.using)
-            return
-        if len(self.entries) >= self.compact_at:
-            self.entries = [entry for entry in self.entries if entry.pending()]
-            self.compact_at = max(COMPACT_AFTER, 2 * len(self.entries))
-        for item, row in zip(items, self._write(items), strict=True):
-            entry = _Entry(item, row)
-            callback = _Callback(self, entry)
-            entry.callback = weakref.ref(callback, self._released)
-            self.entries.append(entry)
-            try:
-                transaction.on_commit(callback, using=self.using, robust=True)
-            except TransactionManagementError:
-                callback()
-
-    def _write(self, items: Sequence[Any]) -> list[Row | None]:
-        """Write ``items`` to the outbox in the open transaction, when the transport is
-        durable (one statement); their rows (``None``: no transaction, or no outbox here,
-        said once)."""
-        connection = connections[self.using]
-        if not get_transport().durable or not in_transaction(connection):
-            return [None] * len(items)
-        if not outbox_store.holds_outbox(self.using):
-            _warn_no_outbox(self.using)
-            return [None] * len(items)
-        raws = [durable.dump(item) for item in items]
-        if not self.txn or not any(entry.pending() for entry in reversed(self.entries)):
-            # A commit ran callbacks since the key was drawn, or nothing is pending (what was
-            # rolled back or discarded): this is a transaction of its own.
-            self.txn, self.next_row = secrets.token_hex(16), 0
-        seqs = range(self.next_row, self.next_row + len(raws))
-        self.next_row += len(raws)
-        ids = outbox_store.insert(self.using, self.txn, list(zip(seqs, raws, strict=True)))
-        return [Row(self.txn, seq, id_) for seq, id_ in zip(seqs, ids, strict=True)]
-
-    def ran(self, entry: _Entry) -> None:
-        entry.ran = True
-        self.txn = ""  # its transaction committed: a write from here on is in another
-        self.held.append(entry)
-        if self._pending_after(entry.seq) and callbacks_released(connections[self.using]):
-            return
-        self._flush()
-
-    def _pending_after(self, seq: int) -> bool:
-        """Whether an announcement registered after ``seq`` is still to run (the latest are
-        looked at first: in a commit they are the ones still pending)."""
-        for entry in reversed(self.entries):
-            if entry.seq <= seq:
-                return False
-            if entry.pending():
-                return True
+def holds_outbox(using: str) -> bool:
+    """Whether database ``using`` holds the outbox: the routers allow it there and it was
+    migrated (looked up once; an alias without it is looked at again after a while)."""
+    if _ready.get(using):
+        return True
+    missing = _missing_since.get(using)
+    if missing is not None and time.monotonic() - missing < RECHECK_MISSING:
         return False
+    from realtime.models import OutboxItem  # not at import: models.py may import the decorator
 
-    def _released(self, reference: weakref.ref[_Callback]) -> None:
-        """A callback Django let go of: if it never ran, what is held may wait for nothing.
-
-        Called wherever the last reference was dropped: it publishes only when no
-        transaction is open (the publish never runs inside the application's)."""
-        try:
-            if not self.held or self._pending_after(max(entry.seq for entry in self.held)):
-                return
-            if not in_transaction(connections[self.using]):
-                self._flush()
-        except Exception:
-            logger.exception("realtime: publishing held announcements failed")
-
-    def _flush(self) -> None:
-        held = sorted(self.held, key=lambda entry: entry.seq)
-        self.held.clear()
-        # What ran is published; what neither ran nor is held by Django never will run.
-        self.entries = [entry for entry in self.entries if entry.pending()]
-        _publish(held, self.using)
-
-
-def _publish(entries: Sequence[_Entry], using: str) -> None:
-    """Publish what these announcements announce, one transaction's rows at a time (each
-    with their key); then delete those rows of the outbox."""
-    for _, run in itertools.groupby(entries, lambda entry: entry.row and entry.row.txn):
-        _publish_rows(list(run), using)
-
-
-def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
-    rows = [entry.row for entry in entries if entry.row is not None]
-    if not rows:
-        publish([entry.item for entry in entries], using)
-        return
-
-    def relayed() -> None:
-        try:
-            outbox_store.delete(using, [row.id for row in rows])
-        except Exception:
-            logger.exception(
-                "realtime: deleting %d relayed row(s) of the outbox failed; a worker will "
-                "relay them again",
-                len(rows),
-            )
-
-    publish(
-        [entry.item for entry in entries],
-        using,
-        txn=relay_key(rows[0].txn, [row.seq for row in rows]),
-        relayed=relayed,
+    ready = router.allow_migrate_model(using, OutboxItem) and TABLE in (
+        connections[using].introspection.table_names()
     )
+    if ready:
+        _ready[using] = True
+        _missing_since.pop(using, None)
+    else:
+        _missing_since[using] = time.monotonic()
+    return ready
 
 
-def relay_key(txn: str, seqs: Sequence[int]) -> str:
-    """The key a relay of the rows ``seqs`` of transaction ``txn`` hands the transport: the
-    same for every relay of the same rows (a writer's, then a sweeper's after the writer
-    died before deleting them), another for any other rows of the transaction."""
-    return f"{txn}.{min(seqs)}.{len(seqs)}"
+def forget_tables() -> None:
+    """Look again for the table on every alias (databases created or migrated since)."""
+    _ready.clear()
+    _missing_since.clear()
 
 
-_warned: set[str] = set()
-
-
-def _warn_no_outbox(using: str) -> None:
-    if using not in _warned:
-        _warned.add(using)
-        logger.error(
-            "realtime: the transport is durable but database %r holds no realtime_outbox "
-            "(migrate realtime there, and let the routers allow it): its writes are "
-            "announced after commit without it, and one lost if the process dies first",
-            using,
-        )
-
-
-_outboxes: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Outbox] = weakref.WeakKeyDictionary()
-
-
-def add(item: Any, using: str) -> None:
-    """Publish ``item`` after the current transaction on ``using`` commits (now, outside one)."""
-    add_all([item], using)
-
-
-def add_all(items: Iterable[Any], using: str) -> None:
-    """``add`` each of ``items``, in order: durable, their rows cost one statement."""
-    items = list(items)
-    if not items:
-        return
+def insert(using: str, txn: str, rows: Sequence[tuple[int, bytes]]) -> list[int]:
+    """Write ``(seq, item)`` rows of transaction ``txn`` on ``using``'s connection (in its
+    open transaction), one statement per ``CHUNK`` rows; their ids, in order. One row costs
+    one statement; several, on a database that cannot return their ids, one more to read
+    them."""
     connection = connections[using]
-    outbox = _outboxes.get(connection)
-    if outbox is None:
-        outbox = _outboxes[connection] = _Outbox(using)
-    outbox.add(items)
+    now = db_now(connection)
+    ids: dict[int, int] = {}
+    with connection.cursor() as cursor:
+        for chunk in _batches(rows):
+            values = ", ".join([f"(%s, %s, {now}, %s)"] * len(chunk))
+            sql = f"INSERT INTO {TABLE} (txn, seq, created_at, item) VALUES {values}"
+            params: list[Any] = []
+            for seq, item in chunk:
+                params += [txn, seq, item]
+            if connection.vendor == "postgresql":
+                cursor.execute(f"{sql} RETURNING seq, id", params)
+                ids.update((int(seq), int(id_)) for seq, id_ in cursor.fetchall())
+            elif len(chunk) == 1:
+                cursor.execute(sql, params)
+                ids[chunk[0][0]] = int(cursor.lastrowid)
+            else:
+                cursor.execute(sql, params)
+                cursor.execute(
+                    f"SELECT seq, id FROM {TABLE} WHERE txn = %s AND seq >= %s AND seq <= %s",
+                    [txn, chunk[0][0], chunk[-1][0]],
+                )
+                ids.update((int(seq), int(id_)) for seq, id_ in cursor.fetchall())
+    return [ids[seq] for seq, _ in rows]
+
+
+def _batches(rows: Sequence[tuple[int, bytes]]) -> list[list[tuple[int, bytes]]]:
+    """``rows`` in runs of at most ``CHUNK`` rows and ``INSERT_BYTES`` bytes (or one row)."""
+    batches: list[list[tuple[int, bytes]]] = []
+    size = 0
+    for row in rows:
+        if not batches or len(batches[-1]) >= CHUNK or size + len(row[1]) > INSERT_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(row)
+        size += len(row[1])
+    return batches
+
+
+def delete(using: str, ids: Sequence[int]) -> None:
+    """Delete the rows ``ids`` (relayed), on ``using``'s connection as it is."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        _by_ids(connection, cursor, f"DELETE FROM {TABLE} WHERE id", ids)
+
+
+def backlog(using: str) -> Backlog:
+    """How many rows the outbox of ``using`` holds, and how old the oldest is."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        # Parameters, even none: Django's SQLite cursor reads ``%%`` only then.
+        cursor.execute(f"SELECT COUNT(*), MIN(created_at), {db_now(connection)} FROM {TABLE}", [])
+        row = cursor.fetchone()
+    count, oldest, now = row if row else (0, None, None)
+    if oldest is None or now is None:
+        return Backlog(int(count or 0), None)
+    age = (as_datetime(now) - as_datetime(oldest)).total_seconds()
+    return Backlog(int(count), max(0.0, age))
+
+
+def visible(using: str, limit: int) -> list[tuple[int, str]]:
+    """The ids and transaction keys of the oldest ``limit`` rows nobody holds."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, txn FROM {TABLE} WHERE claimed_until IS NULL "
+            f"OR claimed_until < {db_now(connection)} ORDER BY id LIMIT %s",
+            [limit],
+        )
+        return [(int(id_), str(txn)) for id_, txn in cursor.fetchall()]
+
+
+def claim(using: str, txns: Sequence[str], lease: float) -> list[Row]:
+    """Hold the rows of these transactions that nobody holds for ``lease`` seconds, and read
+    them, in one short transaction of their own: rows another sweeper is claiming are
+    skipped, not waited for (``SKIP LOCKED``; SQLite has one writer at a time).
+
+    A transaction is claimed whole or not at all: one whose rows are partly locked (another
+    sweeper claiming it, its writer deleting what it relayed) or partly leased is left for a
+    later sweep, so that its rows are always relayed together, under one key."""
+    if not txns:
+        return []
+    connection = connections[using]
+    now = db_now(connection)
+    lock = "" if connection.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
+    rows: list[Row] = []
+    with write_transaction(using) as cursor:
+        for chunk in chunked(list(txns), CHUNK):
+            placeholders = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"SELECT id, txn, seq, item FROM {TABLE} WHERE txn IN ({placeholders}) AND "
+                f"(claimed_until IS NULL OR claimed_until < {now}) ORDER BY id{lock}",
+                list(chunk),
+            )
+            held = [
+                Row(int(id_), str(txn), int(seq), bytes(item))
+                for id_, txn, seq, item in cursor.fetchall()
+            ]
+            cursor.execute(
+                f"SELECT txn, COUNT(*) FROM {TABLE} WHERE txn IN ({placeholders}) GROUP BY txn",
+                list(chunk),
+            )
+            whole = dict(cursor.fetchall())
+            taken = Counter(row.txn for row in held)
+            rows += [row for row in held if taken[row.txn] == whole.get(row.txn)]
+        held_until = _seconds_ahead(connection)
+        _by_ids(
+            connection,
+            cursor,
+            f"UPDATE {TABLE} SET claimed_until = {held_until} WHERE id",
+            [row.id for row in rows],
+            [lease],
+        )
+    rows.sort(key=lambda row: row.id)
+    return rows
+
+
+def release(using: str, ids: Sequence[int]) -> None:
+    """Let go of claimed rows (not relayed): the next sweep may take them."""
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        _by_ids(connection, cursor, f"UPDATE {TABLE} SET claimed_until = NULL WHERE id", ids)
+
+
+def _by_ids(
+    connection: BaseDatabaseWrapper,
+    cursor: CursorWrapper,
+    statement: str,
+    ids: Sequence[int],
+    before: Sequence[Any] = (),
+) -> None:
+    """Run ``<statement> IN (ids)`` (``before``: the parameters ahead of the ids), by chunk;
+    on MySQL ``<statement> = id`` once per row (see the module docstring)."""
+    if not ids:
+        return
+    if connection.vendor == "mysql":
+        cursor.executemany(f"{statement} = %s", [(*before, id_) for id_ in ids])
+        return
+    for chunk in chunked(list(ids), CHUNK):
+        placeholders = ", ".join(["%s"] * len(chunk))
+        cursor.execute(f"{statement} IN ({placeholders})", [*before, *chunk])
+
+
+def _seconds_ahead(connection: BaseDatabaseWrapper) -> str:
+    """SQL for the database's time some seconds ahead (one float parameter), as ``db_now``."""
+    if connection.vendor == "postgresql":
+        return f"({db_now(connection)} + make_interval(secs => %s))"
+    if connection.vendor == "mysql":
+        return "(UTC_TIMESTAMP(6) + INTERVAL ROUND(%s * 1000000) MICROSECOND)"
+    return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', printf('+%%.6f seconds', %s))"

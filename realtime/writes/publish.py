@@ -29,11 +29,10 @@ from realtime.compat.django import in_transaction
 from realtime.encoding import sorted_ids
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
-from realtime.writes.audiences import outside_recipients, recipients, shared_readers
 from realtime.writes.events import Event
 from realtime.writes.items import Announcement, Recheck
-from realtime.writes.payload import place_messages, recheck_messages, users_messages
-from realtime.writes.views import view_messages
+from realtime.writes.packing import place_messages, recheck_messages, users_messages
+from realtime.writes.views import outside_recipients, recipients, shared_readers, view_messages
 
 logger = logging.getLogger(__name__)
 

@@ -28,9 +28,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.core.exceptions import FieldDoesNotExist
-from django.db import connections, models
+from django.db import models
 
-from realtime.compat.django import in_transaction
 from realtime.compat.django_orm import (
     FetchingQuerySet,
     instance_hint,
@@ -38,19 +37,13 @@ from realtime.compat.django_orm import (
     through_rows,
 )
 from realtime.registry import options_for
-from realtime.writes import bulk, memberships, tracking
+from realtime.writes import bulk, deletes, memberships, tracking
 
 _silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("realtime_silent", default=False)
 #: The models whose ``bulk_update`` is running here: the ``update()`` calls Django makes inside
 #: it are announced by the ``bulk_update`` itself.
 _updating: contextvars.ContextVar[frozenset[type[models.Model]]] = contextvars.ContextVar(
     "realtime_bulk_updating", default=frozenset()
-)
-#: (model, foreign key) pairs a delete in progress is unlinking (``on_delete=SET_NULL`` and
-#: the like): Django's ``update()`` of those children is announced by
-#: ``realtime.writes.unlinked``, which knows the row they were linked to.
-_unlinking: contextvars.ContextVar[frozenset[tuple[Any, str]]] = contextvars.ContextVar(
-    "realtime_unlinking", default=frozenset()
 )
 
 
@@ -68,12 +61,6 @@ def silent() -> Iterator[None]:
         yield
     finally:
         _silenced.reset(token)
-
-
-def unlinking(pairs: Iterable[tuple[Any, str]], on: bool) -> None:
-    """Note (``on``) or forget that a delete is unlinking the children of ``pairs``."""
-    now = _unlinking.get()
-    _unlinking.set(now | frozenset(pairs) if on else now - frozenset(pairs))
 
 
 _BULK_CREATE = inspect.signature(models.QuerySet.bulk_create)
@@ -106,7 +93,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             def run(**values: Any) -> int:
                 return memberships.around_update(self, lambda: plain(**values), written)
 
-        if not _announcing(self) or _left_to_unlinked(self, kwargs):
+        if not _announcing(self) or deletes.left_to_unlinked(self, kwargs):
             return run(**kwargs)
         return bulk.update(self, kwargs, run)
 
@@ -232,17 +219,6 @@ def _active(queryset: models.QuerySet[Any, Any]) -> bool:
 def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:
     """Whether a bulk write of ``queryset`` announces its rows (its model is decorated)."""
     return _active(queryset) and options_for(queryset.model) is not None
-
-
-def _left_to_unlinked(queryset: models.QuerySet[Any, Any], values: dict[str, Any]) -> bool:
-    """Whether this ``update()`` is the one Django makes for a delete unlinking children (one
-    foreign key written, in the delete's transaction)."""
-    pairs = _unlinking.get()
-    if not pairs or len(values) != 1:
-        return False
-    (name,) = values
-    model = queryset.model._meta.concrete_model
-    return (model, name) in pairs and in_transaction(connections[queryset.db])
 
 
 def _attnames(model: type[models.Model], values: dict[str, Any]) -> set[str]:

@@ -1,14 +1,16 @@
 """Where a model write enters realtime: the signal receivers of decorated models.
 
-Each receiver reads as the path of one announcement inside the write's transaction: what
-changed since the row was loaded (``snapshots``), the event read from the instance
-(``preparing``), handed to the ``outbox``, which publishes it after the outermost commit
+Each receiver reads as the path of one announcement inside the write's transaction, run once
+through ``failsafe``: who could read the row before, when the save may change it
+(``audiences``), what changed since the row was loaded (``tracking``), the event read from the
+instance (``events``), handed to ``on_commit``, which publishes it after the outermost commit
 (``publish``). Every receiver is connected with ``sender=`` a decorated model (or its proxy or
 multi-table child), never globally: a global receiver would turn off Django's fast delete for
 every model.
 
 Deletes are prepared in ``pre_delete``, while the row and its links exist (scope, accounts,
-readers of a guarded row), and handed to the outbox from ``post_delete``, once the row is gone.
+readers of a guarded row), and handed to ``on_commit`` from ``post_delete``, once the row is
+gone.
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from realtime.conf import conf
 from realtime.paths import source_key, split_path
 from realtime.registry import ModelOptions, options_for
-from realtime.writes import cascades, outbox, tracking
-from realtime.writes.before import Past, Plan, plan_before, take_before
-from realtime.writes.events import Before
+from realtime.writes import deletes, on_commit, tracking
+from realtime.writes.audiences import (
+    Past,
+    Plan,
+    delete_event,
+    delete_queries,
+    plan_before,
+    take_before,
+)
+from realtime.writes.events import Before, read_event
 from realtime.writes.failsafe import failsafe, savepoint
-from realtime.writes.preparing import delete_event, delete_queries, prepare_write
 
 PENDING_DELETE = "_realtime_pending_delete"
 PENDING_BEFORE = "_realtime_audience_before"
@@ -134,10 +142,10 @@ def _saved(
     if action not in options.actions or changed == []:
         return
     moving = before is not None and not created
-    event = prepare_write(options, instance, action, changed, using, scopeless=moving)
+    event = read_event(options, instance, action, changed, scopeless=moving, using=using)
     if event is not None:
         event.before = before if moving else None
-        outbox.add(event, using)
+        on_commit.add(event, using)
 
 
 def on_pre_delete(
@@ -153,8 +161,8 @@ def on_pre_delete(
         return
 
     def prepare() -> None:
-        if cascades.past_limit(sender, instance, origin):
-            event = cascades.fold(options, instance, origin)
+        if deletes.past_limit(sender, instance, origin):
+            event = deletes.fold(options, instance, origin)
         elif delete_queries(options):
             with savepoint(using):
                 event = delete_event(options, instance, using)
@@ -172,7 +180,9 @@ def on_post_delete(
     """The row is gone: its event to the outbox."""
     event = instance.__dict__.pop(PENDING_DELETE, None)
     if event is not None:
-        failsafe(f"a deleted {sender._meta.label}", using, False, lambda: outbox.add(event, using))
+        failsafe(
+            f"a deleted {sender._meta.label}", using, False, lambda: on_commit.add(event, using)
+        )
 
 
 def _label(options: ModelOptions, instance: models.Model) -> str:
@@ -223,12 +233,12 @@ def on_m2m_changed(
             found = _owners(field, instance, reverse, pk_set, using)
         for owner in found:
             before = befores.get(owner.pk)
-            event = prepare_write(
-                options, owner, "updated", [field.name], using, scopeless=before is not None
+            event = read_event(
+                options, owner, "updated", [field.name], scopeless=before is not None, using=using
             )
             if event is not None:
                 event.before = before
-                outbox.add(event, using)
+                on_commit.add(event, using)
 
     failsafe(links, using, True, announce)
 

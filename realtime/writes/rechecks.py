@@ -33,7 +33,7 @@ from django.dispatch import Signal
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
 from realtime.paths import resolve_path, values_on_path
-from realtime.writes import outbox
+from realtime.writes import on_commit
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.items import Recheck
 
@@ -138,7 +138,7 @@ def request(user_ids: Iterable[Any], using: str = "default") -> None:
     """Recheck the sockets of these accounts on every worker, after the current commit."""
     ids = [user_id for user_id in user_ids if user_id is not None]
     if ids:
-        outbox.add(Recheck(ids), using)
+        on_commit.add(Recheck(ids), using)
 
 
 @never_raises

@@ -48,8 +48,8 @@ from realtime.transports import current_transport, get_transport
 from realtime.transports.base import Transport, on_listening
 from realtime.transports.outage import Outage
 from realtime.transports.tally import Tally
-from realtime.writes import durable, outbox_store
-from realtime.writes.outbox import relay_key
+from realtime.writes import outbox, outbox_form
+from realtime.writes.on_commit import relay_key
 from realtime.writes.publish import build, send_now
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class Sweeper:
 
     def sweep_database(self, alias: str) -> int:
         """One sweep of the outbox of ``alias``; how many rows were relayed."""
-        backlog = outbox_store.backlog(alias)
+        backlog = outbox.backlog(alias)
         metrics.outbox_backlog(alias, backlog.rows, backlog.oldest)
         if not backlog.rows:
             self.seen.pop(alias, None)
@@ -86,13 +86,13 @@ class Sweeper:
         earlier = self.seen.get(alias, {})
         seen = {
             txn: earlier.get(txn, now)
-            for _, txn in outbox_store.visible(alias, limits.OUTBOX_ROWS_PER_SWEEP)
+            for _, txn in outbox.visible(alias, limits.OUTBOX_ROWS_PER_SWEEP)
         }
         self.seen[alias] = seen
         ready = [txn for txn, since in seen.items() if now - since >= self.grace]
         if not ready:
             return 0
-        rows = outbox_store.claim(alias, ready[: limits.OUTBOX_TXNS_PER_SWEEP], limits.OUTBOX_LEASE)
+        rows = outbox.claim(alias, ready[: limits.OUTBOX_TXNS_PER_SWEEP], limits.OUTBOX_LEASE)
         by_txn = itertools.groupby(sorted(rows, key=lambda r: (r.txn, r.seq)), lambda r: r.txn)
         groups = sorted((list(group) for _, group in by_txn), key=lambda group: group[0].id)
         relayed = 0
@@ -108,13 +108,13 @@ class Sweeper:
             metrics.outbox_relayed(relayed)
         return relayed
 
-    def _relay(self, alias: str, rows: list[outbox_store.Row]) -> None:
+    def _relay(self, alias: str, rows: list[outbox.Row]) -> None:
         """Publish the announcements of one transaction's rows, then delete the rows."""
         items: list[Any] = []
         for row in rows:
             try:
-                items.append(durable.load(row.item))
-            except durable.UnreadableError as exc:
+                items.append(outbox_form.load(row.item))
+            except outbox_form.UnreadableError as exc:
                 logger.debug("realtime: row %s of realtime_outbox is unreadable: %s", row.id, exc)
                 self.unreadable.add()
         if items:
@@ -122,14 +122,14 @@ class Sweeper:
             messages = build(items, transport.max_message_bytes)
             if messages:
                 send_now(transport, messages, relay_key(rows[0].txn, [r.seq for r in rows]))
-        outbox_store.delete(alias, [row.id for row in rows])
+        outbox.delete(alias, [row.id for row in rows])
         self.seen.get(alias, {}).pop(rows[0].txn, None)
 
     def _let_go(self, alias: str, ids: list[int]) -> None:
         """Give back rows claimed and not relayed, for the next sweep (best effort: the lease
         lets them go anyway)."""
         try:
-            outbox_store.release(alias, ids)
+            outbox.release(alias, ids)
         except Exception:
             logger.debug("realtime: letting go of claimed outbox rows failed", exc_info=True)
 
@@ -158,7 +158,7 @@ def outbox_databases() -> list[str]:
     aliases = []
     for alias in settings.DATABASES:
         database: dict[str, Any] = settings.DATABASES[alias]
-        if not (database.get("TEST") or {}).get("MIRROR") and outbox_store.holds_outbox(alias):
+        if not (database.get("TEST") or {}).get("MIRROR") and outbox.holds_outbox(alias):
             aliases.append(alias)
     return aliases
 

@@ -7,7 +7,7 @@ before and still can hears ``<model>.updated``; one who now can and could not he
 ``<model>.created``; one who could and now cannot hears ``<model>.deleted`` with only the
 model and the id (they may no longer read its fields). Enter and leave frames carry
 ``"moved": true``. The audience before is taken in the transaction
-(``realtime.writes.before``); ``view_messages`` runs after commit and compares.
+(``realtime.writes.audiences``); ``view_messages`` runs after commit and compares.
 
 A hook that fails (``recipients``, ``shared_readers``) leaves its side undecided, which is
 never taken for "nobody": nobody hears a row leave on the strength of a failure. Readers
@@ -19,18 +19,32 @@ logged once, with its traceback, where the hook is asked (``realtime.writes.audi
 An update whose ``payload=`` failed (``Event.leaves_only``) sends the leave frames alone: they
 carry the identity only, while a frame to a reader who enters or stays would carry a record
 without the payload's keys as if it were whole.
+
+The audience hooks asked after commit live here too: each answer comes from a
+``RealtimeAuth`` hook; a hook that fails costs its own answer, logged, never the other
+messages of the event: ``recipients`` failing means the account event reaches nobody,
+``shared_readers`` or ``outside_recipients`` failing means only those extra messages are not
+sent. Where a failure must not pass for an empty answer (who leaves a view), the ``*_or_none``
+forms answer ``None`` instead: undecided, never "nobody". What a hook raises is logged at
+ERROR with its traceback, limited per hook (``realtime.logs``); the ids a hook answers are
+read by the user model's primary key field (``realtime.auth.account_ids``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from realtime.audience import readers
-from realtime.auth import readers_pool
+from realtime.auth import account_ids, get_auth, readers_pool
 from realtime.encoding import normal_id, sorted_ids
-from realtime.writes.audiences import recipients_or_none, shared_readers_or_none
+from realtime.logs import log_hook_failure
+from realtime.readers import shared_readers_of
 from realtime.writes.events import Before, Event
-from realtime.writes.payload import place_messages, scope_messages, users_messages
+from realtime.writes.packing import place_messages, scope_messages, users_messages
+
+logger = logging.getLogger(__name__)
 
 Messages = list[tuple[str, bytes]]
 
@@ -130,3 +144,60 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
                 options.is_global, now_scope, event_type, data, meta=frame_meta, only=only, **where
             )
     return out
+
+
+# Audience hooks, asked after commit ------------------------------------------------------------
+
+
+def recipients(event: Event) -> list[Any]:
+    """Ask ``auth.recipients``; when it fails, the event reaches nobody."""
+    return recipients_or_none(event) or []
+
+
+def recipients_or_none(
+    event: Event, accounts: Iterable[Any] | None = None, failing: str = "it reaches nobody"
+) -> list[Any] | None:
+    """``auth.recipients`` asked about ``accounts`` (by default the event's); ``None`` when
+    it raises, logged once with its traceback and ``failing`` (what the failure costs)."""
+    if accounts is None:
+        accounts = event.user_ids or ()
+    try:
+        return account_ids(get_auth().recipients(event.event_type, event.data, list(accounts)))
+    except Exception as exc:
+        log_hook_failure(
+            logger, "realtime: recipients() failed for %s; %s", exc, event.event_type, failing
+        )
+        return None
+
+
+def shared_readers(event: Event, using: str | None = None) -> list[Any]:
+    """Readers of the event's shared root outside its scope (guard-checked); [] on failure."""
+    return shared_readers_or_none(event, "they hear nothing of it", using) or []
+
+
+def shared_readers_or_none(
+    event: Event, failing: str, using: str | None = None
+) -> list[Any] | None:
+    """``shared_readers`` of the event; ``None`` on failure (see ``shared_readers_of``)."""
+    return shared_readers_of(
+        event.options,
+        event.pk,
+        event.scope_id,
+        event.extra.get("root_pk"),
+        event.event_type,
+        failing,
+        using,
+    )
+
+
+def outside_recipients(event: Event) -> list[Any]:
+    """Ask ``auth.outside_recipients``; when it fails, log: the scope event still goes."""
+    try:
+        return account_ids(
+            get_auth().outside_recipients(event.scope_id, event.event_type, event.data)
+        )
+    except Exception as exc:
+        log_hook_failure(
+            logger, "realtime: outside_recipients() failed for %s", exc, event.event_type
+        )
+        return []

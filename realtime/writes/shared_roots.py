@@ -27,7 +27,7 @@ from realtime.conf import conf
 from realtime.encoding import normal_id, sorted_ids
 from realtime.paths import path_target, to_lookup
 from realtime.registry import ModelOptions, all_options
-from realtime.writes import outbox
+from realtime.writes import on_commit
 from realtime.writes.events import Event, read_event
 from realtime.writes.failsafe import failsafe, never_raises
 
@@ -77,7 +77,7 @@ def _on_links_changed(
         after = _readers_of_roots(sender, instance, pk_set)
         return _root_events(sender, before, after)
 
-    outbox.add_all(failsafe(label, using, True, changes) or [], using)
+    on_commit.add_all(failsafe(label, using, True, changes) or [], using)
 
 
 # Who hears a row enter or leave --------------------------------------------------------------

@@ -1,0 +1,272 @@
+"""What a delete does to other rows: cascades, and rows it sets to ``NULL`` or their default.
+
+**Cascades.** Django's own ``on_delete=CASCADE`` sends each child's delete signals, so each
+child announces like any delete, but only ``REALTIME_CASCADE_LIMIT`` of them per (child
+model, deletion): past it, the surplus folds into one ``<name>.deleted`` with no data, marked
+truncated, per scope, on the model's channel, so clients reload the list instead of drowning
+in events. Rows the *database* removes (``on_delete=DO_NOTHING`` plus an ``ON DELETE CASCADE``
+constraint) send no signal at all: a child model declares ``cascade=["parent"]``; the
+parent's ``pre_delete`` then reads at most the limit of such children per parent (one query)
+and its ``post_delete`` hands their announcements to the outbox.
+
+**Rows unlinked.** ``on_delete=SET_NULL``, ``SET_DEFAULT``, ``SET(...)`` and the database-side
+``DB_SET_NULL``/``DB_SET_DEFAULT`` of Django 6.1 change children with one ``UPDATE`` (or in the
+database), sending no signal, so a client would keep showing a link to a row that is gone.
+For every decorated model with such a foreign key, the target's ``pre_delete`` reads the ids
+of the children it links (at most ``REALTIME_CASCADE_LIMIT`` + 1 per foreign key, one query),
+and its ``post_delete`` reads those children again, as the delete left them, and announces
+each as ``<name>.updated`` with ``changed`` = that foreign key. The event still reaches the
+channel of the deleted target, so a client showing that target's list hears it. Past the
+limit, the surplus folds into one truncated ``<name>.updated`` per scope. Django's own
+``update()`` of those children, which a ``RealtimeQuerySet`` would otherwise announce, is left
+to this module (``unlinking``).
+
+Reads run in savepoints where needed; nothing here fails the delete.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import weakref
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections, models
+from django.db.models.signals import post_delete, pre_delete
+
+from realtime.compat.django import in_transaction
+from realtime.conf import conf
+from realtime.encoding import id_order, record_channel
+from realtime.registry import ModelOptions, all_options, options_for, wire_name
+from realtime.writes import on_commit
+from realtime.writes.audiences import delete_event
+from realtime.writes.events import Event, folded_event, read_event
+from realtime.writes.failsafe import failsafe, never_raises
+
+# Cascades --------------------------------------------------------------------------------------
+PENDING_CASCADE = "_realtime_pending_cascade"
+
+# Children announced so far per deletion (keyed by the deletion's origin) and child model.
+_counts: weakref.WeakKeyDictionary[Any, Counter[type[models.Model]]] = weakref.WeakKeyDictionary()
+# Scopes that already received their folded event, per deletion and child model.
+_folded: weakref.WeakKeyDictionary[Any, set[tuple[type[models.Model], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _origin_model(origin: Any) -> type[models.Model] | None:
+    if isinstance(origin, models.Model):
+        return type(origin)
+    model = getattr(origin, "model", None)
+    return model if isinstance(model, type) else None
+
+
+def past_limit(sender: type[models.Model], instance: models.Model, origin: Any) -> bool:
+    """Count a cascaded child of this deletion; whether it is past the cascade limit."""
+    if origin is None or _origin_model(origin) is sender:
+        return False
+    try:
+        counts = _counts.setdefault(origin, Counter())
+    except TypeError:  # an origin that cannot be weakly referenced or hashed: no limit
+        return False
+    counts[sender] += 1
+    return counts[sender] > conf.CASCADE_LIMIT
+
+
+def fold(options: ModelOptions, instance: models.Model, origin: Any) -> Event | None:
+    """The one truncated event standing for the surplus children of a scope, once per scope."""
+    if options.user_field is not None:
+        return None
+    scope_id = instance.__dict__.get(options.scope_attname or "")
+    if scope_id is None and not options.is_global:
+        return None
+    seen = _folded.setdefault(origin, set())
+    if (options.model, scope_id) in seen:
+        return None
+    seen.add((options.model, scope_id))
+    return folded_event(options, scope_id)
+
+
+def connect_database_cascades() -> None:
+    """Connect the parents of every ``cascade=[...]`` child. Called once models are ready."""
+    for options in all_options():
+        for fk_name in options.cascade:
+            parent = options.model._meta.get_field(fk_name).related_model
+            if isinstance(parent, type):
+                uid = f"realtime:cascade:{parent._meta.label}"
+                pre_delete.connect(_on_parent_pre_delete, sender=parent, dispatch_uid=uid)
+                post_delete.connect(_on_parent_post_delete, sender=parent, dispatch_uid=uid)
+
+
+def _on_parent_pre_delete(
+    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+) -> None:
+    events = failsafe(
+        f"the database cascade of {sender._meta.label}:{instance.pk}",
+        using,
+        True,
+        lambda: _children_events(sender, instance, using),
+    )
+    if events:
+        instance.__dict__[PENDING_CASCADE] = events
+
+
+def _on_parent_post_delete(
+    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+) -> None:
+    on_commit.add_all(instance.__dict__.pop(PENDING_CASCADE, []), using)
+
+
+def _children_events(parent: type[models.Model], instance: models.Model, using: str) -> list[Event]:
+    limit = conf.CASCADE_LIMIT
+    events: list[Event] = []
+    for options in all_options():
+        if "deleted" not in options.actions:
+            continue
+        for fk_name in options.cascade:
+            field = options.model._meta.get_field(fk_name)
+            if field.related_model is not parent:
+                continue
+            stored = options.model._base_manager.using(using)
+            children = stored.filter(**{fk_name: instance.pk}).order_by("pk")
+            rows = list(children[: limit + 1])
+            for child in rows[:limit]:
+                event = delete_event(options_for(type(child)) or options, child, using)
+                if event is not None:
+                    events.append(event)
+            if len(rows) > limit and options.is_global:
+                events.append(folded_event(options, None))
+            elif len(rows) > limit and options.scope_attname is not None:
+                surplus = children.values_list(options.scope_attname, flat=True)[limit:]
+                for scope_id in sorted({s for s in surplus if s is not None}, key=id_order):
+                    events.append(folded_event(options, scope_id))
+    return events
+
+
+# Rows unlinked ---------------------------------------------------------------------------------
+PENDING_UNLINKED = "_realtime_pending_unlinked"
+UID = "realtime:unlinked"
+
+
+def _unlinks(on_delete: Any) -> bool:
+    """Whether ``on_delete`` changes the children's foreign key rather than deleting them."""
+    if on_delete in (models.SET_NULL, models.SET_DEFAULT):
+        return True
+    if getattr(on_delete, "__name__", "") in ("DB_SET_NULL", "DB_SET_DEFAULT"):
+        return True
+    deconstruct = getattr(on_delete, "deconstruct", None)
+    return callable(deconstruct) and deconstruct()[0] == "django.db.models.SET"
+
+
+def unlinking_fields(
+    options: ModelOptions,
+) -> list[models.ForeignKey[Any, Any]]:
+    """The foreign keys of a decorated model that a delete of their target rewrites."""
+    return [
+        field
+        for field in options.model._meta.concrete_fields
+        if isinstance(field, models.ForeignKey) and _unlinks(field.remote_field.on_delete)
+    ]
+
+
+_links: dict[type[models.Model], list[tuple[ModelOptions, models.ForeignKey[Any, Any]]]] = {}
+
+
+def connect_unlinked() -> None:
+    """Connect the targets of every unlinking foreign key. Called once models are ready."""
+    for target in _links:
+        pre_delete.disconnect(sender=target, dispatch_uid=UID)
+        post_delete.disconnect(sender=target, dispatch_uid=UID)
+    _links.clear()
+    for options in all_options():
+        if "updated" not in options.actions:
+            continue
+        for field in unlinking_fields(options):
+            target = field.related_model
+            if isinstance(target, type):
+                _links.setdefault(target, []).append((options, field))
+    for target in _links:
+        pre_delete.connect(_on_target_deleting, sender=target, dispatch_uid=UID)
+        post_delete.connect(_on_target_deleted, sender=target, dispatch_uid=UID)
+
+
+@never_raises
+def _on_target_deleting(
+    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+) -> None:
+    def read() -> list[tuple[ModelOptions, models.ForeignKey[Any, Any], list[Any], list[Any]]]:
+        found = []
+        limit = conf.CASCADE_LIMIT
+        for options, field in _links.get(sender, ()):
+            children = options.model._base_manager.using(using).filter(**{field.name: instance})
+            ids = list(children.order_by("pk").values_list("pk", flat=True)[: limit + 1])
+            surplus: list[Any] = []
+            if len(ids) > limit and options.is_global:
+                surplus = [None]
+            elif len(ids) > limit and options.scope_attname is not None:
+                scopes = children.order_by("pk").values_list(options.scope_attname, flat=True)
+                surplus = sorted({s for s in scopes[limit:] if s is not None}, key=id_order)
+            found.append((options, field, ids[:limit], surplus))
+        return found
+
+    label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
+    pending = instance.__dict__[PENDING_UNLINKED] = failsafe(label, using, True, read) or []
+    unlinking(_pairs(pending), True)
+
+
+def _pairs(pending: list[Any]) -> list[tuple[Any, str]]:
+    return [(options.model._meta.concrete_model, field.name) for options, field, *_ in pending]
+
+
+@never_raises
+def _on_target_deleted(
+    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+) -> None:
+    pending = instance.__dict__.pop(PENDING_UNLINKED, [])
+    if not pending:
+        return
+    unlinking(_pairs(pending), False)
+    target_channel = record_channel(wire_name(sender), instance.pk)
+
+    def read() -> list[Event]:
+        events: list[Event] = []
+        for options, field, ids, surplus in pending:
+            # Read as the delete left them: the new value of the key, whatever set it.
+            stored = options.model._base_manager.using(using)
+            for child in stored.filter(pk__in=ids).order_by("pk"):
+                event = read_event(options, child, "updated", [field.name], using=using)
+                if event is None:
+                    continue
+                if field.name in options.relations and target_channel not in event.channels:
+                    event.channels.append(target_channel)
+                events.append(event)
+            events += [folded_event(options, scope, "updated") for scope in surplus]
+        return events
+
+    label = f"the rows {sender._meta.label}:{instance.pk} unlinked"
+    on_commit.add_all(failsafe(label, using, True, read) or [], using)
+
+
+#: (model, foreign key) pairs a delete in progress is unlinking: Django's ``update()`` of those
+#: children is announced here, which knows the row they were linked to.
+_unlinking: contextvars.ContextVar[frozenset[tuple[Any, str]]] = contextvars.ContextVar(
+    "realtime_unlinking", default=frozenset()
+)
+
+
+def unlinking(pairs: Iterable[tuple[Any, str]], on: bool) -> None:
+    """Note (``on``) or forget that a delete is unlinking the children of ``pairs``."""
+    now = _unlinking.get()
+    _unlinking.set(now | frozenset(pairs) if on else now - frozenset(pairs))
+
+
+def left_to_unlinked(queryset: models.QuerySet[Any, Any], values: dict[str, Any]) -> bool:
+    """Whether an ``update()`` is the one Django makes for a delete unlinking children (one
+    foreign key written, in the delete's transaction): announced here, not by the queryset."""
+    pairs = _unlinking.get()
+    if not pairs or len(values) != 1:
+        return False
+    (name,) = values
+    model = queryset.model._meta.concrete_model
+    return (model, name) in pairs and in_transaction(connections[queryset.db])

@@ -1,0 +1,276 @@
+"""Hold announcements until the write's transaction commits, then publish them in one call.
+
+Each announcement registers an ``on_commit`` callback of its own (``robust=True``, on the
+alias of the write), exactly as Django documents: it runs when the transaction commits, after
+the callbacks registered before it, and is discarded, never to run, when the savepoint or
+transaction it was made in rolls back. So what runs is exactly what committed. Publishing once
+per transaction — so that the events of one row can be coalesced — needs one thing more: the
+callback that runs must know whether another announcement's callback will still run after it,
+and then leave the publishing to the last one. Realtime holds its callbacks weakly: Django
+holds the only strong reference and drops it when it discards a callback (checked once per
+process by ``realtime.compat``), so a callback of realtime's that is still alive and has not
+run is one Django will run. The last to run publishes what ran before it, in order.
+
+Two cases publish more than once: a callback of the application registered with
+``robust=False`` that raises stops the callbacks after it (what ran before it is published
+once Django lets go of the rest, when the exception has been handled), and a transaction opened
+and committed by another ``on_commit`` callback publishes when it commits. Where Django keeps
+discarded callbacks alive, each announcement publishes itself. Outside a transaction the
+announcements of one write (a ``save()``, a ``bulk_create`` of 200 rows) are published at once,
+in one call; under manual transaction management (no atomic block, autocommit off) too, as
+there is no commit to wait for.
+
+When the transport is ``durable``, each announcement made inside an atomic block is also
+written to realtime's outbox (``realtime_outbox``) on the write's own connection, in the
+write's transaction, before its callback is registered: a savepoint that rolls back takes
+the row with it, as it takes the callback. The rows of one transaction share a random key
+(``txn``: a new one when no announcement is pending). After commit the writer
+publishes as ever, handing the transport the key of the rows published, then deletes them;
+when publishing fails, or the process dies before it could, the rows stay, and a worker's
+sweeper relays them (``realtime.writes.relay``). Outside an atomic block (a plain ``save()``
+in autocommit: Django committed before ``post_save``) there is no transaction to join: the
+announcement is published at once, as ever, with no row; a crash in that one statement's
+window loses it. ``ATOMIC_REQUESTS`` or an atomic block closes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.transaction import TransactionManagementError
+
+from realtime.compat.django import callbacks_released, in_transaction
+from realtime.transports import get_transport
+from realtime.writes import outbox, outbox_form
+from realtime.writes.publish import publish
+
+logger = logging.getLogger(__name__)
+
+
+#: Entries kept before those known discarded are dropped (transactions that roll back
+#: leave theirs behind, and a thread may never commit: a test suite inside ``TestCase``).
+COMPACT_AFTER = 256
+_sequence = itertools.count()
+
+
+class Row:
+    """Where an announcement was written in the outbox."""
+
+    __slots__ = ("id", "seq", "txn")
+
+    def __init__(self, txn: str, seq: int, id_: int) -> None:
+        self.txn = txn
+        self.seq = seq
+        self.id = id_
+
+
+class _Entry:
+    """One announcement: what Django runs is its ``_Callback``."""
+
+    __slots__ = ("callback", "item", "ran", "row", "seq")
+
+    def __init__(self, item: Any, row: Row | None) -> None:
+        self.item = item
+        #: Its row of the outbox, when it has one.
+        self.row = row
+        #: Registration order, across every connection of the process.
+        self.seq = next(_sequence)
+        self.ran = False
+        self.callback: weakref.ref[_Callback] | None = None
+
+    def pending(self) -> bool:
+        """Whether Django still holds its callback and has not run it."""
+        return not self.ran and self.callback is not None and self.callback() is not None
+
+
+class _Callback:
+    """What Django holds; it holds its ``_Held`` weakly, which so dies with its connection."""
+
+    __slots__ = ("__weakref__", "entry", "held", "using")
+
+    def __init__(self, held: _Held, entry: _Entry) -> None:
+        self.held = weakref.ref(held)
+        self.entry = entry
+        self.using = held.using
+
+    def __call__(self) -> None:
+        held = self.held()
+        if held is None:
+            _publish([self.entry], self.using)
+        else:
+            held.ran(self.entry)
+
+
+class _Held:
+    """The announcements made on one connection of one thread, until they are published."""
+
+    __slots__ = ("__weakref__", "compact_at", "entries", "held", "next_row", "txn", "using")
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        #: In registration order: announcements that may still be pending.
+        self.entries: list[_Entry] = []
+        #: Announcements whose callback ran, waiting for the last one to run.
+        self.held: list[_Entry] = []
+        self.compact_at = COMPACT_AFTER
+        #: The key of the outbox rows of the transaction under way, and the next row's place.
+        self.txn = ""
+        self.next_row = 0
+
+    def add(self, items: Sequence[Any]) -> None:
+        """Hold ``items`` (announcements of the transaction under way, in write order);
+        outside a transaction, publish them at once, in one call."""
+        if not in_transaction(connections[self.using]):
+            _publish([_Entry(item, None) for item in items], self.using)
+            return
+        if len(self.entries) >= self.compact_at:
+            self.entries = [entry for entry in self.entries if entry.pending()]
+            self.compact_at = max(COMPACT_AFTER, 2 * len(self.entries))
+        for item, row in zip(items, self._write(items), strict=True):
+            entry = _Entry(item, row)
+            callback = _Callback(self, entry)
+            entry.callback = weakref.ref(callback, self._released)
+            self.entries.append(entry)
+            try:
+                transaction.on_commit(callback, using=self.using, robust=True)
+            except TransactionManagementError:
+                callback()
+
+    def _write(self, items: Sequence[Any]) -> list[Row | None]:
+        """Write ``items`` to the outbox in the open transaction, when the transport is
+        durable (one statement); their rows (``None``: no transaction, or no outbox here,
+        said once)."""
+        connection = connections[self.using]
+        if not get_transport().durable or not in_transaction(connection):
+            return [None] * len(items)
+        if not outbox.holds_outbox(self.using):
+            _warn_no_outbox(self.using)
+            return [None] * len(items)
+        raws = [outbox_form.dump(item) for item in items]
+        if not self.txn or not any(entry.pending() for entry in reversed(self.entries)):
+            # A commit ran callbacks since the key was drawn, or nothing is pending (what was
+            # rolled back or discarded): this is a transaction of its own.
+            self.txn, self.next_row = secrets.token_hex(16), 0
+        seqs = range(self.next_row, self.next_row + len(raws))
+        self.next_row += len(raws)
+        ids = outbox.insert(self.using, self.txn, list(zip(seqs, raws, strict=True)))
+        return [Row(self.txn, seq, id_) for seq, id_ in zip(seqs, ids, strict=True)]
+
+    def ran(self, entry: _Entry) -> None:
+        entry.ran = True
+        self.txn = ""  # its transaction committed: a write from here on is in another
+        self.held.append(entry)
+        if self._pending_after(entry.seq) and callbacks_released(connections[self.using]):
+            return
+        self._flush()
+
+    def _pending_after(self, seq: int) -> bool:
+        """Whether an announcement registered after ``seq`` is still to run (the latest are
+        looked at first: in a commit they are the ones still pending)."""
+        for entry in reversed(self.entries):
+            if entry.seq <= seq:
+                return False
+            if entry.pending():
+                return True
+        return False
+
+    def _released(self, reference: weakref.ref[_Callback]) -> None:
+        """A callback Django let go of: if it never ran, what is held may wait for nothing.
+
+        Called wherever the last reference was dropped: it publishes only when no
+        transaction is open (the publish never runs inside the application's)."""
+        try:
+            if not self.held or self._pending_after(max(entry.seq for entry in self.held)):
+                return
+            if not in_transaction(connections[self.using]):
+                self._flush()
+        except Exception:
+            logger.exception("realtime: publishing held announcements failed")
+
+    def _flush(self) -> None:
+        held = sorted(self.held, key=lambda entry: entry.seq)
+        self.held.clear()
+        # What ran is published; what neither ran nor is held by Django never will run.
+        self.entries = [entry for entry in self.entries if entry.pending()]
+        _publish(held, self.using)
+
+
+def _publish(entries: Sequence[_Entry], using: str) -> None:
+    """Publish what these announcements announce, one transaction's rows at a time (each
+    with their key); then delete those rows of the outbox."""
+    for _, run in itertools.groupby(entries, lambda entry: entry.row and entry.row.txn):
+        _publish_rows(list(run), using)
+
+
+def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
+    rows = [entry.row for entry in entries if entry.row is not None]
+    if not rows:
+        publish([entry.item for entry in entries], using)
+        return
+
+    def relayed() -> None:
+        try:
+            outbox.delete(using, [row.id for row in rows])
+        except Exception:
+            logger.exception(
+                "realtime: deleting %d relayed row(s) of the outbox failed; a worker will "
+                "relay them again",
+                len(rows),
+            )
+
+    publish(
+        [entry.item for entry in entries],
+        using,
+        txn=relay_key(rows[0].txn, [row.seq for row in rows]),
+        relayed=relayed,
+    )
+
+
+def relay_key(txn: str, seqs: Sequence[int]) -> str:
+    """The key a relay of the rows ``seqs`` of transaction ``txn`` hands the transport: the
+    same for every relay of the same rows (a writer's, then a sweeper's after the writer
+    died before deleting them), another for any other rows of the transaction."""
+    return f"{txn}.{min(seqs)}.{len(seqs)}"
+
+
+_warned: set[str] = set()
+
+
+def _warn_no_outbox(using: str) -> None:
+    if using not in _warned:
+        _warned.add(using)
+        logger.error(
+            "realtime: the transport is durable but database %r holds no realtime_outbox "
+            "(migrate realtime there, and let the routers allow it): its writes are "
+            "announced after commit without it, and one lost if the process dies first",
+            using,
+        )
+
+
+_held_by_connection: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Held] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def add(item: Any, using: str) -> None:
+    """Publish ``item`` after the current transaction on ``using`` commits (now, outside one)."""
+    add_all([item], using)
+
+
+def add_all(items: Iterable[Any], using: str) -> None:
+    """``add`` each of ``items``, in order: durable, their rows cost one statement."""
+    items = list(items)
+    if not items:
+        return
+    connection = connections[using]
+    held = _held_by_connection.get(connection)
+    if held is None:
+        held = _held_by_connection[connection] = _Held(using)
+    held.add(items)
