@@ -13,8 +13,8 @@ from django.test.utils import isolate_apps
 
 from realtime import realtime_model
 from realtime.auth import issue_token
-from realtime.checks.declarations import check_models
 from realtime.broadcast import broadcast_to_user
+from realtime.checks.declarations import check_models
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, off_loop, published
 from tests.live import Client, Clients, LiveServers
