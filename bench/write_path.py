@@ -1001,6 +1001,109 @@ def saves_of(notes: Sequence[Any], index: int) -> list[Write]:
 # --- Main -------------------------------------------------------------------------------------
 
 
+# --- The cost table of transparent.md: each operation against the undecorated twin ------------
+
+#: (operation, goal as a ratio to the twin), as docs/benchmarks.md shows.
+GOALS = (
+    ("load 20,000 rows (list(qs))", 1.15),
+    ("save() 500 rows in one transaction", 1.3),
+    ("update() of 1 row, end to end incl. publish", 2.0),
+    ("bulk_create(1,000) in autocommit", 2.0),
+    ("bulk_create(1,000) in atomic()", 2.0),
+)
+LOAD_ROWS = 20_000
+SAVE_ROWS = 500
+UPDATES = 200
+BULK_ROWS = 1_000
+DELETE_ROWS = 2_000
+
+
+def measure_goals(workspace: Any, repeat: int) -> dict[str, Any]:
+    """Time each operation of the cost table on ``Company`` (decorated) and ``Plain`` (its
+    undecorated twin) in turn, ``repeat`` times, alternating which goes first; count the
+    statements of a 2,000-row ``QuerySet.delete()``."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.testapp.models import Company, Plain
+
+    models_: dict[str, Any] = {"Company": Company, "Plain": Plain}
+    timed: dict[str, dict[str, list[float]]] = {op: {"Company": [], "Plain": []} for op, _ in GOALS}
+
+    def clear(model: Any) -> None:
+        with realtime_off():
+            model._default_manager.filter(workspace=workspace).delete()
+
+    for round_ in range(repeat):
+        order = ["Company", "Plain"] if round_ % 2 == 0 else ["Plain", "Company"]
+        for name in order:
+            model = models_[name]
+            manager = model._default_manager
+            clear(model)
+            manager.bulk_create(
+                [model(workspace=workspace, name=f"load {n}") for n in range(LOAD_ROWS)]
+            )
+            gc.collect()
+            start = time.perf_counter()
+            loaded = list(manager.filter(workspace=workspace))
+            timed[GOALS[0][0]][name].append(time.perf_counter() - start)
+            saved = loaded[:SAVE_ROWS]
+            del loaded
+            gc.collect()
+            start = time.perf_counter()
+            with transaction.atomic():
+                for n, row in enumerate(saved):
+                    row.name = f"saved {round_} {n}"
+                    row.save()
+            timed[GOALS[1][0]][name].append(time.perf_counter() - start)
+            pk = saved[0].pk
+            gc.collect()
+            start = time.perf_counter()
+            for n in range(UPDATES):
+                manager.filter(pk=pk).update(name=f"updated {round_} {n}")
+            timed[GOALS[2][0]][name].append((time.perf_counter() - start) / UPDATES)
+            for goal, atomic in ((GOALS[3][0], False), (GOALS[4][0], True)):
+                clear(model)
+                made = [model(workspace=workspace, name=f"bulk {n}") for n in range(BULK_ROWS)]
+                gc.collect()
+                block = transaction.atomic() if atomic else contextlib.nullcontext()
+                start = time.perf_counter()
+                with block:
+                    manager.bulk_create(made)
+                timed[goal][name].append(time.perf_counter() - start)
+    counted: dict[str, int] = {}
+    for name, model in models_.items():
+        clear(model)
+        model._default_manager.bulk_create(
+            [model(workspace=workspace, name=f"delete {n}") for n in range(DELETE_ROWS)]
+        )
+        with CaptureQueriesContext(connection) as queries:
+            model._default_manager.filter(workspace=workspace).delete()
+        counted[name] = len(queries.captured_queries)
+    print(
+        f"\nthe cost table: Company (decorated) against Plain (its undecorated twin), {repeat} "
+        "rounds, median [min - max]"
+    )
+    summary: dict[str, Any] = {}
+    for operation, aim in GOALS:
+        decorated = Spread.of(timed[operation]["Company"])
+        plain = Spread.of(timed[operation]["Plain"])
+        ratio = decorated.median / plain.median
+        print(
+            f"  {operation:<46} {decorated.show(micros)} / {plain.show(micros)} = "
+            f"{ratio:.2f}x (goal <= {aim:.2f}x)"
+        )
+        summary[operation] = {"company": asdict(decorated), "plain": asdict(plain), "ratio": ratio}
+    print(
+        f"  QuerySet.delete() of {DELETE_ROWS:,} rows, statements: {counted['Company']} "
+        f"(plain: {counted['Plain']}; goal <= 4)"
+    )
+    summary["delete_statements"] = counted
+    clear(Company)
+    clear(Plain)
+    return summary
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--database", choices=["sqlite", "postgresql"], required=True)
@@ -1027,6 +1130,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-time", action="store_true")
     parser.add_argument("--skip-queries", action="store_true")
     parser.add_argument("--skip-bulk", action="store_true")
+    parser.add_argument("--skip-goals", action="store_true", help="leave out the cost table")
     parser.add_argument("--verbose", action="store_true", help="print each counted statement")
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     args = parser.parse_args(argv)
@@ -1069,6 +1173,8 @@ def main() -> None:
     published = Published()
     try:
         fixture = build_fixture(args.members)
+        if not args.skip_goals:
+            summary["goals"] = measure_goals(fixture.workspace, args.repeat)
         if not args.skip_time:
             print("\ntiming Plain, Company and Company with realtime off", flush=True)
             variants, timings = measure_time(fixture.workspace, args.writes, args.repeat)

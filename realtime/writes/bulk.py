@@ -265,12 +265,18 @@ class _Matched:
         #: (primary key, audience before) of every row, by primary key.
         self.rows = rows
         self.befores = befores
+        #: The scope of each row, as read before the write (scoped models).
+        self.scopes = dict(rows) if options.scope_attname is not None else {}
 
     def announce(self, changed: list[str], values: dict[str, Any], moving: bool) -> None:
         options, db = self.options, self.db
         pks = [pk for pk, _ in self.rows]
+        bare = not moving and _needs_no_column(options, values)
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
-            rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
+            if bare:  # what the events carry is known already: no statement
+                rows: Any = [self._bare(pk) for pk in chunk]
+            else:
+                rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
             to_many = to_many_of_rows(options, self.model, chunk, db)
             events = []
             for instance in rows:
@@ -293,6 +299,17 @@ class _Matched:
         if rest and moving:
             audiences += self._after([pk for pk, _ in rest], values)
         _fold(options, "updated", audiences, db)
+
+    def _bare(self, pk: Any) -> models.Model:
+        """The row ``pk`` as its event needs it: its key, and its scope as read before."""
+        meta = self.model._meta
+        parts = getattr(meta.pk, "fields", None)
+        names = [f.attname for f in parts] if parts else [meta.pk.attname]
+        given = list(pk) if parts else [pk]
+        if self.options.scope_attname is not None:
+            names.append(self.options.scope_attname)
+            given.append(self.scopes[pk])
+        return self.model.from_db(self.db, names, given)
 
     def _after(self, pks: list[Any], values: dict[str, Any]) -> list[Any]:
         """Where the surplus rows are heard after the write: the scope or account written,
@@ -349,6 +366,18 @@ def _matched(
     elif moving:
         befores = _scoped_befores(options, stored, [pk for pk, _ in rows[: conf.BULK_LIMIT]])
     return _Matched(options, model, db, rows, befores)
+
+
+def _needs_no_column(options: ModelOptions, values: dict[str, Any]) -> bool:
+    """Whether the events of an update writing ``values`` need no column of the rows but
+    their key and their scope (as read before, when the update does not write it): no
+    declared field, no relation, no ``payload=``, no account path."""
+    if options.fields or options.relations or options.payload is not None:
+        return False
+    if options.user_field is not None:
+        return False
+    scope = options.scope_attname
+    return scope is None or all(_attname(options.model, name) != scope for name in values)
 
 
 def _accounts_of_rows(

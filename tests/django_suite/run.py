@@ -8,8 +8,9 @@
    ``tests/`` folder, and ``runtests.py`` runs the labels twice: plain, then with every concrete
    model of those apps decorated (``realtime_suite.decorating``).
 3. A test that passes plain and does not pass decorated is a regression, unless ``allowed.py``
-   lists it as a statement count, with both counts, and the counts are those. Listed
-   differences that no longer happen are reported too, so that the list stays true.
+   lists it — a statement count, with both counts, and the counts are those; or a statement
+   its failure shows. Listed differences that no longer happen are reported too, so that the
+   list stays true.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import django
 
-from tests.django_suite.allowed import ALLOWED, Allowed
+from tests.django_suite.allowed import ALLOWED, Allowed, Count
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -137,6 +138,7 @@ def compare(
     plain: dict[str, dict[str, str]],
     decorated: dict[str, dict[str, str]],
     allowed: dict[str, Allowed],
+    database: str,
 ) -> list[str]:
     """The problems: regressions not allowed, and allowed differences that are not so."""
     problems = []
@@ -151,24 +153,42 @@ def compare(
         if now["outcome"] == was["outcome"]:
             continue
         permitted = allowed.get(test)
-        counts = COUNT.search(now["detail"])
-        if permitted is not None and counts is not None:
-            seen.add(test)
-            executed, expected = int(counts[1]), int(counts[2])
-            if (expected, executed) == (permitted.plain, permitted.decorated):
-                continue
+        if permitted is None:
             problems.append(
-                f"{test}: {executed} statements where {expected} are expected; allowed.py "
-                f"lists {permitted.decorated} for {permitted.plain}"
+                f"{test}: {was['outcome']} plain, {now['outcome']} decorated\n"
+                f"{_indent(now['detail'])}"
             )
             continue
-        problems.append(
-            f"{test}: {was['outcome']} plain, {now['outcome']} decorated\n{_indent(now['detail'])}"
-        )
+        seen.add(test)
+        problem = _unlike(test, permitted, now["detail"], database)
+        if problem is not None:
+            problems.append(problem)
     for test in sorted(set(allowed) - seen):
         if test in decorated:
-            problems.append(f"{test}: listed in allowed.py, but its count no longer differs")
+            problems.append(f"{test}: listed in allowed.py, but no longer differs")
     return problems
+
+
+def _unlike(test: str, permitted: Allowed, detail: str, database: str) -> str | None:
+    """What differs between a failure and the difference ``allowed.py`` lists; ``None``:
+    nothing."""
+    if not isinstance(permitted, Count):
+        if permitted.shows in detail:
+            return None
+        return f"{test}: fails without showing {permitted.shows!r}\n{_indent(detail)}"
+    counts = COUNT.search(detail)
+    if counts is None:
+        return f"{test}: fails, not on a statement count\n{_indent(detail)}"
+    executed, expected = int(counts[1]), int(counts[2])
+    listed = permitted.decorated
+    if database == "postgresql" and permitted.postgresql is not None:
+        listed = permitted.postgresql
+    if (expected, executed) == (permitted.plain, listed):
+        return None
+    return (
+        f"{test}: {executed} statements where {expected} are expected; allowed.py lists "
+        f"{listed} for {permitted.plain}"
+    )
 
 
 def _indent(text: str) -> str:
@@ -197,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     decorated = run(tests, labels, options.database, options.parallel, True)
     apps = {label.split(".")[0] for label in labels}
     allowed = {test: a for test, a in ALLOWED.items() if test.split(".")[0] in apps}
-    problems = compare(plain, decorated, allowed)
+    problems = compare(plain, decorated, allowed, options.database)
     passed = sum(1 for outcome in decorated.values() if outcome["outcome"] == "pass")
     print(f"== {len(decorated)} tests decorated, {passed} passed; {len(problems)} problem(s)")
     for problem in problems:
