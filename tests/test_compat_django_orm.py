@@ -1,0 +1,198 @@
+"""``realtime.compat.django_orm``: what realtime's querysets and managers rely on that Django
+does not document, each use checked by a self-test, with a sound fallback where it fails.
+
+Each use runs against this Django and the test database; a self-test that fails is simulated
+by a probe that raises (as on a Django that changed): one ERROR line naming the use, and
+realtime goes on the public way, which is checked too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, models
+from django.test.utils import CaptureQueriesContext, isolate_apps
+
+from realtime import RealtimeManager, realtime_model
+from realtime.compat import django as django_compat
+from realtime.compat import django_orm
+from realtime.writes.decorator import unregister
+from tests.helpers import events, forget_messages
+from tests.testapp.models import Contact, Document, Tag, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each use's self-test runs again in the test (the verdicts from before come back)."""
+    monkeypatch.setattr(django_compat, "_verdicts", {})
+
+
+def failing(monkeypatch: pytest.MonkeyPatch, probe: str) -> None:
+    """Make the self-test ``probe`` fail, as on a Django where its use no longer fits."""
+
+    def changed(*args: Any) -> None:
+        raise TypeError("this Django changed")
+
+    monkeypatch.setattr(django_orm, probe, changed)
+
+
+class _Collected(logging.Handler):
+    def __init__(self, found: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.found = found
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.found.append(record.getMessage())
+
+
+@pytest.fixture
+def errors() -> Iterator[list[str]]:
+    """The ERROR lines realtime logs during the test, as they are logged."""
+    found: list[str] = []
+    handler = _Collected(found)
+    realtime_logger = logging.getLogger("realtime")
+    realtime_logger.addHandler(handler)
+    try:
+        yield found
+    finally:
+        realtime_logger.removeHandler(handler)
+
+
+def changed_of_a_save(workspace: Workspace) -> list[str]:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    loaded = Contact.objects.get(pk=contact.pk)
+    forget_messages()
+    loaded.name = "v2"
+    loaded.save()
+    (message,) = events()
+    changed: list[str] = message["meta"]["changed"]
+    return changed
+
+
+def test_a_fetch_keeps_what_rows_were_loaded_with(workspace: Workspace) -> None:
+    assert changed_of_a_save(workspace) == ["name"]
+    assert django_compat._verdicts[django_orm.FETCH] is True
+    assert django_compat._verdicts[django_orm.STATE] is True
+
+
+@pytest.mark.parametrize("probe", ["_probe_fetch", "_probe_state"])
+def test_without_the_fetch_or_the_state_a_save_lists_every_column(
+    probe: str, monkeypatch: pytest.MonkeyPatch, errors: list[str], workspace: Workspace
+) -> None:
+    failing(monkeypatch, probe)
+    everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
+    assert changed_of_a_save(workspace) == everything
+    assert len([e for e in errors if "does not fit" in e]) == 1
+
+
+def test_django_managers_of_a_decorated_model_become_realtimes() -> None:
+    with isolate_apps("tests.testapp"):
+
+        class Shelf(models.Model):
+            objects = models.Manager()
+
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return "shelf"
+
+        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
+        try:
+            assert type(Shelf._default_manager) is RealtimeManager
+            assert type(Shelf._base_manager) is RealtimeManager
+        finally:
+            unregister(Shelf)
+    assert django_compat._verdicts[django_orm.REPLACE] is True
+
+
+def test_without_replacing_managers_they_stay_djangos_and_are_named(
+    monkeypatch: pytest.MonkeyPatch, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_replace")
+    with isolate_apps("tests.testapp"):
+
+        class Shelf(models.Model):
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return "shelf"
+
+        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
+        try:
+            assert type(Shelf._default_manager) is models.Manager
+            from realtime.checks.declarations import check_models
+
+            named = [m.msg.split(":")[0] for m in check_models() if m.obj is Shelf]
+            assert "testapp.Shelf.objects" in named
+        finally:
+            unregister(Shelf)
+    assert [e for e in errors if "does not fit" in e] != []
+
+
+def count_sql(workspace: Workspace) -> str:
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    contact.tags.add(Tag.objects.create(workspace=workspace, name="vip"))
+    with CaptureQueriesContext(connection) as queries:
+        assert contact.tags.count() == 1
+    (query,) = queries.captured_queries
+    return query["sql"]
+
+
+def test_a_many_to_many_counts_through_its_table(workspace: Workspace) -> None:
+    assert "JOIN" not in count_sql(workspace)
+    assert django_compat._verdicts[django_orm.THROUGH] is True
+
+
+def test_without_the_shortcut_a_many_to_many_counts_with_a_join(
+    monkeypatch: pytest.MonkeyPatch, workspace: Workspace, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_through")
+    assert "JOIN" in count_sql(workspace)
+    assert len([e for e in errors if "does not fit" in e]) == 1
+
+
+def deletes_of_a_queryset_delete(workspace: Workspace) -> list[str]:
+    """The DELETE statements of deleting five documents by their workspace."""
+    for n in range(5):
+        Document.objects.create(workspace=workspace, title=f"d{n}")
+    forget_messages()
+    with CaptureQueriesContext(connection) as queries:
+        assert Document.objects.filter(workspace=workspace).delete()[0] == 5
+    assert [m["event_type"] for m in events()] == ["document.deleted"] * 5
+    return [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+
+
+def test_a_queryset_delete_is_one_statement_with_the_callers_filter(
+    workspace: Workspace,
+) -> None:
+    (delete,) = deletes_of_a_queryset_delete(workspace)
+    assert "workspace_id" in delete
+    assert " IN (" not in delete
+    assert django_compat._verdicts[django_orm.FAST_DELETE] is True
+
+
+def test_without_the_fast_path_a_queryset_delete_collects_and_announces_each_row(
+    monkeypatch: pytest.MonkeyPatch, workspace: Workspace, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_fast_delete")
+    (delete,) = deletes_of_a_queryset_delete(workspace)
+    assert " IN (" in delete
+    assert len([e for e in errors if "does not fit" in e]) == 1
+
+
+def test_without_the_write_alias_a_write_reads_where_the_router_writes(
+    monkeypatch: pytest.MonkeyPatch, workspace: Workspace, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_write_alias")
+    Contact.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    assert Contact.objects.filter(name="Ann").update(name="Bea") == 1
+    assert [m["data"]["name"] for m in events()] == ["Bea"]
+    assert len([e for e in errors if "does not fit" in e]) == 1
