@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -217,16 +217,32 @@ def options_for(model: type[models.Model]) -> ModelOptions | None:
 
 def options_named(name: str) -> ModelOptions | None:
     """Return the options of the model announcing as ``name``, if any."""
-    found = _by_name.get(name)
-    return found[0] if found else None
+    for options in _by_name.get(name, ()):
+        if options.model_ref() is not None:
+            return options
+    return None
 
 
-def all_options() -> list[ModelOptions]:
-    return [options for group in _by_name.values() for options in group]
+class Live(list[ModelOptions]):
+    """Options whose models were alive when the list was made, holding those models: a
+    short-lived model is not released, and its ``model`` does not vanish, while the list is
+    gone through (a garbage collection may run at any allocation)."""
+
+    def __init__(self, options: Iterable[ModelOptions]) -> None:
+        pairs = [(o, o.model_ref()) for o in options]
+        super().__init__(o for o, model in pairs if model is not None)
+        self.models = [model for _, model in pairs if model is not None]
 
 
-def duplicate_names() -> dict[str, list[ModelOptions]]:
-    return {name: group for name, group in _by_name.items() if len(group) > 1}
+def all_options() -> Live:
+    """The options of every decorated model (alive: see ``Live``)."""
+    return Live(options for group in _by_name.values() for options in group)
+
+
+def duplicate_names() -> dict[str, Live]:
+    """The names more than one decorated model announces as, with their options."""
+    groups = {name: Live(group) for name, group in _by_name.items() if len(group) > 1}
+    return {name: group for name, group in groups.items() if len(group) > 1}
 
 
 def subscribable_names() -> frozenset[str]:

@@ -42,6 +42,10 @@ INTERNALS = {
     "get_prefetch_cache",
     "_hints",
     "_live_receivers",
+    "m2m_field_name",
+    "m2m_reverse_field_name",
+    "m2m_target_field_name",
+    "m2m_reverse_target_field_name",
     # daphne, Twisted, autobahn
     "dataBuffer",
     "_tempDataLen",
@@ -91,3 +95,26 @@ def test_the_check_sees_an_internal_where_one_is_used(tmp_path: Path) -> None:
         "    return connection.run_on_commit, getattr(connection, 'savepoint_ids')\n"
     )
     assert internals_used(module) == ["example.py:2 'savepoint_ids'", "example.py:2 .run_on_commit"]
+
+
+def classes_assigned(path: Path) -> list[str]:
+    """Where a module gives an object another class (``obj.__class__ = ...``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return sorted(
+        f"{path.name}:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr == "__class__"
+    )
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda path: path.name)
+def test_no_module_gives_an_object_another_class(path: Path) -> None:
+    assert classes_assigned(path) == []
+
+
+def test_the_check_sees_a_class_assigned(tmp_path: Path) -> None:
+    module = tmp_path / "example.py"
+    module.write_text("def f(queryset, cls):\n    queryset.__class__ = cls\n")
+    assert classes_assigned(module) == ["example.py:2"]

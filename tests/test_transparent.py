@@ -9,9 +9,11 @@ suite runs on (where only some databases are concerned, it says so).
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import pickle
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -25,7 +27,7 @@ from django.db.models import Count, Q
 from django.db.models.signals import m2m_changed, post_init
 from django.test.utils import CaptureQueriesContext, isolate_apps, override_settings
 
-from realtime import RealtimeManager, RealtimeQuerySet, realtime_model
+from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, only_on, vendor
 from tests.testapp.models import (
@@ -259,6 +261,10 @@ def test_an_update_refused_before_its_statement_leaves_the_transaction_usable(
             model._default_manager.update(no_such_field=1)
         with pytest.raises(ValueError, match="primary key"):
             model._default_manager.bulk_update(list(model._default_manager.all()), ["id"])
+        with pytest.raises(TypeError, match="Cannot update a query once a slice"):
+            model._default_manager.all()[:1].update(name="y")
+        with pytest.raises(TypeError, match="Cannot use 'limit' or 'offset' with delete"):
+            model._default_manager.all()[:1].delete()
         assert model._default_manager.count() == 1
 
 
@@ -422,3 +428,66 @@ def test_a_bulk_create_in_autocommit_publishes_once(workspace: Workspace) -> Non
 def test_loading_decorated_rows_connects_nothing_to_their_construction() -> None:
     for model in (Contact, Company, Ticket, Room, CatalogItem):
         assert not post_init.has_listeners(model)
+
+
+# 9b. On PostgreSQL realtime's reads run in a savepoint, and only reads do -------------------
+
+
+def statements(run: Any) -> list[str]:
+    """The first word of each statement ``run()`` sends, inside a transaction."""
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        run()
+    return [q["sql"].split()[0] for q in queries.captured_queries]
+
+
+@only_on("postgresql")
+def test_realtimes_reads_inside_a_transaction_take_a_savepoint_and_nothing_else_does(
+    workspace: Workspace,
+) -> None:
+    def create() -> None:
+        Company.objects.bulk_create([Company(workspace=workspace, name="a")])
+
+    def update() -> None:
+        Company.objects.filter(name="a").update(name="b")
+
+    assert statements(create) == ["INSERT"]
+    assert statements(update) == [
+        "SAVEPOINT", "SELECT", "RELEASE", "UPDATE", "SAVEPOINT", "SELECT", "RELEASE",
+    ]  # fmt: skip
+    assert [m["data"]["name"] for m in events()] == ["a", "b"]
+
+
+# 10. A short-lived decorated model is released with its class -------------------------------
+
+
+def declare_passing() -> weakref.ref[type[models.Model]]:
+    """A decorated model of a registry of its own, whose last reference goes on return."""
+    with isolate_apps("tests.testapp"):
+
+        class Passing(models.Model):
+            name = models.CharField(max_length=20)
+            tags = models.ManyToManyField(Tag)
+
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return self.name
+
+        realtime_model(scope_field=None, name="passing", relations=["tags"])(Passing)
+        assert registry.options_named("passing") is not None
+        return weakref.ref(Passing)
+
+
+def test_a_short_lived_decorated_model_is_released_with_its_class() -> None:
+    passing = declare_passing()
+    held = registry.all_options()  # a list being gone through holds its models
+    gc.collect()
+    assert passing() is not None
+    assert "passing" in [options.name for options in held]
+    del held
+    gc.collect()
+    assert passing() is None
+    assert registry.options_named("passing") is None
+    assert "passing" not in [options.name for options in registry.all_options()]
+    assert "passing" not in registry.subscribable_names()

@@ -37,6 +37,12 @@ FORGIVING = frozenset({"sqlite", "mysql"})
 
 _raising = False
 
+#: Django 6.1 names ``transaction.savepoint()`` ``savepoint_create()`` (and deprecates the old
+#: name); both are documented.
+_create_savepoint: Callable[..., str] = getattr(
+    transaction, "savepoint_create", transaction.savepoint
+)
+
 
 def raise_failures(on: bool = True) -> None:
     """Raise, instead of logging, what realtime's part of a write raises (for tests)."""
@@ -46,11 +52,11 @@ def raise_failures(on: bool = True) -> None:
 
 def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
     """Run ``build`` (realtime's part of a write about ``what``), never failing the write:
-    what it raises is logged (raised, with ``raise_failures``), and ``None`` returned. In a
-    savepoint when it may query inside a transaction on a database that needs one."""
+    what it raises is logged (raised, with ``raise_failures``), and ``None`` returned. When it
+    may query, in a savepoint from its first statement (``savepoint_from_first_query``)."""
     try:
-        if queries and needs_savepoint(using):
-            with transaction.atomic(using=using):
+        if queries:
+            with savepoint_from_first_query(using):
                 return build()
         return build()
     except Exception:
@@ -61,27 +67,16 @@ def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T 
 
 
 @contextmanager
-def savepoint(using: str) -> Iterator[None]:
-    """Around statements realtime adds inside a write: a savepoint where a failed statement
-    would abort the application's transaction (``needs_savepoint``), else nothing."""
-    if needs_savepoint(using):
-        with transaction.atomic(using=using):
-            yield
-    else:
-        yield
-
-
-@contextmanager
 def savepoint_from_first_query(using: str) -> Iterator[None]:
-    """Around application code that may query inside a write (a model's ``payload=``): a
+    """Around code that may query inside a write (realtime's reads, a model's ``payload=``): a
     savepoint where one is needed (``needs_savepoint``), taken just before the block's first
     statement, so that a block that sends none costs no statement.
 
     The savepoint is rolled back when the block raises, and also when one of its statements
     failed though the block caught the error (application code may): that statement aborted
     the transaction, and releasing the savepoint would fail, and so would every statement of
-    the write after it. It is taken with Django's documented ``transaction.savepoint`` from a
-    documented ``connection.execute_wrapper``."""
+    the write after it. It is taken with Django's documented ``transaction.savepoint_create``
+    (``savepoint`` before Django 6.1) from a documented ``connection.execute_wrapper``."""
     if not needs_savepoint(using):
         yield
         return
@@ -110,7 +105,7 @@ class _SavepointFromFirstQuery:
     ) -> Any:
         if not self.entering:
             self.entering = True  # the SAVEPOINT statement passes through here too
-            self.sid = transaction.savepoint(using=self.using)
+            self.sid = _create_savepoint(using=self.using)
         try:
             return execute(sql, params, many, context)
         except DatabaseError:

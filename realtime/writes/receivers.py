@@ -29,12 +29,11 @@ from realtime.writes.audiences import (
     Past,
     Plan,
     delete_event,
-    delete_queries,
     plan_before,
     take_before,
 )
 from realtime.writes.events import Before, read_event
-from realtime.writes.failsafe import failsafe, savepoint
+from realtime.writes.failsafe import failsafe
 
 PENDING_DELETE = "_realtime_pending_delete"
 PENDING_BEFORE = "_realtime_audience_before"
@@ -163,15 +162,12 @@ def on_pre_delete(
     def prepare() -> None:
         if deletes.past_limit(sender, instance, origin):
             event = deletes.fold(options, instance, origin)
-        elif delete_queries(options):
-            with savepoint(using):
-                event = delete_event(options, instance, using)
         else:
             event = delete_event(options, instance, using)
         if event is not None:
             instance.__dict__[PENDING_DELETE] = event
 
-    failsafe(_label(options, instance), using, False, prepare)
+    failsafe(_label(options, instance), using, True, prepare)
 
 
 def on_post_delete(
