@@ -73,7 +73,7 @@ def update(
 ) -> int:
     """Run ``run(**values)`` (the queryset's own ``update``) and announce the rows it changed."""
     options = _options(queryset)
-    if "updated" not in options.actions:
+    if "updated" not in options.actions or _refused(queryset):
         return run(**values)
     meta = queryset.model._meta
     try:
@@ -101,6 +101,12 @@ def update(
                 )
             failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
     return count
+
+
+def _refused(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether Django refuses to write through ``queryset`` (sliced, or a union): it raises
+    its own error, and there is nothing to announce."""
+    return bool(queryset.query.is_sliced or queryset.query.combinator)
 
 
 def created(
