@@ -173,9 +173,12 @@ def _unlike(test: str, permitted: Allowed, detail: str, database: str) -> str | 
     """What differs between a failure and the difference ``allowed.py`` lists; ``None``:
     nothing."""
     if not isinstance(permitted, Count):
-        if permitted.shows in detail:
+        shows = permitted.shows
+        if database == "postgresql" and permitted.postgresql is not None:
+            shows = permitted.postgresql
+        if shows in detail:
             return None
-        return f"{test}: fails without showing {permitted.shows!r}\n{_indent(detail)}"
+        return f"{test}: fails without showing {shows!r}\n{_indent(detail)}"
     counts = COUNT.search(detail)
     if counts is None:
         return f"{test}: fails, not on a statement count\n{_indent(detail)}"
