@@ -111,14 +111,28 @@ class _Callback:
 class _Held:
     """The announcements made on one connection of one thread, until they are published."""
 
-    __slots__ = ("__weakref__", "compact_at", "entries", "held", "next_row", "txn", "using")
+    __slots__ = (
+        "__weakref__",
+        "_connection",
+        "compact_at",
+        "entries",
+        "held",
+        "held_last",
+        "next_row",
+        "txn",
+        "using",
+    )
 
-    def __init__(self, using: str) -> None:
+    def __init__(self, using: str, connection: BaseDatabaseWrapper) -> None:
         self.using = using
+        #: The connection it is kept for (weakly: it is the key it is kept under).
+        self._connection = weakref.ref(connection)
         #: In registration order: announcements that may still be pending.
         self.entries: list[_Entry] = []
         #: Announcements whose callback ran, waiting for the last one to run.
         self.held: list[_Entry] = []
+        #: The latest registered of them.
+        self.held_last = -1
         self.compact_at = COMPACT_AFTER
         #: The key of the outbox rows of the transaction under way, and the next row's place.
         self.txn = ""
@@ -127,7 +141,7 @@ class _Held:
     def add(self, items: Sequence[Any]) -> None:
         """Hold ``items`` (announcements of the transaction under way, in write order);
         outside a transaction, publish them at once, in one call."""
-        if not in_transaction(connections[self.using]):
+        if not in_transaction(self.connection):
             _publish([_Entry(item, None) for item in items], self.using)
             return
         if len(self.entries) >= self.compact_at:
@@ -147,7 +161,7 @@ class _Held:
         """Write ``items`` to the outbox in the open transaction, when the transport is
         durable (one statement); their rows (``None``: no transaction, or no outbox here,
         said once)."""
-        connection = connections[self.using]
+        connection = self.connection
         if not get_transport().durable or not in_transaction(connection):
             return [None] * len(items)
         if not outbox.holds_outbox(self.using):
@@ -163,11 +177,17 @@ class _Held:
         ids = outbox.insert(self.using, self.txn, list(zip(seqs, raws, strict=True)))
         return [Row(self.txn, seq, id_) for seq, id_ in zip(seqs, ids, strict=True)]
 
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        """The connection, as long as this thread keeps it (then the alias's current one)."""
+        return self._connection() or connections[self.using]
+
     def ran(self, entry: _Entry) -> None:
         entry.ran = True
         self.txn = ""  # its transaction committed: a write from here on is in another
         self.held.append(entry)
-        if self._pending_after(entry.seq) and callbacks_released(connections[self.using]):
+        self.held_last = max(self.held_last, entry.seq)
+        if self._pending_after(entry.seq) and callbacks_released(self.connection):
             return
         self._flush()
 
@@ -187,9 +207,9 @@ class _Held:
         Called wherever the last reference was dropped: it publishes only when no
         transaction is open (the publish never runs inside the application's)."""
         try:
-            if not self.held or self._pending_after(max(entry.seq for entry in self.held)):
+            if not self.held or self._pending_after(self.held_last):
                 return
-            if not in_transaction(connections[self.using]):
+            if not in_transaction(self.connection):
                 self._flush()
         except Exception:
             logger.exception("realtime: publishing held announcements failed")
@@ -197,6 +217,7 @@ class _Held:
     def _flush(self) -> None:
         held = sorted(self.held, key=lambda entry: entry.seq)
         self.held.clear()
+        self.held_last = -1
         # What ran is published; what neither ran nor is held by Django never will run.
         self.entries = [entry for entry in self.entries if entry.pending()]
         _publish(held, self.using)
@@ -272,5 +293,5 @@ def add_all(items: Iterable[Any], using: str) -> None:
     connection = connections[using]
     held = _held_by_connection.get(connection)
     if held is None:
-        held = _held_by_connection[connection] = _Held(using)
+        held = _held_by_connection[connection] = _Held(using, connection)
     held.add(items)

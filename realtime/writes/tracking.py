@@ -42,7 +42,7 @@ import itertools
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.db import connections, models, transaction
@@ -59,6 +59,8 @@ LOG_ROWS = 10_000
 LOG_BULK = 100
 #: An instance's own writes kept one by one before those that are final are folded.
 OWN_WRITES = 8
+#: Pending writes of a model noted before the final ones are first dropped from the list.
+PRUNE_AFTER = 64
 
 #: Values of these types cannot change in place: kept as they are.
 _IMMUTABLE = frozenset(
@@ -184,7 +186,7 @@ class Loaded:
         columns: list[list[Any]],
         index: dict[int, int],
         key: tuple[int, ...],
-        depends: tuple[Write, ...],
+        depends: Iterable[Write],
     ) -> None:
         self.db = db
         self.seq = next(_sequence)
@@ -236,7 +238,7 @@ class Own:
         seq: int,
         loaded: Loaded | None = None,
         values: dict[str, Any] | None = None,
-        depends: tuple[Write, ...] = (),
+        depends: Iterable[Write] = (),
     ) -> None:
         self.db = db
         self.seq = seq
@@ -270,6 +272,23 @@ class Write:
         self.pks = pks
 
 
+class Pending:
+    """The writes of a model pending when a fetch read it: the first ``count`` of a list the
+    log only appends to (it replaces it, never changes it), so that the fetch copies none."""
+
+    __slots__ = ("count", "writes")
+
+    def __init__(self, writes: list[Write], count: int) -> None:
+        self.writes = writes
+        self.count = count
+
+    def __iter__(self) -> Iterator[Write]:
+        return itertools.islice(self.writes, self.count)
+
+
+NO_PENDING = Pending([], 0)
+
+
 class _Log(threading.local):
     """This thread's writes of decorated rows (see the module docstring)."""
 
@@ -278,8 +297,10 @@ class _Log(threading.local):
         self.rows: dict[tuple[str, Any, Any], list[Write]] = {}
         #: Bulk writes, by (alias, concrete model), oldest first.
         self.bulk: dict[tuple[str, Any], list[Write]] = {}
-        #: Writes whose fate is not final yet, by concrete model.
+        #: Writes whose fate was not final when last looked at, by concrete model: appended
+        #: to, and replaced by a list of those still pending once it has doubled.
         self.pending: dict[Any, list[Write]] = {}
+        self.prune_at: dict[Any, int] = {}
         #: What was loaded before this (a sequence number) is known no more.
         self.horizon = 0
         self.size = 0
@@ -290,23 +311,34 @@ class _Log(threading.local):
         table = self.bulk if bulk else self.rows
         table.setdefault(key, []).append(write)
         self.size += 1
+        if write.fate.ran:  # made outside a transaction: final already
+            return
         pending = self.pending.setdefault(model, [])
-        pending[:] = [w for w in pending if not w.fate.settled()]
         pending.append(write)
+        if len(pending) >= self.prune_at.get(model, PRUNE_AFTER):
+            left = self.pending[model] = [w for w in pending if not w.fate.settled()]
+            self.prune_at[model] = max(PRUNE_AFTER, 2 * len(left))
 
     def restart(self) -> None:
         self.rows.clear()
         self.bulk.clear()
         self.pending.clear()
+        self.prune_at.clear()
         self.size = 0
         self.horizon = next(_sequence)
 
-    def pending_for(self, model: Any) -> tuple[Write, ...]:
+    def pending_for(self, model: Any) -> Pending:
+        """The model's writes pending now."""
         pending = self.pending.get(model)
         if not pending:
-            return ()
-        pending[:] = [w for w in pending if not w.fate.settled()]
-        return tuple(pending)
+            return NO_PENDING
+        left = self.pending[model] = [w for w in pending if not w.fate.settled()]
+        self.prune_at[model] = max(PRUNE_AFTER, 2 * len(left))
+        return Pending(left, len(left))
+
+    def any_pending(self, model: Any) -> bool:
+        """Whether a write of the model is not final yet."""
+        return any(not w.fate.settled() for w in self.pending.get(model, ()))
 
 
 _log = _Log()
@@ -394,31 +426,40 @@ def known(instance: models.Model) -> dict[str, Any] | None:
         return None
     pk = instance.pk
     own: tuple[Write, ...] = ()
+    holder: Loaded | Own = snapshot
     if isinstance(snapshot, Own):
         own = tuple(snapshot.writes)
         base = snapshot.loaded
         values = dict(snapshot.values)
-        depends = snapshot.depends
     else:
-        base, values, depends = snapshot, {}, ()
+        base, values = snapshot, {}
     if base is not None:
         row = base.row_of(state, pk)
         if row is None:
             return None
         values = base.values_at(row)
-        depends = base.depends
+        holder = base
+    depends = _undecided(holder)
     if snapshot.seq < _log.horizon:
         # The log started afresh since: what other instances wrote meanwhile is not known,
         # only what this one wrote.
         if not own:
             return None
-        values, depends = {}, ()
+        values, depends = {}, []
     for write in depends:
         if write.fate.stands() is not True and (write.pks is None or pk in write.pks):
             for attname in write.values:
                 values[attname] = UNKNOWN
     _overlay(values, snapshot.seq, own, snapshot.db, _shape(type(instance)).concrete, pk)
     return values
+
+
+def _undecided(holder: Loaded | Own) -> list[Write]:
+    """The writes ``holder`` depends on that did not commit (yet): those that did are dropped
+    from it for good, so each is looked at once, however often its rows are asked about."""
+    left = [write for write in holder.depends if not write.fate.ran]
+    holder.depends = left
+    return left
 
 
 def _overlay(
@@ -479,7 +520,7 @@ def _compacted(instance: models.Model, snapshot: Own) -> Own:
     write of the row this thread noted are final (an instance saved again and again keeps
     a few); as it was, while one is not."""
     concrete = _shape(type(instance)).concrete
-    if _log.pending_for(concrete) or not all(w.fate.settled() for w in snapshot.writes):
+    if _log.any_pending(concrete) or not all(w.fate.settled() for w in snapshot.writes):
         return snapshot
     values = known(instance)
     if values is None:

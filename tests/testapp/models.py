@@ -230,6 +230,18 @@ class Plain(models.Model):
         return self.name
 
 
+@realtime_model(fields=["name"])
+class Twin(models.Model):
+    """``Plain`` decorated: the same columns, nothing pointing at it (benchmarks time one
+    against the other)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 @realtime_model(scope_field="id", fields=["name"], name="workspace_view", create=False)
 class WorkspaceView(Workspace):
     """The scope model itself announcing its updates (a proxy of the scope)."""
