@@ -16,6 +16,7 @@ from django.db.models.functions import Concat
 from django.test.utils import CaptureQueriesContext
 
 from realtime import silent
+from realtime.encoding import jsonable
 from tests.helpers import events, forget_messages
 from tests.testapp.models import (
     Company,
@@ -101,6 +102,67 @@ def test_an_update_through_an_expression_announces_its_result(acme: Workspace) -
     (event,) = events()
     assert event["data"]["title"] == f"{ticket.title}!"
     assert event["meta"] == {"changed": ["title"]}
+
+
+def reads_after_the_update(queries: CaptureQueriesContext, table: str) -> int:
+    """The statements reading ``table`` after the first UPDATE of the captured ones."""
+    sqls = [q["sql"] for q in queries.captured_queries]
+    update = next(i for i, sql in enumerate(sqls) if sql.startswith("UPDATE"))
+    return sum(sql.startswith("SELECT") and table in sql for sql in sqls[update:])
+
+
+def test_an_update_writing_every_column_its_events_carry_reads_no_row_after(
+    acme: Workspace,
+) -> None:
+    first, second = tickets(acme, 2)
+
+    with CaptureQueriesContext(connection) as queries:
+        Ticket.objects.filter(pk=first.pk).update(title="renamed", done=True, points="7")
+
+    assert reads_after_the_update(queries, "testapp_ticket") == 0
+    (event,) = events()
+    assert event["data"] == ticket_data(first, title="renamed", done=True, points=7)
+    assert event["meta"] == {"changed": ["done", "points", "title"]}
+    stored = Ticket.objects.get(pk=first.pk)
+    assert (stored.title, stored.done, stored.points) == ("renamed", True, 7)
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        ({"points": 3}, "title and done are not written"),
+        ({"title": "t", "done": True, "points": F("points") + 1}, "an expression"),
+    ],
+)
+def test_an_update_whose_events_carry_what_it_does_not_write_reads_its_rows_after(
+    acme: Workspace, values: dict[str, Any], why: str
+) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    with CaptureQueriesContext(connection) as queries:
+        Ticket.objects.filter(pk=ticket.pk).update(**values)
+
+    assert reads_after_the_update(queries, "testapp_ticket") == 1, why
+    (event,) = events()
+    stored = Ticket.objects.get(pk=ticket.pk)
+    assert event["data"] == ticket_data(stored)
+
+
+def test_values_the_database_converts_are_announced_as_it_stores_them(acme: Workspace) -> None:
+    company = Company.objects.create(workspace=acme, name="Initech")
+    contact = Contact.objects.create(workspace=acme, name="Ann")
+    forget_messages()
+
+    Contact.objects.filter(pk=contact.pk).update(
+        name="Bea", company=company, born="2024-05-06T07:08:09+02:00", score="1.5"
+    )
+
+    (event,) = events()
+    stored = Contact.objects.get(pk=contact.pk)
+    assert event["data"]["company"] == company.pk
+    assert event["data"]["score"] == jsonable(stored.score)
+    assert event["data"]["born"] == jsonable(stored.born)
+    assert f"company:{company.pk}" in event["channels"]
 
 
 def test_an_update_matching_nothing_announces_nothing(acme: Workspace) -> None:

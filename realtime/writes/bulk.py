@@ -49,7 +49,7 @@ from realtime.compat.django_orm import fast_delete, write_alias
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
 from realtime.paths import split_path, to_lookup
-from realtime.registry import ModelOptions, options_for
+from realtime.registry import ModelOptions, is_generic_fk, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import (
     Past,
@@ -277,10 +277,10 @@ class _Matched:
     def announce(self, changed: list[str], values: dict[str, Any], moving: bool) -> None:
         options, db = self.options, self.db
         pks = [pk for pk, _ in self.rows]
-        bare = not moving and _needs_no_column(options, values)
+        known = None if moving else _known_after(options, values)
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
-            if bare:  # what the events carry is known already: no statement
-                rows: Any = [self._bare(pk) for pk in chunk]
+            if known is not None:  # what the events carry is known already: no statement
+                rows: Any = [self._bare(pk, known) for pk in chunk]
             else:
                 rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
             to_many = to_many_of_rows(options, self.model, chunk, db)
@@ -306,16 +306,20 @@ class _Matched:
             audiences += self._after([pk for pk, _ in rest], values)
         _fold(options, "updated", audiences, db)
 
-    def _bare(self, pk: Any) -> models.Model:
-        """The row ``pk`` as its event needs it: its key, and its scope as read before."""
+    def _bare(self, pk: Any, written: dict[str, Any]) -> models.Model:
+        """The row ``pk`` as its event needs it: its key, its scope as read before, and the
+        columns ``written``."""
         meta = self.model._meta
         parts = getattr(meta.pk, "fields", None)
         names = [f.attname for f in parts] if parts else [meta.pk.attname]
-        given = list(pk) if parts else [pk]
-        if self.options.scope_attname is not None:
-            names.append(self.options.scope_attname)
-            given.append(self.scopes[pk])
-        return self.model.from_db(self.db, names, given)
+        row = dict(zip(names, list(pk) if parts else [pk], strict=True))
+        scope = self.options.scope_attname
+        if scope is not None:
+            row[scope] = self.scopes[pk]
+        row.update(written)
+        # from_db() takes the values in the order of the model's columns.
+        ordered = [f.attname for f in meta.concrete_fields if f.attname in row]
+        return self.model.from_db(self.db, ordered, [row[name] for name in ordered])
 
     def _after(self, pks: list[Any], values: dict[str, Any]) -> list[Any]:
         """Where the surplus rows are heard after the write: the scope or account written,
@@ -374,16 +378,84 @@ def _matched(
     return _Matched(options, model, db, rows, befores)
 
 
-def _needs_no_column(options: ModelOptions, values: dict[str, Any]) -> bool:
-    """Whether the events of an update writing ``values`` need no column of the rows but
-    their key and their scope (as read before, when the update does not write it): no
-    declared field, no relation, no ``payload=``, no account path."""
-    if options.fields or options.relations or options.payload is not None:
-        return False
-    if options.user_field is not None:
-        return False
+def _known_after(options: ModelOptions, values: dict[str, Any]) -> dict[str, Any] | None:
+    """What the events of an update writing ``values`` read of its rows, when that is known
+    without reading them again: the columns it writes, as the database will hold them, plus
+    the key and the scope (read before); ``None`` when an event reads anything else (a
+    column not written, a value the database computes or converts, a generic relation, a
+    ``payload=``, an account path)."""
+    if options.payload is not None or options.user_field is not None:
+        return None
+    meta = options.model._meta
+    written = {
+        str(getattr(field, "attname", name)): _as_stored(field, value)
+        for name, value in values.items()
+        for field in [meta.get_field(name)]
+    }
+    needed = set(options.field_attnames.values())
+    for relation in options.relations:
+        field = meta.get_field(relation)
+        if is_generic_fk(options.model, relation):
+            return None
+        if field.concrete and (field.many_to_one or field.one_to_one):
+            needed.add(str(field.attname))
+    if options.shared_via is not None:
+        needed.add(_attname(options.model, split_path(options.shared_via)[0]))
     scope = options.scope_attname
-    return scope is None or all(_attname(options.model, name) != scope for name in values)
+    if scope is not None and scope in written:
+        needed.add(scope)
+    parts = getattr(meta.pk, "fields", None) or [meta.pk]
+    known = {*(part.attname for part in parts), scope} - set(written)
+    for attname in needed - known:
+        if written.get(attname, _UNSURE) is _UNSURE:
+            return None
+    return {attname: value for attname, value in written.items() if attname in needed}
+
+
+#: Stands for a value written whose stored form is not known without reading it.
+_UNSURE: Any = object()
+
+#: Django's fields whose value reads back as ``to_python`` makes it (no rounding, no time
+#: zone, no conversion of the database's): exactly these classes, not subclasses, which may
+#: convert.
+_AS_GIVEN = frozenset(
+    {
+        models.CharField,
+        models.TextField,
+        models.SlugField,
+        models.EmailField,
+        models.URLField,
+        models.IntegerField,
+        models.BigIntegerField,
+        models.SmallIntegerField,
+        models.PositiveIntegerField,
+        models.PositiveBigIntegerField,
+        models.PositiveSmallIntegerField,
+        models.AutoField,
+        models.BigAutoField,
+        models.SmallAutoField,
+        models.BooleanField,
+        models.UUIDField,
+    }
+)
+
+
+def _as_stored(field: Any, value: Any) -> Any:
+    """``value`` as ``field`` reads back once written; ``_UNSURE`` where the database may
+    compute or convert it (an expression, a date, a decimal, JSON, a field of a class of
+    one's own, ...)."""
+    if hasattr(value, "resolve_expression"):
+        return _UNSURE
+    if type(field) in (models.ForeignKey, models.OneToOneField):
+        if isinstance(value, models.Model):
+            value = getattr(value, field.target_field.attname)
+        field = field.target_field
+    if type(field) not in _AS_GIVEN:
+        return _UNSURE
+    try:
+        return field.to_python(value)
+    except Exception:
+        return _UNSURE
 
 
 def _accounts_of_rows(
