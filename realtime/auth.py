@@ -71,8 +71,11 @@ def account_ids(user_ids: Iterable[Any]) -> list[Any]:
     """Account ids application code gave (a broadcast's, a hook's answer), each in the one
     form ids are compared in: read by the user model's primary key field, then
     ``normal_id``. Order and repeats are kept."""
+    given = list(user_ids)
+    if not given:
+        return given
     model = get_user_model()
-    return [key_of(model, user_id) for user_id in user_ids]
+    return [key_of(model, user_id) for user_id in given]
 
 
 def normal_scopes(scopes: Iterable[Scope]) -> list[Scope]:

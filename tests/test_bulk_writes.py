@@ -114,7 +114,7 @@ def reads_after_the_update(queries: CaptureQueriesContext, table: str) -> int:
 def test_an_update_writing_every_column_its_events_carry_reads_no_row_after(
     acme: Workspace,
 ) -> None:
-    first, second = tickets(acme, 2)
+    first, _ = tickets(acme, 2)
 
     with CaptureQueriesContext(connection) as queries:
         Ticket.objects.filter(pk=first.pk).update(title="renamed", done=True, points="7")

@@ -23,7 +23,8 @@ from django.core.exceptions import FieldDoesNotExist
 from django.core.management import call_command
 from django.db import IntegrityError, connection, connections, models, transaction
 from django.db.migrations.state import ModelState
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q, Value
+from django.db.models.functions import Concat
 from django.db.models.signals import m2m_changed, post_init
 from django.test.utils import CaptureQueriesContext, isolate_apps, override_settings
 
@@ -451,10 +452,15 @@ def test_realtimes_reads_inside_a_transaction_take_a_savepoint_and_nothing_else_
         Company.objects.filter(name="a").update(name="b")
 
     assert statements(create) == ["INSERT"]
-    assert statements(update) == [
+    def update_by_expression() -> None:
+        Company.objects.filter(name="b").update(name=Concat(F("name"), Value("c")))
+
+    # The keys read before; after, the row is read again only to learn an expression's result.
+    assert statements(update) == ["SAVEPOINT", "SELECT", "RELEASE", "UPDATE"]
+    assert statements(update_by_expression) == [
         "SAVEPOINT", "SELECT", "RELEASE", "UPDATE", "SAVEPOINT", "SELECT", "RELEASE",
     ]  # fmt: skip
-    assert [m["data"]["name"] for m in events()] == ["a", "b"]
+    assert [m["data"]["name"] for m in events()] == ["a", "b", "bc"]
 
 
 # 10. A short-lived decorated model is released with its class -------------------------------

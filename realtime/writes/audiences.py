@@ -46,11 +46,16 @@ class Past:
         update_fields: Iterable[str] | None,
         stored: bool = False,
         using: str | None = None,
+        known: dict[str, Any] | None = None,
     ) -> None:
         self.instance = instance
         #: The database of the write (the row's own, if it was read from one).
         self.using = using or instance._state.db
-        self.known = dict(instance.__dict__) if stored else tracking.known(instance)
+        if stored:
+            known = dict(instance.__dict__)
+        elif known is None:
+            known = tracking.known(instance)
+        self.known = known
         meta = instance._meta
         self.written = (
             None
@@ -108,14 +113,16 @@ def plan_before(
     instance: models.Model,
     update_fields: Iterable[str] | None,
     using: str | None = None,
+    known: dict[str, Any] | None = None,
 ) -> Plan | None:
     """What of the row's audience the save about to run may change; ``None`` when nothing
-    can (then the update costs no query, not even a savepoint)."""
+    can (then the update costs no query, not even a savepoint). ``known``: what the thread
+    knows the row holds (``tracking.known``), when it was asked already."""
     if "updated" not in options.actions or instance.pk is None:
         return None
     if instance._state.adding and instance._meta.pk.has_default():
         return None  # an insert, as Django will make it
-    past = Past(instance, update_fields, using=using)
+    past = Past(instance, update_fields, using=using, known=known)
     if options.user_field is not None:
         first = _first_hop(options.model, options.user_field)
         if first is None or not past.may_change(first.attname):

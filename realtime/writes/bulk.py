@@ -121,8 +121,11 @@ def created(
         # went in or was there is not told apart; all are updated.
         action = "updated" if kwargs.get("update_conflicts") else "created"
         exact = [] if kwargs.get("ignore_conflicts") else [o for o in objs if o.pk is not None]
-        for obj in exact:
-            tracking.saved(obj, tracking.written_attnames(obj, None), db)
+        if action == "created":
+            tracking.inserted(exact, db)
+        else:  # rows that may have been there, known to other instances
+            for obj in exact:
+                tracking.saved(obj, tracking.written_attnames(obj, None), db)
         if action not in options.actions:
             return
         changed = None

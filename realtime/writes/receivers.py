@@ -37,6 +37,8 @@ from realtime.writes.failsafe import failsafe
 
 PENDING_DELETE = "_realtime_pending_delete"
 PENDING_BEFORE = "_realtime_audience_before"
+#: What the thread knew the row held, asked once before the save for both receivers.
+PENDING_KNOWN = "_realtime_known"
 
 
 def connect(model: type[models.Model]) -> None:
@@ -93,8 +95,10 @@ def on_pre_save(
     if raw or options is None:
         return
     label = _label(options, instance)
+    known = failsafe(label, using, False, lambda: tracking.known(instance))
+    instance.__dict__[PENDING_KNOWN] = known
     plan = failsafe(
-        label, using, False, lambda: plan_before(options, instance, update_fields, using)
+        label, using, False, lambda: plan_before(options, instance, update_fields, using, known)
     )
     if plan is not None:
         before = failsafe(
@@ -116,6 +120,7 @@ def on_post_save(
     """What the save changed, read into an event in its transaction, for the outbox."""
     options = options_for(sender)
     before = instance.__dict__.pop(PENDING_BEFORE, None)
+    known = instance.__dict__.pop(PENDING_KNOWN, None)
     if raw or options is None:
         return
     queries = options.create_queries if created else options.write_queries
@@ -123,7 +128,7 @@ def on_post_save(
         _label(options, instance),
         using,
         queries,
-        lambda: _saved(options, instance, created, using, update_fields, before),
+        lambda: _saved(options, instance, created, using, update_fields, before, known),
     )
 
 
@@ -134,8 +139,9 @@ def _saved(
     using: str,
     update_fields: Iterable[str] | None,
     before: Before | None,
+    known: dict[str, Any] | None,
 ) -> None:
-    changed = None if created else tracking.changed_fields(instance, update_fields)
+    changed = None if created else tracking.changed_fields(instance, update_fields, known)
     tracking.saved(instance, tracking.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:

@@ -402,6 +402,18 @@ def loaded(
         _refreshed(refreshing, snapshot, db)
 
 
+def inserted(instances: Sequence[models.Model], using: str) -> None:
+    """``instances`` were just inserted together (``bulk_create``) on ``using``: each knows
+    its row holds what it wrote, as a fetch would have told it (one snapshot for them all).
+    No other instance can know their rows yet, so the log notes nothing."""
+    instances = [i for i in instances if not i._state.adding and i._state.db == using]
+    if len({type(instance) for instance in instances}) == 1:
+        loaded(using, instances)
+    else:
+        for instance in instances:
+            saved(instance, written_attnames(instance, None), using)
+
+
 def _refreshed(instance: models.Model, snapshot: Loaded, db: str) -> None:
     """``instance`` read again the columns of its row in ``snapshot`` (``refresh_from_db``)."""
     pk = instance.pk
@@ -544,16 +556,21 @@ def bulk_written(
     _log.note((using, concrete), concrete, Write(unknown, fate(using), rows), bulk=True)
 
 
-def changed_fields(instance: models.Model, update_fields: Iterable[str] | None) -> list[str]:
+def changed_fields(
+    instance: models.Model,
+    update_fields: Iterable[str] | None,
+    stored: dict[str, Any] | None = None,
+) -> list[str]:
     """The sorted ``Field.name``s a save of ``instance`` changed: those of ``update_fields``
     when given, else every concrete column but the key whose value differs from what is known
-    (every one, when nothing is)."""
+    (every one, when nothing is). ``stored``: what is known (``known``), when asked already."""
     meta = instance._meta
     if update_fields is not None:
         return sorted({meta.get_field(name).name for name in update_fields})
     values = instance.__dict__
     concrete = [f for f in meta.concrete_fields if not f.primary_key and f.attname in values]
-    stored = known(instance)
+    if stored is None:
+        stored = known(instance)
     if stored is None:
         return sorted(f.name for f in concrete)
     return sorted(f.name for f in concrete if differs(values, stored, f.attname))

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from realtime.audience import readers
-from realtime.auth import account_ids, get_auth, readers_pool
+from realtime.auth import account_ids, get_auth, overridden, readers_pool
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.readers import shared_readers_of
@@ -191,11 +191,13 @@ def shared_readers_or_none(
 
 
 def outside_recipients(event: Event) -> list[Any]:
-    """Ask ``auth.outside_recipients``; when it fails, log: the scope event still goes."""
+    """Ask ``auth.outside_recipients`` (nobody, by default: not asked); when it fails, log:
+    the scope event still goes."""
+    auth = get_auth()
+    if not overridden(auth, "outside_recipients"):
+        return []
     try:
-        return account_ids(
-            get_auth().outside_recipients(event.scope_id, event.event_type, event.data)
-        )
+        return account_ids(auth.outside_recipients(event.scope_id, event.event_type, event.data))
     except Exception as exc:
         log_hook_failure(
             logger, "realtime: outside_recipients() failed for %s", exc, event.event_type
