@@ -452,6 +452,7 @@ def test_realtimes_reads_inside_a_transaction_take_a_savepoint_and_nothing_else_
         Company.objects.filter(name="a").update(name="b")
 
     assert statements(create) == ["INSERT"]
+
     def update_by_expression() -> None:
         Company.objects.filter(name="b").update(name=Concat(F("name"), Value("c")))
 
