@@ -285,6 +285,37 @@ def test_the_rows_of_one_read_share_what_they_were_loaded_with(workspace: Worksp
     assert changes() == [("contact.updated", ["name"])]
 
 
+def test_rows_a_bulk_create_inserted_know_what_they_hold(workspace: Workspace) -> None:
+    made = Contact.objects.bulk_create(
+        [Contact(workspace=workspace, name=name) for name in ("a", "b", "c")]
+    )
+    # One snapshot for the rows inserted together, as for the rows of one read.
+    assert all(kept_on_state(m._state) is kept_on_state(made[0]._state) for m in made)
+    forget_messages()
+    made[1].name = "b2"
+    made[1].save()
+    made[2].save()
+    assert changes() == [("contact.updated", ["name"])]
+
+
+def test_rows_an_upsert_wrote_are_new_values_to_the_instances_that_read_them(
+    workspace: Workspace,
+) -> None:
+    if not django.db.connection.features.supports_update_conflicts_with_target:
+        pytest.skip("the database does not update conflicting rows")
+    first = Contact.objects.create(workspace=workspace, name="a", email="a@x")
+    loaded = Contact.objects.get(pk=first.pk)
+    Contact.objects.bulk_create(
+        [Contact(pk=first.pk, workspace=workspace, name="b", email="a@x")],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["name"],
+    )
+    forget_messages()
+    loaded.save()  # writes "a" back over "b": a change
+    assert changes() == [("contact.updated", ["name"])]
+
+
 def test_a_thread_writing_past_its_log_knows_nothing_of_what_it_read_before(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
