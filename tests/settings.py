@@ -77,6 +77,7 @@ other = {
 replica = {**default, "TEST": {"MIRROR": "default"}}
 
 DATABASES = {"default": default, "other": other, "replica": replica}
+DATABASE_ROUTERS = ["tests.routers.NoMigrationsOnTheReplica"]
 
 SECRET_KEY = "tests-only-secret-key-of-realtime"
 USE_TZ = True

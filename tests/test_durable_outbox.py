@@ -157,7 +157,7 @@ def test_a_bulk_write_costs_one_insert_into_the_outbox(workspace: Workspace) -> 
 def test_a_large_bulk_write_is_written_in_inserts_of_bounded_size(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(outbox, "INSERT_BYTES", 2000)
+    monkeypatch.setattr(outbox_table, "INSERT_BYTES", 2000)
     Company.objects.bulk_create([Company(workspace=workspace, name=f"c{i}") for i in range(30)])
     forget_messages()
     with CaptureQueriesContext(connection) as queries, transaction.atomic():

@@ -8,12 +8,14 @@ suite runs on (where only some databases are concerned, it says so).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import io
 import pickle
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,14 +23,21 @@ from django.contrib.auth import get_user_model
 from django.core.cache import caches
 from django.core.exceptions import FieldDoesNotExist
 from django.core.management import call_command
-from django.db import IntegrityError, connection, connections, models, transaction
+from django.db import (
+    IntegrityError,
+    OperationalError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.migrations.state import ModelState
 from django.db.models import Count, F, Q, Value
 from django.db.models.functions import Concat
 from django.db.models.signals import m2m_changed, post_init
 from django.test.utils import CaptureQueriesContext, isolate_apps, override_settings
 
-from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry
+from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry, silent
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, only_on, vendor
 from tests.testapp.models import (
@@ -144,6 +153,8 @@ def test_querysets_name_their_real_classes_and_keep_the_applications_own() -> No
 # 3. Migrations see nothing -------------------------------------------------------------------
 
 
+# makemigrations runs Django's checks, which may connect to every alias (Django 6.1).
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_makemigrations_sees_no_change_in_decorated_models() -> None:
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -200,11 +211,9 @@ def test_a_manager_migrations_keep_is_recorded_once() -> None:
 # 4. and 5. The read before update(): by key, locking only the model's own rows ---------------
 
 
-@only_on("postgresql", "mysql")
-def test_an_update_filtered_through_a_join_locks_no_joined_row(workspace: Workspace) -> None:
-    company = Company.objects.create(workspace=workspace, name="Initech")
-    Contact.objects.create(workspace=workspace, company=company, name="Ann")
-    other = Workspace.objects.create(name="Other", slug="other")
+def company_writable_during(company: Company, update: Callable[[], Any]) -> bool:
+    """Whether another connection can write ``company``'s row while the transaction that ran
+    ``update()`` is still open (it waits at most 2 s for a lock)."""
     got_it: list[bool] = []
 
     def write_the_company() -> None:
@@ -213,20 +222,40 @@ def test_an_update_filtered_through_a_join_locks_no_joined_row(workspace: Worksp
                 cursor.execute("SET lock_timeout = '2s'")
             else:
                 cursor.execute("SET SESSION innodb_lock_wait_timeout = 2")
-            cursor.execute(
-                f"UPDATE {Company._meta.db_table} SET name = 'Renamed' WHERE id = %s",
-                [company.pk],
-            )
-            got_it.append(True)
+            with contextlib.suppress(OperationalError):
+                cursor.execute(
+                    f"UPDATE {Company._meta.db_table} SET name = name WHERE id = %s",
+                    [company.pk],
+                )
+                got_it.append(True)
         connections["default"].close()
 
     with transaction.atomic():
-        # Moving rows to another scope: realtime locks them before the write, by key.
-        Contact.objects.filter(company__name="Initech").update(workspace=other)
+        update()
         writer = threading.Thread(target=write_the_company)
         writer.start()
         writer.join(10)
-    assert got_it == [True]
+    return got_it == [True]
+
+
+@only_on("postgresql", "mysql")
+def test_an_update_filtered_through_a_join_locks_no_joined_row(workspace: Workspace) -> None:
+    company = Company.objects.create(workspace=workspace, name="Initech")
+    Contact.objects.create(workspace=workspace, company=company, name="Ann")
+    there = Workspace.objects.create(name="There", slug="there")
+
+    def move_to(target: Workspace) -> Callable[[], Any]:
+        # Moving rows to another scope: realtime locks them before the write, by key.
+        return lambda: Contact.objects.filter(company__name="Initech").update(workspace=target)
+
+    decorated = company_writable_during(company, move_to(there))
+    with silent():  # Django's update alone
+        plain = company_writable_during(company, move_to(workspace))
+    # MariaDB's UPDATE reads the joined table with locks of its own (a subquery of the
+    # UPDATE): realtime's reads add none to Django's.
+    assert decorated == plain
+    if vendor() == "postgresql":
+        assert decorated
 
 
 def test_readers_before_an_update_are_read_by_key_not_through_the_callers_join(
@@ -398,6 +427,8 @@ def test_a_many_to_many_counts_through_its_table_alone(workspace: Workspace) -> 
 # 11. Settings and checks never break ---------------------------------------------------------
 
 
+# Django 6.1 runs the model checks against every alias (a field's check may connect).
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_changing_the_user_model_raises_nothing_from_realtime() -> None:
     with override_settings(AUTH_USER_MODEL="testapp.NoSuchUser"):
         pass
@@ -418,7 +449,9 @@ def test_a_bulk_create_in_autocommit_publishes_once(workspace: Workspace) -> Non
     rows = [Company(workspace=workspace, name=f"d{n}") for n in range(200)]
     with CaptureQueriesContext(connection) as inside, transaction.atomic():
         Company.objects.bulk_create(rows)
-    written = [q for q in outside.captured_queries if "firm_channel_messages" in q["sql"]]
+    written = [
+        q for q in outside.captured_queries if q["sql"].startswith("INSERT INTO firm_channel")
+    ]
     assert len(written) <= 1
     assert len(outside.captured_queries) <= len(inside.captured_queries)
 
