@@ -113,3 +113,29 @@ def test_a_failing_query_before_members_are_cleared_never_aborts_the_users_trans
         assert Membership.objects.filter(workspace_id=workspace.pk).count() == 0
     assert not Membership.objects.filter(workspace_id=workspace.pk).exists()
     assert realtime_errors(caplog)
+
+
+@only_on("postgresql")
+def test_nested_blocks_take_nested_savepoints_and_an_inner_failure_spares_the_outer(
+    workspace: Workspace,
+) -> None:
+    """realtime's reads around a model's ``payload=`` that queries: each block takes its own
+    savepoint at its first statement; a statement that fails in the inner one is rolled back
+    to the inner savepoint, and the outer block's statements stand."""
+    from django.db import DatabaseError
+
+    from realtime.writes.failsafe import savepoint_from_first_query
+
+    with transaction.atomic():
+        with savepoint_from_first_query("default"):
+            with savepoint_from_first_query("default"):
+                try:
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT no_such_column FROM testapp_workspace")
+                except DatabaseError:
+                    pass
+            Contact.objects.create(workspace=workspace, name="outer")
+            with savepoint_from_first_query("default"):
+                Contact.objects.create(workspace=workspace, name="inner")
+        assert Contact.objects.filter(workspace=workspace).count() == 2
+    assert sorted(Contact.objects.values_list("name", flat=True)) == ["inner", "outer"]

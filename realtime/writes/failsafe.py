@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -81,35 +82,61 @@ def savepoint_from_first_query(using: str) -> Iterator[None]:
         yield
         return
     opener = _SavepointFromFirstQuery(using)
+    openers = _openers(using)
+    openers.append(opener)
     try:
         with connections[using].execute_wrapper(opener):
             yield
     except BaseException:
         opener.close(failed=True)
         raise
+    finally:
+        openers.remove(opener)
     opener.close(failed=opener.failed)
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        #: The blocks in progress, innermost last, by alias.
+        self.openers: dict[str, list[_SavepointFromFirstQuery]] = {}
+        #: A savepoint is being taken: its statement is nobody's first.
+        self.taking = False
+
+
+_local = _Local()
+
+
+def _openers(using: str) -> list[_SavepointFromFirstQuery]:
+    return _local.openers.setdefault(using, [])
 
 
 class _SavepointFromFirstQuery:
     """An execute wrapper taking a savepoint before the first statement it sees, and noting
-    a statement that fails."""
+    a statement that fails while it is the innermost such block (an inner one rolls back to
+    its own savepoint, which leaves this one's whole).
+
+    Blocks nest (a model's ``payload=`` inside realtime's reads): the ``SAVEPOINT`` statement
+    one takes passes through the others' wrappers too, and is not their first statement."""
 
     def __init__(self, using: str) -> None:
         self.using = using
         self.sid: str | None = None
-        self.entering = False
         self.failed = False
 
     def __call__(
         self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
     ) -> Any:
-        if not self.entering:
-            self.entering = True  # the SAVEPOINT statement passes through here too
-            self.sid = _create_savepoint(using=self.using)
+        if self.sid is None and not _local.taking:
+            _local.taking = True
+            try:
+                self.sid = _create_savepoint(using=self.using)
+            finally:
+                _local.taking = False
         try:
             return execute(sql, params, many, context)
         except DatabaseError:
-            self.failed = True
+            if _openers(self.using)[-1:] == [self]:
+                self.failed = True
             raise
 
     def close(self, failed: bool) -> None:
