@@ -443,6 +443,32 @@ def test_fields_naming_no_column_raise_value_error(fields: Any) -> None:
     assert options_for(model) is None
 
 
+def test_a_typo_in_fields_names_the_closest_column_and_every_column() -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match="has no column 'titel'") as raised:
+        realtime_model(fields=["titel"])(model)
+    assert str(raised.value) == (
+        "testapp.Undecorated has no column 'titel' to announce. Did you mean 'title'? Choices "
+        "are: company, company_id, id, owner, owner_id, plain, plain_id, title, workspace, "
+        "workspace_id."
+    )
+
+
+def test_a_name_close_to_no_column_names_every_column_and_guesses_none() -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match=r"has no column 'zzz' to announce\. Choices are: "):
+        realtime_model(fields=["zzz"])(model)
+
+
+def test_a_typo_in_cascade_names_the_closest_field() -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match=r"no foreign key 'compnay' to cascade from\. Did you "):
+        realtime_model(cascade=["compnay"])(model)
+
+
 def test_guard_fields_naming_no_field_raise_value_error() -> None:
     model = undecorated()
 

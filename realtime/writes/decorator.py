@@ -9,6 +9,7 @@ resolved lazily, on first use, because related models may not exist yet when it 
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -106,19 +107,26 @@ def _validate_columns(options: ModelOptions) -> None:
     columns |= {"id", "pk"}
     for column in options.fields.values():
         if column not in columns:
-            raise ValueError(f"{meta.label} has no column {column!r} to announce")
+            raise ValueError(_unknown(meta.label, "column", column, columns, " to announce"))
     for name in options.guard_fields or ():
         if name not in own:
-            raise ValueError(f"{meta.label} has no field {name!r} for guard_fields")
+            raise ValueError(_unknown(meta.label, "field", name, own, " for guard_fields"))
     for fk_name in options.cascade:
         if fk_name not in own:
-            raise ValueError(f"{meta.label} has no foreign key {fk_name!r} to cascade from")
+            raise ValueError(_unknown(meta.label, "foreign key", fk_name, own, " to cascade from"))
     scoped = options.user_field is None and options.scope_field is not None
     if scoped and options.scope_field not in own:
-        raise ValueError(
-            f"{meta.label} has no scope field {options.scope_field!r} (a model read by "
-            "every signed-in account declares scope_field=None)"
-        )
+        global_hint = " (a model read by every signed-in account declares scope_field=None)"
+        raise ValueError(_unknown(meta.label, "scope field", options.scope_field, own, global_hint))
+
+
+def _unknown(label: str, kind: str, name: Any, choices: set[str], purpose: str) -> str:
+    """The error of a name the model lacks, worded as Django's ``FieldError`` words one: the
+    closest of the model's names when one is close, and the names to choose from."""
+    names = sorted(choices - {"pk"})
+    close = difflib.get_close_matches(str(name), names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"{label} has no {kind} {name!r}{purpose}.{hint} Choices are: {', '.join(names)}."
 
 
 def register(options: ModelOptions) -> None:
