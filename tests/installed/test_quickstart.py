@@ -3,8 +3,9 @@
 Its fenced blocks are taken from ``docs/quickstart.md`` in order, so the test follows the page:
 
 - ``sh`` blocks run with bash in an empty folder, in a fresh virtualenv; ``pip install
-  "django-realtime-models[...] @ git+https://..."`` installs the wheel built from this tree
-  instead (``tests/installed/test_wheel.py`` installs from a git URL of this tree).
+  ./django-realtime-models[...]`` (or ``"django-realtime-models[...] @ git+https://..."``)
+  installs the wheel built from this tree instead (``tests/installed/test_wheel.py`` installs
+  from a git URL of this tree).
   ``daphne`` and ``python listen.py`` keep running, in the background; ``<token>`` stands for
   the token a block printed last. Port 8000 becomes a free port, everywhere.
 - ``python`` blocks whose first line is ``# <path>`` are that file (``(add at the end)``:
@@ -35,7 +36,7 @@ PAGE_PORT = "8000"
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 FILE_COMMENT = re.compile(r"#\s*(\S+\.py)(\s*\(add at the end\))?\s*$")
 INSTALL = re.compile(
-    rf"(pip install\s+)[\"']?{DISTRIBUTION}(\[[\w,]+\])?(?:\s*@\s*git\+https://[^\s\"']+)?[\"']?"
+    rf"(pip install\s+)[\"']?(?:\./)?{DISTRIBUTION}(\[[\w,]+\])?(?:\s*@\s*git\+https://[^\s\"']+)?[\"']?"
 )
 #: Seconds a promised frame may take to arrive.
 FRAME_WAIT = 20
