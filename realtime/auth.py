@@ -41,7 +41,7 @@ from realtime.paths import to_lookup
 from realtime.registry import ModelOptions, options_named
 
 # ``issue_token`` is a public name of this module; tokens live in ``realtime.tokens``.
-from realtime.tokens import claims_of, issue_token, standing
+from realtime.tokens import claims_of, issue_token, refusal_cause, standing
 
 __all__ = ["RealtimeAuth", "Scope", "ScopeQuestion", "get_auth", "issue_token", "reset_auth"]
 
@@ -296,6 +296,17 @@ class RealtimeAuth:
     def outside_recipients(self, scope_id: Any, event_type: str, data: Any) -> Iterable[Any]:
         """More accounts, outside the scope, that hear a scope event (default: nobody)."""
         return []
+
+
+def token_refusal_cause(token: str) -> str:
+    """Why no account was found for ``token``, for the server's log: the default
+    ``RealtimeAuth`` tells each cause apart (``tokens.refusal_cause``); an application's
+    ``user_of_token`` is named as the one that refused."""
+    auth = get_auth()
+    if overridden(auth, "user_of_token", "users_of_tokens"):
+        return f"{type(auth).__qualname__}.user_of_token named no account"
+    manager = get_user_model()._default_manager
+    return refusal_cause(token, lambda pk: manager.filter(pk=pk).first())
 
 
 def overridden(auth: RealtimeAuth, *names: str) -> bool:

@@ -10,11 +10,15 @@ signature is checked once per worker and remembered; its age at every read.
 
 from __future__ import annotations
 
+import binascii
 import datetime
 import functools
 import hashlib
 import hmac
+import json
 import time
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -63,6 +67,55 @@ def _signed(token: str) -> tuple[Any, str, int | float | None]:
     if issued is not None and (isinstance(issued, bool) or not isinstance(issued, int | float)):
         raise signing.BadSignature("not a realtime token")
     return claims["u"], str(claims["f"]), issued
+
+
+def refusal_cause(token: str, account: Callable[[Any], Any | None]) -> str:
+    """Why ``claims_of`` and ``standing`` refuse ``token``, in words that name the fix: for the
+    server's log only (the client is told the protocol's one reason). ``account`` reads the
+    account of an id (``None``: there is none); it is asked only of a well-signed token."""
+    try:
+        user_id, fingerprint, issued = _signed(token)
+    except (signing.BadSignature, ValueError, TypeError):
+        if _looks_signed(token):
+            return (
+                "its signature is not this project's: signed under another SECRET_KEY (add the "
+                "old key to SECRET_KEY_FALLBACKS while tokens signed with it live) or altered"
+            )
+        return "malformed: not a token issue_token made"
+    age = None if issued is None else time.time() - issued
+    if claims_of(token) is None:
+        shown = "" if age is None else f"issued {age:.0f} s ago, "
+        return f"expired: {shown}older than REALTIME_TOKEN_MAX_AGE ({conf.TOKEN_MAX_AGE:g} s)"
+    user = account(user_id)
+    if user is None:
+        return f"account {user_id!r} no longer exists"
+    if not getattr(user, "is_active", True):
+        return f"account {user_id!r} is inactive"
+    if standing(user, (user_id, fingerprint)) is None:
+        remembered_fields = "username or email"
+        if conf.REVOKE_ON_PASSWORD_CHANGE:
+            remembered_fields = "username, email or password"
+        return (
+            f"account {user_id!r} changed its {remembered_fields} since the token was issued: "
+            "a new token stands"
+        )
+    return f"account {user_id!r} stands now (it did not when the socket was refused)"
+
+
+def _looks_signed(token: str) -> bool:
+    """Whether ``token`` has the form of a value Django's ``signing.dumps`` made: a payload
+    that decodes to a JSON object, a timestamp and a signature."""
+    parts = token.split(":")
+    if len(parts) != 3:
+        return False
+    payload = parts[0].removeprefix(".")
+    try:
+        decoded = signing.b64_decode(payload.encode())
+        if parts[0].startswith("."):
+            decoded = zlib.decompress(decoded)
+        return isinstance(json.loads(decoded), dict)
+    except (ValueError, zlib.error, binascii.Error):
+        return False
 
 
 def forget_checked_tokens() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core import signing
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
@@ -61,6 +62,7 @@ SERVERS: dict[str, dict[str, Any]] = {
     "gone-early": {},
     "logged": {},
     "log-flood": {},
+    "token-causes": {},
 }
 
 
@@ -953,6 +955,45 @@ async def test_refusals_and_bad_frames_never_log_tokens_or_frame_bodies(
     assert token not in log
     assert body not in log
     assert body.split()[-1] not in log
+
+
+def refused_tokens() -> dict[str, str]:
+    """Tokens refused for each cause the log tells apart, by the cause's first words."""
+    from realtime.tokens import TOKEN_SALT, token_fingerprint
+
+    def claims(user: Any, age: float = 0) -> dict[str, Any]:
+        return {"u": user.pk, "f": token_fingerprint(user), "t": int(time.time() - age)}
+
+    old = get_user_model().objects.create_user(username="old")
+    inactive, inactive_token = make_member("inactive")
+    inactive.is_active = False
+    inactive.save()
+    renamed, renamed_token = make_member("renamed")
+    renamed.username = "renamed-since"
+    renamed.save()
+    return {
+        "malformed": "garbage",
+        "its signature is not this project's": signing.dumps(
+            claims(old), salt=TOKEN_SALT, key="another project's key"
+        ),
+        "expired": signing.dumps(claims(old, age=86_400), salt=TOKEN_SALT),
+        f"account {inactive.pk!r} is inactive": inactive_token,
+        f"account {renamed.pk!r} changed its username or email": renamed_token,
+    }
+
+
+async def test_the_log_tells_why_a_token_was_refused_the_client_hears_one_reason(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    server = server_named(live_servers, "token-causes")  # used by this test only
+    tokens = await off_loop(refused_tokens)
+    for token in tokens.values():
+        client = await ws.connect(server)
+        await client.authenticate(token)
+        await assert_refused(client, "Invalid authentication token")
+    log = await read_log(server)
+    for cause in tokens:
+        assert f"realtime: refused a socket: Invalid authentication token: {cause}" in log, log
 
 
 async def test_repeated_bad_input_log_lines_are_rate_limited(

@@ -26,7 +26,7 @@ from typing import Any
 from channels.consumer import AsyncConsumer
 
 from realtime import metrics, signals
-from realtime.auth import Scope, get_auth
+from realtime.auth import Scope, get_auth, token_refusal_cause
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import normal_id, storable
@@ -122,7 +122,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             return await self._refuse(Refusal.MESSAGE)
         if not storable(token):
             # No bearer holds a NUL or a lone surrogate; no hook is asked about one.
-            return await self._refuse(Refusal.TOKEN)
+            return await self._refuse(Refusal.TOKEN, "it holds a NUL or a lone surrogate")
         ask = protocol.read_scopes(frame.data)
         try:
             user, scopes = await self.inbox.watching(get_manager().handshakes.ask((token, ask)))
@@ -132,7 +132,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             log_hook_failure("realtime: authenticating a socket failed", exc)
             return await self._refuse(Refusal.TOKEN)
         if user is None:
-            return await self._refuse(Refusal.TOKEN)
+            return await self._refuse(Refusal.TOKEN, await _token_refusal_cause(token))
         if ask.asked and not scopes:
             return await self._refuse(Refusal.SCOPE)
         manager = get_manager()
@@ -220,8 +220,13 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             # The socket is closed 1012 (see ``_open``); housekeeping retries the listener.
             log_own_failure("realtime: the listener did not start in time", exc)
 
-    async def _refuse(self, reason: Refusal) -> bool:
-        log_bad_input("realtime: refused a socket: %s", reason.value)
+    async def _refuse(self, reason: Refusal, cause: str | None = None) -> bool:
+        """Refuse the handshake: ``auth_error`` with ``reason``, then 1008. ``cause`` goes to
+        the server's log only, beside the reason."""
+        if cause is None:
+            log_bad_input("realtime: refused a socket: %s", reason.value)
+        else:
+            log_bad_input("realtime: refused a socket: %s: %s", reason.value, cause)
         metrics.handshake(metrics.outcome_of(reason.value))
         await self._say_auth_error(reason)
         await self._close(CloseCode.POLICY_VIOLATION)
@@ -375,3 +380,12 @@ def _client_address(scope: dict[str, Any]) -> str | None:
 
 def _text(frame: str) -> Message:
     return {"type": "websocket.send", "text": frame}
+
+
+async def _token_refusal_cause(token: str) -> str:
+    """Why ``token`` named no account, for the log line of its refusal (never raises: a cause
+    that cannot be told is said to be so)."""
+    try:
+        return await run_blocking(token_refusal_cause, token)
+    except Exception as exc:
+        return f"the cause could not be told ({type(exc).__name__})"
