@@ -11,7 +11,9 @@ dot matches subdomains, ``*`` matches anything, any scheme and port; with ``DEBU
 hosts, the local ones) or when it equals an entry of ``REALTIME_ALLOWED_ORIGINS`` (scheme, host
 and port; ``https://app.example.com`` for a front end served from another host). Anything else
 is refused as Channels' ``OriginValidator`` refuses: closed before it is accepted, which the
-server answers with HTTP 403. Both settings are read at each handshake.
+server answers with HTTP 403, and one WARNING (within the budget of lines clients can cause)
+names the origin and the setting that would admit it. Both settings are read at each
+handshake.
 
 Outermost, the validator is handed the server's own ``send``: it records it in the scope it
 passes on (``realtime.sockets.link.SERVER_SEND``), so that realtime reaches the server's
@@ -29,7 +31,7 @@ from django.conf import settings
 from django.utils.http import is_same_domain
 
 from realtime.conf import conf
-from realtime.sockets.limits import log_bad_input
+from realtime.sockets.limits import log_warning
 from realtime.sockets.link import record_server_send
 
 #: Ports a scheme implies when an origin names none.
@@ -128,7 +130,22 @@ class SocketOriginValidator:
         header = _origin_header(scope)
         if origin_admitted(header, _allowed_hosts(), list(conf.ALLOWED_ORIGINS)):
             return await self.application(record_server_send(scope, send), receive, send)
-        log_bad_input(
-            "realtime: refused a socket handshake from origin %r", (header or "")[:LOGGED_LENGTH]
-        )
+        log_warning("realtime: refused a socket handshake (HTTP 403): %s", _refusal_cure(header))
         return await WebsocketDenier()(scope, receive, send)
+
+
+def _refusal_cure(header: str | None) -> str:
+    """The refused origin, and the setting that would admit it (for the log)."""
+    shown = repr((header or "")[:LOGGED_LENGTH])
+    try:
+        origin = parse_origin(header)
+    except ValueError:
+        return (
+            f"its origin {shown} is not scheme://host[:port] (a sandboxed page or a file sends "
+            "'null'); no setting admits it"
+        )
+    port = "" if origin.port == DEFAULT_PORTS.get(origin.scheme) else f":{origin.port}"
+    return (
+        f"origin {shown} is not admitted: add {origin.host!r} to ALLOWED_HOSTS, or "
+        f"'{origin.scheme}://{origin.host}{port}' to REALTIME_ALLOWED_ORIGINS"
+    )

@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 import pytest
+import websockets
 from django.contrib.auth import get_user_model
 
 from realtime.auth import issue_token
@@ -167,6 +168,30 @@ async def test_the_validator_outermost_keeps_protection_through_any_middleware(
     assert await marker_for(fast, users[1].pk) == []
     assert await asyncio.to_thread(unprotected_lines, server) == []
     assert await asyncio.to_thread(sample, server, "realtime_unprotected_sockets_total") == 0
+
+
+@pytest.mark.usefixtures("each_server")
+async def test_a_refused_origin_is_one_warning_naming_it_and_the_settings_that_admit_it(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    live_servers.stack = "guarded"
+    server = live_servers.get("guarded")
+    origin = f"https://elsewhere-{os.getpid()}.example:8443"
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await ws.connect(server, origin=origin)
+    assert refused.value.response.status_code == 403
+    no_origin = await ws.connect(server)  # a phone's socket: no Origin, admitted
+    await no_origin.authenticate("garbage")  # its refusal is logged after the 403's line
+    assert await no_origin.closed_with() == 1008
+
+    log = await asyncio.to_thread(server.log_text)
+    lines = [line for line in log.splitlines() if "refused a socket handshake" in line]
+    assert len(lines) == 1, log
+    assert lines[0].endswith(
+        f"realtime: refused a socket handshake (HTTP 403): origin '{origin}' is not admitted: "
+        f"add 'elsewhere-{os.getpid()}.example' to ALLOWED_HOSTS, or '{origin}' to "
+        "REALTIME_ALLOWED_ORIGINS"
+    ), lines[0]
 
 
 def accounts(*names: str) -> tuple[list[Any], list[str]]:
