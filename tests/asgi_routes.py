@@ -1,5 +1,5 @@
 """ASGI applications that route realtime's consumer rightly and wrongly, for the system checks
-``realtime.W041``/``W042`` (``tests/test_checks_serving.py``); never served.
+``realtime.W041`` to ``W043`` (``tests/test_checks_serving.py``); never served.
 
 ``tests.asgi`` holds more: ``application`` (bare) and ``wrapped`` (inside
 ``AuthMiddlewareStack``) route it without any origin validator, ``guarded`` inside
@@ -114,3 +114,6 @@ with_workers_unguarded = ProtocolTypeRouter(
 hidden = sockets(Hiding(URLRouter(websocket_urlpatterns)))
 elsewhere = sockets(URLRouter([path("echo/", Echo.as_asgi())]))
 plain_socket = sockets(plain)
+# No socket served at all (W043): the asgi.py startproject writes, and a router without one.
+startproject = http
+http_only = ProtocolTypeRouter({"http": http})

@@ -195,7 +195,7 @@ def test_the_example_project_with_daphne_first_reports_no_issue() -> None:
     assert done.stderr == ""
 
 
-# W041 and W042: how ASGI_APPLICATION routes realtime's consumer
+# W041 to W043: how ASGI_APPLICATION routes realtime's consumer
 
 
 @pytest.mark.parametrize(
@@ -266,6 +266,27 @@ def test_the_quickstarts_asgi_application_as_printed_gives_no_warning(
 )
 def test_a_consumer_the_check_cannot_find_gives_no_warning(application: str) -> None:
     assert route_ids(application) == []
+
+
+@pytest.mark.parametrize(
+    "application",
+    [
+        "tests.asgi_routes.startproject",  # Django's own ASGI handler, as startproject wrote it
+        "tests.asgi_routes.http_only",  # a ProtocolTypeRouter with no "websocket" route
+    ],
+)
+def test_an_asgi_application_that_takes_no_socket_is_warning_w043(application: str) -> None:
+    with override_settings(ASGI_APPLICATION=application):
+        messages = check_serving()
+
+    assert ids(messages) == ["realtime.W043"]
+    assert messages[0].msg == (
+        f"ASGI_APPLICATION ({application}) serves no WebSocket: every socket is answered with an "
+        "error (Django's own ASGI handler takes HTTP only)."
+    )
+    assert '"websocket": SocketOriginValidator(URLRouter(websocket_urlpatterns))' in str(
+        messages[0].hint
+    )
 
 
 def test_without_asgi_application_the_route_is_not_checked() -> None:

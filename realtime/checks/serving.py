@@ -1,4 +1,4 @@
-"""System checks of how the project serves the socket (``realtime.W040``/``W041``/``W042``).
+"""System checks of how the project serves the socket (``realtime.W040`` to ``W043``).
 
 Each is a mistake that works at first sight and fails only on a socket:
 
@@ -12,14 +12,18 @@ Each is a mistake that works at first sight and fails only on a socket:
   origin (``null`` included) is admitted.
 - ``W042``: realtime's consumer routed inside Channels' ``OriginValidator`` (or
   ``AllowedHostsOriginValidator``): native clients, which send no ``Origin``, are refused.
+- ``W043``: ``ASGI_APPLICATION`` serves no WebSocket at all: Django's own ASGI handler (the
+  ``asgi.py`` ``startproject`` wrote, left as it was), or a ``ProtocolTypeRouter`` with no
+  ``"websocket"`` route. Every socket is then answered with an error (500).
 
-For the last two the check imports ``ASGI_APPLICATION`` as daphne does (in every command, as
+For the last three the check imports ``ASGI_APPLICATION`` as daphne does (in every command, as
 Django's URL checks import ``ROOT_URLCONF``) and follows it down to realtime's consumer:
 through Channels' routers and wrappers (``realtime.compat.channels`` knows where they keep what
 they wrap), and ``SocketOriginValidator`` and the project's own middleware by their ``inner``,
 ``app`` or ``application`` attribute. Where the consumer is not found (no
 ``ASGI_APPLICATION``, an application that cannot be imported, a wrapper that keeps its
-application elsewhere) they say nothing: no guess, no false alarm.
+application elsewhere) they say nothing: no guess, no false alarm. ``W043`` speaks only of an
+application that provably takes no socket.
 
 The import leaves logging as the command configured it. The module's
 ``get_asgi_application()`` calls ``django.setup()``, which configures ``LOGGING`` again; where
@@ -40,6 +44,7 @@ from channels.security.websocket import OriginValidator
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.core.handlers.asgi import ASGIHandler
 from django.utils.module_loading import import_string
 
 from realtime.compat import channels
@@ -89,6 +94,17 @@ def _check_socket_route() -> list[checks.CheckMessage]:
     application = _asgi_application(path)
     if application is None or not channels.routing_check():
         return []
+    if _serves_no_socket(application):
+        return [
+            checks.Warning(
+                f"ASGI_APPLICATION ({path}) serves no WebSocket: every socket is answered with "
+                "an error (Django's own ASGI handler takes HTTP only).",
+                hint='Route the socket in asgi.py: application = ProtocolTypeRouter({"http": '
+                'get_asgi_application(), "websocket": SocketOriginValidator(URLRouter('
+                "websocket_urlpatterns))}), with websocket_urlpatterns from realtime.routing.",
+                id="realtime.W043",
+            )
+        ]
     unguarded = refused = False
     for chain in consumer_chains(application):
         validators = [app for app in chain if isinstance(app, OriginValidator)]
@@ -119,6 +135,15 @@ def _check_socket_route() -> list[checks.CheckMessage]:
             )
         )
     return messages
+
+
+def _serves_no_socket(application: object) -> bool:
+    """Whether ``application`` provably takes no WebSocket: Django's own ASGI handler, or
+    Channels' ``ProtocolTypeRouter`` with no ``"websocket"`` route."""
+    if isinstance(application, ASGIHandler):
+        return True
+    protocols = channels.protocols_of(application)
+    return protocols is not None and "websocket" not in protocols
 
 
 def _asgi_application(path: object) -> object | None:

@@ -163,6 +163,16 @@ def inner_applications(application: object) -> list[object] | None:
     return None
 
 
+def protocols_of(application: object) -> list[str] | None:
+    """The protocols (``"http"``, ``"websocket"``...) a ``ProtocolTypeRouter`` routes; ``None``
+    when ``application`` is none."""
+    router_class = getattr(sys.modules.get("channels.routing"), "ProtocolTypeRouter", None)
+    if not (isinstance(router_class, type) and isinstance(application, router_class)):
+        return None
+    mapping = vars(application).get("application_mapping")
+    return [str(key) for key in mapping] if isinstance(mapping, Mapping) else None
+
+
 def consumer_of(application: object) -> type | None:
     """The consumer class of an application ``as_asgi()`` made; ``None`` for anything else."""
     if not isinstance(application, types.FunctionType):
