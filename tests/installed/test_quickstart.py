@@ -6,7 +6,8 @@ Its fenced blocks are taken from ``docs/quickstart.md`` in order, so the test fo
   ./django-realtime-models[...]`` (or ``"django-realtime-models[...] @ git+https://..."``)
   installs the wheel built from this tree instead (``tests/installed/test_wheel.py`` installs
   from a git URL of this tree).
-  ``daphne`` and ``python listen.py`` keep running, in the background; ``<token>`` stands for
+  ``python manage.py runserver`` (without its reloader), ``daphne`` and ``python listen.py``
+  keep running, in the background; ``<token>`` stands for
   the token a block printed last. Port 8000 becomes a free port, everywhere.
 - ``python`` blocks whose first line is ``# <path>`` are that file (``(add at the end)``:
   appended to it).
@@ -90,7 +91,7 @@ class Page:
         script = INSTALL.sub(lambda found: f"{found[1]}'{self.wheel}{found[2] or ''}'", script)
         script = script.replace(PAGE_PORT, self.port)
         lines = [line for line in script.splitlines() if line.strip()]
-        if lines[0].startswith("daphne "):
+        if lines[0].startswith(("daphne ", "python manage.py runserver")):
             self.start_server(lines[0])
             return
         last = lines[-1]
@@ -111,8 +112,11 @@ class Page:
         assert "realtime.W" not in output, output
 
     def start_server(self, command: str) -> None:
-        log = self.venv.cwd / "daphne.log"
-        process = self.venv.start(*command.split(), log=log)
+        log = self.venv.cwd / "server.log"
+        args = command.split()
+        if "runserver" in args:
+            args.append("--noreload")  # the reloader's child would outlive the test's terminate
+        process = self.venv.start(*args, log=log)
         wait_for_port(int(self.port), process, log)
 
     def start_listener(self, command: str) -> None:
@@ -152,6 +156,10 @@ def test_the_quickstart_runs_as_written_and_delivers_the_promised_frames(
     venv.start(*page.listener_command.replace("<token>", "not-a-token").split(), log=refused_log)
     first = wait_for_output(refused_log, 1)[0]
     assert json.loads(first)["type"] == "auth_error", refused_log.read_text()
+
+    # The server the page starts serves realtime's client, as the "In a page" block loads it.
+    with urllib.request.urlopen(f"http://127.0.0.1:{page.port}/static/realtime/realtime.js") as got:
+        assert b"class RealtimeClient" in got.read()
 
     # The page's sign-in: the account signs in at accounts/login/, then fetches its token.
     token = signed_in_token(page.port, "ann", "change-me")
