@@ -12,6 +12,7 @@ import {
   readFileSync,
   readdirSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -272,6 +273,19 @@ describe('installed in a fresh npm project as the docs say', () => {
       new RegExp(`${from}${types}\\n\\s+Imported via [^\\n]+ from file '${file}'`);
     assert.match(explained, seen('realtime\\.d\\.cts', 'live\\.ts'));
     assert.match(explained, seen('realtime\\.d\\.ts', 'live\\.mts'));
+    // A Node.js-only project (no DOM in lib, @types/node installed) compiles it with the
+    // docs' tsconfig.json.
+    const nodeOnly = join(project, 'node-only');
+    mkdirSync(nodeOnly, { recursive: true });
+    const config = example(markdown, '## With TypeScript', 'jsonc', 'tsconfig.json');
+    assert.doesNotMatch(config, /dom/i);
+    writeFileSync(join(nodeOnly, 'tsconfig.json'), config);
+    writeFileSync(join(nodeOnly, 'live.mts'), text);
+    writeFileSync(join(nodeOnly, 'live.ts'), text);
+    const types = join(project, 'node_modules', '@types');
+    mkdirSync(types, { recursive: true });
+    symlinkSync(join(ROOT, 'node_modules', '@types', 'node'), join(types, 'node'), 'dir');
+    await tsc(nodeOnly, '-p', '.');
     // The types bite: a client without a token does not compile.
     writeFileSync(join(project, 'wrong.mts'), `${text}\nnew RealtimeClient({ url: "ws://x" });\n`);
     await assert.rejects(

@@ -1,10 +1,26 @@
 // Generated from realtime.d.ts by scripts/build-js-client.mjs (npm run build:client): do not edit.
 // The types of realtime.js, the JavaScript client of django-realtime-models
-// (docs/javascript-client.md). They use the DOM's EventTarget, CustomEvent, Headers,
-// RequestInit and Response: compile with "DOM" in `lib`, or with @types/node.
+// (docs/javascript-client.md). They use EventTarget, Event, CustomEvent, AbortSignal, Headers,
+// RequestInit and Response, which the DOM's `lib` and @types/node (with no DOM) both declare;
+// the listener types below are the client's own, since the two name theirs differently.
 
 /** The request header that carries a write's stamp; the server returns it as `origin`. */
 export declare const ORIGIN_HEADER: 'X-Origin-Id';
+
+/** A listener `addEventListener` takes: a function, or an object with `handleEvent`. */
+export type RealtimeListener = ((event: Event) => void) | { handleEvent(event: Event): void };
+
+/** The options of `removeEventListener`. */
+export interface RealtimeListenerOptions {
+  capture?: boolean;
+}
+
+/** The options of `addEventListener`. */
+export interface RealtimeAddListenerOptions extends RealtimeListenerOptions {
+  once?: boolean;
+  passive?: boolean;
+  signal?: AbortSignal;
+}
 
 /** The states a client goes through, in the order of a first connection. */
 export declare const STATES: readonly ['connecting', 'open', 'reconnecting', 'refused', 'closed'];
@@ -188,32 +204,32 @@ export declare class RealtimeClient extends EventTarget {
   addEventListener<K extends keyof RealtimeClientEventMap>(
     type: K,
     listener: (this: RealtimeClient, event: RealtimeClientEventMap[K]) => void,
-    options?: boolean | AddEventListenerOptions,
+    options?: boolean | RealtimeAddListenerOptions,
   ): void;
   addEventListener(
     type: string,
     listener: (this: RealtimeClient, event: CustomEvent<EventFrame>) => void,
-    options?: boolean | AddEventListenerOptions,
+    options?: boolean | RealtimeAddListenerOptions,
   ): void;
   addEventListener(
     type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | AddEventListenerOptions,
+    listener: RealtimeListener | null,
+    options?: boolean | RealtimeAddListenerOptions,
   ): void;
   removeEventListener<K extends keyof RealtimeClientEventMap>(
     type: K,
     listener: (this: RealtimeClient, event: RealtimeClientEventMap[K]) => void,
-    options?: boolean | EventListenerOptions,
+    options?: boolean | RealtimeListenerOptions,
   ): void;
   removeEventListener(
     type: string,
     listener: (this: RealtimeClient, event: CustomEvent<EventFrame>) => void,
-    options?: boolean | EventListenerOptions,
+    options?: boolean | RealtimeListenerOptions,
   ): void;
   removeEventListener(
     type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | EventListenerOptions,
+    listener: RealtimeListener | null,
+    options?: boolean | RealtimeListenerOptions,
   ): void;
 }
 
