@@ -54,9 +54,20 @@ class Scope(NamedTuple):
 
 
 def scope_model() -> type[models.Model] | None:
-    """The model of ``REALTIME_SCOPE_MODEL``, or ``None`` when the project has no scopes."""
+    """The model of ``REALTIME_SCOPE_MODEL``, or ``None`` when the project has no scopes.
+
+    A label that names no installed model raises Django's error again (``LookupError`` or
+    ``ValueError``) with the setting named: at run time every handshake fails on it, and its
+    log line must say what to fix (``manage.py check`` says it as ``realtime.E003``)."""
     label = conf.SCOPE_MODEL
-    return None if label is None else apps.get_model(label)
+    if label is None:
+        return None
+    try:
+        return apps.get_model(label)
+    except (LookupError, ValueError) as exc:
+        raise type(exc)(
+            f"REALTIME_SCOPE_MODEL {label!r} names no installed model (realtime.E003): {exc}"
+        ) from exc
 
 
 def scope_key(scope_id: Any) -> Any:

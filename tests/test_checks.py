@@ -241,6 +241,19 @@ def test_unresolvable_scope_model_is_error_e003(value: Any) -> None:
     assert ids(REALTIME_SCOPE_MODEL=value) == ["realtime.E003"]
 
 
+@pytest.mark.parametrize(
+    ("value", "error"), [("nope.Workspace", LookupError), ("Workspace", ValueError)]
+)
+def test_at_run_time_an_unresolvable_scope_model_raises_naming_the_setting_and_the_check(
+    settings: Any, value: str, error: type[Exception]
+) -> None:
+    from realtime.auth import scope_model
+
+    settings.REALTIME_SCOPE_MODEL = value
+    with pytest.raises(error, match=rf"^REALTIME_SCOPE_MODEL '{value}' names no installed model "):
+        scope_model()
+
+
 def test_no_scope_model_passes_whatever_the_slug_and_members() -> None:
     overrides = {"REALTIME_SCOPE_SLUG_FIELD": "x", "REALTIME_SCOPE_MEMBERS": 1}
     assert ids(REALTIME_SCOPE_MODEL=None, **overrides) == []

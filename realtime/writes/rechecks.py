@@ -98,8 +98,8 @@ def connect() -> None:
             _on(pre_delete, _on_scope_deleting, scope)
             _on(post_delete, _on_deleted, scope)
             _connect_memberships(scope)
-    except (LookupError, ValueError, TypeError, AttributeError, StopIteration):
-        logger.warning("realtime: memberships are not watched: check REALTIME_SCOPE_*")
+    except (LookupError, ValueError, TypeError, AttributeError, StopIteration) as exc:
+        logger.warning("realtime: memberships are not watched: check REALTIME_SCOPE_* (%s)", exc)
     try:
         for label, path in dict(conf.RECHECK_MODELS).items():
             _watch(Watched(apps.get_model(label), path))
