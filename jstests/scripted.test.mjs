@@ -422,6 +422,62 @@ test("events: a named CustomEvent and a generic one; the client's names are kept
   assert.deepEqual(states, ['connecting', 'open']);
 });
 
+/** A stand-in `document` (Node.js has none) for as long as `body` runs. */
+async function withDocument(body) {
+  const document = new EventTarget();
+  globalThis.document = document;
+  try {
+    await body(document);
+  } finally {
+    delete globalThis.document;
+  }
+}
+
+test('each event frame and state change goes to document as realtime:<type>', async () => {
+  await withDocument(async (document) => {
+    const server = await scripted();
+    const realtime = client({ url: server.url });
+    const recorder = new Recorder(realtime);
+    const heard = [];
+    for (const name of ['realtime:contact.updated', 'realtime:report.ready', 'realtime:state']) {
+      document.addEventListener(name, (event) => {
+        assert.ok(event instanceof CustomEvent);
+        heard.push([name, event.detail]);
+      });
+    }
+    realtime.connect();
+    await recorder.state('open');
+    const update = { type: 'contact.updated', data: { model: 'contact', id: 7 }, scope_id: 3 };
+    server.send(server.connections[0], update);
+    // A frame of one of the client's own event names goes to document under no name.
+    server.send(server.connections[0], { type: 'state', data: { x: 1 } });
+    server.send(server.connections[0], { type: 'report.ready', data: null });
+    await recorder.until((r) => r.events.length === 3);
+    assert.deepEqual(heard, [
+      ['realtime:state', { state: 'connecting', reason: null }],
+      ['realtime:state', { state: 'open', reason: null, resumed: false }],
+      ['realtime:contact.updated', update],
+      ['realtime:report.ready', { type: 'report.ready', data: null }],
+    ]);
+  });
+});
+
+test('documentEvents: false keeps every event on the client', async () => {
+  await withDocument(async (document) => {
+    const server = await scripted();
+    const realtime = client({ url: server.url, documentEvents: false });
+    const recorder = new Recorder(realtime);
+    let heard = 0;
+    document.addEventListener('realtime:contact.updated', () => (heard += 1));
+    document.addEventListener('realtime:state', () => (heard += 1));
+    realtime.connect();
+    await recorder.state('open');
+    server.send(server.connections[0], { type: 'contact.updated', data: null });
+    await recorder.until((r) => r.events.length === 1);
+    assert.equal(heard, 0);
+  });
+});
+
 test('stampedFetch sends X-Origin-Id; a failed write forgets its stamp', async () => {
   const server = await scripted();
   const sent = [];

@@ -85,6 +85,38 @@ def test_a_contact_edited_in_another_process_changes_on_the_page(
     page.close()
 
 
+#: Test instrumentation: the page's <html> says the state ``realtime:state`` last told.
+STATE_ON_HTML = (
+    "document.addEventListener('realtime:state', "
+    "(event) => { document.documentElement.dataset.realtime = event.detail.state; });"
+)
+
+
+def test_a_server_rendered_partial_is_fetched_again_when_a_write_elsewhere_commits(
+    browser: Browser, example: Example
+) -> None:
+    page = signed_in(browser, example, "alice")
+    slug = page.url.rstrip("/").rsplit("/", 1)[-1]
+    rows = f"{example.url}/w/{slug}/server-rendered/rows"
+    page.add_init_script(STATE_ON_HTML)
+    # Once open, the page fetches its rows again (what committed since it was rendered).
+    with page.expect_response(rows, timeout=WAIT_MS):
+        page.goto(f"{example.url}/w/{slug}/server-rendered/")
+    expect(page.locator("html")).to_have_attribute("data-realtime", "open", timeout=WAIT_MS)
+    expect(page.locator("#contacts")).not_to_contain_text("Written elsewhere")
+    page.evaluate("window.sameDocument = true")
+
+    with page.expect_response(rows, timeout=WAIT_MS):
+        example.shell(
+            "from example_project.crm.models import Contact, Workspace; "
+            f"Contact.objects.create(workspace=Workspace.objects.get(slug={slug!r}), "
+            "name='Written elsewhere')"
+        )
+    expect(page.locator("#contacts")).to_contain_text("Written elsewhere", timeout=WAIT_MS)
+    assert page.evaluate("window.sameDocument") is True  # the partial came back, not the page
+    page.close()
+
+
 def test_a_deleted_contact_disappears_from_the_page(browser: Browser, example: Example) -> None:
     page = signed_in(browser, example, "alice")
     expect(page.locator("#contacts")).to_contain_text("Chris Traeger")

@@ -41,6 +41,29 @@ def workspace(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
+def server_rendered(request: HttpRequest, slug: str) -> HttpResponse:
+    """The same contacts as a server-rendered page: htmx re-fetches the table's partial when
+    realtime tells the page that a contact changed (templates/crm/server_rendered.html)."""
+    current = _workspace(request, slug)
+    return render(
+        request,
+        "crm/server_rendered.html",
+        {
+            "workspace": current,
+            "workspaces": Workspace.objects.filter(members=request.user).order_by("name"),
+            "contacts": _contacts(current),
+        },
+    )
+
+
+@login_required
+def contact_rows(request: HttpRequest, slug: str) -> HttpResponse:
+    """The table's rows, read with the session of whoever asks: what they may see, exactly."""
+    current = _workspace(request, slug)
+    return render(request, "crm/_contact_rows.html", {"contacts": _contacts(current)})
+
+
+@login_required
 def contacts(request: HttpRequest, slug: str) -> JsonResponse:
     current = _workspace(request, slug)
     return JsonResponse({"contacts": [_contact_row(contact) for contact in _contacts(current)]})

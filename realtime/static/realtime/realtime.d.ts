@@ -78,6 +78,11 @@ interface CommonOptions {
   stampTtl?: number;
   /** Resume after a reconnection, hearing what was missed (default true). */
   resume?: boolean;
+  /**
+   * Also dispatch each event frame on `document` as `realtime:<type>` (`detail`: the frame),
+   * and each state change as `realtime:state` (default true; nothing without a `document`).
+   */
+  documentEvents?: boolean;
   /** One scope slug to read (or `null`). */
   scope?: string | null;
   /** Several scope slugs to read; wins over `scope`. */
@@ -160,6 +165,7 @@ export declare class RealtimeClient extends EventTarget {
   maxFrameSize: number;
   stampTtl: number;
   resume: boolean;
+  documentEvents: boolean;
   /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
   origin: string;
   /** The `data` of the last `auth_success`, or null. */

@@ -63,6 +63,9 @@ export class RealtimeClient extends EventTarget {
    * @param {number} [options.jitter]  the share (0 to 1) of each backoff delay drawn at random
    *   (default 1: anywhere between 0 and the delay), so that the clients of a restarted server
    *   do not all come back at the same instant
+   * @param {boolean} [options.documentEvents]  also dispatch each event frame on `document` as
+   *   `realtime:<type>`, and each state change as `realtime:state` (default true; nothing
+   *   where there is no `document`): what htmx's `hx-trigger="... from:document"` listens to
    */
   constructor(options = {}) {
     super();
@@ -81,6 +84,7 @@ export class RealtimeClient extends EventTarget {
       maxFrameSize = 65536,
       stampTtl = 300000,
       resume = true,
+      documentEvents = true,
     } = options;
     if (!url) throw new TypeError('RealtimeClient: `url` is required');
     if (typeof WebSocketImpl !== 'function') {
@@ -98,6 +102,7 @@ export class RealtimeClient extends EventTarget {
     this.maxFrameSize = maxFrameSize;
     this.stampTtl = stampTtl;
     this.resume = Boolean(resume);
+    this.documentEvents = Boolean(documentEvents);
     /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
     this.origin = randomId();
     /** The `data` of the last `auth_success` (`user_id`, `scope`, `scopes`), or null. */
@@ -316,7 +321,17 @@ export class RealtimeClient extends EventTarget {
     this._state = state;
     this._reason = reason;
     if (state === 'refused' || state === 'closed') this.session = null;
-    this.dispatchEvent(new CustomEvent('state', { detail: { state, reason, ...extra } }));
+    const detail = { state, reason, ...extra };
+    this.dispatchEvent(new CustomEvent('state', { detail }));
+    this._toDocument('state', detail);
+  }
+
+  /** The same news on `document`, as `realtime:<name>`, for pages that listen there. */
+  _toDocument(name, detail) {
+    const target = this.documentEvents ? globalThis.document : undefined;
+    if (target && typeof target.dispatchEvent === 'function') {
+      target.dispatchEvent(new CustomEvent(`realtime:${name}`, { detail }));
+    }
   }
 
   // Frames -----------------------------------------------------------------------------------
@@ -375,6 +390,7 @@ export class RealtimeClient extends EventTarget {
     if (typeof frame.origin === 'string' && this._isEcho(frame)) return;
     if (!RESERVED.has(frame.type)) {
       this.dispatchEvent(new CustomEvent(frame.type, { detail: frame }));
+      this._toDocument(frame.type, frame);
     }
     this.dispatchEvent(new CustomEvent('event', { detail: frame }));
   }

@@ -1,0 +1,95 @@
+"""``{% realtime_script %}``: connect a server-rendered page to realtime in one tag.
+
+``{% load realtime %}{% realtime_script "contact" "company" scope=workspace.slug %}`` renders
+what a page needs to hear the writes its account may read: the JavaScript client
+(``realtime.js``, from the static files), a token fetched from realtime's token view with the
+page's own session (at every connection attempt, so a token never outlives the page's need),
+the scope and the channels. The client dispatches each frame on ``document`` as
+``realtime:<type>``: htmx's ``hx-trigger="realtime:contact.updated from:document"`` re-fetches
+a partial with the user's session, which is permission-exact by construction (docs/htmx.md).
+
+The page's values go in a JSON ``<script>`` element (``json_script``), and the module script
+that reads them is the same text on every page that uses the same ``element_id``: a Content
+Security Policy can allow it by its hash, or by the ``csp_nonce`` the context holds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+from django.core.exceptions import ImproperlyConfigured
+from django.templatetags.static import static
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html, json_script
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+#: Where ``realtime.routing.websocket_urlpatterns`` serves the socket.
+SOCKET_PATH = "/api/ws"
+
+#: The module script: its text never changes (its values come from the JSON element before it).
+CONNECT = """
+const config = JSON.parse(document.getElementById(%s).textContent);
+const { RealtimeClient } = await import(config.module);
+const url = new URL(config.path, location.href);
+url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+const client = new RealtimeClient({
+  url: url.href,
+  getToken: async () => {
+    const answer = await fetch(config.token, { credentials: "same-origin" });
+    if (!answer.ok) throw new Error(`realtime: ${config.token} answered ${answer.status}`);
+    return (await answer.json()).token;
+  },
+  ...(config.scopes ? { scopes: config.scopes } : { scope: config.scope }),
+});
+client.subscribe(config.channels);
+client.connect();
+"""
+
+
+@register.simple_tag(takes_context=True)
+def realtime_script(
+    context: template.Context,
+    *channels: str,
+    scope: str | None = None,
+    scopes: Any = None,
+    path: str = SOCKET_PATH,
+    element_id: str = "realtime-config",
+) -> SafeString:
+    """The page's client, connected to ``scope`` (one slug) or ``scopes`` (several), hearing
+    ``channels``; ``path`` is where the socket is routed, ``element_id`` the id of the JSON
+    element (two tags on one page need two)."""
+    config = {
+        "module": static("realtime/realtime.js"),
+        "token": _token_url(),
+        "path": path,
+        "scope": scope,
+        "scopes": None if scopes is None else [str(slug) for slug in scopes],
+        "channels": [str(channel) for channel in channels],
+    }
+    # The script's one value, the element's id, is a JavaScript literal that cannot end it.
+    script = mark_safe(CONNECT % _js_string(element_id))  # noqa: S308
+    nonce = context.get("csp_nonce")
+    if nonce:
+        tag = format_html('<script type="module" nonce="{}">{}</script>', nonce, script)
+    else:
+        tag = format_html('<script type="module">{}</script>', script)
+    return format_html("{}\n{}", json_script(config, element_id), tag)
+
+
+def _token_url() -> str:
+    try:
+        return reverse("realtime:token")
+    except NoReverseMatch:
+        raise ImproperlyConfigured(
+            "{% realtime_script %} fetches tokens from realtime's token view: add "
+            'path("realtime/", include("realtime.urls")) to your URLconf.'
+        ) from None
+
+
+def _js_string(value: str) -> str:
+    """``value`` as a JavaScript string literal safe inside a ``<script>`` element."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e")

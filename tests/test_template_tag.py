@@ -1,0 +1,85 @@
+"""``{% realtime_script %}``: what it renders for a page, and what it says when it cannot."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.template import Context, Engine
+from django.urls import include, path
+
+urlpatterns = [path("realtime/", include("realtime.urls"))]
+ENGINE = Engine(libraries={"realtime": "realtime.templatetags.realtime"})
+
+
+def render(source: str, **context: Any) -> str:
+    return ENGINE.from_string("{% load realtime %}" + source).render(Context(context))
+
+
+def config_of(html: str, element_id: str = "realtime-config") -> dict[str, Any]:
+    found = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', html)
+    assert found, html
+    loaded: dict[str, Any] = json.loads(found[1])
+    return loaded
+
+
+@pytest.fixture(autouse=True)
+def _static(settings: Any) -> None:
+    settings.STATIC_URL = "/static/"
+
+
+@pytest.mark.urls(__name__)
+def test_the_page_is_given_the_client_the_token_view_the_scope_and_the_channels() -> None:
+    html = render('{% realtime_script "contact" "company" scope=slug %}', slug="acme")
+    assert config_of(html) == {
+        "module": "/static/realtime/realtime.js",
+        "token": "/realtime/token",
+        "path": "/api/ws",
+        "scope": "acme",
+        "scopes": None,
+        "channels": ["contact", "company"],
+    }
+    module = re.search(r'<script type="module">(.*?)</script>', html, re.DOTALL)
+    assert module, html
+    assert 'document.getElementById("realtime-config")' in module[1]
+    assert "getToken" in module[1]
+
+
+@pytest.mark.urls(__name__)
+def test_several_scopes_a_socket_path_and_an_element_id_of_the_pages_own() -> None:
+    html = render(
+        '{% realtime_script "ticket" scopes=slugs path="/ws/realtime" element_id="tickets" %}',
+        slugs=["acme", "globex"],
+    )
+    config = config_of(html, "tickets")
+    assert config["scopes"] == ["acme", "globex"]
+    assert config["path"] == "/ws/realtime"
+    assert 'document.getElementById("tickets")' in html
+
+
+@pytest.mark.urls(__name__)
+def test_values_cannot_end_the_script_elements() -> None:
+    hostile = "</script><script>alert(1)</script>"
+    html = render(
+        "{% realtime_script channel scope=slug element_id=eid %}",
+        channel=hostile,
+        slug=hostile,
+        eid='x"</script>',
+    )
+    assert "<script>alert(1)" not in html
+    assert html.count("</script>") == 2
+
+
+@pytest.mark.urls(__name__)
+def test_the_context_s_csp_nonce_is_put_on_the_module_script() -> None:
+    html = render('{% realtime_script "contact" %}', csp_nonce="n0nce")
+    assert '<script type="module" nonce="n0nce">' in html
+
+
+@pytest.mark.urls("tests.urls")
+def test_without_realtime_s_urls_the_error_says_what_to_include() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r'include\("realtime.urls"\)'):
+        render('{% realtime_script "contact" %}')
