@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 from typing import Any
 
@@ -192,6 +193,36 @@ async def test_a_refused_origin_is_one_warning_naming_it_and_the_settings_that_a
         f"add 'elsewhere-{os.getpid()}.example' to ALLOWED_HOSTS, or '{origin}' to "
         "REALTIME_ALLOWED_ORIGINS"
     ), lines[0]
+
+
+@pytest.mark.usefixtures("each_server")
+async def test_a_stopping_server_closes_its_sockets_1012(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    server = await asyncio.to_thread(start_server, {}, live_servers.kind)  # this test's alone
+    try:
+        _, tokens = await off_loop(accounts, "staying")
+        client = await ws.authenticated(server, tokens[0])
+        await asyncio.to_thread(server.process.terminate)  # SIGTERM, as systemd stops a unit
+        assert await client.closed_with() == 1012
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def test_a_consumer_its_server_cancels_closes_its_socket_1012() -> None:
+    """The other way a stopping server ends its applications (daphne when its own shutdown
+    trigger works): cancelling them."""
+    from channels.testing import WebsocketCommunicator
+
+    from realtime.consumers import RealtimeConsumer
+
+    communicator = WebsocketCommunicator(RealtimeConsumer.as_asgi(), "/api/ws")
+    connected, _ = await communicator.connect()
+    assert connected
+    communicator.future.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(communicator.future, 10)
+    assert communicator.output_queue.get_nowait() == {"type": "websocket.close", "code": 1012}
 
 
 def accounts(*names: str) -> tuple[list[Any], list[str]]:

@@ -1,4 +1,5 @@
-"""daphne: the connection behind the ASGI ``send`` it hands an application, its backlog, its close.
+"""daphne: the connection behind the ASGI ``send`` it hands an application, its backlog, its
+close, and the moment it stops.
 
 daphne hands each connection ``functools.partial(server.handle_reply, protocol)``, where
 ``protocol`` is a ``daphne.ws_protocol.WebSocketProtocol``: an autobahn WebSocket protocol over
@@ -27,10 +28,12 @@ alone.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import sys
 import types
+from collections.abc import Awaitable, Callable
 from functools import partial
 from importlib import metadata
 from typing import Any
@@ -43,6 +46,7 @@ PROTOCOL_MODULE = "daphne.ws_protocol"
 COMMAND_MODULE = "daphne.cli"
 FILE_DESCRIPTOR_MODULE = "twisted.internet.abstract"
 REACTOR_MODULE = "twisted.internet.reactor"
+DEFER_MODULE = "twisted.internet.defer"
 #: The distributions whose internals are read, named in the log.
 DISTRIBUTIONS = ("daphne", "Twisted", "autobahn")
 
@@ -62,6 +66,25 @@ def serving() -> bool:
     ``running`` flag is public (``IReactorCore``)."""
     reactor = sys.modules.get(REACTOR_MODULE)
     return bool(getattr(reactor, "running", False))
+
+
+def before_stop(callback: Callable[[], Awaitable[None]]) -> bool:
+    """Have Twisted's reactor await ``callback()`` before it shuts down (daphne stopping on
+    SIGTERM or SIGINT), while the connections are still open: Twisted's public
+    ``addSystemEventTrigger``, the coroutine handed over as a ``Deferred`` (``fromFuture``),
+    which the shutdown waits for. ``False`` where no reactor runs."""
+    reactor = sys.modules.get(REACTOR_MODULE)
+    defer = sys.modules.get(DEFER_MODULE)
+    add_trigger = getattr(reactor, "addSystemEventTrigger", None)
+    deferred_class = getattr(defer, "Deferred", None)
+    if not serving() or not callable(add_trigger) or deferred_class is None:
+        return False
+
+    def trigger() -> Any:
+        return deferred_class.fromFuture(asyncio.ensure_future(callback()))
+
+    add_trigger("before", "shutdown", trigger)
+    return True
 
 
 def versions() -> str:

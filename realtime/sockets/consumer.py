@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ from channels.consumer import AsyncConsumer
 from realtime import metrics, signals
 from realtime.auth import Scope, get_auth, token_refusal_cause
 from realtime.blocking import run_blocking
+from realtime.compat import daphne
 from realtime.conf import conf
 from realtime.encoding import normal_id, storable
 from realtime.sockets import protocol, subscriptions
@@ -51,6 +53,10 @@ Message = dict[str, Any]
 
 #: Seconds a client has to answer the close of its socket before the connection is cut.
 CLOSE_ANSWER = 5.0
+#: Seconds a stopping server's close frame is given to leave before the server drops the
+#: connection (daphne cuts every connection once its applications have ended).
+STOP_FLUSH = 1.0
+FLUSH_POLL = 0.01
 
 
 class State(enum.Enum):
@@ -64,6 +70,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
     """Serve one socket: handshake, then frames, until it closes. See the module docstring."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        _serving.add(self)
+        _close_when_the_server_stops()
         self.scope = scope
         self.base_send = send
         self.link = find_link(send, scope)
@@ -82,8 +90,26 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             self.code = self.inbox.code
         except OverLimitError as exc:
             await self._close(exc.code)
+        except asyncio.CancelledError:
+            await self._close_for_stop()
+            raise
         finally:
             await self._finish()
+
+    async def _close_for_stop(self) -> None:
+        """The server is stopping: daphne cancels every application, then drops every
+        connection without a close frame (the client would see 1006 and guess). Close 1012
+        instead, as uvicorn does for its own sockets, so the client reconnects and reads again
+        at once; the frame is given ``STOP_FLUSH`` seconds to leave the server's buffer."""
+        if self.state is State.CLOSED:
+            return
+        await self._close(CloseCode.SERVICE_RESTART)
+        # The server's buffer says no more than its size: polled, a hundredth of a second apart.
+        await asyncio.sleep(0)
+        for _ in range(round(STOP_FLUSH / FLUSH_POLL)):
+            if self.link.buffer() == 0:
+                break
+            await asyncio.sleep(FLUSH_POLL)
 
     # Handshake ----------------------------------------------------------------------------
 
@@ -346,6 +372,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             self.unproven = None
 
     async def _finish(self) -> None:
+        _serving.discard(self)
         self.state = State.CLOSED
         self._proven()
         metrics.closed(self.code)
@@ -363,6 +390,31 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             user=self.user,
             code=self.code,
         )
+
+
+#: The consumers serving a socket in this process, closed 1012 when the server stops.
+_serving: weakref.WeakSet[RealtimeConsumer] = weakref.WeakSet()
+_stop_hooked = False
+
+
+def _close_when_the_server_stops() -> None:
+    """Under daphne, close every socket 1012 before the server stops (once per process).
+
+    daphne drops its connections as it stops, without a close frame (its own attempt to end
+    the applications first fails on daphne 4.2: ``KeyError: 'application_instance'``); the
+    clients would see 1006. uvicorn closes its sockets 1012 itself."""
+    global _stop_hooked
+    if not _stop_hooked:
+        _stop_hooked = daphne.before_stop(_close_all_for_stop)
+
+
+async def _close_all_for_stop() -> None:
+    consumers = list(_serving)
+    if consumers:
+        logger.info("realtime: the server is stopping: closing %d socket(s) 1012", len(consumers))
+    await asyncio.gather(
+        *(consumer._close_for_stop() for consumer in consumers), return_exceptions=True
+    )
 
 
 async def _ignore(frame: Frame) -> None:
