@@ -332,6 +332,9 @@ _auth: RealtimeAuth | None = None
 def get_auth() -> RealtimeAuth:
     """The service of ``REALTIME_AUTH``, built once (and again after a settings change)."""
     global _auth
+    built = _auth
+    if built is not None:  # asked for every announcement: no lock once built
+        return built
     with _lock:
         if _auth is None:
             _auth = import_string(conf.AUTH)()

@@ -94,11 +94,13 @@ def _as_text(part: Any) -> str:
     return str(value)
 
 
+#: ``json.dumps`` with these options would build an encoder at every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=jsonable)
+
+
 def encode(message: Any) -> bytes:
     """Encode compactly, non-ASCII kept as UTF-8."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False, default=jsonable).encode(
-        "utf-8"
-    )
+    return _ENCODER.encode(message).encode("utf-8")
 
 
 def normal_id(value: Any) -> Any:

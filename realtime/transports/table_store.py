@@ -258,10 +258,14 @@ class MessageStore:
         with self._serialized(), atomic, connection.cursor() as cursor:
             if several and vendor == "postgresql":
                 cursor.execute(f"SELECT {PG_PUBLISH_START}", [PUBLISH_LOCK_KEY])
+            hashes: dict[bytes, int] = {}  # a publish's messages share a few channels
             for chunk in chunked(messages, INSERT_CHUNK):
                 params: list[Any] = []
                 for channel, payload in chunk:
-                    params += [channel, payload, channel_hash(channel)]
+                    found = hashes.get(channel)
+                    if found is None:
+                        found = hashes[channel] = channel_hash(channel)
+                    params += [channel, payload, found]
                 if vendor == "postgresql" and not several:
                     rows = ", ".join(["(%s::bytea, %s::bytea, %s::bigint)"] * len(chunk))
                     cursor.execute(

@@ -139,6 +139,12 @@ def _addressed(
     """The messages of one event on ``channel``, sliced by ``only``, fitted to ``budget``."""
     if about is not None:
         base["about"] = about
+    elif only is None and not exclude:
+        # The common message (a scope's or every signed-in socket's, no account list): one,
+        # unless it must shrink to fit.
+        encoded = encode({**base, "mid": new_mid()})
+        if budget is None or len(encoded) <= budget:
+            return [(channel, encoded)]
     excluded = sorted_ids(exclude or ())
     slices: list[list[Any] | None] = [None] if only is None else list(_id_slices(only))
     out: list[tuple[str, bytes]] = []

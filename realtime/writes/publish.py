@@ -270,7 +270,10 @@ def _outside_messages(
 ) -> list[tuple[str, bytes]]:
     """The event again, to the outside recipients not served as shared readers."""
     outside = event.outside if event.outside is not None else outside_recipients(event)
-    outside = [account for account in sorted_ids(outside) if account not in set(shared)]
+    if not outside:
+        return []
+    served = set(shared)
+    outside = [account for account in sorted_ids(outside) if account not in served]
     if not outside:
         return []
     return users_messages(
