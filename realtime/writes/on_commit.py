@@ -1,10 +1,11 @@
 """Hold announcements until the write's transaction commits, then publish them in one call.
 
-Each announcement registers an ``on_commit`` callback of its own (``robust=True``, on the
-alias of the write), exactly as Django documents: it runs when the transaction commits, after
-the callbacks registered before it, and is discarded, never to run, when the savepoint or
-transaction it was made in rolls back. So what runs is exactly what committed. Publishing once
-per transaction — so that the events of one row can be coalesced — needs one thing more: the
+Each write's announcements (one, or a bulk write's many) register an ``on_commit`` callback
+of their own (``robust=True``, on the alias of the write), exactly as Django documents: it
+runs when the transaction commits, after the callbacks registered before it, and is
+discarded, never to run, when the savepoint or transaction it was made in rolls back. So what
+runs is exactly what committed. Publishing once per transaction — so that the events of one
+row can be coalesced — needs one thing more: the
 callback that runs must know whether another announcement's callback will still run after it,
 and then leave the publishing to the last one. Realtime holds its callbacks weakly: Django
 holds the only strong reference and drops it when it discards a callback (checked once per
@@ -72,14 +73,17 @@ class Row:
 
 
 class _Entry:
-    """One announcement: what Django runs is its ``_Callback``."""
+    """The announcements of one ``add()`` call: what Django runs is their ``_Callback``.
 
-    __slots__ = ("callback", "item", "ran", "row", "seq")
+    They were made in the same savepoint, so Django runs or discards their callback as one:
+    a ``bulk_create`` of 1,000 rows registers one callback, not 1,000."""
 
-    def __init__(self, item: Any, row: Row | None) -> None:
-        self.item = item
-        #: Its row of the outbox, when it has one.
-        self.row = row
+    __slots__ = ("callback", "items", "ran", "rows", "seq")
+
+    def __init__(self, items: list[Any], rows: list[Row | None]) -> None:
+        self.items = items
+        #: Their rows of the outbox (``None`` each where they have none).
+        self.rows = rows
         #: Registration order, across every connection of the process.
         self.seq = next(_sequence)
         self.ran = False
@@ -88,6 +92,12 @@ class _Entry:
     def pending(self) -> bool:
         """Whether Django still holds its callback and has not run it."""
         return not self.ran and self.callback is not None and self.callback() is not None
+
+    @property
+    def txn(self) -> str | None:
+        """The key of their outbox rows (one ``add()`` writes its rows with one key)."""
+        row = self.rows[0] if self.rows else None
+        return None if row is None else row.txn
 
 
 class _Callback:
@@ -142,20 +152,19 @@ class _Held:
         """Hold ``items`` (announcements of the transaction under way, in write order);
         outside a transaction, publish them at once, in one call."""
         if not in_transaction(self.connection):
-            _publish([_Entry(item, None) for item in items], self.using)
+            _publish([_Entry(list(items), [None] * len(items))], self.using)
             return
         if len(self.entries) >= self.compact_at:
             self.entries = [entry for entry in self.entries if entry.pending()]
             self.compact_at = max(COMPACT_AFTER, 2 * len(self.entries))
-        for item, row in zip(items, self._write(items), strict=True):
-            entry = _Entry(item, row)
-            callback = _Callback(self, entry)
-            entry.callback = weakref.ref(callback, self._released)
-            self.entries.append(entry)
-            try:
-                transaction.on_commit(callback, using=self.using, robust=True)
-            except TransactionManagementError:
-                callback()
+        entry = _Entry(list(items), self._write(items))
+        callback = _Callback(self, entry)
+        entry.callback = weakref.ref(callback, self._released)
+        self.entries.append(entry)
+        try:
+            transaction.on_commit(callback, using=self.using, robust=True)
+        except TransactionManagementError:
+            callback()
 
     def _write(self, items: Sequence[Any]) -> list[Row | None]:
         """Write ``items`` to the outbox in the open transaction, when the transport is
@@ -226,14 +235,15 @@ class _Held:
 def _publish(entries: Sequence[_Entry], using: str) -> None:
     """Publish what these announcements announce, one transaction's rows at a time (each
     with their key); then delete those rows of the outbox."""
-    for _, run in itertools.groupby(entries, lambda entry: entry.row and entry.row.txn):
+    for _, run in itertools.groupby(entries, lambda entry: entry.txn):
         _publish_rows(list(run), using)
 
 
 def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
-    rows = [entry.row for entry in entries if entry.row is not None]
+    items = [item for entry in entries for item in entry.items]
+    rows = [row for entry in entries for row in entry.rows if row is not None]
     if not rows:
-        publish([entry.item for entry in entries], using)
+        publish(items, using)
         return
 
     def relayed() -> None:
@@ -247,7 +257,7 @@ def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
             )
 
     publish(
-        [entry.item for entry in entries],
+        items,
         using,
         txn=relay_key(rows[0].txn, [row.seq for row in rows]),
         relayed=relayed,
