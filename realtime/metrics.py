@@ -194,7 +194,16 @@ def handshake(outcome: str) -> None:
 
 def closed(code: int | None) -> None:
     if (m := get()) is not None:
-        m.closes.labels(str(code) if code is not None else "none").inc()
+        m.closes.labels(close_label(code)).inc()
+
+
+def close_label(code: int | None) -> str:
+    """The ``code`` label of a close: a code RFC 6455 defines (1000-1015) as itself, ``none``
+    without one, and ``other`` for any other (3000-4999 are the peer's to choose: as labels
+    they would let clients grow the metric without bound)."""
+    if code is None:
+        return "none"
+    return str(code) if 1000 <= code <= 1015 else "other"
 
 
 def delivered(mid: Any, sockets: int) -> None:

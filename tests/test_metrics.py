@@ -218,3 +218,21 @@ def test_each_call_counts_in_its_own_metric() -> None:
     assert read("realtime_frames_sent_total") == before["sent"] + 6
     assert read("realtime_delivery_queue_depth") == 4
     assert read("realtime_sockets_open") == 9
+
+
+def test_a_close_code_a_client_chooses_is_counted_as_other() -> None:
+    from prometheus_client import REGISTRY
+
+    from realtime import metrics
+
+    def read(code: str) -> float:
+        return REGISTRY.get_sample_value("realtime_closes_total", {"code": code}) or 0.0
+
+    before = {code: read(code) for code in ("1008", "none", "other", "4321", "4999")}
+    for code in (1008, None, 4321, 4999, 999, 2000):
+        metrics.closed(code)
+    assert read("1008") == before["1008"] + 1
+    assert read("none") == before["none"] + 1
+    assert read("other") == before["other"] + 4
+    assert read("4321") == before["4321"] == 0
+    assert read("4999") == before["4999"] == 0
