@@ -180,6 +180,46 @@ async def test_a_connection_down_past_the_stall_bound_reports_its_channels_misse
     assert "closed 1012" in errors[0]
 
 
+async def test_subscriptions_refused_on_each_new_connection_are_reported_missed_within_the_bound(
+    redis_server: RedisServer,
+    make_redis_transport: MakeTransport,
+    inbox: Inbox,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The connection comes back each time, but the server refuses its subscriptions (here:
+    # the worker's Redis account lost its channels). It is not back until they are
+    # confirmed: the stall bound still closes the sockets owed.
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.acl_setuser("deaf", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                      commands=["+@all"])  # fmt: skip
+    try:
+        missed: list[frozenset[str]] = []
+        # The stall bound is the heartbeat interval plus its timeout: 0.3 s.
+        worker = make_redis_transport(
+            url=f"redis://deaf:pw@127.0.0.1:{redis_server.port}/0",
+            heartbeat_interval=0.1,
+            heartbeat_timeout=0.2,
+        )
+        worker.add_listener(inbox, missed=missed.append)
+        await worker.follow("d1")
+        await worker.follow("d2")
+        with caplog.at_level(logging.WARNING, logger="realtime"):
+            admin.acl_setuser("deaf", enabled=True, reset_channels=True)
+            admin.client_kill_filter(user="deaf")
+            await eventually(lambda: bool(missed))
+            assert missed[0] == frozenset(["d1", "d2"])
+            assert not [r for r in caplog.records if "is back" in r.getMessage()]
+            admin.acl_setuser("deaf", enabled=True, channels=["*"])
+            await eventually(lambda: any("is back" in r.getMessage() for r in caplog.records))
+            await publish(make_redis_transport(), ("d2", MARKER))
+            await inbox.wait_for("d2", MARKER)
+        errors = [r.getMessage() for r in realtime_records(caplog, logging.ERROR)]
+        assert any("Redis Pub/Sub connection is down for over 0.3 s" in e for e in errors)
+    finally:
+        admin.acl_deluser("deaf")
+        admin.close()
+
+
 async def test_stream_reads_failing_past_the_stall_bound_are_one_error_and_report_missed(
     make_redis_transport: MakeTransport,
     inbox: Inbox,

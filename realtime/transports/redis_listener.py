@@ -2,10 +2,11 @@
 read by one task.
 
 The task connects (redis-py's asyncio ``PubSub``, on a client of its own, without redis-py's
-silent reconnects: see ``redis_client``), ``SSUBSCRIBE``s every shard channel wanted, then
-reads. Each subscription confirmed is passed on (``on_subscribed``): the transport reads what
-the channel may have missed (a gap fill), so a subscription made again after a reconnect
-loses nothing. Subscriptions are sent as they are asked for (``subscribe`` returns once the
+silent reconnects: see ``redis_client``), ``SSUBSCRIBE``s every shard channel wanted (one
+command each: a Cluster refuses a command whose channels lie in two slots), then reads.
+Each subscription confirmed is passed on (``on_subscribed``): the transport reads what the
+channel may have missed (a gap fill), so a subscription made again after a reconnect loses
+nothing. Subscriptions are sent as they are asked for (``subscribe`` returns once the
 server confirmed it), beside the reads: Pub/Sub replies come in order on the connection.
 
 Idle flows die quietly behind NAT and overlay networks: a ``PING`` every heartbeat interval
@@ -18,7 +19,9 @@ connection that still cannot come back while Redis answers other clients is an E
 a connection down for longer than ``stall_bound`` is an ERROR too, and every channel wanted
 is reported (``on_stalled``) so that its sockets are closed 1012 and read again, rather than
 wait for a connection that may not come (again after each further bound); its return is a
-WARNING saying how long it was gone. The attempts between are DEBUG.
+WARNING saying how long it was gone, said once the server confirmed every channel wanted
+(a connection whose subscriptions are refused is not back: its stall bound still runs). The
+attempts between are DEBUG.
 
 On a Redis Cluster (``redis_cluster_listener``) each connection serves one node, and the
 node may stop serving a channel's slot: it fails over, or the slot migrates. A connection
@@ -158,14 +161,11 @@ class RedisListener:
                 self._connection = connection
                 self.subscribed = set()
                 self.connected.set()
-                wanted = sorted(self.wanted)
-                if wanted:
-                    await self._send(connection, "ssubscribe", *wanted)
+                # One command per channel: on a Cluster, one SSUBSCRIBE naming channels of
+                # two slots is refused whole (CROSSSLOT).
+                for name in sorted(self.wanted):
+                    await self._send(connection, "ssubscribe", name)
                 self.connections += 1
-                if self.outage.since is not None:
-                    metrics.listen_reconnected()
-                self.outage.recovered()
-                self._stalled_at = None
                 await self._serve(connection)
             except (RedisError, OSError, TimeoutError) as exc:
                 self.connected.clear()
@@ -248,6 +248,8 @@ class RedisListener:
         pinged: float | None = None
         while True:
             now = self.beat = time.monotonic()
+            if self.outage.down:
+                self._back_when_confirmed()
             if pinged is not None and now - pinged > options.heartbeat_timeout:
                 raise TimeoutError("Redis did not answer a PING within the heartbeat timeout")
             if pinged is None and now >= next_ping:
@@ -255,6 +257,8 @@ class RedisListener:
                 self.pings += 1
                 pinged = now
             deadline = pinged + options.heartbeat_timeout if pinged is not None else next_ping
+            if self.outage.down:  # look again at the confirmations and at the stall bound
+                deadline = min(deadline, now + options.stall_bound / 4)
             try:
                 message = await connection.pubsub.get_message(
                     timeout=max(deadline - time.monotonic(), 0.0)
@@ -283,6 +287,17 @@ class RedisListener:
                         self.on_displaced()
                     else:
                         await self._send(connection, "ssubscribe", name)
+
+    def _back_when_confirmed(self) -> None:
+        """The connection is back once the server confirmed every channel wanted, not when
+        it connects: a subscription refused on each new connection (say, a Redis error)
+        keeps the outage open, so its stall bound still closes the sockets owed."""
+        if not self.wanted <= self.subscribed:
+            self._check_stall()
+            return
+        metrics.listen_reconnected()
+        self.outage.recovered()
+        self._stalled_at = None
 
     def _confirmed(self, name: str) -> None:
         if name not in self.wanted:
