@@ -346,6 +346,26 @@ async def test_a_connection_that_cannot_come_back_while_redis_answers_others_is_
     assert "attempt 2" in error
 
 
+async def test_a_listener_in_a_long_backoff_comes_back_as_soon_as_redis_answers_again(
+    redis_proxy: Proxy, make_redis_transport: MakeTransport, inbox: Inbox
+) -> None:
+    worker = make_redis_transport(url=through(redis_proxy), backoff_start=0.2, backoff_max=60.0)
+    worker.add_listener(inbox)
+    await worker.follow("b")
+    listener = worker.listener
+    assert isinstance(listener, RedisListener)
+    await redis_proxy.close()
+    # The fifth failed attempt waits 3.2 s before the sixth; a look 0.2 s in finds Redis
+    # silent.
+    await eventually(lambda: listener.outage.attempts >= 5)
+    await asyncio.sleep(0.5)
+    await redis_proxy.open()
+    await eventually(lambda: not listener.outage.down)
+    assert listener.prompt_retries == 1
+    await publish(make_redis_transport(), ("b", MARKER))
+    await inbox.wait_for("b", MARKER)
+
+
 async def test_a_follow_taken_back_while_redis_is_unreachable_returns(
     redis_proxy: Proxy, make_redis_transport: MakeTransport, inbox: Inbox
 ) -> None:

@@ -12,7 +12,9 @@ server confirmed it), beside the reads: Pub/Sub replies come in order on the con
 Idle flows die quietly behind NAT and overlay networks: a ``PING`` every heartbeat interval
 keeps the flow warm, and a connection whose answer does not come within the heartbeat
 timeout is given up (half-open: nothing errors, nothing answers). A lost connection is opened
-again with exponential backoff and every channel subscribed again.
+again with exponential backoff and every channel subscribed again; while it waits, the
+listener asks Redis every ``backoff_start`` seconds whether it answers, and once it does
+after it did not, the next attempt goes at once.
 
 Logs follow the divergence, one line per change (see ``outage``): a loss is a WARNING; a
 connection that still cannot come back while Redis answers other clients is an ERROR (once);
@@ -114,6 +116,10 @@ class RedisListener:
         self._sending = asyncio.Lock()
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._stalled_at: float | None = None
+        #: A look during a pause found Redis silent (it may come back before the backoff).
+        self._silent = False
+        #: Attempts made at once because Redis came back within a backoff.
+        self.prompt_retries = 0
 
     async def subscribe(self, name: str) -> None:
         """``SSUBSCRIBE name``; return once the server confirmed it on a live connection."""
@@ -166,6 +172,7 @@ class RedisListener:
                 for name in sorted(self.wanted):
                     await self._send(connection, "ssubscribe", name)
                 self.connections += 1
+                self._silent = False
                 await self._serve(connection)
             except (RedisError, OSError, TimeoutError) as exc:
                 self.connected.clear()
@@ -188,12 +195,23 @@ class RedisListener:
 
     async def _pause(self, delay: float) -> None:
         """Wait ``delay`` seconds, reporting the channels wanted whenever the connection has
-        been down for longer than the stall bound (once per bound)."""
+        been down for longer than the stall bound (once per bound); or less, once Redis
+        answers again after a look (in this pause or an earlier one) found it silent: the
+        backoff spares a server that is down, not one that is back."""
+        step = min(self.options.backoff_start, self.options.stall_bound / 4)
         deadline = time.monotonic() + delay
         while (left := deadline - time.monotonic()) > 0:
             self.beat = time.monotonic()
             self._check_stall()
-            await asyncio.sleep(min(left, self.options.stall_bound / 4))
+            await asyncio.sleep(min(left, step))
+            if time.monotonic() >= deadline:
+                break
+            if not await self.redis_answers():
+                self._silent = True
+            elif self._silent:
+                self._silent = False
+                self.prompt_retries += 1
+                break
         self._check_stall()
 
     def _check_stall(self) -> None:
