@@ -179,7 +179,27 @@ def test_in_autocommit_there_is_no_transaction_to_join_and_the_write_is_publishe
         Company.objects.create(workspace=workspace, name="at once")
     assert not [q for q in queries.captured_queries if "realtime_outbox" in q["sql"]]
     assert names() == [("company.created", "at once")]
-    assert DurableTableTransport.keys == [None]
+    # With a key all the same: if the publish had failed, its rows would carry it.
+    (key,) = DurableTableTransport.keys
+    assert key is not None
+
+
+@pytest.mark.usefixtures("durable_transport")
+def test_a_failed_publish_in_autocommit_is_kept_in_the_outbox_and_relayed_with_its_key(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    forget_messages()
+    with TableAway(), caplog.at_level(logging.WARNING, "realtime"):
+        Company.objects.create(workspace=workspace, name="kept")
+        assert len(outbox()) == 1
+    assert "1 announcement(s) of a committed write were kept in realtime_outbox" in caplog.text
+    assert names() == []
+    assert Sweeper(grace=0.0).sweep() == 1
+    assert outbox() == []
+    assert names() == [("company.created", "kept")]
+    writer, sweeper = DurableTableTransport.keys
+    assert writer == sweeper
+    assert writer is not None
 
 
 def test_a_transport_that_is_not_durable_never_touches_the_outbox(

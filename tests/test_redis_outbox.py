@@ -142,3 +142,29 @@ def test_a_write_on_another_database_keeps_its_outbox_there_and_is_relayed_from_
     assert Sweeper(grace=0.0).sweep() == 1
     assert outbox_rows("other") == 0
     assert titles() == ["late"]  # a new server: its streams begin again
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_write_in_autocommit_whose_publish_fails_is_kept_and_relayed_when_redis_is_back(
+    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+) -> None:
+    live_servers.stop_all()  # a worker left by another test would sweep these rows first
+    settings.REALTIME_TRANSPORT = "redis"
+    settings.REALTIME_REDIS_URL = redis_server.url
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+
+    def titles() -> list[str]:
+        entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
+        return [json.loads(fields[b"p"])["data"]["title"] for _, fields in entries]
+
+    redis_server.stop()  # no transaction to write a row in: the failed publish writes it
+    try:
+        Ticket.objects.create(workspace=acme, title="kept")
+        assert outbox_rows("default") == 1
+    finally:
+        redis_server.start()
+    Ticket.objects.create(workspace=acme, title="direct")  # published at once, no row
+    assert outbox_rows("default") == 1
+    assert Sweeper(grace=0.0).sweep() == 1
+    assert outbox_rows("default") == 0
+    assert sorted(titles()) == ["direct", "kept"]

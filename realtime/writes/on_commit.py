@@ -30,8 +30,9 @@ publishes as ever, handing the transport the key of the rows published, then del
 when publishing fails, or the process dies before it could, the rows stay, and a worker's
 sweeper relays them (``realtime.writes.relay``). Outside an atomic block (a plain ``save()``
 in autocommit: Django committed before ``post_save``) there is no transaction to join: the
-announcement is published at once, as ever, with no row; a crash in that one statement's
-window loses it. ``ATOMIC_REQUESTS`` or an atomic block closes it.
+announcement is published at once, with no row but with a key; if that publish fails, it is
+written to the outbox then, under that key, for a sweeper to relay. A crash in that one
+statement's window loses it. ``ATOMIC_REQUESTS`` or an atomic block closes it.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class _Held:
         """Hold ``items`` (announcements of the transaction under way, in write order);
         outside a transaction, publish them at once, in one call."""
         if not in_transaction(self.connection):
-            _publish([_Entry(list(items), [None] * len(items))], self.using)
+            _publish_committed(list(items), self.using)
             return
         if len(self.entries) >= self.compact_at:
             self.entries = [entry for entry in self.entries if entry.pending()]
@@ -261,6 +262,45 @@ def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
         using,
         txn=relay_key(rows[0].txn, [row.seq for row in rows]),
         relayed=relayed,
+    )
+
+
+def _publish_committed(items: list[Any], using: str) -> None:
+    """Publish the announcements of a write that committed by itself (autocommit: there was
+    no transaction to write an outbox row in). On a durable transport they carry a key, and
+    if the publish fails they are written to the outbox then, under that key: a sweeper
+    relays them, and drops a relay of what had reached the transport after all."""
+    if not get_transport().durable or not outbox.holds_outbox(using):
+        publish(items, using)
+        return
+    txn = secrets.token_hex(16)
+    seqs = list(range(len(items)))
+    publish(
+        items,
+        using,
+        txn=relay_key(txn, seqs),
+        unsent=lambda: _keep_unsent(using, txn, list(zip(seqs, items, strict=True))),
+    )
+
+
+def _keep_unsent(using: str, txn: str, items: list[tuple[int, Any]]) -> None:
+    """Write announcements whose publish failed to the outbox, in a transaction of their
+    own; never raise."""
+    try:
+        rows = [(seq, outbox_form.dump(item)) for seq, item in items]
+        with transaction.atomic(using=using):
+            outbox.insert(using, txn, rows)
+    except Exception:
+        logger.exception(
+            "realtime: %d announcement(s) of a committed write could not be kept in "
+            "realtime_outbox after their publish failed: they are lost",
+            len(items),
+        )
+        return
+    logger.warning(
+        "realtime: %d announcement(s) of a committed write were kept in realtime_outbox "
+        "after their publish failed: a worker relays them",
+        len(items),
     )
 
 

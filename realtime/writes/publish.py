@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 #: Called once the messages of the announcements were published (the outbox deletes their
 #: rows then); not called when publishing failed.
 Relayed = Callable[[], None]
+#: Called when the transport failed to take the messages (an autocommit write's
+#: announcements are then kept in the outbox).
+Unsent = Callable[[], None]
 
 
 def publish(
@@ -48,20 +51,24 @@ def publish(
     *,
     txn: str | None = None,
     relayed: Relayed | None = None,
+    unsent: Unsent | None = None,
 ) -> None:
     """Publish committed announcements of writes on ``using`` in one transport call, in write
     order; never raise. ``txn`` keys the outbox rows they came from (the transport may drop a
-    relay it has seen); ``relayed`` runs once the transport took the messages."""
+    relay it has seen); ``relayed`` runs once the transport took the messages, ``unsent``
+    if it did not."""
     items = list(items)
     try:
         transport = get_transport()
         messages = build(items, transport.max_message_bytes)
         if messages:
-            _send(transport, messages, using, txn, relayed)
+            _send(transport, messages, using, txn, relayed, unsent)
         elif relayed is not None:
             relayed()
     except Exception:
         logger.exception("realtime: publishing %d announcement(s) failed", len(items))
+        if unsent is not None:
+            unsent()
 
 
 def build(items: Iterable[Event | Announcement], budget: int | None) -> list[tuple[str, bytes]]:
@@ -102,6 +109,7 @@ def _send(
     using: str,
     txn: str | None,
     relayed: Relayed | None,
+    unsent: Unsent | None,
 ) -> None:
     """``transport.publish(messages)``, never inside a transaction realtime did not open.
 
@@ -129,7 +137,7 @@ def _send(
         if relayed is not None:
             relayed()
     else:
-        _aside().submit(_publish_aside, transport, messages, txn, relayed)
+        _aside().submit(_publish_aside, transport, messages, txn, relayed, unsent)
 
 
 def _publish_aside(
@@ -137,6 +145,7 @@ def _publish_aside(
     messages: list[tuple[str, bytes]],
     txn: str | None,
     relayed: Relayed | None,
+    unsent: Unsent | None,
 ) -> None:
     """Publish on realtime's thread; a database still locked by the application's open
     transaction (SQLite) is waited for, within ``ASIDE_WAIT`` seconds."""
@@ -155,6 +164,8 @@ def _publish_aside(
             relayed()
     except Exception:
         logger.exception("realtime: publishing %d message(s) failed", len(messages))
+        if unsent is not None:
+            unsent()
     finally:
         close_old_connections()
         with _aside_lock:
