@@ -20,6 +20,10 @@ FRAME_WINDOW: Final = 10.0
 #: starts afresh instead). The Redis transport's streams keep ``REALTIME_RESUME_MAX_FRAMES``
 #: times this many.
 RESUME_SCAN_PER_FRAME: Final = 50
+#: Messages one publish hands the log or Redis at a time: a transaction that announces
+#: 100,000 rows holds the log's publish lock (table, pg_notify) or runs a Lua call on Redis
+#: (which blocks every client of that server) for one chunk at a time, not for all of them.
+PUBLISH_CHUNK: Final = 500
 #: Rows of the outbox one sweep reads to find the transactions whose writers did not relay
 #: them (the oldest first).
 OUTBOX_ROWS_PER_SWEEP: Final = 1000

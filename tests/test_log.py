@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
+from realtime import limits
 from realtime.transports.table import TableTransport
 from tests.helpers import WAIT, Inbox, off_loop, only_on, start_worker
 
@@ -118,3 +119,30 @@ async def test_delivered_messages_carry_their_position(
     await inbox.wait_for("where", b"y")
     stored = await off_loop(ids_and_payloads, b"where")
     assert inbox.positions == [i for i, _ in stored]
+
+
+def count_of(channel: bytes) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM firm_channel_messages WHERE channel = %s", [channel])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_large_publish_holds_the_lock_and_commits_one_chunk_at_a_time(
+    make_table_transport: MakeTransport,
+) -> None:
+    # Another publisher waits for one chunk at most, not for a whole large transaction.
+    transport = make_table_transport()
+    total = 40 * limits.PUBLISH_CHUNK
+    messages = [("big", str(n).encode()) for n in range(total)]
+    publishing = asyncio.ensure_future(off_loop(transport.publish, messages))
+    seen = set()
+    async with asyncio.timeout(WAIT):
+        while not publishing.done():
+            seen.add(await off_loop(count_of, b"big"))
+    await publishing
+    assert any(0 < n < total for n in seen), seen
+    # Each chunk is a transaction of its own: visible whole, never in part.
+    assert all(n % limits.PUBLISH_CHUNK == 0 for n in seen), seen
+    rows = await off_loop(ids_and_payloads, b"big")
+    assert [payload for _, payload in rows] == [payload for _, payload in messages]

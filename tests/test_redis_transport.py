@@ -442,3 +442,37 @@ def test_the_base_channel_is_kept_by_time_only_the_scopes_also_by_count(
     # all of them (the resume's scan budget leaves them out too).
     assert len(redis_server.entries(redis_keys.stream_key(base))) == 1000
     assert len(redis_server.entries(redis_keys.stream_key(scope))) < 1000
+
+
+async def test_a_publish_of_100000_messages_never_blocks_redis_for_100_ms(
+    make_redis_transport: MakeTransport, redis_server: RedisServer
+) -> None:
+    # A Lua call blocks every client of the server while it runs: the publish goes in
+    # chunks, each call short. Redis's own slow log times each command on the server (the
+    # client's view would time this test's threads on a busy machine too).
+    import redis
+
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.config_set("slowlog-log-slower-than", 20_000)  # microseconds
+    admin.config_set("slowlog-max-len", 1024)
+    admin.slowlog_reset()
+    try:
+        publisher = make_redis_transport()
+        channels = [f"big{n}" for n in range(10)]
+        messages = [(channels[n % 10], b'{"n": %d}' % n) for n in range(100_000)]
+        await off_loop(publisher.publish, messages, txn="t-big")
+        slow = admin.slowlog_get(1024)
+        longest = max((int(entry["duration"]) for entry in slow), default=0)
+        assert longest < 100_000, [(e["duration"], e["command"][:40]) for e in slow[:5]]
+        bounds = await off_loop(publisher.stream_bounds, channels)
+        assert bounds is not None
+        assert {b.last for b in bounds.values()} == {10_000}
+        # Relayed again whole (a sweeper's relay of the same rows): every chunk is dropped.
+        await off_loop(publisher.publish, messages, txn="t-big")
+        again = await off_loop(publisher.stream_bounds, channels)
+        assert again is not None
+        assert {b.last for b in again.values()} == {10_000}
+    finally:
+        admin.config_set("slowlog-log-slower-than", 10_000)
+        admin.config_set("slowlog-max-len", 128)
+        admin.close()

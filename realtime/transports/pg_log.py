@@ -1,6 +1,8 @@
 """The pg_notify transport's log: rows in ``firm_channel_messages`` beside each NOTIFY.
 
-With ``REALTIME_PG_NOTIFY_LOG`` (the default) a publish is one statement: it takes the
+With ``REALTIME_PG_NOTIFY_LOG`` (the default) a publish is one statement (per chunk of
+``PUBLISH_CHUNK`` messages, each its own transaction: a large one holds the lock for a
+chunk at a time): it takes the
 publish lock (so ids grow in commit order, as on the table transport), turns off the wait for
 the WAL flush for this transaction only (the user's write is already durable; the log is a
 buffer), inserts the messages, and NOTIFYs each with ``<id>:<message>``, or only ``<id>``

@@ -183,7 +183,9 @@ class PgNotifyTransport(Transport):
             if not named:
                 return
             try:
-                publish_logged(connections[self.using], named, limits.PG_NOTIFY_BUDGET)
+                # A chunk per statement: the log's publish lock is held for one at a time.
+                for part in chunked(named, limits.PUBLISH_CHUNK):
+                    publish_logged(connections[self.using], part, limits.PG_NOTIFY_BUDGET)
             except DatabaseError as exc:
                 raise PublishError(f"could not publish {len(named)} message(s)") from exc
             self.trimmer.published(len(named))

@@ -1,11 +1,14 @@
 """The Redis transport: a stream per channel for history, sharded Pub/Sub for the live path.
 
 Each transport channel is a stream of its own (see ``redis_keys``), ordered by Redis: a
-publish is one ``RELAY`` script call (``redis_scripts``) that gives every message the next
-dense offset of its stream, appends it and sends it live, atomically; there is no global
-lock. A position is ``StreamPos(channel, epoch, offset)``; the epoch changes when a stream
-lost history (a server restarted or failed over: Redis replicates asynchronously; a flush; an
-expiry), so that nothing is ever skipped silently.
+publish is one ``RELAY`` script call (``redis_scripts``) per chunk of ``PUBLISH_CHUNK``
+messages that gives every message the next dense offset of its stream, appends it and sends
+it live, atomically; there is no global lock. A Lua call blocks the whole server while it
+runs, so a large publish is not one call: its chunks go one round after the other, each a
+few milliseconds, and other publishes may land between them. A position is
+``StreamPos(channel, epoch, offset)``; the epoch changes when a stream lost history (a server
+restarted or failed over: Redis replicates asynchronously; a flush; an expiry), so that
+nothing is ever skipped silently.
 
 A worker holds one Pub/Sub connection (``redis_listener``), ``SSUBSCRIBE``d to the shard
 channel of each channel it follows; on a Redis Cluster, one per node serving a channel it
@@ -23,16 +26,17 @@ after twice the window or an hour, whichever is longer, refreshed meanwhile by t
 that follow it. ``stream_bounds`` and ``read_streams`` answer the resumes from them.
 
 ``publish`` may be given a transaction key (``txn``): a stream that already holds a relay of
-that key drops the second one (an outbox's relay that is retried).
+that key drops the second one (an outbox's relay that is retried); the chunks after the
+first carry keys derived from it (``chunk_key``).
 
 On a Redis Cluster, every key of one channel shares its hash tag, so one slot: a publish runs
-the script once per slot its channels fall in, pipelined (one round trip per node). Each
-call is atomic, and each stream is in one call, so every stream still gets its messages in
-publish order; across slots a publish is not atomic: a failure may leave some slots relayed
-and others not (``PublishError`` is raised). Relaying it again with the same ``txn`` is
-harmless: the slots that had it drop it. Messages of one publish on different slots reach a
-worker over different connections, so their order across streams is not kept (within each
-stream it is).
+the script once per slot its channels fall in (and chunk), pipelined (one round trip per
+node). Each call is atomic, and a stream's calls run in order, so every stream still gets
+its messages in publish order; across slots and chunks a publish is not atomic: a failure
+may leave some relayed and others not (``PublishError`` is raised). Relaying it again with
+the same ``txn`` is harmless: the chunks that landed drop it. Messages of one publish on
+different slots reach a worker over different connections, so their order across streams is
+not kept (within each stream it is).
 """
 
 from __future__ import annotations
@@ -54,12 +58,13 @@ import redis.cluster
 from django.core.exceptions import ImproperlyConfigured
 
 from realtime import limits, metrics
+from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.exceptions import PublishError, TransportError
 from realtime.messages import base_channel
 from realtime.positions import StreamPos, Vector
 from realtime.transports.base import StreamBounds, StreamEntry, Transport, or_setting
-from realtime.transports.redis_calls import call_each
+from realtime.transports.redis_calls import Call, call_each
 from realtime.transports.redis_check import check_server
 from realtime.transports.redis_client import (
     LISTENER_NAME,
@@ -100,6 +105,15 @@ RANDOM_KEY: Final = "~"
 REMEMBER_RANDOM_MS: Final = 10_000
 #: Seconds a stream's meta (its epoch) lives without a write, at least.
 META_TTL_MIN: Final = 3600.0
+
+
+def chunk_key(txn: str | None, index: int) -> str | None:
+    """The key of a publish's ``index``-th chunk: the publish's own for the first (a publish
+    of one chunk keeps its key), one of its own for each next (a stream that took chunk 0
+    still takes chunk 1). ``None`` stays ``None`` (each chunk gets a random key)."""
+    if txn is None or index == 0:
+        return txn
+    return f"{txn}+{index}"
 
 
 def new_epoch() -> str:
@@ -185,8 +199,14 @@ class RedisTransport(Transport):
     # Publishing ---------------------------------------------------------------------------
 
     def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
-        """Publish in one script call (atomic), on a Cluster one per slot; with ``txn``, a
-        stream that already holds a relay of that transaction drops this one."""
+        """Publish in one script call (atomic) per chunk of ``PUBLISH_CHUNK`` messages, on
+        a Cluster per slot; with ``txn``, a stream that already holds a relay of that
+        transaction's chunk drops this one.
+
+        A Lua call blocks every client of its server while it runs (about 20 µs per
+        message): chunks keep that short for a transaction of 100,000 messages. The chunks
+        of one round (the first of each slot, then the second, ...) go in one round trip;
+        the next round is sent once they are done, so other clients are served between."""
         for channel, _ in messages:
             encode_channel(channel)  # the same 1,024-byte limit as the other transports
         if not messages:
@@ -197,10 +217,15 @@ class RedisTransport(Transport):
             slot = client.keyslot(stream_key(channel)) if self.cluster_nodes else 0
             slots.setdefault(slot, []).append((channel, payload))
         epoch = new_epoch()
-        calls = [self._relay_call(part, epoch, txn) for part in slots.values()]
+        rounds: list[list[Call]] = []
+        for part in slots.values():
+            for index, chunk in enumerate(chunked(part, limits.PUBLISH_CHUNK)):
+                if index == len(rounds):
+                    rounds.append([])
+                rounds[index].append(self._relay_call(chunk, epoch, chunk_key(txn, index)))
         started = time.monotonic()
         try:
-            results = call_each(client, relay, calls)
+            results = [reply for calls in rounds for reply in call_each(client, relay, calls)]
         except redis.RedisError as exc:
             raise PublishError(f"could not publish {len(messages)} message(s) to Redis") from exc
         # Per stream: {number, epoch, top offset, 1 if it held this relay already}.
@@ -208,8 +233,8 @@ class RedisTransport(Transport):
         metrics.redis_published(time.monotonic() - started, dropped)
 
     def _relay_call(
-        self, messages: list[tuple[str, bytes]], epoch: str, txn: str | None
-    ) -> tuple[list[str], list[Any]]:
+        self, messages: Sequence[tuple[str, bytes]], epoch: str, txn: str | None
+    ) -> Call:
         """``RELAY``'s keys and arguments for ``messages`` (their streams in one slot)."""
         numbers: dict[str, int] = {}
         pairs: list[Any] = []

@@ -14,7 +14,7 @@ import functools
 import hashlib
 import logging
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -22,6 +22,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
+from realtime import limits
 from realtime.chunks import chunked
 from realtime.compat.django import driver_connection, driver_errors
 from realtime.exceptions import ChannelTooLongError, PublishError, TransportError
@@ -32,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 TABLE: Final = "firm_channel_messages"
 MAX_CHANNEL_BYTES: Final = 1024
-# Rows per INSERT statement: 4 parameters each stays far below every database's cap.
-INSERT_CHUNK: Final = 500
+# Ids per statement that reads rows by id.
+READ_CHUNK: Final = 500
 
 
 def channel_hash(channel: bytes) -> int:
@@ -237,36 +238,35 @@ class MessageStore:
         return connections[self.using]
 
     def insert(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
-        """Insert ``(channel, payload)`` rows, in order, in one transaction of their own.
+        """Insert ``(channel, payload)`` rows, in order, a chunk (``PUBLISH_CHUNK``) at a
+        time, each chunk one statement in a transaction of its own.
 
         Publishers serialize: each holds a lock from before its INSERT until its COMMIT
         (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself, see
         ``PG_PUBLISH_START``; MySQL: a named lock around it, and no insert without it, see
         ``_serialized``; SQLite has one writer at a time anyway). So a row becomes visible
         only after every row with a lower id: the id is a position in the log, and every id
-        below the highest one visible has committed or never will.
+        below the highest one visible has committed or never will. The lock is held for one
+        chunk, not for a whole publish: another publisher waits for 500 rows at most, not
+        for the 100,000 of a large transaction (whose rows may so interleave with theirs:
+        each row is a message of its own).
 
-        Raises ``PublishError`` when MySQL's lock was not granted (nothing was inserted).
+        Raises ``PublishError`` when MySQL's lock was not granted (nothing more was
+        inserted; the chunks before were).
         """
         connection = self.connection
         now = db_now(connection)
         vendor = connection.vendor
-        # One statement is atomic by itself: only several need a transaction around them
-        # (and BEGIN/COMMIT would cost two more round trips on every publish).
-        several = len(messages) > INSERT_CHUNK
-        atomic = transaction.atomic(using=self.using) if several else nullcontext()
-        with self._serialized(), atomic, connection.cursor() as cursor:
-            if several and vendor == "postgresql":
-                cursor.execute(f"SELECT {PG_PUBLISH_START}", [PUBLISH_LOCK_KEY])
-            hashes: dict[bytes, int] = {}  # a publish's messages share a few channels
-            for chunk in chunked(messages, INSERT_CHUNK):
-                params: list[Any] = []
-                for channel, payload in chunk:
-                    found = hashes.get(channel)
-                    if found is None:
-                        found = hashes[channel] = channel_hash(channel)
-                    params += [channel, payload, found]
-                if vendor == "postgresql" and not several:
+        hashes: dict[bytes, int] = {}  # a publish's messages share a few channels
+        for chunk in chunked(messages, limits.PUBLISH_CHUNK):
+            params: list[Any] = []
+            for channel, payload in chunk:
+                found = hashes.get(channel)
+                if found is None:
+                    found = hashes[channel] = channel_hash(channel)
+                params += [channel, payload, found]
+            with self._serialized(), connection.cursor() as cursor:
+                if vendor == "postgresql":
                     rows = ", ".join(["(%s::bytea, %s::bytea, %s::bigint)"] * len(chunk))
                     cursor.execute(
                         f"INSERT INTO {TABLE} (channel, payload, channel_hash, created_at) "
@@ -451,7 +451,7 @@ class MessageStore:
             return Poll([], settled)
         with connection.cursor() as cursor:
             rows: list[Row] = []
-            for chunk in chunked(fresh, INSERT_CHUNK):
+            for chunk in chunked(fresh, READ_CHUNK):
                 cursor.execute(
                     f"SELECT id, channel, payload FROM {TABLE} WHERE id IN "
                     f"({', '.join(['%s'] * len(chunk))}) ORDER BY id",
