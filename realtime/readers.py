@@ -5,9 +5,13 @@ readers of its root, to its scope's outside recipients, or an enter frame of a v
 the accounts the write side decides after commit. A socket that resumes is replayed such an
 event only if its account would still be among them if the event were published now
 (``readers_now``): an account removed from a thread while away is not replayed the thread's
-messages. Which row an event is about is read from the event itself (``row_of``): every
-model event's data names its model and id. Deletes go to those who had the row, as
-published. Both sides ask the same hooks here, so the rule is written once.
+messages. Which row an event is about is read from the event itself (``row_of``): a model's
+account event is marked so (``row``: an application's own event that looks like one is
+replayed as sent), and its data names its model and id. A delete goes to those who had the
+row when it was deleted, as published — the row is gone, so who may read it now cannot be
+asked — but replayed with the model and id alone (``replayed_data``), as a view's leave
+frame is: an account that lost the row's path since is told the row is gone, not what it
+held. Both sides ask the same hooks here, so the rule is written once.
 """
 
 from __future__ import annotations
@@ -26,18 +30,31 @@ from realtime.registry import ModelOptions, options_named
 logger = logging.getLogger(__name__)
 
 
-def row_of(event_type: Any, data: Any) -> tuple[ModelOptions, Any] | None:
-    """The decorated model and the key of the row an account event tells of a change to
-    (``<model>.created`` or ``<model>.updated`` with the row's ``model`` and ``id`` in its
-    data, as every model event's data has them); ``None`` for any other event — a delete,
-    which goes to those who had the row, or an application's own event."""
-    if not isinstance(data, dict) or not isinstance(event_type, str):
+def row_of(message: dict[str, Any]) -> tuple[ModelOptions, Any] | None:
+    """The decorated model and the key of the row an account message tells of a change to
+    (a model's ``<model>.created`` or ``<model>.updated``, whose data names the row's
+    ``model`` and ``id``); ``None`` for any other — a delete, which goes to those who had
+    the row, or an application's own event."""
+    data, event_type = message.get("data"), message.get("event_type")
+    if message.get("row") is not True or not isinstance(data, dict):
         return None
     name = data.get("model")
     if event_type not in (f"{name}.created", f"{name}.updated") or "id" not in data:
         return None
     options = options_named(str(name))
     return None if options is None else (options, data["id"])
+
+
+def replayed_data(message: dict[str, Any]) -> Any:
+    """The data a replayed account message carries: a model's delete, its model and id
+    alone (see the module docstring); any other, its data as published."""
+    data, event_type = message.get("data"), message.get("event_type")
+    if message.get("row") is not True or not isinstance(data, dict):
+        return data
+    name = data.get("model")
+    if event_type != f"{name}.deleted" or "id" not in data:
+        return data
+    return {"model": name, "id": data["id"]}
 
 
 def readers_now(

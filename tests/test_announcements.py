@@ -403,6 +403,7 @@ class TestDeletes:
                 "data": {"model": "message", "id": message.pk, "text": "hello"},
                 "channels": ["message", f"message:{message.pk}"],
                 "meta": {},
+                "row": True,  # a model's event: a resume re-decides it
                 "user_ids": sorted([ann.pk, bob.pk]),
             }
         ]
@@ -533,6 +534,7 @@ class TestAccountEvents:
                 "data": {"model": "notification", "id": note.pk, "text": "hi"},
                 "channels": ["notification", f"notification:{note.pk}"],
                 "meta": {},
+                "row": True,  # a model's event: a resume re-decides it
                 "user_ids": [ann.pk],
             }
         ]
@@ -629,6 +631,7 @@ class TestGuardedAndShared:
             "data": {"model": "task", "id": task.pk, "title": "do it"},
             "channels": ["task", f"task:{task.pk}"],
             "meta": {},
+            "row": True,  # a model's event: a resume re-decides it
             "user_ids": [guest.pk],
         }
         assert member.pk != both.pk
@@ -848,6 +851,7 @@ class TestAudienceHooks:
             "channels": contact_channels(contact),
             "meta": {},
             "skip_scope": workspace.pk,
+            "row": True,  # a model's event: a resume re-decides it
             "user_ids": [AUDITOR_ID, AUDITOR_ID + 1],
         }
 

@@ -53,7 +53,7 @@ from realtime.encoding import id_order
 from realtime.logs import describe
 from realtime.messages import base_channel, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector
-from realtime.readers import readers_now, row_of
+from realtime.readers import readers_now, replayed_data, row_of
 from realtime.sockets import protocol
 from realtime.sockets.connection import Held, Socket
 from realtime.sockets.cursors import cursor_for
@@ -369,7 +369,8 @@ class Dispatcher:
         if among is not None:
             wanted = set(user_ids)
             targets = {s for s in among if s.user_id in wanted}
-            about = row_of(event_type, data)
+            data = replayed_data(message)
+            about = row_of(message)
             if targets and about is not None:
                 # Replayed: only to the accounts that may still read the row now.
                 asked = sorted({s.user_id for s in targets}, key=id_order)

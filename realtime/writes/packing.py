@@ -163,8 +163,12 @@ def users_messages(
     meta: dict[str, Any],
     skip_scope: Any = None,
     budget: int | None,
+    row: bool = False,
 ) -> list[tuple[str, bytes]]:
-    """Build the messages of one account event: at most 200 ids each, sorted, no duplicates."""
+    """Build the messages of one account event: at most 200 ids each, sorted, no duplicates.
+
+    ``row``: a model's event about the row its data names (not an application's own event,
+    whatever it looks like): a resume re-decides it by the model's rules (``readers``)."""
     base: Message = {
         "target": messages.USERS,
         "event_type": event_type,
@@ -174,6 +178,8 @@ def users_messages(
     }
     if skip_scope is not None:
         base["skip_scope"] = skip_scope
+    if row:
+        base["row"] = True
     out: list[tuple[str, bytes]] = []
     for ids in _id_slices(user_ids):
         for payload in _fit_with_ids(base, "user_ids", ids, [], event_type, budget):

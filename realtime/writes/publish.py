@@ -240,6 +240,7 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
             channels=event.channels,
             meta=event.meta(),
             budget=budget,
+            row=True,
         )
     if event.action == "updated" and event.before is not None:
         messages, reached = view_messages(event, budget)
@@ -257,7 +258,7 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
         accounts = event.readers
         if accounts is None:
             accounts = recipients(event)
-        return users_messages(accounts, event.event_type, data, **common)
+        return users_messages(accounts, event.event_type, data, row=True, **common)
     out: list[tuple[str, bytes]] = []
     place = (options.is_global, event.scope_id, event.event_type, data)
     if options.guard is not None and not event.folded and event.readers is not None:
@@ -272,7 +273,7 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
         return out
     shared = event.shared if event.shared is not None else shared_readers(event)
     if shared:
-        out += users_messages(shared, event.event_type, data, **common)
+        out += users_messages(shared, event.event_type, data, row=True, **common)
     return out + _outside_messages(event, shared, budget)
 
 
@@ -295,4 +296,5 @@ def _outside_messages(
         meta=event.meta(),
         skip_scope=event.scope_id,
         budget=budget,
+        row=True,
     )

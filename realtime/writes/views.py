@@ -83,7 +83,7 @@ def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -
     name = event.options.name
     identity, moved, meta = _forms(event)
     before, after = set(was), set(now)
-    common: dict[str, Any] = {"channels": event.channels, "budget": budget}
+    common: dict[str, Any] = {"channels": event.channels, "budget": budget, "row": True}
     leaves = users_messages(before - after, f"{name}.deleted", identity, meta=moved, **common)
     if event.leaves_only:
         return leaves
