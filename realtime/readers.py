@@ -16,12 +16,16 @@ held. Both sides ask the same hooks here, so the rule is written once.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from django.db import models
 
 from realtime.audience import readers
 from realtime.auth import account_ids, get_auth, member_ids
+from realtime.chunks import id_chunks
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.paths import path_target, to_lookup, values_on_path
@@ -62,15 +66,55 @@ def readers_now(
 ) -> list[Any]:
     """Of ``user_ids``, those an account event about ``row`` (see ``row_of``) would reach if
     it were published now: none when the row is gone or a hook fails (logged)."""
+    return readers_now_many([(row, event_type, data, list(user_ids))])[0]
+
+
+#: ``readers_now``'s arguments: the row, the event's type and data, the accounts asked.
+Ask = tuple[tuple[ModelOptions, Any], Any, Any, list[Any]]
+
+
+def readers_now_many(asks: Sequence[Ask]) -> list[list[Any]]:
+    """``readers_now`` of each ask, the rows of one model loaded in one query: a resume
+    decides a page of replayed account events at once."""
+    wanted: dict[type[models.Model], dict[str, Any]] = {}
+    for (options, pk), _, _, user_ids in asks:
+        if user_ids:
+            wanted.setdefault(options.model, {})[_same(pk)] = _query_form(pk)
+    loaded: dict[tuple[type[models.Model], str], models.Model] = {}
+    failed: set[type[models.Model]] = set()
+    for model, keys in wanted.items():
+        try:
+            for chunk in id_chunks(list(keys.values())):
+                for instance in model._base_manager.filter(pk__in=chunk):
+                    loaded[model, _same(instance.pk)] = instance
+        except Exception as exc:
+            failed.add(model)
+            log_hook_failure(logger, "realtime: reading %s rows to replay failed", exc, model)
+    answers: list[list[Any]] = []
+    for (options, pk), event_type, data, user_ids in asks:
+        found = loaded.get((options.model, _same(pk)))
+        if not user_ids or found is None or options.model in failed:
+            answers.append([])
+        else:
+            answers.append(_readers_of(options, found, event_type, data, user_ids))
+    return answers
+
+
+def _same(pk: Any) -> str:
+    """A key in one comparable form, whether read from JSON or from a row."""
+    return json.dumps(normal_id(pk))
+
+
+def _query_form(pk: Any) -> Any:
+    """A key as a query takes it (JSON holds a composite key as a list)."""
+    return tuple(pk) if isinstance(pk, list) else pk
+
+
+def _readers_of(
+    options: ModelOptions, instance: Any, event_type: Any, data: Any, user_ids: Iterable[Any]
+) -> list[Any]:
     candidates = {normal_id(user_id) for user_id in user_ids}
-    options, pk = row
-    if not candidates:
-        return []
     try:
-        pk = tuple(pk) if isinstance(pk, list) else pk  # a composite key, as JSON holds it
-        instance = options.model._base_manager.filter(pk=pk).first()
-        if instance is None:
-            return []
         auth = get_auth()
         if options.user_field is not None:
             reached = values_on_path(instance, options.user_field)

@@ -580,6 +580,35 @@ async def test_more_missed_frames_than_the_limit_start_afresh(
     assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
 
 
+def notices_to(user_id: Any, count: int) -> None:
+    """``count`` account events to ``user_id``, in one transaction."""
+    with transaction.atomic():
+        for n in range(count):
+            broadcast_to_user(user_id, "user.notice", {"n": n})
+
+
+@pytest.mark.parametrize(("others", "resumed"), [(100, True), (200, False)])
+async def test_the_deployments_account_events_are_scanned_on_a_budget_of_their_own(
+    live_servers: LiveServers, ws: Clients, others: int, resumed: bool
+) -> None:
+    # Every account's events share one channel: a resume reads them all, so they have a
+    # budget too (50 per frame of REALTIME_RESUME_MAX_FRAMES: 150 here), or a cursor would
+    # cost a read of the whole deployment's account traffic since it.
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, _ = await off_loop(make_member, "bob", acme)
+    server = live_servers.get("few-frames", REALTIME_RESUME_MAX_FRAMES=3)
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    await off_loop(notices_to, bob.pk, others)
+    made = await off_loop(Company.objects.create, workspace=acme, name="a")
+
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is resumed
+    expected = [("company.created", made.pk)] if resumed else []
+    assert kinds(await heard(back, ann)) == expected
+
+
 async def test_exactly_the_limit_of_missed_frames_is_replayed(
     live_servers: LiveServers, ws: Clients
 ) -> None:

@@ -210,3 +210,26 @@ def test_ids_are_read_by_their_model_s_key_field_never_guessed() -> None:
     assert key_of(Team, str(key).upper()) == key_of(Team, key) == str(key)
     assert key_of(Ticket, 3) == key_of(Ticket, "3") == "3"  # a text key stays text
     assert key_of(Team, "not a uuid") == "not a uuid"  # names no team: kept as given
+
+
+def test_readers_of_uuid_keyed_rows_are_asked_a_page_at_once() -> None:
+    # A resume's page: the rows' keys come from JSON (text), the rows' from the database
+    # (UUIDs); they must meet.
+    from realtime.readers import readers_now_many
+    from realtime.registry import options_named
+
+    ann = get_user_model().objects.create_user(username="ann")
+    bob = get_user_model().objects.create_user(username="bob")
+    alerts = [Alert._default_manager.create(account=user, text="hi") for user in (ann, bob)]
+    options = options_named("alert")
+    assert options is not None
+    asks = [
+        (
+            (options, normal_id(alert.pk)),
+            "alert.updated",
+            None,
+            [normal_id(u.pk) for u in (ann, bob)],
+        )
+        for alert in alerts
+    ]
+    assert readers_now_many(asks) == [[normal_id(ann.pk)], [normal_id(bob.pk)]]

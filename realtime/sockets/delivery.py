@@ -40,7 +40,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -287,17 +287,21 @@ class Dispatcher:
         return plan
 
     async def plan(
-        self, message: dict[str, Any], among: Iterable[Socket] | None = None
+        self,
+        message: dict[str, Any],
+        among: Iterable[Socket] | None = None,
+        readers: Collection[Any] | None = None,
     ) -> Plan | None:
         """Work out who hears ``message`` and what they get: of every socket here, or only
-        of those ``among`` (a resume's; they are not asked to recheck)."""
+        of those ``among`` (a resume's; they are not asked to recheck). ``readers``: a
+        resume's answer of ``readers_now`` for this message, asked for a page at once."""
         target = message.get("target")
         if target == messages.SCOPE:
             return await self._plan_scope(message, among)
         if target == messages.GLOBAL:
             return await self._plan_global(message, among)
         if target == messages.USERS:
-            return await self._plan_users(message, among)
+            return await self._plan_users(message, among, readers)
         if target == messages.RECHECK and among is None:
             ids = list(message.get("user_ids") or ())
             return Plan(set(), action=lambda: self.host.request_recheck(ids))
@@ -362,7 +366,12 @@ class Dispatcher:
         channels = message.get("channels")
         return Plan(targets, frame, event_type, data, channels, scope_id=scope_id)
 
-    async def _plan_users(self, message: dict[str, Any], among: Iterable[Socket] | None) -> Plan:
+    async def _plan_users(
+        self,
+        message: dict[str, Any],
+        among: Iterable[Socket] | None,
+        readers: Collection[Any] | None = None,
+    ) -> Plan:
         user_ids = message.get("user_ids") or ()
         event_type, data = message.get("event_type"), message.get("data")
         targets: set[Socket] = set()
@@ -373,8 +382,10 @@ class Dispatcher:
             about = row_of(message)
             if targets and about is not None:
                 # Replayed: only to the accounts that may still read the row now.
-                asked = sorted({s.user_id for s in targets}, key=id_order)
-                still = set(await run_blocking(readers_now, about, event_type, data, asked))
+                if readers is None:
+                    asked = sorted({s.user_id for s in targets}, key=id_order)
+                    readers = await run_blocking(readers_now, about, event_type, data, asked)
+                still = set(readers)
                 targets = {s for s in targets if s.user_id in still}
         else:
             by_user = self.index.by_user

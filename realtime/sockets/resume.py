@@ -43,14 +43,16 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from realtime.blocking import run_blocking
 from realtime.chunks import chunked
 from realtime.conf import conf
+from realtime.encoding import normal_id, sorted_ids
 from realtime.limits import RESUME_SCAN_PER_FRAME
-from realtime.messages import base_channel, scope_channel
+from realtime.messages import USERS, base_channel, scope_channel
 from realtime.positions import StreamPos, Vector
+from realtime.readers import Ask, readers_now_many, row_of
 from realtime.sockets.batcher import SLICE
 from realtime.sockets.connection import Held, Socket
 from realtime.sockets.cursors import cursor_for, read_cursor, same_epoch
@@ -95,8 +97,10 @@ class _Request:
     #: The transport channels it hears (its scopes' and the base channel), and their streams.
     channels: frozenset[str] = frozenset()
     streams: frozenset[str] = frozenset()
-    #: Messages of its channels it may still have read before it is refused.
+    #: Messages of its scopes, and account events of the deployment (the base channel), it
+    #: may still have read before it is refused.
     scan_left: int = 0
+    base_left: int = 0
 
 
 class Resumer:
@@ -185,6 +189,7 @@ class Resumer:
         those that would get too many, or scan too much); return how far it was read."""
         for request in resuming:
             request.scan_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
+            request.base_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
             request.at = request.after or Vector()
         read = Vector()  # how far each stream is read, on the channels still needed
         active = list(resuming)
@@ -198,39 +203,66 @@ class Resumer:
             start = Vector(oldest).merged(read.only(oldest))
             channels = sorted(frozenset().union(*(request.channels for request in active)))
             entries = await run_blocking(transport.read_streams, channels, start, PAGE)
-            for channel, payload, position in entries:
-                await self._plan_entry(channel, payload, position, active)
+            pending = [
+                self._missed_by(channel, position, active) for channel, _, position in entries
+            ]
+            messages = [
+                read_message(payload) if among else None
+                for (_, payload, _), among in zip(entries, pending, strict=True)
+            ]
+            readers = await _readers_of_page(messages, pending)
+            for index, (channel, _, position) in enumerate(entries):
+                await self._plan_entry(
+                    channel, position, active, messages[index], readers.get(index)
+                )
                 active = [request for request in active if not request.refused]
             read = start.merged(Vector.of(position for _, _, position in entries))
             if len(entries) < PAGE:
                 break
         return read
 
+    def _missed_by(
+        self, channel: str, position: StreamPos, active: list[_Request]
+    ) -> list[_Request]:
+        """The requests one message of the history may be missed by (after their cursor, on
+        a channel they hear): a first look, without the budgets."""
+        return [
+            request
+            for request in active
+            if request.after is not None
+            and position.stream in request.after
+            and not request.after.covers(position)
+            and channel in request.channels
+        ]
+
     async def _plan_entry(
-        self, channel: str, payload: bytes, position: StreamPos, active: list[_Request]
+        self,
+        channel: str,
+        position: StreamPos,
+        active: list[_Request],
+        message: dict[str, Any] | None,
+        readers: list[Any] | None,
     ) -> None:
         """Add the frame one message of the history comes to for each request it is missed
-        by; count a scope's message against the scan of each request reading that scope (the
-        base channel is every account's: another account's events are not a socket's own
-        reason to start afresh, its own count as frames)."""
+        by; count it against the scan of each request reading it: a scope's message against
+        the scan of that scope's messages, an account event (the base channel, every
+        account's) against a budget of its own, so that neither a busy scope nor the
+        deployment's account traffic makes a resume read without end."""
         scoped = channel != base_channel()
         among = []
-        for request in active:
-            after = request.after
-            if after is None or position.stream not in after or after.covers(position):
-                continue
-            if channel not in request.channels:
-                continue
+        for request in self._missed_by(channel, position, active):
             if scoped:
                 request.scan_left -= 1
-                if request.scan_left < 0:
-                    _refuse(request)
-                    continue
+            else:
+                request.base_left -= 1
+            if request.scan_left < 0 or request.base_left < 0:
+                _refuse(request)
+                continue
             among.append(request)
-        message = read_message(payload) if among else None
-        if message is None:
+        if not among or message is None:
             return
-        plan = await self.dispatcher.plan(message, [request.socket for request in among])
+        sockets = [request.socket for request in among]
+        plan = await self.dispatcher.plan(message, sockets, readers)
         if plan is None or plan.frame is None:
             return
         most = conf.RESUME_MAX_FRAMES
@@ -244,6 +276,28 @@ class Resumer:
                     if len(request.frames) > most:
                         _refuse(request)
             await asyncio.sleep(0)  # a slice: live delivery goes on between them
+
+
+async def _readers_of_page(
+    messages: list[dict[str, Any] | None], pending: list[list[_Request]]
+) -> dict[int, list[Any]]:
+    """Who may still read the row of each account event of a page that re-decides it
+    (``readers_now``): asked for the whole page in one thread hop, one query per model."""
+    asks: dict[int, Ask] = {}
+    for index, message in enumerate(messages):
+        if message is None or message.get("target") != USERS:
+            continue
+        about = row_of(message)
+        if about is None:
+            continue
+        wanted = {normal_id(user_id) for user_id in message.get("user_ids") or ()}
+        asked = sorted_ids(r.socket.user_id for r in pending[index] if r.socket.user_id in wanted)
+        if asked:
+            asks[index] = (about, message.get("event_type"), message.get("data"), asked)
+    if not asks:
+        return {}
+    answers = await run_blocking(readers_now_many, list(asks.values()))
+    return dict(zip(asks.keys(), answers, strict=True))
 
 
 def _refuse(request: _Request) -> None:
