@@ -5,6 +5,7 @@ Run from the project root::
     .venv/bin/python bench/resume.py storm --database postgresql --transport pg_notify
     .venv/bin/python bench/resume.py storm --database sqlite --transport table
     .venv/bin/python bench/resume.py storm --sockets 200 --missed 20 --repeat 1   # short
+    .venv/bin/python bench/resume.py storm --account-traffic 20000   # beside heavy traffic
     .venv/bin/python bench/resume.py outage                                       # PostgreSQL
     .venv/bin/python bench/resume.py during --database sqlite --transport table
 
@@ -21,6 +22,11 @@ sockets, each its own account, a member of one workspace, opt in to resume with 
    every socket has ``resumed: true`` and all M missed frames, the worker's CPU time and, on
    PostgreSQL, the statements it ran (transactions counted by ``pg_stat_database``: the worker
    reads in autocommit, one statement per transaction).
+
+With ``--account-traffic K`` each repeat runs the storm twice: quiet, then with K account
+events of other accounts (the rest of a busy deployment: every account's events share one
+channel, which a resume reads) and one ``Notification`` to each socket's account (an account
+event about a row, re-decided at replay) published while the sockets are away.
 
 Connect + live is the baseline: what the same sockets cost to come back without resume and
 hear the same events live. Resume has to read the log and plan each missed frame for each
@@ -64,7 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PREFIX = "bench-resume"
 EVENT = "bench.resume"
-CHANNELS = [harness.CHANNEL]
+CHANNELS = [harness.CHANNEL, "notification"]
 
 
 # --- Sockets ------------------------------------------------------------------------------------
@@ -171,6 +177,25 @@ def publish(workspace_id: int, first: int, count: int) -> None:
         broadcast_to_scope(workspace_id, EVENT, {"seq": seq}, channels=CHANNELS)
 
 
+def account_traffic(user_ids: list[int], others: int) -> None:
+    """While the sockets are away: ``others`` account events to accounts that are not
+    connected (the rest of a busy deployment), and one ``Notification`` to each socket's
+    account (an account event about a row, which a resume re-decides)."""
+    from django.db import transaction
+
+    from realtime.broadcast import broadcast_to_user
+    from tests.testapp.models import Notification
+
+    nobody = max(user_ids) + 1_000_000  # ids no socket holds
+    for start in range(0, others, 500):
+        with transaction.atomic():
+            for n in range(start, min(others, start + 500)):
+                broadcast_to_user(nobody + n, "bench.other", {"n": n})
+    with transaction.atomic():
+        for user_id in user_ids:
+            Notification.objects.create(user_id=user_id, text="while away")
+
+
 def transactions() -> int:
     """Transactions committed and rolled back in this database so far (PostgreSQL)."""
     from django.db import connection
@@ -202,7 +227,7 @@ class Storm:
 
 
 async def one_storm(
-    database: Database, settings: dict[str, Any], members: Members, missed: int
+    database: Database, settings: dict[str, Any], members: Members, missed: int, others: int = 0
 ) -> Storm:
     daphne = AsgiServer.start("tests.asgi:application", database.env(settings), "resume")
     crowd = Crowd(daphne, members)
@@ -217,6 +242,8 @@ async def one_storm(
         await crowd.cut()
         await daphne.settle()
         await asyncio.to_thread(publish, members.workspace_id, missed, missed)
+        if others:
+            await asyncio.to_thread(account_traffic, members.user_ids, others)
         await daphne.settle()
         before = await asyncio.to_thread(transactions)
         cpu = daphne.cpu()
@@ -265,41 +292,56 @@ async def storm(args: argparse.Namespace) -> None:
         await asyncio.to_thread(harness.server_version),
     )
     members = await asyncio.to_thread(harness.make_members, PREFIX, args.sockets)
-    runs: list[Storm] = []
+    kinds = (
+        {"quiet": 0, "account traffic": args.account_traffic}
+        if args.account_traffic
+        else {"quiet": 0}
+    )
+    runs: dict[str, list[Storm]] = {kind: [] for kind in kinds}
     try:
         for index in range(args.repeat):
-            run = await one_storm(database, settings, members, args.missed)
-            runs.append(run)
-            print(
-                f"  repeat {index + 1}: connect {run.connect:.2f} s + live "
-                f"{run.live - run.connect:.2f} s = {run.live:.2f} s (CPU {run.cpu_baseline:.2f} s);"
-                f" resume {run.resume:.2f} s"
-                f" (handshakes {run.resume_handshakes:.2f} s, CPU {run.cpu_resume:.2f} s, "
-                + (
-                    f"{run.statements:.2f} statements/socket, "
-                    if database.vendor != "sqlite"
-                    else ""
+            for kind, others in kinds.items():
+                run = await one_storm(database, settings, members, args.missed, others)
+                runs[kind].append(run)
+                print(
+                    f"  repeat {index + 1}, {kind}: connect {run.connect:.2f} s + live "
+                    f"{run.live - run.connect:.2f} s = {run.live:.2f} s "
+                    f"(CPU {run.cpu_baseline:.2f} s); resume {run.resume:.2f} s"
+                    f" (handshakes {run.resume_handshakes:.2f} s, CPU {run.cpu_resume:.2f} s, "
+                    + (
+                        f"{run.statements:.2f} statements/socket, "
+                        if database.vendor != "sqlite"
+                        else ""
+                    )
+                    + f"{run.resumed:,} resumed)",
+                    flush=True,
                 )
-                + f"{run.resumed:,} resumed)",
-                flush=True,
-            )
     finally:
         if args.database == "postgresql":
             await asyncio.to_thread(harness.drop_members, PREFIX)
     seconds = lambda v: f"{v:.2f} s"  # noqa: E731
     print("summary (median [min - max]):")
-    print(f"  connect + hear live   {Spread.of([r.live for r in runs]).show(seconds)}")
-    print(f"  resume until all live {Spread.of([r.resume for r in runs]).show(seconds)}")
-    ratio = harness.ratios([r.resume for r in runs], [r.live for r in runs])
-    print(f"  ratio resume / (connect + live) {Spread.of(ratio).show(harness.times)}")
-    cpu = harness.ratios([r.cpu_resume for r in runs], [r.cpu_baseline for r in runs])
-    print(
-        f"  worker CPU: resume {Spread.of([r.cpu_resume for r in runs]).show(seconds)}, "
-        f"ratio to connect + live {Spread.of(cpu).show(harness.times)}"
-    )
-    if args.database == "postgresql":
-        per = Spread.of([r.statements for r in runs]).show(lambda v: f"{v:.2f}")
-        print(f"  statements per resumed socket {per}")
+    for kind, done in runs.items():
+        if len(runs) > 1:
+            extra = f" + {args.account_traffic:,} other accounts' events" if kind != "quiet" else ""
+            print(f" {kind}{extra}:")
+        print(f"  connect + hear live   {Spread.of([r.live for r in done]).show(seconds)}")
+        print(f"  resume until all live {Spread.of([r.resume for r in done]).show(seconds)}")
+        ratio = harness.ratios([r.resume for r in done], [r.live for r in done])
+        print(f"  ratio resume / (connect + live) {Spread.of(ratio).show(harness.times)}")
+        cpu = harness.ratios([r.cpu_resume for r in done], [r.cpu_baseline for r in done])
+        print(
+            f"  worker CPU: resume {Spread.of([r.cpu_resume for r in done]).show(seconds)}, "
+            f"ratio to connect + live {Spread.of(cpu).show(harness.times)}"
+        )
+        if args.database == "postgresql":
+            per = Spread.of([r.statements for r in done]).show(lambda v: f"{v:.2f}")
+            print(f"  statements per resumed socket {per}")
+    if len(runs) > 1:
+        heavy = harness.ratios(
+            [r.resume for r in runs["account traffic"]], [r.resume for r in runs["quiet"]]
+        )
+        print(f"  resume with account traffic / quiet {Spread.of(heavy).show(harness.times)}")
     print(f"load average after: {harness.load_average()}")
 
 
@@ -569,6 +611,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     one.add_argument("--sockets", type=int, default=1000)
     one.add_argument("--missed", type=int, default=100)
     one.add_argument("--repeat", type=int, default=3)
+    one.add_argument(
+        "--account-traffic",
+        type=int,
+        default=0,
+        help="also run each repeat with this many account events of other accounts, and one "
+        "row event to each socket's account, published while the sockets are away",
+    )
     harness.add_set_option(one)
     two = kinds.add_parser("outage", help="a LISTEN connection cut while writes flow")
     two.add_argument("--sockets", type=int, default=20)

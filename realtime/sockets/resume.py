@@ -40,6 +40,7 @@ manager sends each socket's missed frames behind live delivery as well, see ``go
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,10 +98,9 @@ class _Request:
     #: The transport channels it hears (its scopes' and the base channel), and their streams.
     channels: frozenset[str] = frozenset()
     streams: frozenset[str] = frozenset()
-    #: Messages of its scopes, and account events of the deployment (the base channel), it
-    #: may still have read before it is refused.
+    #: Messages of its scopes it may still have read before it is refused (the account
+    #: events of the deployment are counted a page at a time: see ``_replay``).
     scan_left: int = 0
-    base_left: int = 0
 
 
 class Resumer:
@@ -189,8 +189,11 @@ class Resumer:
         those that would get too many, or scan too much); return how far it was read."""
         for request in resuming:
             request.scan_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
-            request.base_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
             request.at = request.after or Vector()
+        base_stream = transport.stream_of(base_channel())
+        #: Offsets of the account events read, in order: each request's count of them is
+        #: those after its cursor (every request hears the base channel).
+        account_events: list[int] = []
         read = Vector()  # how far each stream is read, on the channels still needed
         active = list(resuming)
         while active:
@@ -203,70 +206,61 @@ class Resumer:
             start = Vector(oldest).merged(read.only(oldest))
             channels = sorted(frozenset().union(*(request.channels for request in active)))
             entries = await run_blocking(transport.read_streams, channels, start, PAGE)
-            pending = [
-                self._missed_by(channel, position, active) for channel, _, position in entries
-            ]
-            messages = [
-                read_message(payload) if among else None
-                for (_, payload, _), among in zip(entries, pending, strict=True)
-            ]
-            readers = await _readers_of_page(messages, pending)
+            page = _Page(active, base_channel())
+            for channel, payload, position in entries:
+                page.add(channel, payload, position)
+                if page.base(channel):
+                    account_events.append(position.seq)
+            readers = await _readers_of_page(page)
             for index, (channel, _, position) in enumerate(entries):
-                await self._plan_entry(
-                    channel, position, active, messages[index], readers.get(index)
-                )
-                active = [request for request in active if not request.refused]
+                message, among = page.messages[index], page.missed_by[index]
+                await self._plan_entry(channel, position, among, message, readers.get(index))
+            budget = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
+            for request in active:
+                cursor = (request.after or Vector()).get(base_stream)
+                if cursor is None:
+                    continue  # not resuming: every cursor resumed names the base stream
+                seen = len(account_events) - bisect.bisect_right(account_events, cursor[1])
+                if seen > budget:
+                    _refuse(request)
+            active = [request for request in active if not request.refused]
             read = start.merged(Vector.of(position for _, _, position in entries))
             if len(entries) < PAGE:
                 break
         return read
 
-    def _missed_by(
-        self, channel: str, position: StreamPos, active: list[_Request]
-    ) -> list[_Request]:
-        """The requests one message of the history may be missed by (after their cursor, on
-        a channel they hear): a first look, without the budgets."""
-        return [
-            request
-            for request in active
-            if request.after is not None
-            and position.stream in request.after
-            and not request.after.covers(position)
-            and channel in request.channels
-        ]
-
     async def _plan_entry(
         self,
         channel: str,
         position: StreamPos,
-        active: list[_Request],
+        among: list[_Request],
         message: dict[str, Any] | None,
         readers: list[Any] | None,
     ) -> None:
         """Add the frame one message of the history comes to for each request it is missed
-        by; count it against the scan of each request reading it: a scope's message against
-        the scan of that scope's messages, an account event (the base channel, every
-        account's) against a budget of its own, so that neither a busy scope nor the
-        deployment's account traffic makes a resume read without end."""
+        by (``among``), counting a scope's message against the scan of each request reading
+        that scope; the account events (the base channel, every account's) are counted
+        against a budget of their own, a page at a time (``_replay``), so that neither a
+        busy scope nor the deployment's account traffic makes a resume read without end."""
         scoped = channel != base_channel()
-        among = []
-        for request in self._missed_by(channel, position, active):
+        planned = []
+        for request in among:
+            if request.refused:
+                continue
             if scoped:
                 request.scan_left -= 1
-            else:
-                request.base_left -= 1
-            if request.scan_left < 0 or request.base_left < 0:
-                _refuse(request)
-                continue
-            among.append(request)
-        if not among or message is None:
+                if request.scan_left < 0:
+                    _refuse(request)
+                    continue
+            planned.append(request)
+        if not planned or message is None:
             return
-        sockets = [request.socket for request in among]
+        sockets = [request.socket for request in planned]
         plan = await self.dispatcher.plan(message, sockets, readers)
         if plan is None or plan.frame is None:
             return
         most = conf.RESUME_MAX_FRAMES
-        for part in chunked(among, SLICE):
+        for part in chunked(planned, SLICE):
             for request in part:
                 socket = request.socket
                 if socket in plan.targets:
@@ -278,20 +272,64 @@ class Resumer:
             await asyncio.sleep(0)  # a slice: live delivery goes on between them
 
 
-async def _readers_of_page(
-    messages: list[dict[str, Any] | None], pending: list[list[_Request]]
-) -> dict[int, list[Any]]:
+class _Page:
+    """One page of the history and, for each message, the requests that missed it: found
+    through an index (the requests of each scope channel, and of each account) rather than
+    by asking every request of the batch about every message."""
+
+    def __init__(self, active: list[_Request], base: str) -> None:
+        self.base_channel = base
+        self.active = active
+        self.by_channel: dict[str, list[_Request]] = {}
+        self.by_user: dict[Any, list[_Request]] = {}
+        for request in active:
+            for channel in request.channels:
+                self.by_channel.setdefault(channel, []).append(request)
+            self.by_user.setdefault(normal_id(request.socket.user_id), []).append(request)
+        self.messages: list[dict[str, Any] | None] = []
+        self.missed_by: list[list[_Request]] = []
+
+    def base(self, channel: str) -> bool:
+        return channel == self.base_channel
+
+    def add(self, channel: str, payload: bytes, position: StreamPos) -> None:
+        if self.base(channel):
+            message = read_message(payload)
+            candidates = self.active
+            if message is not None and message.get("target") == USERS:
+                # An account event: only the requests of the accounts it names.
+                candidates = [
+                    request
+                    for user_id in {normal_id(u) for u in message.get("user_ids") or ()}
+                    for request in self.by_user.get(user_id, ())
+                ]
+        else:
+            candidates = self.by_channel.get(channel, [])
+            message = None
+        among = [request for request in candidates if _missed(request, position)]
+        if message is None and among and not self.base(channel):
+            message = read_message(payload)
+        self.messages.append(message)
+        self.missed_by.append(among)
+
+
+def _missed(request: _Request, position: StreamPos) -> bool:
+    """Whether the message at ``position`` comes after ``request``'s cursor."""
+    after = request.after
+    return after is not None and position.stream in after and not after.covers(position)
+
+
+async def _readers_of_page(page: _Page) -> dict[int, list[Any]]:
     """Who may still read the row of each account event of a page that re-decides it
     (``readers_now``): asked for the whole page in one thread hop, one query per model."""
     asks: dict[int, Ask] = {}
-    for index, message in enumerate(messages):
+    for index, message in enumerate(page.messages):
         if message is None or message.get("target") != USERS:
             continue
         about = row_of(message)
         if about is None:
             continue
-        wanted = {normal_id(user_id) for user_id in message.get("user_ids") or ()}
-        asked = sorted_ids(r.socket.user_id for r in pending[index] if r.socket.user_id in wanted)
+        asked = sorted_ids(request.socket.user_id for request in page.missed_by[index])
         if asked:
             asks[index] = (about, message.get("event_type"), message.get("data"), asked)
     if not asks:
