@@ -15,7 +15,9 @@ module is the contract between them. A message is a JSON object with a ``target`
     signed-in socket holding one of ``channels`` hears it, whatever scopes it reads.
 ``users``
     on ``<REALTIME_CHANNEL>``: ``user_ids``, ``event_type``, ``data``, ``channels``, ``meta``;
-    optionally ``skip_scope`` (sockets reading that scope heard it there already).
+    optionally ``skip_scope`` (sockets reading that scope heard it there already) and ``row``
+    (``true``: a model's event about the row its data names, which a resume re-decides; an
+    application's own event never has it).
 ``recheck``
     on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now.
 
@@ -25,10 +27,15 @@ then 19 random ones (``new_mid``). The time gives the socket side its commit→f
 (``published_at``); an id of another form (a UUID's hex, from a publisher of an earlier
 version) reads as a time years away, and is taken as none. ``meta`` holds ``origin``,
 ``changed`` and ``truncated`` when they apply.
+
+Every worker hears every account's events (the base channel), most of them for accounts it
+holds no socket for; realtime writes ``user_ids`` last, so ``addressed_to`` reads them from
+the end of a message without decoding the rest.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Final
@@ -69,3 +76,25 @@ def published_at(mid: Any) -> float | None:
     except ValueError:
         return None
     return at if abs(time.time() - at) < BELIEVABLE else None
+
+
+_USER_IDS: Final = b'"user_ids":'
+
+
+def addressed_to(payload: bytes) -> list[Any] | None:
+    """The ``user_ids`` of an account message (``users``, ``recheck``), read from the key
+    that ends it, without decoding the rest; ``None`` when the payload does not end with it
+    (a message of another kind, or of another writer's layout): decode it whole.
+
+    A JSON string cannot hold ``"user_ids":`` with bare quotes, so its last occurrence is a
+    key; the tail from there parses as an object only if that key is the top level's (one
+    nested deeper leaves closing braces over)."""
+    at = payload.rfind(_USER_IDS)
+    if at < 0:
+        return None
+    try:
+        tail = json.loads(b"{" + payload[at:])
+    except ValueError:
+        return None
+    ids = tail.get("user_ids") if isinstance(tail, dict) else None
+    return ids if isinstance(ids, list) else None

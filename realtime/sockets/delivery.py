@@ -51,7 +51,7 @@ from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import id_order
 from realtime.logs import describe
-from realtime.messages import base_channel, scope_channel
+from realtime.messages import addressed_to, base_channel, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.readers import readers_now, replayed_data, row_of
 from realtime.sockets import protocol
@@ -278,6 +278,9 @@ class Dispatcher:
         self.carried = self.carried.advanced(position)
 
     async def _plan(self, payload: bytes, position: StreamPos | None) -> Plan | None:
+        named = addressed_to(payload)
+        if named is not None and not any(user_id in self.index.by_user for user_id in named):
+            return None  # another worker's accounts: not decoded (every worker hears them)
         message = read_message(payload)
         if message is None:
             return None

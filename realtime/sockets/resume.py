@@ -26,10 +26,14 @@ batch: one read of the log bounds, one read of the log for the batch's channels,
 planned once for all the sockets that missed it. They share reads, never a budget: each socket
 is refused only for its own reasons — its cursor, the log no longer covering it, more than
 ``REALTIME_RESUME_MAX_FRAMES`` frames for it, or more than ``RESUME_SCAN_PER_FRAME`` (in
-``realtime.limits``) times that many messages of its own scopes to scan. A socket refused
-drops out of the batch at once, its channels with it, and the read moves on from the oldest
-cursor still resuming: an old cursor or a busy scope costs the batch only the pages that
-socket needed.
+``realtime.limits``) times that many messages of its own scopes to scan — or account events
+of the deployment: every account's events share the base channel, so a cursor behind a busy
+deployment's account traffic would cost a read of all of it. Each message is planned for the
+requests that missed it, found through an index (by scope channel; by account for an
+account event), and the rows of a page's replayed account events are asked about at once
+(``readers_now_many``). A socket refused drops out of the batch at once, its channels with
+it, and the read moves on from the oldest cursor still resuming: an old cursor or a busy
+scope costs the batch only the pages that socket needed.
 
 Replay's frames are made on the event loop in slices (``SLICE`` sockets at a time), and the sockets
 of a batch are answered in slices too: live delivery gets a turn of the loop between them,
@@ -51,7 +55,7 @@ from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id, sorted_ids
 from realtime.limits import RESUME_SCAN_PER_FRAME
-from realtime.messages import USERS, base_channel, scope_channel
+from realtime.messages import USERS, addressed_to, base_channel, scope_channel
 from realtime.positions import StreamPos, Vector
 from realtime.readers import Ask, readers_now_many, row_of
 from realtime.sockets.batcher import SLICE
@@ -293,23 +297,20 @@ class _Page:
         return channel == self.base_channel
 
     def add(self, channel: str, payload: bytes, position: StreamPos) -> None:
-        if self.base(channel):
-            message = read_message(payload)
-            candidates = self.active
-            if message is not None and message.get("target") == USERS:
-                # An account event: only the requests of the accounts it names.
-                candidates = [
-                    request
-                    for user_id in {normal_id(u) for u in message.get("user_ids") or ()}
-                    for request in self.by_user.get(user_id, ())
-                ]
-        else:
+        if not self.base(channel):
             candidates = self.by_channel.get(channel, [])
-            message = None
+        elif (named := addressed_to(payload)) is not None:
+            # An account event: only the requests of the accounts it names (read without
+            # decoding the message: most name other accounts).
+            candidates = [
+                request
+                for user_id in {normal_id(u) for u in named}
+                for request in self.by_user.get(user_id, ())
+            ]
+        else:
+            candidates = self.active
         among = [request for request in candidates if _missed(request, position)]
-        if message is None and among and not self.base(channel):
-            message = read_message(payload)
-        self.messages.append(message)
+        self.messages.append(read_message(payload) if among else None)
         self.missed_by.append(among)
 
 
