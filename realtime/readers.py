@@ -16,9 +16,8 @@ held. Both sides ask the same hooks here, so the rule is written once.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from django.db import models
@@ -26,7 +25,7 @@ from django.db import models
 from realtime.audience import readers
 from realtime.auth import account_ids, get_auth, member_ids
 from realtime.chunks import id_chunks
-from realtime.encoding import normal_id, sorted_ids
+from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.paths import path_target, to_lookup, values_on_path
 from realtime.registry import ModelOptions, options_named
@@ -76,23 +75,21 @@ Ask = tuple[tuple[ModelOptions, Any], Any, Any, list[Any]]
 def readers_now_many(asks: Sequence[Ask]) -> list[list[Any]]:
     """``readers_now`` of each ask, the rows of one model loaded in one query: a resume
     decides a page of replayed account events at once."""
-    wanted: dict[type[models.Model], dict[str, Any]] = {}
+    wanted: dict[type[models.Model], set[Any]] = {}
     for (options, pk), _, _, user_ids in asks:
         if user_ids:
-            wanted.setdefault(options.model, {})[_same(pk)] = _query_form(pk)
-    loaded: dict[tuple[type[models.Model], str], models.Model] = {}
+            wanted.setdefault(options.model, set()).add(row_key(pk))
+    loaded: dict[tuple[type[models.Model], Any], models.Model] = {}
     failed: set[type[models.Model]] = set()
     for model, keys in wanted.items():
         try:
-            for chunk in id_chunks(list(keys.values())):
-                for instance in model._base_manager.filter(pk__in=chunk):
-                    loaded[model, _same(instance.pk)] = instance
+            loaded.update(((model, key), row) for key, row in rows_by_key(model, keys).items())
         except Exception as exc:
             failed.add(model)
             log_hook_failure(logger, "realtime: reading %s rows to replay failed", exc, model)
     answers: list[list[Any]] = []
     for (options, pk), event_type, data, user_ids in asks:
-        found = loaded.get((options.model, _same(pk)))
+        found = loaded.get((options.model, row_key(pk)))
         if not user_ids or found is None or options.model in failed:
             answers.append([])
         else:
@@ -100,14 +97,18 @@ def readers_now_many(asks: Sequence[Ask]) -> list[list[Any]]:
     return answers
 
 
-def _same(pk: Any) -> str:
-    """A key in one comparable form, whether read from JSON or from a row."""
-    return json.dumps(normal_id(pk))
-
-
-def _query_form(pk: Any) -> Any:
-    """A key as a query takes it (JSON holds a composite key as a list)."""
-    return tuple(pk) if isinstance(pk, list) else pk
+def rows_by_key(
+    model: type[models.Model], keys: Collection[Any], using: str | None = None
+) -> dict[Any, models.Model]:
+    """The rows of ``model`` with these keys (``row_key`` forms) that still exist, by key:
+    one query per ``MAX_IDS_PER_MESSAGE`` keys, through the base manager (``using``, else
+    where the routers read)."""
+    found: dict[Any, models.Model] = {}
+    manager = model._base_manager.db_manager(using)
+    for chunk in id_chunks(list(keys)):
+        for row in manager.filter(pk__in=chunk):
+            found[row_key(row.pk)] = row
+    return found
 
 
 def _readers_of(

@@ -168,3 +168,53 @@ def test_a_write_in_autocommit_whose_publish_fails_is_kept_and_relayed_when_redi
     assert Sweeper(grace=0.0).sweep() == 1
     assert outbox_rows("default") == 0
     assert sorted(titles()) == ["direct", "kept"]
+
+
+def late_relay_setup(
+    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+) -> tuple[Workspace, Ticket]:
+    live_servers.stop_all()  # a worker left by another test would sweep the rows first
+    settings.REALTIME_TRANSPORT = "redis"
+    settings.REALTIME_REDIS_URL = redis_server.url
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    ticket = Ticket.objects.create(workspace=acme, title="v0")
+    redis_server.stop()  # the writer's relay of v1 fails: its row stays in the outbox
+    try:
+        with transaction.atomic():
+            ticket.title = "v1"
+            ticket.save()
+        assert outbox_rows("default") == 1
+    finally:
+        redis_server.start()
+    return acme, ticket
+
+
+def said(redis_server: RedisServer, acme: Workspace) -> list[tuple[str, str]]:
+    entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
+    told = [json.loads(fields[b"p"]) for _, fields in entries]
+    return [(m["event_type"], m["data"]["title"]) for m in told]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_late_relay_tells_the_record_as_it_is_now_not_as_it_was_written(
+    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+) -> None:
+    acme, ticket = late_relay_setup(live_servers, redis_server, settings)
+    with transaction.atomic():
+        ticket.title = "v2"
+        ticket.save()  # published at once, before the late relay of v1
+    assert Sweeper(grace=0.0).sweep() == 1
+    # Relayed as written, v1 would come last: sockets would end showing the older version.
+    assert said(redis_server, acme) == [("ticket.updated", "v2"), ("ticket.updated", "v2")]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_late_relay_of_a_row_deleted_since_announces_nothing(
+    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+) -> None:
+    acme, ticket = late_relay_setup(live_servers, redis_server, settings)
+    Ticket.objects.filter(pk=ticket.pk).delete()  # published at once
+    assert Sweeper(grace=0.0).sweep() == 1
+    assert outbox_rows("default") == 0
+    # Relayed as written, the update would show a deleted row again.
+    assert said(redis_server, acme) == [("ticket.deleted", "v1")]

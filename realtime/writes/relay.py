@@ -19,9 +19,11 @@ suggest. Each sweep:
 3. claims the rows of those seen long enough (``OUTBOX_TXNS_PER_SWEEP`` transactions) in a
    short transaction of its own — ``SELECT ... FOR UPDATE SKIP LOCKED`` and a lease
    (``OUTBOX_LEASE``), so that two sweepers never relay one row;
-4. per transaction: loads the announcements, builds their messages as the writer would
-   (coalesced, the audiences asked now), publishes them with the key of those rows (a
-   transport that remembers keys drops the relay of rows it already had), and deletes them.
+4. per transaction: loads the announcements, reads each created or updated row again (a
+   late relay tells the record as it is now: ``realtime.writes.late``), builds their messages
+   as the writer would (coalesced, the audiences asked now), publishes them with the key of
+   those rows (a transport that remembers keys drops the relay of rows it already had), and
+   deletes them.
 
 The publish runs outside any transaction (as every publish does), which is why rows are held
 by a lease rather than by the claim's locks. A row that cannot be read is logged (counted, one
@@ -49,6 +51,7 @@ from realtime.transports.base import Transport, on_listening
 from realtime.transports.outage import Outage
 from realtime.transports.tally import Tally
 from realtime.writes import outbox, outbox_form
+from realtime.writes.late import as_now
 from realtime.writes.on_commit import relay_key
 from realtime.writes.publish import build, send_now
 
@@ -119,7 +122,7 @@ class Sweeper:
                 self.unreadable.add()
         if items:
             transport = get_transport()
-            messages = build(items, transport.max_message_bytes)
+            messages = build(as_now(items, alias), transport.max_message_bytes)
             if messages:
                 send_now(transport, messages, relay_key(rows[0].txn, [r.seq for r in rows]))
         outbox.delete(alias, [row.id for row in rows])
