@@ -11,9 +11,10 @@ budget of ``realtime.logs``: no flood of client-caused lines can hold them back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from django.db import DatabaseError
 
@@ -161,3 +162,42 @@ class WatchedReads:
     def worked(self) -> None:
         self.outage.recovered()
         self._reported_at = None
+
+
+class Backoff:
+    """The waits between a held connection's attempts: exponential from ``start`` to
+    ``most``, and cut short once the server answers again after a look found it away — the
+    backoff spares a server that is down, not one that is back."""
+
+    def __init__(self, start: float, most: float, answers: Callable[[], Awaitable[bool]]) -> None:
+        self.start = start
+        self.most = most
+        #: Whether the server answers now (a cheap look: a TCP connect, a PING).
+        self.answers = answers
+        #: The last look found the server away.
+        self.away = False
+        #: Attempts made at once because the server came back within a backoff.
+        self.prompt_retries = 0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds before attempt ``attempt + 1`` (the first failed attempt is 1)."""
+        return float(min(self.start * 2 ** (attempt - 1), self.most))
+
+    async def wait(
+        self, delay: float, step: float, each_turn: Callable[[], None] | None = None
+    ) -> None:
+        """Wait ``delay`` seconds, looking every ``step`` seconds whether the server is back
+        (and calling ``each_turn`` before each look); return at once when it is."""
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            if each_turn is not None:
+                each_turn()
+            await asyncio.sleep(min(left, step))
+            if time.monotonic() >= deadline:
+                return
+            if not await self.answers():
+                self.away = True
+            elif self.away:
+                self.away = False
+                self.prompt_retries += 1
+                return

@@ -36,7 +36,7 @@ from psycopg import sql
 
 from realtime import metrics
 from realtime.chunks import chunked
-from realtime.transports.outage import Outage
+from realtime.transports.outage import Backoff, Outage
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +86,8 @@ class PgListener:
         #: A backend given up on that may still be alive: (pid, its start time).
         self.abandoned: tuple[int, Any] | None = None
         self.outage = Outage("the LISTEN connection")
-        #: Attempts made at once because the server came back within a backoff.
-        self.prompt_retries = 0
-        #: The last look found the server refusing connections.
-        self._unreachable = False
+        #: The waits between attempts; a look at the server (a TCP connect) cuts one short.
+        self.backoff = Backoff(options.backoff_start, options.backoff_max, self._reachable)
         self.probes = 0
         self.connected = asyncio.Event()
         self._wake = asyncio.Event()
@@ -131,7 +129,7 @@ class PgListener:
                 if self.after_listening is not None:
                     await self._bounded(self.after_listening())
                 self.connected.set()
-                self._unreachable = False
+                self.backoff.away = False
                 if self.outage.since is not None:
                     metrics.listen_reconnected()
                 self.outage.recovered()
@@ -142,10 +140,10 @@ class PgListener:
                     # Given up without an answer: the backend may live on behind the flow.
                     assert self.backend_pid is not None
                     self.abandoned = (self.backend_pid, started)
-                delay = self._backoff(self.outage.attempts + 1)
+                delay = self.backoff.delay(self.outage.attempts + 1)
                 self.outage.failed(exc, delay)
                 await self._escalate(exc)
-                await self._pause(delay)
+                await self.backoff.wait(delay, min(self.options.backoff_start, delay))
             finally:
                 self.connected.clear()
                 self.listening = set()
@@ -153,9 +151,10 @@ class PgListener:
                     with contextlib.suppress(Exception):
                         await connection.close()
 
-    def _backoff(self, attempt: int) -> float:
-        delay = self.options.backoff_start * 2 ** (attempt - 1)
-        return float(min(delay, self.options.backoff_max))
+    @property
+    def prompt_retries(self) -> int:
+        """Attempts made at once because the server came back within a backoff."""
+        return self.backoff.prompt_retries
 
     async def _escalate(self, exc: BaseException) -> None:
         """From the second failed attempt: an ERROR if the database answers other queries.
@@ -182,22 +181,6 @@ class PgListener:
         # cancellation that comes as the work ends.
         async with asyncio.timeout(max(self.options.heartbeat_timeout, 5.0)):
             await work
-
-    async def _pause(self, delay: float) -> None:
-        """Wait ``delay`` seconds, or less once the server accepts connections again after
-        a look (in this pause or an earlier one) found it refusing them."""
-        step = min(self.options.backoff_start, delay)
-        deadline = time.monotonic() + delay
-        while (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(step, left))
-            if time.monotonic() >= deadline:
-                return
-            if not await self._reachable():
-                self._unreachable = True
-            elif self._unreachable:
-                self._unreachable = False
-                self.prompt_retries += 1
-                return
 
     async def _reachable(self) -> bool:
         """Whether the server accepts a TCP (or Unix socket) connection now."""

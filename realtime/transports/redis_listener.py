@@ -47,7 +47,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import ClusterDownError, MovedError, RedisError, ResponseError
 
 from realtime import metrics
-from realtime.transports.outage import Outage
+from realtime.transports.outage import Backoff, Outage
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +116,10 @@ class RedisListener:
         self._sending = asyncio.Lock()
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._stalled_at: float | None = None
-        #: A look during a pause found Redis silent (it may come back before the backoff).
-        self._silent = False
-        #: Attempts made at once because Redis came back within a backoff.
-        self.prompt_retries = 0
+        #: The waits between attempts; a look at Redis (does it answer?) cuts one short.
+        self.backoff = Backoff(
+            options.backoff_start, options.backoff_max, lambda: self.redis_answers()
+        )
 
     async def subscribe(self, name: str) -> None:
         """``SSUBSCRIBE name``; return once the server confirmed it on a live connection."""
@@ -172,11 +172,11 @@ class RedisListener:
                 for name in sorted(self.wanted):
                     await self._send(connection, "ssubscribe", name)
                 self.connections += 1
-                self._silent = False
+                self.backoff.away = False
                 await self._serve(connection)
             except (RedisError, OSError, TimeoutError) as exc:
                 self.connected.clear()
-                delay = self._backoff(self.outage.attempts + 1)
+                delay = self.backoff.delay(self.outage.attempts + 1)
                 self.outage.failed(exc, delay)
                 if self.on_displaced is not None:
                     self.on_displaced()  # a failover, perhaps: who serves the slots now?
@@ -189,29 +189,21 @@ class RedisListener:
                 if connection is not None:
                     await connection.close()
 
-    def _backoff(self, attempt: int) -> float:
-        delay = self.options.backoff_start * 2 ** (attempt - 1)
-        return float(min(delay, self.options.backoff_max))
+    @property
+    def prompt_retries(self) -> int:
+        """Attempts made at once because Redis came back within a backoff."""
+        return self.backoff.prompt_retries
 
     async def _pause(self, delay: float) -> None:
-        """Wait ``delay`` seconds, reporting the channels wanted whenever the connection has
-        been down for longer than the stall bound (once per bound); or less, once Redis
-        answers again after a look (in this pause or an earlier one) found it silent: the
-        backoff spares a server that is down, not one that is back."""
+        """Wait ``delay`` seconds (less once Redis answers again: ``Backoff``), reporting the
+        channels wanted whenever the connection has been down for longer than the stall
+        bound (once per bound)."""
         step = min(self.options.backoff_start, self.options.stall_bound / 4)
-        deadline = time.monotonic() + delay
-        while (left := deadline - time.monotonic()) > 0:
-            self.beat = time.monotonic()
-            self._check_stall()
-            await asyncio.sleep(min(left, step))
-            if time.monotonic() >= deadline:
-                break
-            if not await self.redis_answers():
-                self._silent = True
-            elif self._silent:
-                self._silent = False
-                self.prompt_retries += 1
-                break
+        await self.backoff.wait(delay, step, self._turn)
+        self._check_stall()
+
+    def _turn(self) -> None:
+        self.beat = time.monotonic()
         self._check_stall()
 
     def _check_stall(self) -> None:
