@@ -74,6 +74,27 @@ def outbox_drained(timeout: float = 30.0) -> bool:
     return False
 
 
+@pytest.fixture
+def redis_alone(live_servers: LiveServers, redis_server: RedisServer, settings: Any) -> RedisServer:
+    """Writes announced through the test's Redis, and no daphne worker of an earlier test
+    left running to sweep their outbox rows before the test does."""
+    live_servers.stop_all()
+    settings.REALTIME_TRANSPORT = "redis"
+    settings.REALTIME_REDIS_URL = redis_server.url
+    return redis_server
+
+
+def said(redis_server: RedisServer, acme: Workspace) -> list[tuple[str, str]]:
+    """(event type, title) of each message in the stream of ``acme``'s scope."""
+    entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
+    told = [json.loads(fields[b"p"]) for _, fields in entries]
+    return [(m["event_type"], m["data"]["title"]) for m in told]
+
+
+def titles(redis_server: RedisServer, acme: Workspace) -> list[str]:
+    return [title for _, title in said(redis_server, acme)]
+
+
 @pytest.mark.parametrize(
     "dying",
     ["DyingRedisTransport", "RelayingThenDyingRedisTransport"],
@@ -113,69 +134,50 @@ async def test_a_writer_dying_around_its_relay_is_heard_exactly_once(
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_a_write_on_another_database_keeps_its_outbox_there_and_is_relayed_from_it(
-    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+    redis_alone: RedisServer,
 ) -> None:
-    live_servers.stop_all()  # a worker left by another test would sweep these rows first
-    settings.REALTIME_TRANSPORT = "redis"
-    settings.REALTIME_REDIS_URL = redis_server.url
     acme = Workspace.objects.create(name="Acme", slug="acme")
     Workspace.objects.using("other").create(pk=acme.pk, name="Acme", slug="acme")
-
-    def titles() -> list[str]:
-        entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
-        return [json.loads(fields[b"p"])["data"]["title"] for _, fields in entries]
 
     with transaction.atomic(using="other"):
         Ticket.objects.using("other").create(workspace_id=acme.pk, title="there")
         assert (outbox_rows("other"), outbox_rows("default")) == (1, 0)
-        assert titles() == []
+        assert titles(redis_alone, acme) == []
     assert outbox_rows("other") == 0
-    assert titles() == ["there"]
+    assert titles(redis_alone, acme) == ["there"]
 
-    redis_server.stop()  # the writer's relay fails: the row stays where it was written
+    redis_alone.stop()  # the writer's relay fails: the row stays where it was written
     try:
         with transaction.atomic(using="other"):
             Ticket.objects.using("other").create(workspace_id=acme.pk, title="late")
         assert outbox_rows("other") == 1
     finally:
-        redis_server.start()
+        redis_alone.start()
     assert Sweeper(grace=0.0).sweep() == 1
     assert outbox_rows("other") == 0
-    assert titles() == ["late"]  # a new server: its streams begin again
+    assert titles(redis_alone, acme) == ["late"]  # a new server: its streams begin again
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_a_write_in_autocommit_whose_publish_fails_is_kept_and_relayed_when_redis_is_back(
-    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+    redis_alone: RedisServer,
 ) -> None:
-    live_servers.stop_all()  # a worker left by another test would sweep these rows first
-    settings.REALTIME_TRANSPORT = "redis"
-    settings.REALTIME_REDIS_URL = redis_server.url
     acme = Workspace.objects.create(name="Acme", slug="acme")
 
-    def titles() -> list[str]:
-        entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
-        return [json.loads(fields[b"p"])["data"]["title"] for _, fields in entries]
-
-    redis_server.stop()  # no transaction to write a row in: the failed publish writes it
+    redis_alone.stop()  # no transaction to write a row in: the failed publish writes it
     try:
         Ticket.objects.create(workspace=acme, title="kept")
         assert outbox_rows("default") == 1
     finally:
-        redis_server.start()
+        redis_alone.start()
     Ticket.objects.create(workspace=acme, title="direct")  # published at once, no row
     assert outbox_rows("default") == 1
     assert Sweeper(grace=0.0).sweep() == 1
     assert outbox_rows("default") == 0
-    assert sorted(titles()) == ["direct", "kept"]
+    assert sorted(titles(redis_alone, acme)) == ["direct", "kept"]
 
 
-def late_relay_setup(
-    live_servers: LiveServers, redis_server: RedisServer, settings: Any
-) -> tuple[Workspace, Ticket]:
-    live_servers.stop_all()  # a worker left by another test would sweep the rows first
-    settings.REALTIME_TRANSPORT = "redis"
-    settings.REALTIME_REDIS_URL = redis_server.url
+def late_relay_setup(redis_server: RedisServer) -> tuple[Workspace, Ticket]:
     acme = Workspace.objects.create(name="Acme", slug="acme")
     ticket = Ticket.objects.create(workspace=acme, title="v0")
     redis_server.stop()  # the writer's relay of v1 fails: its row stays in the outbox
@@ -189,32 +191,26 @@ def late_relay_setup(
     return acme, ticket
 
 
-def said(redis_server: RedisServer, acme: Workspace) -> list[tuple[str, str]]:
-    entries = redis_server.entries(stream_key(scope_channel(acme.pk)))
-    told = [json.loads(fields[b"p"]) for _, fields in entries]
-    return [(m["event_type"], m["data"]["title"]) for m in told]
-
-
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_a_late_relay_tells_the_record_as_it_is_now_not_as_it_was_written(
-    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+    redis_alone: RedisServer,
 ) -> None:
-    acme, ticket = late_relay_setup(live_servers, redis_server, settings)
+    acme, ticket = late_relay_setup(redis_alone)
     with transaction.atomic():
         ticket.title = "v2"
         ticket.save()  # published at once, before the late relay of v1
     assert Sweeper(grace=0.0).sweep() == 1
     # Relayed as written, v1 would come last: sockets would end showing the older version.
-    assert said(redis_server, acme) == [("ticket.updated", "v2"), ("ticket.updated", "v2")]
+    assert said(redis_alone, acme) == [("ticket.updated", "v2"), ("ticket.updated", "v2")]
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_a_late_relay_of_a_row_deleted_since_announces_nothing(
-    live_servers: LiveServers, redis_server: RedisServer, settings: Any
+    redis_alone: RedisServer,
 ) -> None:
-    acme, ticket = late_relay_setup(live_servers, redis_server, settings)
+    acme, ticket = late_relay_setup(redis_alone)
     Ticket.objects.filter(pk=ticket.pk).delete()  # published at once
     assert Sweeper(grace=0.0).sweep() == 1
     assert outbox_rows("default") == 0
     # Relayed as written, the update would show a deleted row again.
-    assert said(redis_server, acme) == [("ticket.deleted", "v1")]
+    assert said(redis_alone, acme) == [("ticket.deleted", "v1")]
