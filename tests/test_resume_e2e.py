@@ -352,19 +352,22 @@ async def test_an_account_removed_from_a_thread_while_away_is_not_replayed_its_m
     assert kinds(await heard(back, ann)) == [("chat_line.deleted", line)]
 
 
+def seated(text: str) -> tuple[Any, str, Chat, ChatLine]:
+    """ann, a member of acme seated in a chat, with her token, the chat, and a line of it."""
+    acme = make_workspace("acme")
+    ann, token = make_member("ann", acme)
+    chat = Chat.objects.create(title="plans")
+    Seat.objects.create(chat=chat, user=ann)
+    return ann, token, chat, ChatLine.objects.create(chat=chat, text=text)
+
+
 async def test_a_delete_replayed_to_an_account_that_lost_the_path_tells_only_model_and_id(
     live_servers: LiveServers, ws: Clients
 ) -> None:
-    acme = await off_loop(make_workspace, "acme")
-    ann, token = await off_loop(make_member, "ann", acme)
-    chat = await off_loop(Chat.objects.create, title="plans")
-    await off_loop(Seat.objects.create, chat=chat, user=ann)
-    line = await off_loop(ChatLine.objects.create, chat=chat, text="secret")
+    ann, token, chat, line = await off_loop(seated, "secret")
     server = live_servers.get()
     channels = ["chat_line"]
-    live, _ = await resuming(ws, server, token, scope="acme", channels=channels)
-    cursor = await last_cursor(live, ann)
-    await live.close()
+    cursor = await went_away(ws, server, token, ann, scope="acme", channels=channels)
 
     def while_away() -> None:
         ChatLine.objects.filter(pk=line.pk).delete()  # ann had it: the delete is hers
@@ -384,11 +387,7 @@ async def test_a_delete_replayed_to_an_account_that_lost_the_path_tells_only_mod
 async def test_a_live_delete_to_an_account_carries_its_declared_fields(
     live_servers: LiveServers, ws: Clients
 ) -> None:
-    acme = await off_loop(make_workspace, "acme")
-    ann, token = await off_loop(make_member, "ann", acme)
-    chat = await off_loop(Chat.objects.create, title="plans")
-    await off_loop(Seat.objects.create, chat=chat, user=ann)
-    line = await off_loop(ChatLine.objects.create, chat=chat, text="said")
+    _, token, _, line = await off_loop(seated, "said")
     client, _ = await resuming(ws, live_servers.get(), token, scope="acme", channels=["chat_line"])
     await off_loop(ChatLine.objects.filter(pk=line.pk).delete)
     frame = await client.wait_for(lambda f: f["type"] == "chat_line.deleted")
