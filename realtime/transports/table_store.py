@@ -139,7 +139,8 @@ PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
 #: What a PostgreSQL publish starts with: the publish lock, and no wait for the WAL flush at
 #: its commit (for this transaction only). The write it announces is durable already; the log
 #: is a buffer, and serialized publishers must not each wait for a disk flush in turn.
-PG_PUBLISH_START: Final = "pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)"
+PG_NO_FLUSH: Final = "set_config('synchronous_commit', 'off', true)"
+PG_PUBLISH_START: Final = f"pg_advisory_xact_lock(%s), {PG_NO_FLUSH}"
 #: Seconds a MySQL publisher waits for the lock before it refuses to publish (see
 #: ``MessageStore._serialized``).
 PUBLISH_LOCK_WAIT: Final = 10

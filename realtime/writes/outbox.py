@@ -23,7 +23,7 @@ from django.db.backends.utils import CursorWrapper
 
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
-from realtime.transports.table_store import as_datetime, db_now, write_transaction
+from realtime.transports.table_store import PG_NO_FLUSH, as_datetime, db_now, write_transaction
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,6 @@ CHUNK: Final = 500
 #: Bytes of announcements one INSERT carries at most (but one row, whatever its size): far
 #: below MySQL's smallest usual ``max_allowed_packet`` (16 MiB on MariaDB).
 INSERT_BYTES: Final = 1 << 20
-#: Turns off the wait for the WAL flush at the commit of the transaction it runs in.
-NO_FLUSH: Final = "set_config('synchronous_commit', 'off', true)"
 #: Seconds before an alias found without the table is looked at again.
 RECHECK_MISSING = 10.0
 
@@ -142,7 +140,7 @@ def delete(using: str, ids: Sequence[int]) -> None:
     connection = connections[using]
     statement = f"DELETE FROM {TABLE} WHERE id"
     if connection.vendor == "postgresql" and not in_transaction(connection):
-        statement = f"DELETE FROM {TABLE} USING (SELECT {NO_FLUSH}) AS f WHERE id"
+        statement = f"DELETE FROM {TABLE} USING (SELECT {PG_NO_FLUSH}) AS f WHERE id"
     with connection.cursor() as cursor:
         _by_ids(connection, cursor, statement, ids)
 
