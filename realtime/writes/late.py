@@ -1,19 +1,18 @@
-"""A late relay tells the record as it is now, not as it was written.
+"""A late relay never tells a record as it was before a newer write of it.
 
 A sweeper relays the rows a writer left in the outbox (``realtime.writes.relay``): its publish
 failed (Redis away), or it died first. Meanwhile the same records may have been written
 again, and those later writes published at once: relayed as written, the old announcement
 would reach sockets after the new one, and leave them showing an older version of a record,
 or a row that is gone. So before a late relay is built, each created or updated row it
-announces is read again (one query per model, on the database the rows came from) and
-announced as it is now: its data, channels, scope or accounts, and readers taken afresh (the
-audience is asked after commit, as for every publish). A row gone since is not announced:
-its delete was, or will be. Deletes, account moves, folded bulk events and announcements
-that are not a model's pass as written. ``before`` is kept: who could read the row before
-that write is still who must hear it left.
-
-This narrows the window to the sweeper's read and its publish; it does not order two
-writers' publishes of one row (see docs/limits.md).
+announces is read again (one query per model, on the database the rows came from). A row
+written since (its declared fields or its scope differ) is not announced: the newer write's
+own announcement tells it, with a greater order (``realtime.writes.order``), whether it was
+published already or waits in the outbox too. A row gone since is not announced either: its
+delete was, or will be. A row as it was written is announced as it is now, its channels,
+accounts and readers taken afresh (the audience is asked after commit, as for every
+publish); ``before`` and the order are kept. Deletes, account moves, folded bulk events and
+announcements that are not a model's pass as written.
 """
 
 from __future__ import annotations
@@ -70,7 +69,8 @@ def _rereadable(item: Any) -> bool:
 
 
 def _fresh(item: Event, row: models.Model, using: str) -> Event | None:
-    """The event ``item`` announces, read from ``row`` as it is now."""
+    """The event ``item`` announces, read from ``row`` as it is now; ``None`` if the row was
+    written since (or announces nothing now)."""
     fresh = read_event(
         item.options,
         row,
@@ -79,8 +79,18 @@ def _fresh(item: Event, row: models.Model, using: str) -> Event | None:
         scopeless=item.before is not None,
         using=using,
     )
-    if fresh is None:
+    if fresh is None or _written_since(item, fresh):
         return None
     fresh.origin = item.origin
     fresh.before = item.before
+    fresh.order = item.order
     return fresh
+
+
+def _written_since(item: Event, fresh: Event) -> bool:
+    """Whether the row read again differs from what ``item`` says of it: in a declared field
+    or its scope (what the application's own ``payload=`` adds may change without a write)."""
+    declared = item.options.fields
+    return fresh.scope_id != item.scope_id or any(
+        fresh.data.get(wire) != item.data.get(wire) for wire in declared
+    )
