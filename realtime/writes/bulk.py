@@ -85,21 +85,20 @@ def update(
     written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
     what = f"a bulk update of {options.name}"
-    with _locking(db, queryset.model, moving):
-        matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
-        count = run(**values)
-        pks = None if matched is None else [pk for pk, _ in matched.rows]
-        tracking.bulk_written(queryset.model, pks, written, db)
-        if matched is not None:
-            if count != len(matched.rows):
-                logger.warning(
-                    "realtime: an update() of %s changed %d rows where %d matched a moment "
-                    "before (another transaction wrote rows it matches); those are not announced",
-                    options.name,
-                    count,
-                    len(matched.rows),
-                )
-            failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
+    matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
+    count = run(**values)
+    pks = None if matched is None else [pk for pk, _ in matched.rows]
+    tracking.bulk_written(queryset.model, pks, written, db)
+    if matched is not None:
+        if count != len(matched.rows):
+            logger.warning(
+                "realtime: an update() of %s changed %d rows where %d matched a moment "
+                "before (another transaction wrote rows it matches); those are not announced",
+                options.name,
+                count,
+                len(matched.rows),
+            )
+        failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
     return count
 
 
@@ -235,20 +234,29 @@ def _options(queryset: models.QuerySet[Any, Any]) -> ModelOptions:
 
 
 @contextmanager
-def _locking(db: str, model: type[models.Model], moving: bool) -> Iterator[None]:
-    """Around an ``update()`` that may move rows, outside a transaction: a transaction of
-    realtime's, so that the rows locked before it stay so until it is made. On SQLite it takes
-    the write lock before the first read (SQLite refuses a transaction that read, then writes
-    after another connection wrote: "database is locked"), with a write that changes no row.
-    Inside the application's transaction, or for an update that cannot move rows: nothing."""
-    if not moving or in_transaction(connections[db]):
+def own_transaction(
+    queryset: models.QuerySet[Any, Any], *, reads_first: bool = True
+) -> Iterator[None]:
+    """Around a bulk write outside a transaction: a transaction of realtime's (inside the
+    application's: nothing), so that what realtime reads before the write and announces after
+    it is read and announced in the write's own transaction. The rows an ``update()`` locks
+    before it stay locked until it is made, and each event is given its place among its row's
+    versions while the write still holds the row (``realtime.writes.order``). Django makes
+    ``bulk_create``, ``bulk_update`` and ``QuerySet.delete()`` in a transaction anyway.
+
+    On SQLite, when realtime reads before the write (``reads_first``), it takes the write lock
+    before that read (SQLite refuses a transaction that read, then writes after another
+    connection wrote: "database is locked"), with a write that changes no row."""
+    db = write_alias(queryset)
+    connection = connections[db]
+    if in_transaction(connection):
         yield
         return
     with transaction.atomic(using=db):
-        connection = connections[db]
-        if connection.vendor == "sqlite":
-            table = connection.ops.quote_name(model._meta.db_table)
-            column = connection.ops.quote_name(str(model._meta.concrete_fields[0].column))
+        if reads_first and connection.vendor == "sqlite":
+            meta = queryset.model._meta
+            table = connection.ops.quote_name(meta.db_table)
+            column = connection.ops.quote_name(str(meta.concrete_fields[0].column))
             with connection.cursor() as cursor:
                 cursor.execute(f"UPDATE {table} SET {column} = {column} WHERE 0")
         yield
