@@ -31,3 +31,9 @@ OUTBOX_ROWS_PER_SWEEP: Final = 1000
 OUTBOX_TXNS_PER_SWEEP: Final = 100
 #: Seconds a sweeper holds the rows it relays; past it another may relay them.
 OUTBOX_LEASE: Final = 60.0
+#: Rows whose latest announced version a worker remembers (``realtime.sockets.record_order``):
+#: a late announcement of a row it no longer remembers is delivered as it comes.
+ORDER_MEMORY: Final = 100_000
+#: Seconds a writer's clock may be ahead of a worker's before the worker stops trusting the
+#: order of that writer's announcements (they are delivered as they come, and it says so).
+ORDER_CLOCK_AHEAD: Final = 1.0

@@ -22,7 +22,7 @@ from django.db import connections
 
 from realtime.transports.redis import RedisTransport
 from realtime.transports.table import TableTransport
-from realtime.writes import outbox, outbox_form
+from realtime.writes import order, outbox, outbox_form
 from realtime.writes.publish import build
 
 
@@ -60,14 +60,17 @@ class RoundTripTransport(DurableTableTransport):
                     continue
                 with connections[alias].cursor() as cursor:
                     cursor.execute(
-                        "SELECT item FROM realtime_outbox WHERE txn = %s AND seq >= %s "
+                        "SELECT id, item FROM realtime_outbox WHERE txn = %s AND seq >= %s "
                         "ORDER BY seq LIMIT %s",
                         [txn, int(first), int(count)],
                     )
                     rows = cursor.fetchall()
             except AssertionError:  # Django's DatabaseOperationForbidden
                 continue  # a test that uses one database only
-            items += [outbox_form.load(bytes(raw)) for (raw,) in rows]
+            for id_, raw in rows:
+                item = outbox_form.load(bytes(raw))
+                order.relayed(item, alias, id_)  # as a relay loads it
+                items.append(item)
         if not items:
             return  # an autocommit write's key: its rows are written only if it fails
         rebuilt = build(items, self.max_message_bytes)

@@ -185,10 +185,19 @@ def published() -> list[tuple[str, dict[str, Any]]]:
 
 
 def without_mid(message: dict[str, Any]) -> dict[str, Any]:
-    """A message without its random ``mid`` (after checking it is there), for comparisons."""
+    """A message without its random ``mid`` (after checking it is there) and its row's order
+    number (``meta.order``, a time or an id: checked well formed; what it orders is tested in
+    ``tests.test_record_order``), for comparisons."""
     assert isinstance(message.get("mid"), str)
     assert message["mid"]
-    return {key: value for key, value in message.items() if key != "mid"}
+    stripped = {key: value for key, value in message.items() if key != "mid"}
+    meta = message.get("meta")
+    if isinstance(meta, dict) and "order" in meta:
+        source, number = meta["order"]
+        assert isinstance(source, str)
+        assert isinstance(number, int)
+        stripped["meta"] = {key: value for key, value in meta.items() if key != "order"}
+    return stripped
 
 
 def events(target: str | None = None) -> list[dict[str, Any]]:

@@ -28,6 +28,12 @@ Commands
                                      of ``REALTIME_TEST_SETTINGS``: a durable one that dies
                                      when asked to publish ends the process right after the
                                      commit)
+    race-writes HOW IDS COUNT        print "ready", wait for a line on stdin, then add 1 to
+                                     ``points`` of the Tickets IDS (comma-separated) in turn,
+                                     COUNT times, as fast as it can; print "done". HOW:
+                                     ``update`` (``update()`` in ``atomic()``), ``save`` (the
+                                     row locked, then ``save()``, in ``atomic()``) or
+                                     ``autocommit`` (``update()`` outside a transaction)
     relay                            print "ready", wait for a line on stdin, sweep the
                                      outbox (no grace) until it is empty, print the number
                                      of rows this process relayed
@@ -38,6 +44,24 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
+
+
+def race_write(ticket: Any, how: str, pk: int) -> None:
+    """Add 1 to the ``points`` of Ticket ``pk`` the way ``how`` says (see ``race-writes``)."""
+    from django.db import transaction
+    from django.db.models import F
+
+    if how == "autocommit":
+        ticket.objects.filter(pk=pk).update(points=F("points") + 1)
+        return
+    with transaction.atomic():
+        if how == "update":
+            ticket.objects.filter(pk=pk).update(points=F("points") + 1)
+        else:
+            row = ticket.objects.select_for_update().get(pk=pk)
+            row.points += 1
+            row.save(update_fields=["points"])
 
 
 def main(argv: list[str]) -> None:
@@ -147,6 +171,15 @@ def main(argv: list[str]) -> None:
         with transaction.atomic():
             Company.objects.create(workspace_id=int(workspace_id), name=name)
         print("committed", flush=True)
+    elif command == "race-writes":
+        from tests.testapp.models import Ticket
+
+        how, pks = args[0], [int(pk) for pk in args[1].split(",")]
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for n in range(int(args[2])):
+            race_write(Ticket, how, pks[n % len(pks)])
+        print("done", flush=True)
     elif command == "relay":
         from realtime.writes import outbox
         from realtime.writes.relay import Sweeper

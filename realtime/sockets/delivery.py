@@ -59,6 +59,7 @@ from realtime.sockets.connection import Held, Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure
+from realtime.sockets.record_order import RecordOrder
 from realtime.transports.base import Transport
 from realtime.transports.tally import Tally
 
@@ -115,6 +116,8 @@ class Dispatcher:
         self.index = index
         self.host = host
         self.sender = sender
+        #: Each row's versions in commit order: a version superseded before it came is dropped.
+        self.order = RecordOrder()
         self._queue: asyncio.Queue[Queued] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: The ``event_delivered`` signals being sent (at most ``REALTIME_NOTIFY_QUEUE_SIZE``).
@@ -298,6 +301,8 @@ class Dispatcher:
         """Work out who hears ``message`` and what they get: of every socket here, or only
         of those ``among`` (a resume's; they are not asked to recheck). ``readers``: a
         resume's answer of ``readers_now`` for this message, asked for a page at once."""
+        if self.order.superseded(message):
+            return None
         target = message.get("target")
         if target == messages.SCOPE:
             return await self._plan_scope(message, among)

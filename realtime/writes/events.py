@@ -94,6 +94,9 @@ class Event:
     #: A create or update whose ``payload=`` failed: ``data`` lacks its keys, so it goes only
     #: to the readers an update takes the row from, whose frame carries its identity alone.
     leaves_only: bool = False
+    #: Where this version of the row stands among the row's versions (``realtime.writes.order``):
+    #: ``[source, number]``, or ``None`` when the write gave no such moment.
+    order: list[Any] | None = None
 
     @property
     def event_type(self) -> str:
@@ -113,6 +116,8 @@ class Event:
             meta["truncated"] = True
         if self.accounts is not None and not self.folded:
             meta["moved"] = True
+        if self.order is not None:
+            meta["order"] = self.order
         return meta
 
 

@@ -50,7 +50,7 @@ from django.db.transaction import TransactionManagementError
 
 from realtime.compat.django import callbacks_released, in_transaction
 from realtime.transports import get_transport
-from realtime.writes import outbox, outbox_form
+from realtime.writes import order, outbox, outbox_form
 from realtime.writes.publish import publish
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,9 @@ class _Held:
         if len(self.entries) >= self.compact_at:
             self.entries = [entry for entry in self.entries if entry.pending()]
             self.compact_at = max(COMPACT_AFTER, 2 * len(self.entries))
-        entry = _Entry(list(items), self._write(items))
+        rows = self._write(items)
+        order.stamp(items, self.using, [None if row is None else row.id for row in rows])
+        entry = _Entry(list(items), rows)
         callback = _Callback(self, entry)
         entry.callback = weakref.ref(callback, self._released)
         self.entries.append(entry)
@@ -177,6 +179,7 @@ class _Held:
         if not outbox.holds_outbox(self.using):
             _warn_no_outbox(self.using)
             return [None] * len(items)
+        order.pending(items)
         raws = [outbox_form.dump(item) for item in items]
         if not self.txn or not any(entry.pending() for entry in reversed(self.entries)):
             # A commit ran callbacks since the key was drawn, or nothing is pending (what was

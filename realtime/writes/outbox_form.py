@@ -156,6 +156,7 @@ def _dump_event(event: Event) -> dict[str, Any]:
         },
         "accounts": event.accounts,
         "leaves_only": event.leaves_only,
+        "order": event.order,
     }
 
 
@@ -188,6 +189,7 @@ def _load_event(body: dict[str, Any]) -> Event:
         before=None if before is None else Before(**before),
         accounts=body["accounts"],
         leaves_only=bool(body["leaves_only"]),
+        order=body.get("order"),
     )
 
 

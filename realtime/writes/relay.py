@@ -50,7 +50,7 @@ from realtime.transports import current_transport, get_transport
 from realtime.transports.base import Transport, on_listening
 from realtime.transports.outage import Outage
 from realtime.transports.tally import Tally
-from realtime.writes import outbox, outbox_form
+from realtime.writes import order, outbox, outbox_form
 from realtime.writes.late import as_now
 from realtime.writes.on_commit import relay_key
 from realtime.writes.publish import build, send_now
@@ -116,10 +116,13 @@ class Sweeper:
         items: list[Any] = []
         for row in rows:
             try:
-                items.append(outbox_form.load(row.item))
+                item = outbox_form.load(row.item)
             except outbox_form.UnreadableError as exc:
                 logger.debug("realtime: row %s of realtime_outbox is unreadable: %s", row.id, exc)
                 self.unreadable.add()
+                continue
+            order.relayed(item, alias, row.id)
+            items.append(item)
         if items:
             transport = get_transport()
             messages = build(as_now(items, alias), transport.max_message_bytes)

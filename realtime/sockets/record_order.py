@@ -1,0 +1,95 @@
+"""A worker delivers each row's versions in the order they committed.
+
+Writers publish after commit, so two transactions writing one row a moment apart may reach
+a worker the other way round. Each model event carries the ``order`` of its version
+(``realtime.writes.order``: ``[source, number]``, the number growing with the row's commit
+order); ``RecordOrder`` remembers, for the rows it saw last, the greatest number it let
+through, and drops an event of a row whose number is below it: that version was superseded
+before it arrived, and delivering it would leave sockets showing the older one. Events of
+one write (its scope's message, its accounts', its leavers') share a number and all pass.
+
+Events with no order (an autocommit write, an application's own event, a row entering an
+account's view) pass and change nothing. A clock number from a writer whose clock is ahead
+of this worker's by more than ``ORDER_CLOCK_AHEAD`` is not trusted (it would hold back every
+other writer's events of that row): its event passes, unremembered, and one WARNING says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from realtime import limits
+
+logger = logging.getLogger(__name__)
+
+_AHEAD_NS = int(limits.ORDER_CLOCK_AHEAD * 1e9)
+
+
+class RecordOrder:
+    """The greatest order number let through, per row, for the ``size`` rows seen last."""
+
+    def __init__(self, size: int = limits.ORDER_MEMORY) -> None:
+        self.size = size
+        self._last: OrderedDict[tuple[str, str, Any], int] = OrderedDict()
+        self._warned = False
+        #: Events dropped as superseded.
+        self.dropped = 0
+
+    def superseded(self, message: dict[str, Any]) -> bool:
+        """Whether ``message`` tells a version of a row older than one already let through
+        (remember its number otherwise)."""
+        key, number = _order_of(message)
+        if key is None:
+            return False
+        if key[0].endswith(":clock") and number > time.time_ns() + _AHEAD_NS:
+            self._warn_ahead(key[0], number)
+            return False
+        last = self._last.get(key)
+        if last is not None:
+            if number < last:
+                self.dropped += 1
+                return True
+            self._last.move_to_end(key)
+        self._last[key] = number
+        if len(self._last) > self.size:
+            self._last.popitem(last=False)
+        return False
+
+    def _warn_ahead(self, source: str, number: int) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "realtime: a writer's clock (%s) is %.1f s ahead of this worker's: the "
+                "events it announces are delivered as they come, not in each row's commit "
+                "order, until the clocks agree (keep the hosts' clocks synchronized)",
+                source,
+                (number - time.time_ns()) / 1e9,
+            )
+
+
+def _order_of(message: dict[str, Any]) -> tuple[tuple[str, str, Any] | None, int]:
+    """The row ``message`` tells of, as ``(source, model, id)``, and its order number;
+    ``(None, 0)`` for a message without an order."""
+    meta = message.get("meta")
+    order = meta.get("order") if isinstance(meta, dict) else None
+    data = message.get("data")
+    event_type = message.get("event_type")
+    if not (
+        isinstance(order, list)
+        and len(order) == 2
+        and isinstance(order[0], str)
+        and isinstance(order[1], int)
+        and isinstance(data, dict)
+        and isinstance(event_type, str)
+    ):
+        return None, 0
+    row = data.get("id")
+    if row is None:
+        return None, 0
+    if not isinstance(row, (int, str)):
+        row = json.dumps(row, sort_keys=True)  # a composite key's list
+    return (order[0], event_type.rpartition(".")[0], row), order[1]

@@ -1,0 +1,172 @@
+"""Per-record order over real sockets: two processes writing the same rows as fast as they
+can, and a socket that must see each row's versions in the order they committed.
+
+Each writer adds 1 to ``points`` of three shared tickets, over and over, so a row's versions
+committed in increasing ``points``: a frame whose ``points`` is not above the last one the
+socket had for that row is an inversion (an older version shown after a newer one), and the
+last frame of each row must be the row as the database holds it at the end. A marker sent
+to the scope after both writers are done ends the reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_scope
+from realtime.models import OutboxItem
+from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
+from tests.live import Client, Clients, LiveServers, Server
+from tests.proxy import Proxy
+from tests.redis_server import RedisServer
+from tests.testapp.models import Membership, Ticket, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MARKER = "test.marker"
+#: Writes per writer process.
+WRITES = 300
+
+
+def shared_rows() -> tuple[Workspace, list[int], str]:
+    """A workspace, three tickets in it and the token of a member who reads them."""
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    reader = get_user_model().objects.create_user(username="reader")
+    Membership.objects.create(workspace=acme, user=reader)
+    ids = [Ticket.objects.create(workspace=acme, title=f"t{n}").pk for n in range(3)]
+    return acme, ids, issue_token(reader)
+
+
+def race(hows: list[str], ids: list[int], chosen: dict[str, Any]) -> None:
+    """Run one writer process per entry of ``hows`` (see ``race-writes`` in ``tests.worker``)
+    with the settings ``chosen``, started together, and wait until every one is done."""
+    env = {**subprocess_env(), "REALTIME_TEST_SETTINGS": json.dumps(chosen)}
+    command = [sys.executable, "-m", "tests.worker", "race-writes"]
+    writers = [
+        subprocess.Popen(
+            [*command, how, ",".join(map(str, ids)), str(WRITES)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for how in hows
+    ]
+    try:
+        for writer in writers:
+            assert writer.stdout is not None
+            assert writer.stdout.readline().strip() == "ready"
+        for writer in writers:
+            assert writer.stdin is not None
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+        for writer in writers:
+            out, _ = writer.communicate(timeout=WAIT * 12)
+            assert out.strip() == "done", out
+    finally:
+        for writer in writers:
+            writer.kill()
+
+
+def end_reading(workspace_id: int) -> None:
+    with transaction.atomic():
+        broadcast_to_scope(workspace_id, MARKER, None)
+
+
+async def versions_seen(client: Client) -> dict[int, list[int]]:
+    """Each ticket's ``points`` in the order the socket heard them, up to the marker."""
+    seen: dict[int, list[int]] = {}
+    for frame in await client.frames_until(MARKER, timeout=WAIT * 12):
+        if frame.get("type") == "ticket.updated":
+            seen.setdefault(frame["data"]["id"], []).append(frame["data"]["points"])
+    return seen
+
+
+async def reader(server: Server, ws: Clients, token: str, acme: Workspace) -> Client:
+    """A socket of ``token`` reading acme's tickets, its subscription in place."""
+    client = await ws.authenticated(server, token, scope="acme")
+    await client.send("subscribe", {"channels": ["ticket"]})
+    await off_loop(end_reading, acme.pk)  # the subscription is in place once it is heard
+    await client.frames_until(MARKER)
+    return client
+
+
+def assert_in_commit_order(seen: dict[int, list[int]], writes: int) -> None:
+    """No row's versions heard out of order, and each row heard last as it is stored."""
+    inversions = {
+        pk: [(a, b) for a, b in itertools.pairwise(points) if b <= a] for pk, points in seen.items()
+    }
+    assert {pk: pairs for pk, pairs in inversions.items() if pairs} == {}
+    final = dict(Ticket.objects.values_list("pk", "points"))
+    assert {pk: points[-1] for pk, points in seen.items()} == final
+    assert sum(final.values()) == writes
+
+
+@pytest.mark.usefixtures("each_transport")
+@pytest.mark.parametrize(
+    "hows", [["update", "update"], ["update", "save"], ["autocommit", "autocommit"]]
+)
+async def test_two_writers_racing_on_the_same_rows_are_heard_in_commit_order(
+    hows: list[str], live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    acme, ids, token = await off_loop(shared_rows)
+    client = await reader(live_servers.get(), ws, token, acme)
+    reading = asyncio.create_task(versions_seen(client))
+
+    await off_loop(race, hows, ids, chosen_transport(settings))
+    await off_loop(end_reading, acme.pk)
+
+    await off_loop(assert_in_commit_order, await reading, WRITES * len(hows))
+
+
+def chosen_transport(settings: Any) -> dict[str, Any]:
+    names = ("REALTIME_TRANSPORT", "REALTIME_REDIS_URL")
+    return {name: getattr(settings, name) for name in names if hasattr(settings, name)}
+
+
+async def test_writers_racing_while_redis_goes_away_and_back_are_heard_in_commit_order(
+    live_servers: LiveServers, ws: Clients, settings: Any, sockets_redis: RedisServer
+) -> None:
+    """The writers reach Redis through a proxy that is cut mid-race: the publishes that fail
+    leave their rows in the outbox, which the worker's sweeper relays late, after newer
+    versions of the same rows went out."""
+    settings.REALTIME_TRANSPORT = "redis"
+    settings.REALTIME_REDIS_URL = sockets_redis.url
+    server = live_servers.get(
+        "record-order-redis", **chosen_transport(settings), REALTIME_COMMIT_GRACE=0.2
+    )
+    acme, ids, token = await off_loop(shared_rows)
+    client = await reader(server, ws, token, acme)
+    reading = asyncio.create_task(versions_seen(client))
+    writers_redis = Proxy("127.0.0.1", sockets_redis.port)
+    await writers_redis.open()
+    try:
+        through_proxy = {**chosen_transport(settings)}
+        through_proxy["REALTIME_REDIS_URL"] = f"redis://127.0.0.1:{writers_redis.port}/0"
+        racing = asyncio.create_task(off_loop(race, ["update", "save"], ids, through_proxy))
+        for _ in range(2):
+            await asyncio.sleep(0.3)
+            await writers_redis.close()  # cut, and refused
+            await asyncio.sleep(0.3)
+            await writers_redis.open()
+        await racing
+    finally:
+        await writers_redis.close()
+    async with asyncio.timeout(WAIT):  # the sweeper relays every row the writers left
+        while True:
+            if not await off_loop(OutboxItem.objects.exists):
+                break
+            await asyncio.sleep(0.05)
+    await off_loop(end_reading, acme.pk)
+
+    await off_loop(assert_in_commit_order, await reading, WRITES * 2)
