@@ -106,6 +106,10 @@ class Metrics:
             "realtime_redis_relays_dropped",
             "Streams that dropped a relay they already held (the same outbox rows relayed again)",
         )
+        self.superseded = counter(
+            "realtime_events_superseded",
+            "Events of a row dropped by a worker: a newer version of the row was delivered first",
+        )
         self.trimmed = counter("realtime_trimmed_rows", "Rows trimmed from firm_channel_messages")
         # Every worker reads the same table: the highest reading of the live ones.
         shared: dict[str, Any] = {"multiprocess_mode": "livemax"}
@@ -273,6 +277,11 @@ def outbox_backlog(database: str, rows: int, oldest: float | None) -> None:
     if (m := get()) is not None:
         m.outbox_pending.labels(database).set(rows)
         m.outbox_oldest.labels(database).set(oldest or 0.0)
+
+
+def superseded() -> None:
+    if (m := get()) is not None:
+        m.superseded.inc()
 
 
 def outbox_relayed(rows: int) -> None:

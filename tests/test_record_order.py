@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from django.db import transaction
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope
 from realtime.models import OutboxItem
+from realtime.sockets.record_order import RecordOrder
 from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
 from tests.live import Client, Clients, LiveServers, Server
 from tests.proxy import Proxy
@@ -170,3 +173,48 @@ async def test_writers_racing_while_redis_goes_away_and_back_are_heard_in_commit
     await off_loop(end_reading, acme.pk)
 
     await off_loop(assert_in_commit_order, await reading, WRITES * 2)
+
+
+# A worker's memory of each row's last version -----------------------------------------------
+
+
+def told(number: int, *, row: Any = 1, source: str = "default:outbox") -> dict[str, Any]:
+    return {
+        "target": "scope",
+        "event_type": "ticket.updated",
+        "data": {"model": "ticket", "id": row},
+        "meta": {"order": [source, number]},
+    }
+
+
+def test_a_version_older_than_one_let_through_is_dropped_and_the_rest_pass() -> None:
+    order = RecordOrder()
+    assert [order.superseded(told(n)) for n in (5, 7, 6, 7, 8)] == [
+        False,
+        False,
+        True,  # 6 came after 7
+        False,  # another message of write 7 (its accounts', its leavers')
+        False,
+    ]
+    assert not order.superseded(told(1, row=2))  # another row
+    assert not order.superseded(told(1, source="other:outbox"))  # another database
+    assert not order.superseded({**told(1), "meta": {}})  # no order: as it comes
+
+
+def test_rows_beyond_the_memory_are_forgotten_oldest_first() -> None:
+    order = RecordOrder(size=2)
+    for row in (1, 2, 3):
+        order.superseded(told(10, row=row))
+    assert not order.superseded(told(5, row=1))  # forgotten
+    assert order.superseded(told(5, row=3))
+
+
+def test_a_writer_clock_ahead_of_the_worker_s_is_not_trusted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order = RecordOrder()
+    ahead = time.time_ns() + 60 * 10**9
+    with caplog.at_level(logging.WARNING, "realtime"):
+        assert not order.superseded(told(ahead, source="default:clock"))
+        assert not order.superseded(told(time.time_ns(), source="default:clock"))
+    assert "a writer's clock (default:clock) is 60.0 s ahead of this worker's" in caplog.text

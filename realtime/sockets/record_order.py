@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from realtime import limits
+from realtime import limits, metrics
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +36,6 @@ class RecordOrder:
         self.size = size
         self._last: OrderedDict[tuple[str, str, Any], int] = OrderedDict()
         self._warned = False
-        #: Events dropped as superseded.
-        self.dropped = 0
 
     def superseded(self, message: dict[str, Any]) -> bool:
         """Whether ``message`` tells a version of a row older than one already let through
@@ -51,7 +49,7 @@ class RecordOrder:
         last = self._last.get(key)
         if last is not None:
             if number < last:
-                self.dropped += 1
+                metrics.superseded()
                 return True
             self._last.move_to_end(key)
         self._last[key] = number
