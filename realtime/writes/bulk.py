@@ -85,20 +85,22 @@ def update(
     written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
     what = f"a bulk update of {options.name}"
-    matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
-    count = run(**values)
-    pks = None if matched is None else [pk for pk, _ in matched.rows]
-    tracking.bulk_written(queryset.model, pks, written, db)
-    if matched is not None:
-        if count != len(matched.rows):
-            logger.warning(
-                "realtime: an update() of %s changed %d rows where %d matched a moment "
-                "before (another transaction wrote rows it matches); those are not announced",
-                options.name,
-                count,
-                len(matched.rows),
-            )
-        failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
+    with own_transaction(queryset):
+        matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
+        count = run(**values)
+        pks = None if matched is None else [pk for pk, _ in matched.rows]
+        tracking.bulk_written(queryset.model, pks, written, db)
+        if matched is not None:
+            if count != len(matched.rows):
+                logger.warning(
+                    "realtime: an update() of %s changed %d rows where %d matched a moment "
+                    "before (another transaction wrote rows it matches); those are not "
+                    "announced",
+                    options.name,
+                    count,
+                    len(matched.rows),
+                )
+            failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
     return count
 
 
@@ -160,12 +162,15 @@ def updated(
             queryset.model._meta.get_field(name)
     except Exception:
         return run()  # bulk_update raises its own error
+    if not objs:
+        return run()  # Django writes nothing
     db = write_alias(queryset)
     what = f"a bulk update of {options.name}"
-    changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
-    count = run()
-    if changes is not None:
-        failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
+    with own_transaction(queryset):
+        changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
+        count = run()
+        if changes is not None:
+            failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
     return count
 
 
@@ -234,26 +239,25 @@ def _options(queryset: models.QuerySet[Any, Any]) -> ModelOptions:
 
 
 @contextmanager
-def own_transaction(
-    queryset: models.QuerySet[Any, Any], *, reads_first: bool = True
-) -> Iterator[None]:
-    """Around a bulk write outside a transaction: a transaction of realtime's (inside the
-    application's: nothing), so that what realtime reads before the write and announces after
-    it is read and announced in the write's own transaction. The rows an ``update()`` locks
-    before it stay locked until it is made, and each event is given its place among its row's
-    versions while the write still holds the row (``realtime.writes.order``). Django makes
-    ``bulk_create``, ``bulk_update`` and ``QuerySet.delete()`` in a transaction anyway.
+def own_transaction(queryset: models.QuerySet[Any, Any]) -> Iterator[None]:
+    """Around an ``update()`` or a ``bulk_update`` outside a transaction, once Django is known
+    to make it: a transaction of realtime's (inside the application's: nothing), so that what
+    realtime reads before the write and announces after it is read and announced in the
+    write's own transaction. The rows an ``update()`` locks before it stay locked until it is
+    made, and each event is given its place among its row's versions while the write still
+    holds the row (``realtime.writes.order``). Django makes a ``bulk_update`` in a
+    transaction anyway.
 
-    On SQLite, when realtime reads before the write (``reads_first``), it takes the write lock
-    before that read (SQLite refuses a transaction that read, then writes after another
-    connection wrote: "database is locked"), with a write that changes no row."""
+    On SQLite it takes the write lock before realtime's first read (SQLite refuses a
+    transaction that read, then writes after another connection wrote: "database is
+    locked"), with a write that changes no row."""
     db = write_alias(queryset)
     connection = connections[db]
     if in_transaction(connection):
         yield
         return
     with transaction.atomic(using=db):
-        if reads_first and connection.vendor == "sqlite":
+        if connection.vendor == "sqlite":
             meta = queryset.model._meta
             table = connection.ops.quote_name(meta.db_table)
             column = connection.ops.quote_name(str(meta.concrete_fields[0].column))

@@ -95,8 +95,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
         if not _announcing(self) or deletes.left_to_unlinked(self, kwargs):
             return run(**kwargs)
-        with bulk.own_transaction(self):
-            return bulk.update(self, kwargs, run)
+        return bulk.update(self, kwargs, run)
 
     def delete(self) -> tuple[int, dict[str, int]]:
         meta = self.model._meta
@@ -104,8 +103,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             return memberships.around_delete(self, super().delete)
         if not _announcing(self):
             return super().delete()
-        with bulk.own_transaction(self):
-            return bulk.deleted(self, super().delete)
+        return bulk.deleted(self, super().delete)
 
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
@@ -115,14 +113,13 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         if not (links or _announcing(self)):
             return super().bulk_create(objs, *args, **kwargs)
         objs = list(objs)
-        with bulk.own_transaction(self, reads_first=links):
-            existing = memberships.existing_pairs(self.model, objs, self.db) if links else {}
-            created = super().bulk_create(objs, *args, **kwargs)
-            if links:
-                memberships.created_in_bulk(self.model, created, self.db, existing)
-            if _announcing(self):
-                given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
-                bulk.created(self, created, given)
+        existing = memberships.existing_pairs(self.model, objs, self.db) if links else {}
+        created = super().bulk_create(objs, *args, **kwargs)
+        if links:
+            memberships.created_in_bulk(self.model, created, self.db, existing)
+        if _announcing(self):
+            given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
+            bulk.created(self, created, given)
         return created
 
     def bulk_update(
@@ -150,8 +147,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
         if not _announcing(self):
             return run()
-        with bulk.own_transaction(self):
-            return bulk.updated(self, objs, fields, run)
+        return bulk.updated(self, objs, fields, run)
 
     # Like Django's own: never called from a template.
     update.alters_data = True  # type: ignore[attr-defined]
