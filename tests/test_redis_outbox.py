@@ -112,6 +112,8 @@ async def test_a_writer_dying_around_its_relay_is_heard_exactly_once(
     for name, value in on_redis.items():
         setattr(settings, name, value)  # this process's marker goes through Redis too
     workspace, user = await off_loop(member)
+    # A worker an earlier test left running on another Redis would sweep the orphan there.
+    live_servers.stop_all()
     server = live_servers.get("redis-sweeper", **on_redis, REALTIME_COMMIT_GRACE=0.2)
     token = await off_loop(issue_token, user)
     client = await ws.authenticated(server, token, scope="acme", channels=["company"])
