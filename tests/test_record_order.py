@@ -116,9 +116,7 @@ def assert_in_commit_order(seen: dict[int, list[int]], writes: int) -> None:
 
 
 @pytest.mark.usefixtures("each_transport")
-@pytest.mark.parametrize(
-    "hows", [["update", "update"], ["update", "save"], ["autocommit", "autocommit"]]
-)
+@pytest.mark.parametrize("hows", [["update", "update"], ["update", "save"]])
 async def test_two_writers_racing_on_the_same_rows_are_heard_in_commit_order(
     hows: list[str], live_servers: LiveServers, ws: Clients, settings: Any
 ) -> None:

@@ -31,9 +31,8 @@ Commands
     race-writes HOW IDS COUNT        print "ready", wait for a line on stdin, then add 1 to
                                      ``points`` of the Tickets IDS (comma-separated) in turn,
                                      COUNT times, as fast as it can; print "done". HOW:
-                                     ``update`` (``update()`` in ``atomic()``), ``save`` (the
-                                     row locked, then ``save()``, in ``atomic()``) or
-                                     ``autocommit`` (``update()`` outside a transaction)
+                                     ``update`` (``update()`` in ``atomic()``) or ``save``
+                                     (the row locked, then ``save()``, in ``atomic()``)
     relay                            print "ready", wait for a line on stdin, sweep the
                                      outbox (no grace) until it is empty, print the number
                                      of rows this process relayed
@@ -52,9 +51,6 @@ def race_write(ticket: Any, how: str, pk: int) -> None:
     from django.db import transaction
     from django.db.models import F
 
-    if how == "autocommit":
-        ticket.objects.filter(pk=pk).update(points=F("points") + 1)
-        return
     with transaction.atomic():
         if how == "update":
             ticket.objects.filter(pk=pk).update(points=F("points") + 1)

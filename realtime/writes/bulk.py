@@ -85,7 +85,7 @@ def update(
     written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
     what = f"a bulk update of {options.name}"
-    with own_transaction(queryset):
+    with _locking(db, queryset.model, moving):
         matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
         count = run(**values)
         pks = None if matched is None else [pk for pk, _ in matched.rows]
@@ -94,8 +94,7 @@ def update(
             if count != len(matched.rows):
                 logger.warning(
                     "realtime: an update() of %s changed %d rows where %d matched a moment "
-                    "before (another transaction wrote rows it matches); those are not "
-                    "announced",
+                    "before (another transaction wrote rows it matches); those are not announced",
                     options.name,
                     count,
                     len(matched.rows),
@@ -162,15 +161,12 @@ def updated(
             queryset.model._meta.get_field(name)
     except Exception:
         return run()  # bulk_update raises its own error
-    if not objs:
-        return run()  # Django writes nothing
     db = write_alias(queryset)
     what = f"a bulk update of {options.name}"
-    with own_transaction(queryset):
-        changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
-        count = run()
-        if changes is not None:
-            failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
+    changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
+    count = run()
+    if changes is not None:
+        failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
     return count
 
 
@@ -239,28 +235,20 @@ def _options(queryset: models.QuerySet[Any, Any]) -> ModelOptions:
 
 
 @contextmanager
-def own_transaction(queryset: models.QuerySet[Any, Any]) -> Iterator[None]:
-    """Around an ``update()`` or a ``bulk_update`` outside a transaction, once Django is known
-    to make it: a transaction of realtime's (inside the application's: nothing), so that what
-    realtime reads before the write and announces after it is read and announced in the
-    write's own transaction. The rows an ``update()`` locks before it stay locked until it is
-    made, and each event is given its place among its row's versions while the write still
-    holds the row (``realtime.writes.order``). Django makes a ``bulk_update`` in a
-    transaction anyway.
-
-    On SQLite it takes the write lock before realtime's first read (SQLite refuses a
-    transaction that read, then writes after another connection wrote: "database is
-    locked"), with a write that changes no row."""
-    db = write_alias(queryset)
-    connection = connections[db]
-    if in_transaction(connection):
+def _locking(db: str, model: type[models.Model], moving: bool) -> Iterator[None]:
+    """Around an ``update()`` that may move rows, outside a transaction: a transaction of
+    realtime's, so that the rows locked before it stay so until it is made. On SQLite it takes
+    the write lock before the first read (SQLite refuses a transaction that read, then writes
+    after another connection wrote: "database is locked"), with a write that changes no row.
+    Inside the application's transaction, or for an update that cannot move rows: nothing."""
+    if not moving or in_transaction(connections[db]):
         yield
         return
     with transaction.atomic(using=db):
+        connection = connections[db]
         if connection.vendor == "sqlite":
-            meta = queryset.model._meta
-            table = connection.ops.quote_name(meta.db_table)
-            column = connection.ops.quote_name(str(meta.concrete_fields[0].column))
+            table = connection.ops.quote_name(model._meta.db_table)
+            column = connection.ops.quote_name(str(model._meta.concrete_fields[0].column))
             with connection.cursor() as cursor:
                 cursor.execute(f"UPDATE {table} SET {column} = {column} WHERE 0")
         yield
