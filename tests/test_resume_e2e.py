@@ -204,6 +204,38 @@ async def test_a_socket_that_comes_back_hears_exactly_what_it_missed_in_order_th
     assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
 
 
+async def test_a_socket_that_comes_back_hears_every_version_another_heard_live_meanwhile(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """The worker remembers each row's latest version to drop older ones that come late; a
+    replay does not hold that against the versions before it."""
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    staying, _ = await resuming(ws, server, bob_token, scope="acme")
+    await heard(staying, bob)  # in place
+
+    def while_away() -> int:
+        with transaction.atomic():
+            row = Contact.objects.create(workspace=acme, name="v1")
+        with transaction.atomic():
+            row.name = "v2"
+            row.save()
+        return row.pk
+
+    row = await off_loop(while_away)
+    live = await heard(staying, bob)
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is True
+    missed = await heard(back, ann)
+    both = [("contact.created", row), ("contact.updated", row)]
+    assert kinds(live) == both
+    assert kinds(missed) == both
+
+
 async def test_a_socket_resumes_on_another_worker(live_servers: LiveServers, ws: Clients) -> None:
     acme = await off_loop(make_workspace, "acme")
     ann, token = await off_loop(make_member, "ann", acme)

@@ -297,11 +297,15 @@ class Dispatcher:
         message: dict[str, Any],
         among: Iterable[Socket] | None = None,
         readers: Collection[Any] | None = None,
+        order: RecordOrder | None = None,
     ) -> Plan | None:
         """Work out who hears ``message`` and what they get: of every socket here, or only
         of those ``among`` (a resume's; they are not asked to recheck). ``readers``: a
-        resume's answer of ``readers_now`` for this message, asked for a page at once."""
-        if self.order.superseded(message):
+        resume's answer of ``readers_now`` for this message, asked for a page at once;
+        ``order``: the versions its replay let through so far (a live message: this worker's,
+        which a replay must not use: it knows versions the replay has not reached yet)."""
+        memory = self.order if among is None else order
+        if memory is not None and memory.superseded(message):
             return None
         target = message.get("target")
         if target == messages.SCOPE:

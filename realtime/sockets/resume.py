@@ -64,6 +64,7 @@ from realtime.sockets.cursors import cursor_for, read_cursor, same_epoch
 from realtime.sockets.delivery import Dispatcher, read_message, streams_heard, with_cursor
 from realtime.sockets.limits import log_own_failure
 from realtime.sockets.protocol import ResumeAsk
+from realtime.sockets.record_order import RecordOrder
 from realtime.transports.base import StreamBounds, Transport
 
 logger = logging.getLogger(__name__)
@@ -198,6 +199,9 @@ class Resumer:
         #: Offsets of the account events read, in order: each request's count of them is
         #: those after its cursor (every request hears the base channel).
         account_events: list[int] = []
+        #: Each row's versions in the order the history holds them (a version superseded
+        #: earlier in it is dropped, as a live worker drops it).
+        order = RecordOrder()
         read = Vector()  # how far each stream is read, on the channels still needed
         active = list(resuming)
         while active:
@@ -218,7 +222,7 @@ class Resumer:
             readers = await _readers_of_page(page)
             for index, (channel, _, position) in enumerate(entries):
                 message, among = page.messages[index], page.missed_by[index]
-                await self._plan_entry(channel, position, among, message, readers.get(index))
+                await self._plan_entry(channel, position, among, message, readers.get(index), order)
             budget = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
             for request in active:
                 cursor = (request.after or Vector()).get(base_stream)
@@ -240,6 +244,7 @@ class Resumer:
         among: list[_Request],
         message: dict[str, Any] | None,
         readers: list[Any] | None,
+        order: RecordOrder,
     ) -> None:
         """Add the frame one message of the history comes to for each request it is missed
         by (``among``), counting a scope's message against the scan of each request reading
@@ -260,7 +265,7 @@ class Resumer:
         if not planned or message is None:
             return
         sockets = [request.socket for request in planned]
-        plan = await self.dispatcher.plan(message, sockets, readers)
+        plan = await self.dispatcher.plan(message, sockets, readers, order)
         if plan is None or plan.frame is None:
             return
         most = conf.RESUME_MAX_FRAMES
