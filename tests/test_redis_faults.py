@@ -31,7 +31,7 @@ import redis
 
 from realtime.transports import redis_keys
 from realtime.transports.redis import LIVE_INLINE, RedisTransport
-from realtime.transports.redis_listener import RedisListener
+from realtime.transports.redis_listener import ListenerOptions, RedisListener
 
 MakeTransport = Callable[..., RedisTransport]
 MARKER = b"marker"
@@ -460,3 +460,49 @@ def test_a_publish_whose_reply_was_lost_lands_once_though_the_client_sends_it_ag
         cutter.close()
     payloads = [fields[b"p"] for _, fields in redis_server.entries(redis_keys.stream_key("c"))]
     assert payloads == [b"warm", b"once"]
+
+
+class SwallowingPubSub:
+    """A Pub/Sub connection whose connect meets the task's cancellation and hands back a
+    ``TimeoutError`` instead (as an ``asyncio.timeout`` expiring at that moment can)."""
+
+    async def connect(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        raise TimeoutError
+
+    async def aclose(self) -> None:
+        pass
+
+
+class SwallowingClient:
+    def pubsub(self) -> SwallowingPubSub:
+        return SwallowingPubSub()
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_listener_stops_when_its_cancellation_reaches_it_as_a_timeout() -> None:
+    async def answers() -> bool:
+        return True
+
+    options = ListenerOptions(
+        heartbeat_interval=0.1,
+        heartbeat_timeout=0.2,
+        backoff_start=0.05,
+        backoff_max=0.1,
+        stall_bound=0.3,
+    )
+    listener = RedisListener(
+        SwallowingClient, options, lambda *_: None, lambda _: None, lambda _: None, answers
+    )
+    task = asyncio.create_task(listener.run())
+    done, _ = await asyncio.wait([task], timeout=2.0)
+    if not done:  # without the check: retrying for ever, a stop that never ends
+        task.cancel()
+    assert done
+    assert task.cancelled()

@@ -37,6 +37,7 @@ from psycopg import sql
 from realtime import metrics
 from realtime.chunks import chunked
 from realtime.transports.outage import Backoff, Outage
+from realtime.transports.tasks import cancelled_meanwhile
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +136,8 @@ class PgListener:
                 self.outage.recovered()
                 await self._serve(connection)
             except (psycopg.Error, OSError, TimeoutError) as exc:
+                if cancelled_meanwhile():
+                    raise asyncio.CancelledError from exc
                 self.connected.clear()
                 if isinstance(exc, TimeoutError) and started is not None:
                     # Given up without an answer: the backend may live on behind the flow.

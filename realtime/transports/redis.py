@@ -90,7 +90,7 @@ from realtime.transports.redis_listener import ListenerOptions, RedisListener
 from realtime.transports.redis_scripts import READ, RELAY
 from realtime.transports.redis_sequencer import RETRY_WAIT, Entry, StreamRead, StreamSequencer
 from realtime.transports.table_store import encode_channel
-from realtime.transports.tasks import Tasks
+from realtime.transports.tasks import Tasks, cancelled_meanwhile
 
 logger = logging.getLogger(__name__)
 
@@ -472,6 +472,8 @@ class RedisTransport(Transport):
             try:
                 return await self._read(channel, 0, 0)
             except (redis.RedisError, OSError, TimeoutError) as exc:
+                if cancelled_meanwhile():
+                    raise asyncio.CancelledError from exc
                 logger.debug("realtime: reading where %s stands failed: %s", channel, exc)
                 await asyncio.sleep(RETRY_WAIT)
         return None

@@ -48,6 +48,7 @@ from redis.exceptions import ClusterDownError, MovedError, RedisError, ResponseE
 
 from realtime import metrics
 from realtime.transports.outage import Backoff, Outage
+from realtime.transports.tasks import cancelled_meanwhile
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,8 @@ class RedisListener:
                 self.backoff.away = False
                 await self._serve(connection)
             except (RedisError, OSError, TimeoutError) as exc:
+                if cancelled_meanwhile():
+                    raise asyncio.CancelledError from exc
                 self.connected.clear()
                 delay = self.backoff.delay(self.outage.attempts + 1)
                 self.outage.failed(exc, delay)

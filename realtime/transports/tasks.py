@@ -20,6 +20,18 @@ logger = logging.getLogger("realtime.transports")
 Work = Callable[[], Coroutine[Any, Any, None]]
 
 
+def cancelled_meanwhile() -> bool:
+    """Whether the running task was asked to stop while it met a failure it handles.
+
+    A reconnect loop catches ``TimeoutError``; a cancellation that arrives as an
+    ``asyncio.timeout`` expires can reach it as that ``TimeoutError`` (or be consumed by a
+    library's own handling): the loop would go on, and the task never stop. A request to
+    cancel stays counted on the task (``Task.cancelling()``) until it is withdrawn, so the
+    loop asks this before it retries, and stops."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class Tasks:
     """Named tasks on one event loop, for the part of realtime that ``what`` names (as in
     "the Redis listener stopped")."""
