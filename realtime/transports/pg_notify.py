@@ -139,7 +139,6 @@ class PgNotifyTransport(Transport):
         self._listened = False
         #: Where each channel was followed: catching up never hands over what came before.
         self._anchors: dict[str, int] = {}
-        self._background: set[asyncio.Task[None]] = set()
         self._told_mixed = False
         self.listen_database = (
             listen_database if listen_database is not None else conf.LISTEN_DATABASE
@@ -263,15 +262,14 @@ class PgNotifyTransport(Transport):
         name = pg_channel(_checked(channel))
         self._names[name] = channel
         await self.start()
+        if self.log and channel not in self._anchors:
+            # Read before the LISTEN: everything committed before it has a position at or
+            # below the anchor, and a catch-up (after an overflow or a lost connection)
+            # hands over nothing at or below it. Read after, the anchor could pass messages
+            # committed after the LISTEN, and a catch-up would skip them.
+            self._anchors[channel] = await self._anchor()
         if self.listener is not None:
             await self.listener.listen(name)
-        if self.log and channel not in self._anchors:
-            # Everything committed before the LISTEN has a position at or below the anchor;
-            # read beside the follow, which needs it only after a lost connection.
-            self._anchors[channel] = self._sequencer.last or 0
-            task = asyncio.get_running_loop().create_task(self._anchor(channel))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
 
     async def unfollow(self, channel: str) -> None:
         name = pg_channel(_checked(channel))
@@ -319,14 +317,15 @@ class PgNotifyTransport(Transport):
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
         return self.store.read_log(channels, after, limit) if self.log else []
 
-    async def _anchor(self, channel: str) -> None:
+    async def _anchor(self) -> int:
+        """The log's last position now (where the sequencer stands, if it cannot be read:
+        lower, so a catch-up may hand over a message from just before a follow, never skip
+        one after it)."""
         try:
-            position = await run_blocking(self.store.max_id)
+            return int(await run_blocking(self.store.max_id))
         except Exception as exc:
-            logger.debug("realtime: reading where %s was followed failed: %s", channel, exc)
-            return
-        if channel in self._anchors:
-            self._anchors[channel] = max(self._anchors[channel], position)
+            logger.debug("realtime: reading the log's last position failed: %s", exc)
+            return self._sequencer.last or 0
 
     async def _read_rows(self, positions: list[int]) -> list[Row]:
         return await run_blocking(self.store.read_ids, positions)
