@@ -139,6 +139,8 @@ class PgNotifyTransport(Transport):
         self._listened = False
         #: Where each channel was followed: catching up never hands over what came before.
         self._anchors: dict[str, int] = {}
+        #: The read of the log's last position under way, shared by the follows waiting on it.
+        self._anchoring: asyncio.Future[int] | None = None
         self._told_mixed = False
         self.listen_database = (
             listen_database if listen_database is not None else conf.LISTEN_DATABASE
@@ -318,9 +320,15 @@ class PgNotifyTransport(Transport):
         return self.store.read_log(channels, after, limit) if self.log else []
 
     async def _anchor(self) -> int:
-        """The log's last position now (where the sequencer stands, if it cannot be read:
-        lower, so a catch-up may hand over a message from just before a follow, never skip
-        one after it)."""
+        """The log's last position, read since this call began (where the sequencer stands,
+        if it cannot be read: lower, so a catch-up may hand over a message from just before a
+        follow, never skip one after it). Follows asked for at once share one read, so that
+        their LISTENs still go out together."""
+        if self._anchoring is None or self._anchoring.done():
+            self._anchoring = asyncio.ensure_future(self._read_anchor())
+        return await asyncio.shield(self._anchoring)
+
+    async def _read_anchor(self) -> int:
         try:
             return int(await run_blocking(self.store.max_id))
         except Exception as exc:
