@@ -21,7 +21,7 @@ from realtime.compat import django as django_compat
 from realtime.compat import django_orm
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages
-from tests.testapp.models import Contact, Document, Tag, Workspace
+from tests.testapp.models import Contact, Document, Tag, Twin, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -196,3 +196,59 @@ def test_without_the_write_alias_a_write_reads_where_the_router_writes(
     assert Contact.objects.filter(name="Ann").update(name="Bea") == 1
     assert [m["data"]["name"] for m in events()] == ["Bea"]
     assert len([e for e in errors if "does not fit" in e]) == 1
+
+
+returning = pytest.mark.skipif(
+    not django_orm.can_return_rows("default"), reason="the database returns no rows from writes"
+)
+
+
+def statements_of_a_rename_and_a_delete(workspace: Workspace) -> list[str]:
+    """The statements on the table of an ``update()`` and of a ``delete()`` of two rows, once
+    both are announced as written."""
+    for name in ("Ann", "Bea"):
+        Twin.objects.create(workspace=workspace, name=name)
+    forget_messages()
+    with CaptureQueriesContext(connection) as queries:
+        assert Twin.objects.filter(workspace=workspace).update(name="Cy") == 2
+        assert Twin.objects.filter(workspace=workspace).delete()[0] == 2
+    heard = [(m["event_type"], m["data"].get("name")) for m in events()]
+    assert heard == [("twin.updated", "Cy")] * 2 + [("twin.deleted", "Cy")] * 2
+    return [q["sql"].split()[0] for q in queries.captured_queries if "testapp_twin" in q["sql"]]
+
+
+@returning
+def test_an_update_and_a_delete_read_their_rows_from_their_own_statements(
+    workspace: Workspace,
+) -> None:
+    assert statements_of_a_rename_and_a_delete(workspace) == ["UPDATE", "DELETE"]
+    assert django_compat._verdicts[django_orm.RETURNING] is True
+
+
+@returning
+def test_without_returning_an_update_and_a_delete_read_their_rows_first(
+    monkeypatch: pytest.MonkeyPatch, workspace: Workspace, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_returning")
+    assert statements_of_a_rename_and_a_delete(workspace) == [
+        "SELECT", "UPDATE", "SELECT", "DELETE",
+    ]  # fmt: skip
+    assert len([e for e in errors if "does not fit" in e]) == 1
+
+
+@returning
+@pytest.mark.usefixtures("quiet_preparation_failures")
+def test_a_write_whose_statement_goes_by_unrecognised_is_not_announced_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    Twin.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    monkeypatch.setattr(django_orm.Returning, "_fits", lambda self, sql: False)
+
+    assert Twin.objects.filter(workspace=workspace).update(name="Bea") == 1
+
+    assert Twin.objects.get(workspace=workspace).name == "Bea"
+    assert events() == []
+    (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failed.exc_info is not None
+    assert "did not recognise as Django's UPDATE or DELETE" in str(failed.exc_info[1])

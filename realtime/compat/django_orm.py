@@ -33,6 +33,13 @@ each use here is checked by a self-test the first time a process relies on it, a
   receivers of a decorated model would stop that; a ``RealtimeQuerySet`` reads what it
   announces itself and asks Django's rule with those receivers left out. Fallback: Django's
   delete, row by row.
+* **The rows a write changed, from its own statement** (``Returning``): on PostgreSQL and
+  SQLite 3.35+, Django's ``update()`` of a model whose columns live in one table sends one
+  ``UPDATE <table> SET ...`` statement, and its one-statement delete one ``DELETE FROM
+  <table> ...`` (``SQLUpdateCompiler``, ``SQLDeleteCompiler``); an execute wrapper (documented)
+  adds ``RETURNING`` to that statement and reads its rows, converted as a fetch converts them
+  (``connection.ops.get_db_converters``, ``Expression.get_db_converters``). Fallback: realtime
+  reads the rows in statements of its own, before the write.
 * **The alias a write goes to** (``write_alias``): a queryset's ``_db`` and ``_hints``, as
   ``QuerySet.db`` reads them for a write; and the instance a queryset was made for
   (``instance_hint``: ``refresh_from_db`` hints its instance), which then knows what it read.
@@ -42,10 +49,11 @@ each use here is checked by a self-test the first time a process relies on it, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
-from django.db import models, router, transaction
+from django.db import connections, models, router, transaction
+from django.db.models import sql
 from django.db.models.base import ModelState
 from django.db.models.deletion import Collector
 from django.db.models.manager import ManagerDescriptor
@@ -60,6 +68,7 @@ REPLACE = "replacing a model's managers (Options.local_managers, _expire_cache)"
 THROUGH = "a many-to-many's count through its table (constrained_target, get_prefetch_cache)"
 FAST_DELETE = "deleting a queryset without collecting (Collector.can_fast_delete, _raw_delete)"
 WRITE_ALIAS = "the alias of a queryset's write (QuerySet._db, _hints)"
+RETURNING = "the rows of an update() or delete() read from its statement (SQLUpdateCompiler)"
 
 INSTEAD.update(
     {
@@ -72,6 +81,7 @@ INSTEAD.update(
         THROUGH: "related managers' count() and exists() join the target table",
         FAST_DELETE: "QuerySet.delete() of decorated models deletes row by row",
         WRITE_ALIAS: "a bulk write's reads go to router.db_for_write(model)",
+        RETURNING: "update() and QuerySet.delete() read their rows in statements of their own",
     }
 )
 
@@ -301,6 +311,121 @@ def _probe_fast_delete() -> None:
             raise TypeError("Collector._has_signal_listeners() is not what decides")
     finally:
         pre_delete.disconnect(listener, sender=probe)
+
+
+# Rows returned by a write ----------------------------------------------------------------------
+
+#: Rows read from a returning statement at a time.
+RETURNED_BATCH = 2_000
+
+
+def can_return_rows(using: str) -> bool:
+    """Whether an ``UPDATE`` or ``DELETE`` on ``using`` can return its rows (``Returning``)."""
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        if not connection.features.can_return_columns_from_insert:  # SQLite before 3.35
+            return False
+    elif connection.vendor != "postgresql":
+        return False  # MySQL has no RETURNING; MariaDB none for UPDATE
+    return _fits(RETURNING, _probe_returning, using)
+
+
+class Returning:
+    """An execute wrapper (``with connection.execute_wrapper(returning):``) that adds
+    ``RETURNING`` the columns of ``fields`` to the first ``UPDATE`` (``verb="UPDATE"``) or
+    ``DELETE`` of ``model``'s table it sees, and reads what it returns: the first ``keep``
+    rows whole (``rows``), of the others the distinct values of the columns at ``rest``
+    (``rest``); ``count`` of them all. Only rows are read inside the statement; ``converted``
+    turns them into Python values afterwards (what fails there cannot fail the write)."""
+
+    def __init__(
+        self,
+        model: type[models.Model],
+        using: str,
+        verb: str,
+        fields: Sequence[Any],
+        keep: int,
+        rest: Sequence[int] = (),
+    ) -> None:
+        connection = connections[using]
+        quote = connection.ops.quote_name
+        table = quote(model._meta.db_table)
+        self.prefix = f"UPDATE {table} SET " if verb == "UPDATE" else f"DELETE FROM {table}"
+        self.clause = " RETURNING " + ", ".join(quote(field.column) for field in fields)
+        self.fields = list(fields)
+        self.table = model._meta.db_table
+        self.using = using
+        self.keep = keep
+        self.rest_at = list(rest)
+        self.seen = False
+        self.count = 0
+        self.rows: list[tuple[Any, ...]] = []
+        self.rest: set[tuple[Any, ...]] = set()
+
+    def __call__(
+        self, execute: Callable[..., Any], sql_: str, params: Any, many: bool, context: Any
+    ) -> Any:
+        if self.seen or many or not self._fits(sql_):
+            return execute(sql_, params, many, context)
+        self.seen = True
+        clause = self.clause if params is None else self.clause.replace("%", "%%")
+        result = execute(sql_ + clause, params, many, context)
+        cursor = context["cursor"]
+        rest_at = self.rest_at
+        while batch := cursor.fetchmany(RETURNED_BATCH):
+            room = self.keep - len(self.rows)
+            if room > 0:
+                self.rows += batch[:room]
+            for row in batch[max(room, 0) :]:
+                self.rest.add(tuple(row[at] for at in rest_at))
+            self.count += len(batch)
+        return result
+
+    def _fits(self, sql_: str) -> bool:
+        """Whether ``sql_`` is the statement: the prefix, then (a ``DELETE``'s table name
+        ending there) nothing or a space."""
+        if not sql_.startswith(self.prefix):
+            return False
+        return self.prefix.endswith(" ") or sql_[len(self.prefix) : len(self.prefix) + 1] in (
+            "",
+            " ",
+        )
+
+    def converted(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The rows kept and the distinct values of the others, as a fetch makes them."""
+        connection = connections[self.using]
+        cols = [field.get_col(self.table) for field in self.fields]
+        convert = [
+            [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]
+            for col in cols
+        ]
+
+        def row_of(values: Sequence[Any], at: Iterable[int]) -> tuple[Any, ...]:
+            out = []
+            for value, index in zip(values, at, strict=True):
+                for converter in convert[index]:
+                    value = converter(value, cols[index], connection)
+                out.append(value)
+            return tuple(out)
+
+        every = range(len(cols))
+        rows = [row_of(row, every) for row in self.rows]
+        return rows, list({row_of(values, self.rest_at) for values in self.rest})
+
+
+def _probe_returning(using: str) -> None:
+    probe, _ = _probe_models()
+    connection = connections[using]
+    table = connection.ops.quote_name(probe._meta.db_table)
+    query = models.QuerySet(probe).filter(pk=1).query
+    update: Any = query.chain(sql.UpdateQuery)
+    update.add_update_values({"id": 2})
+    written, _ = update.get_compiler(using).as_sql()
+    deleted = query.chain(sql.DeleteQuery)
+    removed, _ = deleted.get_compiler(using).as_sql()
+    for text, start in ((written, f"UPDATE {table} SET "), (removed, f"DELETE FROM {table} ")):
+        if not text.startswith(start) or "RETURNING" in text.upper():
+            raise TypeError(f"Django's statement {text!r} is not {start!r}... without RETURNING")
 
 
 # Aliases ---------------------------------------------------------------------------------------

@@ -5,15 +5,19 @@ Each is announced as the saves or deletes it stands for would be — same events
 coalescing, origin and views — in a bounded number of statements, never one per row, on the
 database the write goes to (``realtime.compat.django_orm.write_alias``), never a replica:
 
-* ``update(**values)``: the keys of the rows the queryset matches are read first, through the
-  caller's own query (one statement); when the values written may change who reads a row (its
-  scope, a guard's column, the first hop of an account or shared path), the rows are locked and
-  their audience read by primary key through the base manager — never through the caller's
-  joins, which may hide readers, and never locking a joined table's rows. After the write the
-  rows are read again by key (one statement per 500), so ``data`` holds the values written, an
-  ``F()`` expression's result included; ``changed`` is the names given. Nothing realtime does
-  wraps Django's own ``update()``: a failing one fails, and leaves the transaction, exactly as
-  without realtime.
+* ``update(**values)``: on PostgreSQL and SQLite, when the values written cannot change who
+  reads a row and the model's columns live in its own table, the ``UPDATE`` itself returns
+  the rows it changed (``RETURNING``, ``realtime.compat.django_orm.Returning``): no statement
+  is added, and exactly the rows written are announced, with the values they hold after it,
+  an ``F()`` expression's result included. Otherwise the keys of the rows the queryset
+  matches are read first, through the caller's own query (one statement); when the values
+  written may change who reads a row (its scope, a guard's column, the first hop of an
+  account or shared path), the rows are locked and their audience read by primary key
+  through the base manager — never through the caller's joins, which may hide readers, and
+  never locking a joined table's rows. After the write the rows are read again by key (one
+  statement per 500) unless their events carry only columns written as plain values;
+  ``changed`` is the names given. Django's own ``update()`` runs as it would without
+  realtime: a failing one fails, and leaves the transaction, exactly as without realtime.
 * ``bulk_create``: each row inserted is ``<model>.created``; rows an ``update_conflicts``
   insert found already there are ``<model>.updated``; where the database does not say which
   rows it inserted (``ignore_conflicts``, or no primary keys returned), one truncated event per
@@ -21,10 +25,12 @@ database the write goes to (``realtime.compat.django_orm.write_alias``), never a
 * ``bulk_update``: each object whose listed fields differ from what its row held
   (``realtime.writes.tracking``) is ``<model>.updated``, ``changed`` those fields.
 * ``QuerySet.delete()``, when Django would delete the rows in one statement were it not for
-  realtime's own receivers (nothing cascades, nothing else listens): the rows are read (one
-  statement for the first ``REALTIME_BULK_LIMIT``, one for the scopes of the rest), then
-  deleted in one statement. Otherwise Django deletes them row by row, and each row's signals
-  announce it.
+  realtime's own receivers (nothing cascades, nothing else listens): that statement returns
+  the rows it deletes (PostgreSQL and SQLite, for a model whose events need nothing but the
+  row: no to-many or generic relation, account path, guard, shared root or ``payload=``); the
+  rows are read first (one statement for the first ``REALTIME_BULK_LIMIT``, one for the
+  scopes of the rest) and deleted in one statement. Where Django would collect, it deletes
+  them row by row, and each row's signals announce it.
 
 Past ``REALTIME_BULK_LIMIT`` rows, the rest fold into one truncated event per distinct scope
 (per batch of accounts for account models; one for a global model), with ``data`` null:
@@ -45,7 +51,7 @@ from realtime.audience import readers_of_rows
 from realtime.auth import readers_pool
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
-from realtime.compat.django_orm import fast_delete, write_alias
+from realtime.compat.django_orm import Returning, can_return_rows, fast_delete, write_alias
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
 from realtime.paths import split_path, to_lookup
@@ -85,6 +91,12 @@ def update(
     written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
     what = f"a bulk update of {options.name}"
+    returning = None if moving else _returning(queryset.model, options, fields, db)
+    if returning is not None:
+        with connections[db].execute_wrapper(returning):
+            count = run(**values)
+        _announce_returned(options, queryset.model, db, returning, changed, written, count)
+        return count
     with _locking(db, queryset.model, moving):
         matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
         count = run(**values)
@@ -182,16 +194,67 @@ def deleted(
     from realtime.writes.receivers import on_post_delete, on_pre_delete
 
     db = write_alias(queryset)
+    receivers = (on_pre_delete, on_post_delete)
+    returning = _returning_delete(queryset.model, options, db)
+    if returning is not None:
+        with connections[db].execute_wrapper(returning):
+            count = fast_delete(queryset, receivers, db)
+        if count is None:
+            return run()
+        _announce_deleted(options, queryset.model, db, returning, count)
+        return count, ({queryset.model._meta.label: count} if count else {})
     events: list[Event] = []
 
     def read(doomed: models.QuerySet[Any, Any]) -> None:
         events.extend(_doomed_events(options, doomed, db))
 
-    count = fast_delete(queryset, (on_pre_delete, on_post_delete), db, before=read)
+    count = fast_delete(queryset, receivers, db, before=read)
     if count is None:
         return run()
     _add_all(events, db)
     return count, ({queryset.model._meta.label: count} if count else {})
+
+
+def _returning_delete(
+    model: type[models.Model], options: ModelOptions, db: str
+) -> Returning | None:
+    """What reads the rows a one-statement delete removes from the statement itself, when
+    their events need nothing but the rows (no relation, account path, guard, shared root or
+    ``payload=`` to read while the row is there) and the database returns rows; else
+    ``None``."""
+    if options.delete_queries or options.payload is not None or not can_return_rows(db):
+        return None
+    return _returning_columns(model, options, [], db, "DELETE")
+
+
+def _announce_deleted(
+    options: ModelOptions, model: type[models.Model], db: str, returning: Returning, count: int
+) -> None:
+    """Announce the rows a delete removed as its statement returned them: the first
+    ``REALTIME_BULK_LIMIT`` one by one, the rest folded by scope."""
+
+    def announce() -> None:
+        rows, rest = _returned(model, db, returning, count)
+        _add_all((delete_event(options, row, db) for row in rows), db)
+        _fold(options, "deleted", [values[0] if values else None for values in rest], db)
+
+    failsafe(f"a bulk delete of {options.name}", db, True, announce)
+
+
+def _returned(
+    model: type[models.Model], db: str, returning: Returning, count: int
+) -> tuple[list[models.Model], list[tuple[Any, ...]]]:
+    """The rows ``returning`` kept, as instances in key order, and what it kept of the rest;
+    raises when a write that changed ``count`` rows went by without the statement it reads."""
+    if count and not returning.seen:
+        raise RuntimeError(
+            f"{count} rows of {model._meta.label} were written by a statement realtime did not "
+            "recognise as Django's UPDATE or DELETE of the table; they are not announced"
+        )
+    rows, rest = returning.converted()
+    attnames = [field.attname for field in model._meta.concrete_fields]
+    built = [model.from_db(db, attnames, list(row)) for row in rows]
+    return sorted(built, key=lambda row: id_order(row.pk)), rest
 
 
 def _doomed_events(
@@ -255,6 +318,76 @@ def _locking(db: str, model: type[models.Model], moving: bool) -> Iterator[None]
 
 
 # update() ------------------------------------------------------------------------------------
+
+
+def _returning(
+    model: type[models.Model], options: ModelOptions, fields: list[Any], db: str
+) -> Returning | None:
+    """What reads the rows an ``update()`` writing ``fields`` changes from its own statement,
+    when that tells all its events need: the model's columns all in its own table (no parent
+    of multi-table inheritance), the audience the scope column (not an account path) and
+    the database one that returns rows; else ``None``."""
+    if options.user_field is not None or not can_return_rows(db):
+        return None
+    return _returning_columns(model, options, fields, db, "UPDATE")
+
+
+def _returning_columns(
+    model: type[models.Model], options: ModelOptions, fields: list[Any], db: str, verb: str
+) -> Returning | None:
+    """A ``Returning`` of every column of ``model`` (the scope's kept past the bulk limit),
+    when they all live in its own table, with ``fields``; else ``None``."""
+    concrete = model._meta.concrete_model
+    if concrete is None:
+        return None
+    local = concrete._meta.local_concrete_fields
+    columns = list(model._meta.concrete_fields)
+    if len(local) != len(columns) or any(field not in local for field in fields):
+        return None
+    scope = [at for at, field in enumerate(columns) if field.attname == options.scope_attname]
+    return Returning(concrete, db, verb, columns, conf.BULK_LIMIT, rest=scope)
+
+
+def _announce_returned(
+    options: ModelOptions,
+    model: type[models.Model],
+    db: str,
+    returning: Returning,
+    changed: list[str],
+    written: set[str],
+    count: int,
+) -> None:
+    """Announce the rows an ``update()`` changed as its statement returned them: each of the
+    first ``REALTIME_BULK_LIMIT`` by its event, the rest folded by scope."""
+    what = f"a bulk update of {options.name}"
+    found = failsafe(what, db, False, lambda: _returned(model, db, returning, count))
+    if found is None:
+        tracking.bulk_written(model, None, written, db)
+        return
+    rows, rest = found
+    whole = returning.count == len(rows)
+    tracking.bulk_written(model, [row.pk for row in rows] if whole else None, written, db)
+
+    def announce() -> None:
+        for chunk in chunked(rows, READ_CHUNK):
+            to_many = to_many_of_rows(options, model, [row.pk for row in chunk], db)
+            _add_all(
+                (
+                    read_event(
+                        options,
+                        row,
+                        "updated",
+                        changed,
+                        to_many=to_many[row_key(row.pk)],
+                        using=db,
+                    )
+                    for row in chunk
+                ),
+                db,
+            )
+        _fold(options, "updated", [values[0] if values else None for values in rest], db)
+
+    failsafe(what, db, True, announce)
 
 
 class _Matched:

@@ -17,8 +17,15 @@ from django.test.runner import DiscoverRunner
 
 ErrInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
-#: Characters of a failure's text kept: enough for a statement count and its queries.
-DETAIL = 4000
+#: Characters of a failure's text kept, from its start (the assertion's line: a statement
+#: count) and from its end (the last statements): half each.
+DETAIL = 6000
+
+
+def _kept(text: str) -> str:
+    if len(text) <= DETAIL:
+        return text
+    return f"{text[: DETAIL // 2]}\n[...]\n{text[-DETAIL // 2 :]}"
 
 
 class RecordingResult(unittest.TextTestResult):
@@ -32,7 +39,7 @@ class RecordingResult(unittest.TextTestResult):
     def _note(self, test: Any, outcome: str, err: Any = None) -> None:
         detail = ""
         if err is not None:
-            detail = self._text(err)[-DETAIL:]
+            detail = _kept(self._text(err))
         known = self.outcomes.get(test.id())
         if known is not None and known["outcome"] in ("fail", "error"):
             return  # a failed subtest failed the test
@@ -74,7 +81,7 @@ class RecordingResult(unittest.TextTestResult):
             failed = issubclass(err[0], test.failureException) if isinstance(err, tuple) else True
             self.outcomes[test.id()] = {
                 "outcome": "fail" if failed else "error",
-                "detail": f"{subtest.id()}\n{self._text(err)}"[-DETAIL:],
+                "detail": _kept(f"{subtest.id()}\n{self._text(err)}"),
             }
 
     def stopTestRun(self) -> None:  # noqa: N802
