@@ -214,7 +214,11 @@ def statements_of_a_rename_and_a_delete(workspace: Workspace) -> list[str]:
         assert Twin.objects.filter(workspace=workspace).delete()[0] == 2
     heard = [(m["event_type"], m["data"].get("name")) for m in events()]
     assert heard == [("twin.updated", "Cy")] * 2 + [("twin.deleted", "Cy")] * 2
-    return [q["sql"].split()[0] for q in queries.captured_queries if "testapp_twin" in q["sql"]]
+    return [
+        q["sql"].split("*/")[-1].split()[0]
+        for q in queries.captured_queries
+        if "testapp_twin" in q["sql"]
+    ]
 
 
 @returning
@@ -252,3 +256,16 @@ def test_a_write_whose_statement_goes_by_unrecognised_is_not_announced_and_says_
     (failed,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert failed.exc_info is not None
     assert "did not recognise as Django's UPDATE or DELETE" in str(failed.exc_info[1])
+
+
+def tagged(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    """An application's execute wrapper that tags each statement with a leading comment."""
+    return execute(f"/* app='tests' */ {sql}", params, many, context)
+
+
+@returning
+def test_statements_an_applications_wrapper_tags_still_return_their_rows(
+    workspace: Workspace,
+) -> None:
+    with connection.execute_wrapper(tagged):
+        assert statements_of_a_rename_and_a_delete(workspace) == ["UPDATE", "DELETE"]

@@ -49,6 +49,7 @@ each use here is checked by a self-test the first time a process relies on it, a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -317,6 +318,8 @@ def _probe_fast_delete() -> None:
 
 #: Rows read from a returning statement at a time.
 RETURNED_BATCH = 2_000
+#: Comments an execute wrapper of the application may put before a statement (a tag).
+_LEADING_COMMENTS = re.compile(r"\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)+", re.DOTALL)
 
 
 def can_return_rows(using: str) -> bool:
@@ -358,6 +361,8 @@ class Returning:
         self.keep = keep
         self.rest_at = list(rest)
         self.seen = False
+        #: The start of a write that went by without being recognised (for the error).
+        self.other: str | None = None
         self.count = 0
         self.rows: list[tuple[Any, ...]] = []
         self.rest: set[tuple[Any, ...]] = set()
@@ -382,11 +387,16 @@ class Returning:
         return result
 
     def _fits(self, sql_: str) -> bool:
-        """Whether ``sql_`` is the statement: the prefix, then (a ``DELETE``'s table name
-        ending there) nothing or a space."""
-        if not sql_.startswith(self.prefix):
+        """Whether ``sql_`` is the statement: after any comments an execute wrapper put in
+        front of it, the prefix, then (a ``DELETE``'s table name ending there) nothing or a
+        space."""
+        start = _LEADING_COMMENTS.match(sql_)
+        text = sql_[start.end() :] if start else sql_
+        if not text.startswith(self.prefix):
+            if self.other is None and text[:6].upper() in ("UPDATE", "DELETE"):
+                self.other = text[:120]
             return False
-        return self.prefix.endswith(" ") or sql_[len(self.prefix) : len(self.prefix) + 1] in (
+        return self.prefix.endswith(" ") or text[len(self.prefix) : len(self.prefix) + 1] in (
             "",
             " ",
         )

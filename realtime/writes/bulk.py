@@ -249,7 +249,9 @@ def _returned(
     if count and not returning.seen:
         raise RuntimeError(
             f"{count} rows of {model._meta.label} were written by a statement realtime did not "
-            "recognise as Django's UPDATE or DELETE of the table; they are not announced"
+            f"recognise as Django's UPDATE or DELETE of the table ({returning.other!r}); they "
+            "are not announced. An execute wrapper that rewrites statements may put comments "
+            "before them, not other text; realtime.announce() announces such writes"
         )
     rows, rest = returning.converted()
     attnames = [field.attname for field in model._meta.concrete_fields]
