@@ -176,6 +176,18 @@ def start_worker(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def go_together(processes: list[subprocess.Popen[str]]) -> None:
+    """Wait until each child of ``tests.worker`` said ``ready``, then tell them all ``go``: a
+    race between them starts once every one has paid for its start-up."""
+    for process in processes:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+
+
 def published() -> list[tuple[str, dict[str, Any]]]:
     """Every message in ``firm_channel_messages``, oldest first, as (channel, decoded JSON)."""
     with connection.cursor() as cursor:

@@ -34,6 +34,7 @@ from tests.helpers import (
     WAIT,
     events,
     forget_messages,
+    go_together,
     off_loop,
     only_on,
     subprocess_env,
@@ -380,13 +381,7 @@ def test_two_sweepers_in_two_processes_relay_each_row_once(workspace: Workspace)
         outbox_table.insert("default", f"{index:032x}", [(0, outbox_form.dump(item))])
     sweepers = [start(["relay"], {"REALTIME_TRANSPORT": DURABLE}) for _ in range(2)]
     try:
-        for process in sweepers:
-            assert process.stdout is not None
-            assert process.stdout.readline().strip() == "ready"
-        for process in sweepers:
-            assert process.stdin is not None
-            process.stdin.write("go\n")
-            process.stdin.flush()
+        go_together(sweepers)
         relayed = [int(process.communicate(timeout=120)[0].strip()) for process in sweepers]
     finally:
         for process in sweepers:

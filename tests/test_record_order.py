@@ -27,7 +27,7 @@ from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope
 from realtime.models import OutboxItem
 from realtime.sockets.record_order import RecordOrder
-from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
+from tests.helpers import ROOT, WAIT, go_together, off_loop, subprocess_env
 from tests.live import Client, Clients, LiveServers, Server
 from tests.proxy import Proxy
 from tests.redis_server import RedisServer
@@ -66,13 +66,7 @@ def race(hows: list[str], ids: list[int], chosen: dict[str, Any]) -> None:
         for how in hows
     ]
     try:
-        for writer in writers:
-            assert writer.stdout is not None
-            assert writer.stdout.readline().strip() == "ready"
-        for writer in writers:
-            assert writer.stdin is not None
-            writer.stdin.write("go\n")
-            writer.stdin.flush()
+        go_together(writers)
         for writer in writers:
             out, _ = writer.communicate(timeout=WAIT * 12)
             assert out.strip() == "done", out

@@ -15,7 +15,15 @@ from realtime.fields import naive_utc_now
 from realtime.transports import table_poller, table_store
 from realtime.transports.table import TableTransport
 from realtime.transports.table_store import channel_hash
-from tests.helpers import Inbox, db_datetime, off_loop, only_on, start_worker, vendor
+from tests.helpers import (
+    Inbox,
+    db_datetime,
+    go_together,
+    off_loop,
+    only_on,
+    start_worker,
+    vendor,
+)
 from tests.transport_contract import MARKER, TransportContract
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -350,13 +358,7 @@ class TestTrimming:
                     params,
                 )
         trimmers = [start_worker("trim", "7") for _ in range(2)]
-        for trimmer in trimmers:
-            assert trimmer.stdout is not None
-            assert trimmer.stdout.readline().strip() == "ready"
-        for trimmer in trimmers:
-            assert trimmer.stdin is not None
-            trimmer.stdin.write("go\n")
-            trimmer.stdin.flush()
+        go_together(trimmers)
         results = [_json_ids(trimmer.communicate(timeout=120)[0]) for trimmer in trimmers]
         first, second = results
         assert not set(first) & set(second)
