@@ -91,7 +91,11 @@ def update(
     written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
     what = f"a bulk update of {options.name}"
-    returning = None if moving else _returning(queryset.model, options, fields, db)
+    returning = (
+        None
+        if moving
+        else failsafe(what, db, False, lambda: _returning(queryset.model, options, fields, db))
+    )
     if returning is not None:
         with connections[db].execute_wrapper(returning):
             count = run(**values)
@@ -195,7 +199,12 @@ def deleted(
 
     db = write_alias(queryset)
     receivers = (on_pre_delete, on_post_delete)
-    returning = _returning_delete(queryset.model, options, db)
+    returning = failsafe(
+        f"a bulk delete of {options.name}",
+        db,
+        False,
+        lambda: _returning_delete(queryset.model, options, db),
+    )
     if returning is not None:
         with connections[db].execute_wrapper(returning):
             count = fast_delete(queryset, receivers, db)
