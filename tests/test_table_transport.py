@@ -164,6 +164,27 @@ class TestSchema:
         assert value.tzinfo is None
         assert abs((naive_utc_now() - value).total_seconds()) < 60
 
+    def test_a_publish_of_many_rows_stores_each_as_a_publish_of_one_does(self) -> None:
+        # PostgreSQL takes a chunk of PG_COPY_FROM rows or more by COPY, and fewer by INSERT.
+        many = [(f"c{n % 2}", f"m{n}".encode()) for n in range(table_store.PG_COPY_FROM + 1)]
+        TableTransport(auto_trim=False).publish([("c1", b"one")])
+        TableTransport(auto_trim=False).publish(many)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, channel, payload, channel_hash, created_at "
+                "FROM firm_channel_messages ORDER BY id"
+            )
+            rows = cursor.fetchall()
+        assert [(bytes(c), bytes(p)) for _, c, p, _, _ in rows] == [
+            (b"c1", b"one"),
+            *((c.encode(), p) for c, p in many),
+        ]
+        assert all(h == channel_hash(bytes(c)) for _, c, _, h, _ in rows)
+        times = [table_store.as_datetime(row[4]) for row in rows]
+        assert all(t.tzinfo is None for t in times)
+        assert all(abs((naive_utc_now() - t).total_seconds()) < 60 for t in times)
+        assert times == sorted(times)
+
 
 def column_types() -> dict[str, str]:
     with connection.cursor() as cursor:

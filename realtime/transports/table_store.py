@@ -141,6 +141,13 @@ PUBLISH_LOCK_NAME: Final = "realtime.firm_channel_messages.publish"
 #: is a buffer, and serialized publishers must not each wait for a disk flush in turn.
 PG_NO_FLUSH: Final = "set_config('synchronous_commit', 'off', true)"
 PG_PUBLISH_START: Final = f"pg_advisory_xact_lock(%s), {PG_NO_FLUSH}"
+#: Rows of a chunk from which PostgreSQL takes them by binary ``COPY`` rather than one
+#: ``INSERT``: a round trip more (the lock, then the rows), and about half the cost per row
+#: (1,000 messages of 250 bytes: 9 ms against 20 ms).
+PG_COPY_FROM: Final = 100
+PG_COPY: Final = (
+    f"COPY {TABLE} (channel, payload, channel_hash, created_at) FROM STDIN (FORMAT BINARY)"
+)
 #: Seconds a MySQL publisher waits for the lock before it refuses to publish (see
 #: ``MessageStore._serialized``).
 PUBLISH_LOCK_WAIT: Final = 10
@@ -266,6 +273,8 @@ class MessageStore:
                 if found is None:
                     found = hashes[channel] = channel_hash(channel)
                 params += [channel, payload, found]
+            if vendor == "postgresql" and len(chunk) >= PG_COPY_FROM and self._copy(params):
+                continue
             with self._serialized(), connection.cursor() as cursor:
                 if vendor == "postgresql":
                     rows = ", ".join(["(%s::bytea, %s::bytea, %s::bigint)"] * len(chunk))
@@ -283,6 +292,35 @@ class MessageStore:
                     f"VALUES {values}",
                     params,
                 )
+
+    def _copy(self, params: list[Any]) -> bool:
+        """Insert the rows ``params`` holds (channel, payload, hash, ...) on PostgreSQL by
+        binary ``COPY``, in a transaction of its own that takes the publish lock first, on the
+        driver's own cursor (Django's has no ``COPY``; the driver's errors are raised as
+        Django's). ``False``, having done nothing, where the driver's connection cannot be had
+        (not open yet): the caller inserts them."""
+        connection = self.connection
+        raw = driver_connection(connection)
+        errors = None if raw is None else driver_errors(connection)
+        if raw is None or errors is None:
+            return False
+        with transaction.atomic(using=self.using), errors:
+            cursor = raw.cursor()
+            try:
+                # The time is read once the lock is held (the rows become visible then).
+                cursor.execute(
+                    "SELECT (clock_timestamp() AT TIME ZONE 'UTC') "
+                    f"FROM (SELECT {PG_PUBLISH_START}) AS l",
+                    [PUBLISH_LOCK_KEY],
+                )
+                created = cursor.fetchone()[0]
+                with cursor.copy(PG_COPY) as copy:
+                    copy.set_types(["bytea", "bytea", "int8", "timestamp"])
+                    for at in range(0, len(params), 3):
+                        copy.write_row((*params[at : at + 3], created))
+            finally:
+                cursor.close()
+        return True
 
     @contextmanager
     def _serialized(self, refusal: type[TransportError] = PublishError) -> Iterator[None]:
