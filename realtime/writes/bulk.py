@@ -228,9 +228,9 @@ def _returning_delete(
     model: type[models.Model], options: ModelOptions, db: str
 ) -> Returning | None:
     """What reads the rows a one-statement delete removes from the statement itself, when
-    their events need nothing but the rows (no relation, account path, guard, shared root or
-    ``payload=`` to read while the row is there) and the database returns rows; else
-    ``None``."""
+    their events need nothing but the rows (no to-many or generic relation, account path,
+    guard, shared root or ``payload=`` to read while the row is there) and the database
+    returns rows; else ``None``."""
     if options.delete_queries or options.payload is not None or not can_return_rows(db):
         return None
     return _returning_columns(model, options, [], db, "DELETE")
