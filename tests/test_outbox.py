@@ -1,8 +1,8 @@
 """The outbox: exactly what committed is published, once per transaction, whatever savepoints did.
 
 Each test writes through the ORM on the real test database and reads what reached
-``firm_channel_messages``; "one publish" is one ``INSERT INTO firm_channel_messages``, counted
-with ``CaptureQueriesContext`` around the transaction.
+``firm_channel_messages``; "one publish" is one call writing to it (``MessageStore.insert``:
+one ``INSERT``, or on PostgreSQL from 100 messages a ``COPY``), counted around the transaction.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import TestCase
-from django.test.utils import CaptureQueriesContext
 
 from realtime.compat import django as django_seam
+from realtime.transports.table_store import MessageStore
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Company, Contact, Workspace
 
@@ -27,16 +27,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @contextmanager
 def publishes() -> Iterator[list[int]]:
-    """Count the INSERTs into ``firm_channel_messages`` made inside the block."""
-    counted: list[int] = []
-    with CaptureQueriesContext(connection) as queries:
-        yield counted
-    counted.append(
-        sum(
-            "INSERT INTO firm_channel_messages" in query["sql"]
-            for query in queries.captured_queries
-        )
-    )
+    """Count the calls writing to ``firm_channel_messages`` made inside the block (the count is
+    in the list once the block is left)."""
+    calls = 0
+    insert = MessageStore.insert
+
+    def counted(store: MessageStore, messages: Any) -> None:
+        nonlocal calls
+        calls += 1
+        insert(store, messages)
+
+    count: list[int] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MessageStore, "insert", counted)
+        yield count
+    count.append(calls)
 
 
 def announced() -> list[tuple[str, Any]]:

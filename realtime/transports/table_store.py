@@ -295,31 +295,34 @@ class MessageStore:
 
     def _copy(self, params: list[Any]) -> bool:
         """Insert the rows ``params`` holds (channel, payload, hash, ...) on PostgreSQL by
-        binary ``COPY``, in a transaction of its own that takes the publish lock first, on the
-        driver's own cursor (Django's has no ``COPY``; the driver's errors are raised as
-        Django's). ``False``, having done nothing, where the driver's connection cannot be had
-        (not open yet): the caller inserts them."""
+        binary ``COPY``, in a transaction of its own that takes the publish lock first. The
+        lock is taken on Django's cursor (so the query log and execute wrappers see the
+        publish), the rows go on the driver's own (Django's has no ``COPY``; the driver's
+        errors are raised as Django's). ``False``, having done nothing, where the driver's
+        connection cannot be had (not open yet): the caller inserts them."""
         connection = self.connection
         raw = driver_connection(connection)
         errors = None if raw is None else driver_errors(connection)
         if raw is None or errors is None:
             return False
-        with transaction.atomic(using=self.using), errors:
-            cursor = raw.cursor()
-            try:
+        with transaction.atomic(using=self.using):
+            with connection.cursor() as django_cursor:
                 # The time is read once the lock is held (the rows become visible then).
-                cursor.execute(
+                django_cursor.execute(
                     "SELECT (clock_timestamp() AT TIME ZONE 'UTC') "
                     f"FROM (SELECT {PG_PUBLISH_START}) AS l",
                     [PUBLISH_LOCK_KEY],
                 )
-                created = cursor.fetchone()[0]
-                with cursor.copy(PG_COPY) as copy:
-                    copy.set_types(["bytea", "bytea", "int8", "timestamp"])
-                    for at in range(0, len(params), 3):
-                        copy.write_row((*params[at : at + 3], created))
-            finally:
-                cursor.close()
+                (created,) = django_cursor.fetchone()
+            with errors:
+                cursor = raw.cursor()
+                try:
+                    with cursor.copy(PG_COPY) as copy:
+                        copy.set_types(["bytea", "bytea", "int8", "timestamp"])
+                        for at in range(0, len(params), 3):
+                            copy.write_row((*params[at : at + 3], created))
+                finally:
+                    cursor.close()
         return True
 
     @contextmanager
