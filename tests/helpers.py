@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -186,6 +186,34 @@ def go_together(processes: list[subprocess.Popen[str]]) -> None:
         assert process.stdin is not None
         process.stdin.write("go\n")
         process.stdin.flush()
+
+
+@contextlib.contextmanager
+def log_writes() -> Iterator[list[int]]:
+    """The calls writing ``firm_channel_messages`` (``MessageStore.insert``: one ``INSERT``,
+    or on PostgreSQL from 100 messages a ``COPY``) made inside the block, each as its number
+    of messages: "one publish" is one call, whatever statement it sends."""
+    from realtime.transports.table_store import MessageStore
+
+    writes: list[int] = []
+    insert = MessageStore.insert
+
+    def counted(store: MessageStore, messages: Any) -> None:
+        writes.append(len(messages))
+        insert(store, messages)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MessageStore, "insert", counted)
+        yield writes
+
+
+def returns_rows() -> pytest.MarkDecorator:
+    """Skip a test unless the default database's ``UPDATE`` and ``DELETE`` return their rows."""
+    from realtime.compat.django_orm import can_return_rows
+
+    return pytest.mark.skipif(
+        not can_return_rows("default"), reason="the database returns no rows from writes"
+    )
 
 
 def published() -> list[tuple[str, dict[str, Any]]]:

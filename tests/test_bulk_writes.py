@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from realtime import silent
 from realtime.compat.django_orm import can_return_rows
 from realtime.encoding import jsonable
-from tests.helpers import events, forget_messages
+from tests.helpers import events, forget_messages, returns_rows
 from tests.testapp.models import (
     Company,
     Contact,
@@ -151,12 +151,7 @@ def test_an_update_whose_events_carry_what_it_does_not_write_reads_its_rows_afte
     assert event["data"] == ticket_data(stored)
 
 
-returning = pytest.mark.skipif(
-    not can_return_rows("default"), reason="the database returns no rows from an UPDATE"
-)
-
-
-@returning
+@returns_rows()
 @pytest.mark.parametrize("in_transaction", [False, True])
 def test_an_update_where_the_database_returns_rows_sends_its_own_statement_alone(
     acme: Workspace, in_transaction: bool
@@ -178,7 +173,7 @@ def test_an_update_where_the_database_returns_rows_sends_its_own_statement_alone
     ]
 
 
-@returning
+@returns_rows()
 def test_a_bulk_delete_where_the_database_returns_rows_sends_its_own_statement_alone(
     acme: Workspace, beta: Workspace, settings: Any
 ) -> None:

@@ -20,7 +20,7 @@ from realtime import RealtimeManager, realtime_model
 from realtime.compat import django as django_compat
 from realtime.compat import django_orm
 from realtime.writes.decorator import unregister
-from tests.helpers import events, forget_messages
+from tests.helpers import events, forget_messages, returns_rows
 from tests.testapp.models import Contact, Document, Tag, Twin, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -198,11 +198,6 @@ def test_without_the_write_alias_a_write_reads_where_the_router_writes(
     assert len([e for e in errors if "does not fit" in e]) == 1
 
 
-returning = pytest.mark.skipif(
-    not django_orm.can_return_rows("default"), reason="the database returns no rows from writes"
-)
-
-
 def statements_of_a_rename_and_a_delete(workspace: Workspace) -> list[str]:
     """The statements on the table of an ``update()`` and of a ``delete()`` of two rows, once
     both are announced as written."""
@@ -221,7 +216,7 @@ def statements_of_a_rename_and_a_delete(workspace: Workspace) -> list[str]:
     ]
 
 
-@returning
+@returns_rows()
 def test_an_update_and_a_delete_read_their_rows_from_their_own_statements(
     workspace: Workspace,
 ) -> None:
@@ -229,7 +224,7 @@ def test_an_update_and_a_delete_read_their_rows_from_their_own_statements(
     assert django_compat._verdicts[django_orm.RETURNING] is True
 
 
-@returning
+@returns_rows()
 def test_without_returning_an_update_and_a_delete_read_their_rows_first(
     monkeypatch: pytest.MonkeyPatch, workspace: Workspace, errors: list[str]
 ) -> None:
@@ -240,7 +235,7 @@ def test_without_returning_an_update_and_a_delete_read_their_rows_first(
     assert len([e for e in errors if "does not fit" in e]) == 1
 
 
-@returning
+@returns_rows()
 @pytest.mark.usefixtures("quiet_preparation_failures")
 def test_a_write_whose_statement_goes_by_unrecognised_is_not_announced_and_says_so(
     monkeypatch: pytest.MonkeyPatch, workspace: Workspace, caplog: pytest.LogCaptureFixture
@@ -263,7 +258,7 @@ def tagged(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any
     return execute(f"/* app='tests' */ {sql}", params, many, context)
 
 
-@returning
+@returns_rows()
 def test_statements_an_applications_wrapper_tags_still_return_their_rows(
     workspace: Workspace,
 ) -> None:

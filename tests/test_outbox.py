@@ -18,8 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import TestCase
 
 from realtime.compat import django as django_seam
-from realtime.transports.table_store import MessageStore
-from tests.helpers import events, forget_messages
+from tests.helpers import events, forget_messages, log_writes
 from tests.testapp.models import Company, Contact, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,19 +28,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def publishes() -> Iterator[list[int]]:
     """Count the calls writing to ``firm_channel_messages`` made inside the block (the count is
     in the list once the block is left)."""
-    calls = 0
-    insert = MessageStore.insert
-
-    def counted(store: MessageStore, messages: Any) -> None:
-        nonlocal calls
-        calls += 1
-        insert(store, messages)
-
     count: list[int] = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(MessageStore, "insert", counted)
+    with log_writes() as writes:
         yield count
-    count.append(calls)
+    count.append(len(writes))
 
 
 def announced() -> list[tuple[str, Any]]:

@@ -211,7 +211,7 @@ def deleted(
         if count is None:
             return run()
         _announce_deleted(options, queryset.model, db, returning, count)
-        return count, ({queryset.model._meta.label: count} if count else {})
+        return _deleted(queryset, count)
     events: list[Event] = []
 
     def read(doomed: models.QuerySet[Any, Any]) -> None:
@@ -221,6 +221,11 @@ def deleted(
     if count is None:
         return run()
     _add_all(events, db)
+    return _deleted(queryset, count)
+
+
+def _deleted(queryset: models.QuerySet[Any, Any], count: int) -> tuple[int, dict[str, int]]:
+    """What ``QuerySet.delete()`` answers for ``count`` rows deleted in one statement."""
     return count, ({queryset.model._meta.label: count} if count else {})
 
 
@@ -381,21 +386,7 @@ def _announce_returned(
 
     def announce() -> None:
         for chunk in chunked(rows, READ_CHUNK):
-            to_many = to_many_of_rows(options, model, [row.pk for row in chunk], db)
-            _add_all(
-                (
-                    read_event(
-                        options,
-                        row,
-                        "updated",
-                        changed,
-                        to_many=to_many[row_key(row.pk)],
-                        using=db,
-                    )
-                    for row in chunk
-                ),
-                db,
-            )
+            _add_all(_updated_events(options, model, chunk, changed, {}, db), db)
         _fold(options, "updated", [values[0] if values else None for values in rest], db)
 
     failsafe(what, db, True, announce)
@@ -430,23 +421,7 @@ class _Matched:
                 rows: Any = [self._bare(pk, known) for pk in chunk]
             else:
                 rows = self.model._base_manager.using(db).filter(pk__in=chunk).order_by("pk")
-            to_many = to_many_of_rows(options, self.model, chunk, db)
-            events = []
-            for instance in rows:
-                before = self.befores.get(instance.pk)
-                event = read_event(
-                    options,
-                    instance,
-                    "updated",
-                    changed,
-                    scopeless=before is not None,
-                    to_many=to_many[row_key(instance.pk)],
-                    using=db,
-                )
-                if event is not None:
-                    event.before = before
-                events.append(event)
-            _add_all(events, db)
+            _add_all(_updated_events(options, self.model, rows, changed, self.befores, db), db)
         rest = self.rows[conf.BULK_LIMIT :]
         audiences = [audience for _, audience in rest]
         if rest and moving:
@@ -487,6 +462,38 @@ class _Matched:
             rows = self.model._base_manager.using(self.db).filter(pk__in=chunk).order_by()
             found += [[value] for value in rows.values_list(column, flat=True).distinct()]
         return found if options.user_field is not None else [value for [value] in found]
+
+
+def _updated_events(
+    options: ModelOptions,
+    model: type[models.Model],
+    rows: Iterable[models.Model],
+    changed: list[str],
+    befores: dict[Any, Before],
+    db: str,
+) -> list[Event | None]:
+    """The ``updated`` events of ``rows`` (as they are after the write; at most ``READ_CHUNK``
+    of them: their to-many targets are read in one statement), each with who could read its
+    row before, where ``befores`` says (then it tells those readers even if it left every
+    scope)."""
+    rows = list(rows)
+    to_many = to_many_of_rows(options, model, [row.pk for row in rows], db)
+    events: list[Event | None] = []
+    for row in rows:
+        before = befores.get(row.pk)
+        event = read_event(
+            options,
+            row,
+            "updated",
+            changed,
+            scopeless=before is not None,
+            to_many=to_many[row_key(row.pk)],
+            using=db,
+        )
+        if event is not None:
+            event.before = before
+        events.append(event)
+    return events
 
 
 def _matched(
