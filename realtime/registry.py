@@ -50,6 +50,9 @@ class ModelOptions:
     #: ``payload=``: called with the instance, its dict's keys added to ``data``
     #: (``realtime.writes.events``).
     payload: Callable[[Any], Mapping[str, Any]] | None = None
+    #: ``filters=``: the fields live queries may filter and order by (``realtime.sockets.
+    #: live_queries``); empty: the model is not queryable.
+    filters: tuple[str, ...] = ()
 
     @property
     def model(self) -> type[models.Model]:
@@ -65,6 +68,13 @@ class ModelOptions:
             wire: self.model._meta.get_field(name).attname  # type: ignore[union-attr]
             for wire, name in self.fields.items()
         }
+
+    @cached_property
+    def filter_attnames(self) -> dict[str, str]:
+        """Map each ``filters`` name to the attribute holding its value (``company`` ->
+        ``company_id``): what every publication of a queryable model carries."""
+        meta = self.model._meta
+        return {name: str(meta.get_field(name).attname) for name in self.filters}  # type: ignore[union-attr]
 
     @cached_property
     def guard_attnames(self) -> frozenset[str] | None:

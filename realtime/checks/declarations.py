@@ -1,4 +1,5 @@
-"""System checks for ``@realtime_model`` declarations (``realtime.E03x`` / ``realtime.W03x``).
+"""System checks for ``@realtime_model`` declarations (``realtime.E03x`` / ``realtime.W03x``,
+``realtime.E050`` for ``filters=``).
 
 Paths name models that may not exist when a decorator runs, so they are checked here, once
 every model is loaded, each error with a hint.
@@ -45,7 +46,45 @@ def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> lis
         messages += _check_one(options)
         messages += _check_managers(options.model)
         messages += _check_guard_links(options)
+        messages += _check_filters(options)
     return messages
+
+
+#: The longest text a live query may filter by: longer text is searched, not filtered.
+FILTER_TEXT_MAX = 255
+
+
+def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
+    """``filters=`` names local concrete columns (a foreign key by its id) whose comparison
+    Python and the database agree on: no relation path, many-to-many, long text or JSON."""
+    model = options.model
+    out: list[checks.CheckMessage] = []
+    hint = (
+        "Name columns of the model itself: plain fields or foreign keys (compared by id); "
+        "text of at most 255 characters; no JSON."
+    )
+    for name in options.filters:
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            field = None
+        if field is None or not field.concrete or field.many_to_many or name == "pk":
+            why = "is not a column of the model"
+        elif isinstance(field, models.JSONField):
+            why = "is a JSON field"
+        elif isinstance(field, models.TextField) or (
+            isinstance(field, models.CharField)
+            and (field.max_length is None or field.max_length > FILTER_TEXT_MAX)
+        ):
+            why = f"is text longer than {FILTER_TEXT_MAX} characters"
+        elif field.model is not model and field.model._meta.concrete_model is not (
+            model._meta.concrete_model
+        ):
+            why = "lives in a parent model's table"
+        else:
+            continue
+        out.append(_e(50, model, f"filters names {name!r}, which {why}.", hint))
+    return out
 
 
 def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:

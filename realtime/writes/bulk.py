@@ -546,7 +546,7 @@ def _known_after(options: ModelOptions, values: dict[str, Any]) -> dict[str, Any
         for name, value in values.items()
         for field in [meta.get_field(name)]
     }
-    needed = set(options.field_attnames.values())
+    needed = {*options.field_attnames.values(), *options.filter_attnames.values()}
     for relation in options.relations:
         field = meta.get_field(relation)
         if is_generic_fk(options.model, relation):

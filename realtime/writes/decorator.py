@@ -42,6 +42,7 @@ def realtime_model(
     cascade: Sequence[str] | None = None,
     name: str | None = None,
     payload: Callable[[Any], Mapping[str, Any]] | None = None,
+    filters: Sequence[str] | None = None,
     **unknown: Any,
 ) -> Callable[[ModelT], ModelT]:
     """Declare that writes of the decorated model are announced; docs/models.md lists the options.
@@ -50,9 +51,10 @@ def realtime_model(
     """
     if unknown:
         raise ValueError(f"unknown @realtime_model option(s): {', '.join(sorted(unknown))}")
-    if any(isinstance(names, str) for names in (fields, relations, cascade, guard_fields)):
+    if any(isinstance(names, str) for names in (fields, relations, cascade, guard_fields, filters)):
         raise ValueError(
-            "fields, relations, cascade and guard_fields take a list of names, not a string"
+            "fields, relations, cascade, guard_fields and filters take a list of names, "
+            "not a string"
         )
     if guard_fields is not None and guard is None:
         raise ValueError("guard_fields names what a guard reads: give a guard too")
@@ -86,6 +88,7 @@ def realtime_model(
             cascade=tuple(cascade or ()),
             guard_fields=None if guard_fields is None else tuple(guard_fields),
             payload=payload,
+            filters=tuple(dict.fromkeys(filters or ())),
         )
         _validate_columns(options)
         register(options)
@@ -108,6 +111,9 @@ def _validate_columns(options: ModelOptions) -> None:
     for column in options.fields.values():
         if column not in columns:
             raise ValueError(_unknown(meta.label, "column", column, columns, " to announce"))
+    for name in options.filters:
+        if name not in own:
+            raise ValueError(_unknown(meta.label, "field", name, own, " to filter by"))
     for name in options.guard_fields or ():
         if name not in own:
             raise ValueError(_unknown(meta.label, "field", name, own, " for guard_fields"))

@@ -97,6 +97,9 @@ class Event:
     #: Where this version of the row stands among the row's versions (``realtime.writes.order``):
     #: ``[source, number]``, or ``None`` when the write gave no such moment.
     order: list[Any] | None = None
+    #: A queryable model's ``filters`` columns as the write left them (JSON forms), for live
+    #: queries; a column the instance did not hold (deferred) is left out: unknown.
+    values: dict[str, Any] | None = None
 
     @property
     def event_type(self) -> str:
@@ -118,6 +121,8 @@ class Event:
             meta["moved"] = True
         if self.order is not None:
             meta["order"] = self.order
+        if self.values is not None and not self.folded:
+            meta["filters"] = self.values
         return meta
 
 
@@ -175,6 +180,12 @@ def read_event(
     )
     if options.shared_via is not None:
         event.extra["root_pk"] = _column_of_path(instance, options.shared_via)
+    if options.filters:
+        event.values = {
+            name: jsonable(values[attname])
+            for name, attname in options.filter_attnames.items()
+            if attname in values
+        }
     return event
 
 
