@@ -115,6 +115,8 @@ class RealtimeSettings:
     REDIS_URL: Setting[Any] = Setting(None, _as_given)
     ALLOWED_ORIGINS: Setting[list[str]] = Setting([], list)
     MAX_UNAUTHENTICATED_PER_ADDRESS = Setting(None, _optional_int)
+    MAX_QUERIES = Setting(20, int)
+    QUERY_MAX_ROWS = Setting(200, int)
 
 
 def defaults() -> dict[str, Any]:

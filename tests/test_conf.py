@@ -56,6 +56,8 @@ DOCUMENTED: dict[str, Any] = {
     "REDIS_URL": None,
     "ALLOWED_ORIGINS": [],
     "MAX_UNAUTHENTICATED_PER_ADDRESS": None,
+    "MAX_QUERIES": 20,
+    "QUERY_MAX_ROWS": 200,
 }
 # tests/settings.py sets this one; every other setting is left at its default there.
 SET_BY_TEST_SETTINGS = {"SCOPE_MODEL": "testapp.Workspace"}

@@ -56,6 +56,8 @@ POSITIVE_INTEGERS = (
     "TCP_KEEPINTVL",
     "TCP_KEEPCNT",
     "RESUME_MAX_FRAMES",
+    "MAX_QUERIES",
+    "QUERY_MAX_ROWS",
 )
 BOOLEANS = ("REVOKE_ON_PASSWORD_CHANGE", "AUTO_TRIM", "PG_NOTIFY_LOG")
 #: The redis-py the Redis transport is built on (the ``[redis]`` extra).

@@ -102,6 +102,7 @@ class Socket:
         "link",
         "next_recheck",
         "on_failure",
+        "queries",
         "recheck_asked",
         "rechecking",
         "resumable",
@@ -181,6 +182,8 @@ class Socket:
         #: A recheck was asked while its frames were held already (its handshake or resume,
         #: or a recheck under way): when they would go out, they stay held for that recheck.
         self.recheck_asked = False
+        #: Its live queries by id (``realtime.sockets.live_queries``).
+        self.queries: dict[str, Any] = {}
 
     def channels_in(self, scope_id: Any) -> Collection[str]:
         """The channels it hears in the scope ``scope_id``."""

@@ -32,7 +32,7 @@ from realtime.blocking import run_blocking
 from realtime.compat import daphne
 from realtime.conf import conf
 from realtime.encoding import normal_id, storable
-from realtime.sockets import protocol, subscriptions
+from realtime.sockets import live_queries, protocol, subscriptions
 from realtime.sockets.access import resolve_scopes
 from realtime.sockets.connection import Socket
 from realtime.sockets.inbox import ClientGoneError, Inbox, OverLimitError
@@ -286,6 +286,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             protocol.UNSUBSCRIBE: self._on_unsubscribe,
             protocol.HEARTBEAT: self._on_heartbeat,
             protocol.AUTHENTICATE: _ignore,
+            live_queries.QUERY: self._on_query,
+            live_queries.UNQUERY: self._on_unquery,
         }
         while self.state is State.OPEN:
             message = await self.inbox.next_frame()
@@ -352,6 +354,15 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
     async def _on_unsubscribe(self, frame: Frame) -> None:
         assert self.socket is not None
         get_manager().unsubscribe(self.socket, protocol.read_channels(frame.data))
+
+    async def _on_query(self, frame: Frame) -> None:
+        assert self.socket is not None
+        # Awaited before the next frame is read: an unquery after it comes after it.
+        await get_manager().dispatcher.live.start(self.socket, frame.data)
+
+    async def _on_unquery(self, frame: Frame) -> None:
+        assert self.socket is not None
+        get_manager().dispatcher.live.stop(self.socket, frame.data.get("id"))
 
     # Plumbing -----------------------------------------------------------------------------
 

@@ -54,11 +54,13 @@ from realtime.logs import describe
 from realtime.messages import addressed_to, base_channel, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.readers import readers_now, replayed_data, row_of
+from realtime.registry import options_named
 from realtime.sockets import protocol
 from realtime.sockets.connection import Held, Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure
+from realtime.sockets.live_queries import Queries
 from realtime.sockets.record_order import RecordOrder
 from realtime.transports.base import Transport
 from realtime.transports.tally import Tally
@@ -90,6 +92,12 @@ class Plan:
     mid: Any = None
     #: The scope a scope event is addressed to (``None``: an account event).
     scope_id: Any = None
+    #: The message's ``meta`` (a live query reads the ``filters`` values it carries).
+    meta: Any = None
+    #: Sockets with a live query of the event's model that may read what it says, and what
+    #: it does to their queries: ``"row"``, ``"leave"`` or ``"fold"`` (``live_queries``).
+    queried: set[Socket] | None = None
+    query_action: str = "row"
 
 
 class Host(Protocol):
@@ -118,6 +126,8 @@ class Dispatcher:
         self.sender = sender
         #: Each row's versions in commit order: a version superseded before it came is dropped.
         self.order = RecordOrder()
+        #: The live queries of this worker's sockets, kept exact by what is carried out.
+        self.live = Queries(self.send_query_frame)
         self._queue: asyncio.Queue[Queued] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: The ``event_delivered`` signals being sent (at most ``REALTIME_NOTIFY_QUEUE_SIZE``).
@@ -290,6 +300,7 @@ class Dispatcher:
         plan = await self.plan(message)
         if plan is not None:
             plan.position, plan.mid = position, message.get("mid")
+            plan.meta = message.get("meta")
         return plan
 
     async def plan(
@@ -325,19 +336,22 @@ class Dispatcher:
         index = self.index
         scope_id = message.get("scope_id")
         channels = message.get("channels")
+        queried: set[Socket] = set()
         if among is not None:
             targets = {s for s in among if scope_id in s.scopes}
             if channels is not None:
                 targets = {s for s in targets if s.hears(scope_id, channels)}
         elif not (members := index.by_scope.get(scope_id)):
             return None
-        elif channels is None:
-            targets = set(members)
         else:
-            targets = set()
-            for channel in channels:
-                targets |= index.by_scope_channel.get((scope_id, channel), set())
-        return await self._narrowed(message, targets, scope_id)
+            queried = {s for s in self.live.sockets_of(_model_of(message)) if s in members}
+            if channels is None:
+                targets = set(members)
+            else:
+                targets = set()
+                for channel in channels:
+                    targets |= index.by_scope_channel.get((scope_id, channel), set())
+        return await self._narrowed(message, targets, scope_id, queried)
 
     async def _plan_global(
         self, message: dict[str, Any], among: Iterable[Socket] | None
@@ -345,19 +359,31 @@ class Dispatcher:
         """An event of a global model: every socket holding one of its channels, whatever
         scopes it reads (``Socket.hears`` with no scope: the channels it holds)."""
         channels = list(message.get("channels") or ())
+        queried: set[Socket] = set()
         if among is not None:
             targets = {s for s in among if s.hears(None, channels)}
         else:
+            queried = self.live.sockets_of(_model_of(message))
             targets = set()
             for channel in channels:
                 targets |= self.index.by_channel.get(channel, set())
-        if not targets:
+        if not targets and not queried:
             return None
-        return await self._narrowed(message, targets, None)
+        return await self._narrowed(message, targets, None, queried)
 
-    async def _narrowed(self, message: dict[str, Any], targets: set[Socket], scope_id: Any) -> Plan:
+    async def _narrowed(
+        self,
+        message: dict[str, Any],
+        targets: set[Socket],
+        scope_id: Any,
+        queried: set[Socket] | None = None,
+    ) -> Plan:
         """The plan of an event to ``targets``, narrowed by the message's ``exclude`` and
-        ``only`` and, where an audience is to be asked, by ``auth.audience``."""
+        ``only`` and, where an audience is to be asked, by ``auth.audience``; ``queried``
+        (sockets with a live query of its model, whatever channels they hold) narrowed the
+        same way."""
+        listed = targets
+        targets = targets | queried if queried else targets
         if message.get("exclude"):
             excluded = set(message["exclude"])
             targets = {s for s in targets if s.user_id not in excluded}
@@ -376,7 +402,10 @@ class Dispatcher:
             targets = {s for s in targets if s.user_id in allowed}
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         channels = message.get("channels")
-        return Plan(targets, frame, event_type, data, channels, scope_id=scope_id)
+        plan = Plan(targets & listed, frame, event_type, data, channels, scope_id=scope_id)
+        if queried:
+            plan.queried, plan.query_action = targets & queried, _query_action(message)
+        return plan
 
     async def _plan_users(
         self,
@@ -407,16 +436,53 @@ class Dispatcher:
         if skip is not None:
             targets = {s for s in targets if skip not in s.scopes}
         frame = protocol.event_frame(event_type, data, message.get("meta"))
-        return Plan(targets, frame, event_type, data, message.get("channels"))
+        plan = Plan(targets, frame, event_type, data, message.get("channels"))
+        if among is None and message.get("row"):
+            plan.queried = self._queried_by_account(message, targets)
+            plan.query_action = _query_action(message)
+        return plan
+
+    def _queried_by_account(self, message: dict[str, Any], targets: set[Socket]) -> set[Socket]:
+        """Of ``targets``, the sockets whose live queries an account event about a row
+        changes: any, for a model addressed to accounts; for a scope's model (an event to
+        readers outside the row's scope), only those that lose the row: its queries list
+        the rows of the scopes the socket reads."""
+        name = _model_of(message)
+        options = options_named(name) if name else None
+        if options is None or not options.filters:
+            return set()
+        if options.user_field is None and _query_action(message) != "leave":
+            return set()
+        sockets = self.live.sockets_of(name)
+        return {s for s in targets if s in sockets}
 
     async def carry_out(self, plan: Plan) -> None:
         if plan.action is not None:
             plan.action()
-        if plan.frame is None or not plan.targets:
+        if plan.frame is not None and plan.targets:
+            await self.send_all(
+                plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels
+            )
+            metrics.delivered(plan.mid, len(plan.targets))
+            self._delivered(plan)
+        if plan.queried:
+            name = _model_of({"event_type": plan.event_type})
+            await self.live.carry(name, plan.queried, plan.data, plan.meta, plan.query_action)
+
+    async def send_query_frame(self, socket: Socket, frame: str) -> None:
+        """Hand ``socket`` a frame of its live queries, after every frame handed to it
+        before (held with them while its frames are held)."""
+        message = {"type": "websocket.send", "text": frame}
+        if socket.closed:
             return
-        await self.send_all(plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels)
-        metrics.delivered(plan.mid, len(plan.targets))
-        self._delivered(plan)
+        if socket.held is not None:
+            if len(socket.held) < held_bound():
+                socket.held.append(Held(None, message))
+            else:
+                self._held_too_long(socket)
+        elif not await socket.send_frame(message, conf.SEND_TIMEOUT):
+            metrics.dropped("not_reading")
+            self.host.drop_soon(socket)
 
     async def send_all(
         self,
@@ -557,6 +623,23 @@ def streams_heard(socket: Socket, transport: Transport) -> frozenset[str]:
     """The streams of the channels ``socket`` hears: its scopes' and the base channel."""
     channels = [base_channel(), *(scope_channel(scope_id) for scope_id in socket.scopes)]
     return frozenset(transport.stream_of(channel) for channel in channels)
+
+
+def _model_of(message: dict[str, Any]) -> str:
+    """The name of the model an event is about: ``ticket`` of ``ticket.updated``."""
+    event_type = message.get("event_type")
+    return event_type.rpartition(".")[0] if isinstance(event_type, str) else ""
+
+
+def _query_action(message: dict[str, Any]) -> str:
+    """What an event does to the live queries that hear it (see ``Plan.query_action``)."""
+    meta = message.get("meta")
+    if isinstance(meta, dict) and meta.get("truncated") and message.get("data") is None:
+        return "fold"
+    event_type = message.get("event_type")
+    if isinstance(event_type, str) and event_type.endswith(".deleted"):
+        return "leave"
+    return "row"
 
 
 def _overrides_audience(auth: RealtimeAuth) -> bool:

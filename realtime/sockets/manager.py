@@ -264,6 +264,7 @@ class SocketManager:
     async def unregister(self, socket: Socket) -> None:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
         removed = self.index.remove(socket)
+        self.dispatcher.live.drop(socket)
         metrics.sockets_open(len(self.index.sockets))
         if removed:
             await self._sync_follows(socket.scopes)
@@ -283,6 +284,8 @@ class SocketManager:
             await self._sync_follows(gone)
             self.index.enter(socket, added)
             await self._sync_follows(added)
+            # Its live queries list rows of the scopes it reads: read them again.
+            await self.dispatcher.live.reload(socket)
 
     async def decide(
         self, socket: Socket, channels: Iterable[str]

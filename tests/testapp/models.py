@@ -96,7 +96,7 @@ class Comment(models.Model):
         return self.text
 
 
-@realtime_model(fields=["text"], user_field="user")
+@realtime_model(fields=["text"], user_field="user", filters=["text"])
 class Notification(models.Model):
     """Addressed to one account, one hop away."""
 
@@ -606,3 +606,33 @@ class Logbook(models.Model):
 
     def __str__(self) -> str:
         return self.text
+
+
+def may_read_case(user: Any) -> Q:
+    """Cases are read by everyone in their workspace, but a private one only by its assignee."""
+    return Q(private=False) | Q(assignee=user)
+
+
+@realtime_model(
+    fields=["title", "status", "priority"],
+    filters=["status", "company", "assignee", "priority", "due", "private"],
+    guard=may_read_case,
+    guard_fields=["private", "assignee"],
+)
+class Case(models.Model):
+    """The live queries' model: a ticket of the spec's shape (filtered by status, company,
+    assignee, priority and due date), guarded."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, null=True)
+    company = models.ForeignKey(Company, on_delete=models.SET_NULL, null=True, blank=True)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    title = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, default="open")
+    priority = models.IntegerField(default=0)
+    due = models.DateField(null=True, blank=True)
+    private = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,605 @@
+"""Live queries: a socket's filtered, ordered, limited lists of a model, kept exact.
+
+A client asks ``query`` with a ``where`` (an AND of lookups on the model's ``filters=``
+fields), an ``order_by`` and a ``limit``. The worker reads the first rows the socket's account
+may read (``snapshot``: the scopes it reads, or its account for an account model, narrowed by
+the guard) and keeps them as the query's *window*: keys, sort values and rows. Every message
+the socket may read about a row of the model is then matched in process, against the values
+of the ``filters`` columns the message carries (``meta.filters``): no statement decides
+which queries a write touches. A row that starts matching and sorts into the window enters
+it (pushing the last one out when the window is full); one that stops matching, or that the
+account may no longer read (a delete, or a leave frame of a row leaving its view), leaves it.
+When a row leaves a window that was full, the rows after it are not known here: the query is
+read again (one statement), and the client is told the difference.
+
+Gap-free: a query registered on the event loop hears every message carried out from then on.
+Those carried out while its first rows are read are kept and applied on top of what was read
+(a message of a write the read already saw changes nothing a second time), and only then is
+``query.rows`` handed to the socket, before any ``query.diff`` of the query.
+
+Values are compared as the database compares them: each side read by the field's
+``to_python``, ``NULL`` matching no comparison (``exact`` with ``null`` is ``isnull``), and
+sorted where the database sorts nulls (``features.nulls_order_largest``). Text is compared
+for equality only: ranges and ordering by text depend on collations, which Python does not
+share, and are refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from django.core.exceptions import ValidationError
+from django.db import connections, models, router
+
+from realtime.blocking import run_blocking
+from realtime.conf import conf
+from realtime.encoding import id_order, jsonable, row_key
+from realtime.registry import ModelOptions, options_named
+from realtime.sockets.limits import log_bad_input
+from realtime.sockets.protocol import encode
+
+logger = logging.getLogger(__name__)
+
+QUERY: Final = "query"
+UNQUERY: Final = "unquery"
+ROWS: Final = "query.rows"
+DIFF: Final = "query.diff"
+ERROR: Final = "query.error"
+
+LOOKUPS: Final = ("exact", "in", "lt", "lte", "gt", "gte", "range", "isnull")
+#: Lookups that order values: refused on text (collations).
+ORDERING: Final = frozenset({"lt", "lte", "gt", "gte", "range"})
+MAX_TERMS: Final = 10
+MAX_IN: Final = 100
+MAX_ID: Final = 64
+
+
+class QueryRefusedError(Exception):
+    """A query refused: ``reason`` goes to the client, ``cause`` to the log."""
+
+    def __init__(self, reason: str, cause: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cause = cause or reason
+
+
+def refusal_id(data: dict[str, Any]) -> Any:
+    """The ``id`` a ``query.error`` names: the one asked, when it is text."""
+    found = data.get("id")
+    return found if isinstance(found, str) else None
+
+
+# Asking ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Term:
+    """One lookup of ``where``: ``name`` (a ``filters`` field), ``lookup``, its value read by
+    the field (a list for ``in``, a pair for ``range``, a bool for ``isnull``)."""
+
+    key: str
+    name: str
+    lookup: str
+    value: Any
+
+    def matches(self, value: Any) -> bool:
+        lookup = self.lookup
+        if lookup == "isnull":
+            return (value is None) is self.value
+        if value is None:
+            return False
+        if lookup == "exact":
+            return bool(value == self.value)
+        if lookup == "in":
+            return value in self.value
+        if lookup == "range":
+            low, high = self.value
+            return bool(low <= value <= high)
+        if lookup == "lt":
+            return bool(value < self.value)
+        if lookup == "lte":
+            return bool(value <= self.value)
+        if lookup == "gt":
+            return bool(value > self.value)
+        return bool(value >= self.value)
+
+    def lookup_kwargs(self, attname: str) -> dict[str, Any]:
+        return {f"{attname}__{self.lookup}": self.value}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a query asks: the same shape is the same list for the same account."""
+
+    options: ModelOptions
+    terms: tuple[Term, ...]
+    #: ``(filters name or "pk", descending)``, the primary key last.
+    order: tuple[tuple[str, bool], ...]
+    limit: int
+
+
+def read_query(data: dict[str, Any]) -> tuple[str, Shape]:
+    """The id and shape of a ``query`` frame's data; ``QueryRefusedError`` names the reason."""
+    query_id = data.get("id")
+    if not isinstance(query_id, str) or not 1 <= len(query_id) <= MAX_ID:
+        raise QueryRefusedError("Invalid query", "the id is not text of 1 to 64 characters")
+    name = data.get("model")
+    options = options_named(name) if isinstance(name, str) else None
+    if options is None:
+        raise QueryRefusedError("Unknown model", f"no model announces as {name!r}")
+    if not options.filters:
+        raise QueryRefusedError("Model is not queryable", f"{options.name} declares no filters=")
+    where = data.get("where", {})
+    if where is None:
+        where = {}
+    if not isinstance(where, dict) or len(where) > MAX_TERMS:
+        raise QueryRefusedError("Invalid query", "where is not an object of at most 10 lookups")
+    terms = tuple(_term(options, key, value) for key, value in where.items())
+    order = _order(options, data.get("order_by", ["pk"]))
+    limit = data.get("limit", conf.QUERY_MAX_ROWS)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise QueryRefusedError("Invalid query", "limit is not a positive integer")
+    return query_id, Shape(options, terms, order, min(limit, conf.QUERY_MAX_ROWS))
+
+
+def _field(options: ModelOptions, name: str) -> models.Field[Any, Any]:
+    if name not in options.filters:
+        raise QueryRefusedError(f"Field is not filterable: {name}")
+    return options.model._meta.get_field(name)  # type: ignore[return-value]
+
+
+def _is_text(field: models.Field[Any, Any]) -> bool:
+    target = _value_field(field)
+    return isinstance(target, models.CharField | models.TextField)
+
+
+def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
+    """The field whose values a column holds: a foreign key's target field."""
+    target: Any = getattr(field, "target_field", None) if field.is_relation else None
+    while target is not None:
+        field = target
+        target = getattr(field, "target_field", None) if field.is_relation else None
+    return field
+
+
+def read_value(field: models.Field[Any, Any], value: Any) -> Any:
+    """``value`` (a JSON form) as the field reads it; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, dict | list):
+        raise ValidationError("not a single value")
+    return _value_field(field).to_python(value)
+
+
+def _term(options: ModelOptions, key: Any, value: Any) -> Term:
+    if not isinstance(key, str) or not key:
+        raise QueryRefusedError("Invalid query", "a lookup is not text")
+    name, _, lookup = key.partition("__")
+    field = _field(options, name)
+    lookup = lookup or "exact"
+    if lookup not in LOOKUPS or (lookup in ORDERING and _is_text(field)):
+        raise QueryRefusedError(f"Unsupported lookup: {key}")
+    invalid = QueryRefusedError(f"Invalid value for {key}")
+    try:
+        if lookup == "isnull":
+            if not isinstance(value, bool):
+                raise invalid
+            return Term(key, name, lookup, value)
+        if lookup == "in":
+            if not isinstance(value, list) or len(value) > MAX_IN:
+                raise invalid
+            read = [read_value(field, item) for item in value]
+            return Term(key, name, lookup, tuple(item for item in read if item is not None))
+        if lookup == "range":
+            if not isinstance(value, list) or len(value) != 2 or None in value:
+                raise invalid
+            return Term(
+                key, name, lookup, (read_value(field, value[0]), read_value(field, value[1]))
+            )
+        if value is None:
+            if lookup != "exact":
+                raise invalid
+            return Term(key, name, "isnull", True)
+        return Term(key, name, lookup, read_value(field, value))
+    except (ValidationError, TypeError, ValueError) as exc:
+        raise invalid from exc
+
+
+def _order(options: ModelOptions, order_by: Any) -> tuple[tuple[str, bool], ...]:
+    if not isinstance(order_by, list) or not all(isinstance(item, str) for item in order_by):
+        raise QueryRefusedError("Invalid query", "order_by is not a list of field names")
+    pk_names = {"pk", options.model._meta.pk.name}
+    order: list[tuple[str, bool]] = []
+    for item in order_by:
+        descending = item.startswith("-")
+        name = item[1:] if descending else item
+        if name in pk_names:
+            order.append(("pk", descending))
+            break  # the key orders every row: nothing after it matters
+        if _is_text(_field(options, name)):
+            raise QueryRefusedError(
+                "Invalid query", f"order_by names text ({name}): collations differ"
+            )
+        order.append((name, descending))
+    else:
+        order.append(("pk", False))
+    return tuple(order)
+
+
+# Rows -----------------------------------------------------------------------------------------
+
+
+def row_of(options: ModelOptions, data: Any, values: Any) -> dict[str, Any] | None:
+    """A query's row from a message: the model, the id, the declared fields, the filters;
+    ``None`` when the message does not carry them all (the row must be read)."""
+    if not isinstance(data, dict) or "id" not in data or not isinstance(values, dict):
+        return None
+    if any(name not in values for name in options.filters):
+        return None
+    row = {"model": options.name, "id": data["id"]}
+    for wire in options.fields:
+        if wire not in data:
+            return None
+        row[wire] = data[wire]
+    for name in options.filters:
+        row.setdefault(name, values[name])
+    return row
+
+
+def row_of_instance(options: ModelOptions, instance: models.Model) -> dict[str, Any]:
+    """A query's row read from the database, in the forms announcements use."""
+    values = instance.__dict__
+    row: dict[str, Any] = {"model": options.name, "id": jsonable(instance.pk)}
+    for wire, attname in options.field_attnames.items():
+        row[wire] = jsonable(values.get(attname))
+    for name, attname in options.filter_attnames.items():
+        row.setdefault(name, jsonable(values.get(attname)))
+    return row
+
+
+class Sorting:
+    """Reads a row's filters values and compares rows in a shape's order."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape
+        meta = shape.options.model._meta
+        self.fields: dict[str, Any] = {name: meta.get_field(name) for name in shape.options.filters}
+        alias = router.db_for_read(shape.options.model)
+        self.nulls_largest = bool(connections[alias].features.nulls_order_largest)
+
+    def typed(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The row's filters values as the fields read them; ``None`` if one is unreadable."""
+        try:
+            return {name: read_value(field, row[name]) for name, field in self.fields.items()}
+        except (ValidationError, TypeError, ValueError, KeyError):
+            return None
+
+    def matches(self, typed: dict[str, Any]) -> bool:
+        return all(term.matches(typed[term.name]) for term in self.shape.terms)
+
+    def compare(self, a: Entry, b: Entry) -> int:
+        for name, descending in self.shape.order:
+            if name == "pk":
+                left, right = id_order(a.key), id_order(b.key)
+            else:
+                left, right = a.typed[name], b.typed[name]
+            found = self._compare_values(left, right)
+            if found:
+                return -found if descending else found
+        return 0
+
+    def _compare_values(self, left: Any, right: Any) -> int:
+        if left is None or right is None:
+            if left is None and right is None:
+                return 0
+            # A null sorts after every value where the database takes nulls as largest.
+            return (1 if self.nulls_largest else -1) * (1 if left is None else -1)
+        if left < right:
+            return -1
+        return 1 if right < left else 0
+
+
+@dataclass
+class Entry:
+    """One row of a window: its key (``row_key``), its values read, what the client has."""
+
+    key: Any
+    typed: dict[str, Any]
+    row: dict[str, Any]
+
+
+# A query --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Diff:
+    enter: list[dict[str, Any]] = field(default_factory=list)
+    leave: list[Any] = field(default_factory=list)
+    update: list[dict[str, Any]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.enter or self.leave or self.update)
+
+
+class LiveQuery:
+    """One socket's live query: its shape and its window (see the module docstring)."""
+
+    def __init__(self, query_id: str, shape: Shape, socket: Any) -> None:
+        self.id = query_id
+        self.shape = shape
+        self.socket = socket
+        self.sorting = Sorting(shape)
+        self.window: list[Entry] = []
+        #: Whether rows past the window may match (the window was full when read).
+        self.capped = False
+        #: Messages carried out while the first rows are read (``_change``).
+        self.pending: list[Any] | None = []
+        self.stopped = False
+
+    @property
+    def options(self) -> ModelOptions:
+        return self.shape.options
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [entry.row for entry in self.window]
+
+    def load(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
+        entries = [self._entry(row) for row in rows]
+        self.window = [entry for entry in entries if entry is not None][: self.shape.limit]
+        self.capped = len(rows) > self.shape.limit
+
+    def _entry(self, row: dict[str, Any]) -> Entry | None:
+        typed = self.sorting.typed(row)
+        if typed is None:
+            return None
+        return Entry(row_key(row["id"]), typed, row)
+
+    def _sort(self) -> None:
+        self.window.sort(key=functools.cmp_to_key(self.sorting.compare))
+
+    def apply(self, row: dict[str, Any] | None, key: Any) -> Diff | None:
+        """What one row's message changes (``row`` ``None``: the row left the account's view
+        or is gone); ``None`` when the rows past the window must be read (``refill``)."""
+        diff = Diff()
+        held = next((entry for entry in self.window if entry.key == key), None)
+        entry = None if row is None else self._entry(row)
+        if entry is None or not self.sorting.matches(entry.typed):
+            if held is None:
+                return diff
+            if self.capped:
+                return None
+            self.window.remove(held)
+            diff.leave.append(held.row["id"])
+            return diff
+        if held is not None:
+            self.window.remove(held)
+            self.window.append(entry)
+            self._sort()
+            later = self.sorting.compare(entry, held) > 0
+            if self.capped and later and self.window[-1] is entry:
+                # It may now sort after rows the window does not hold: read them.
+                self.window.remove(entry)
+                self.window.append(held)
+                self._sort()
+                return None
+            if held.row != entry.row:
+                diff.update.append(entry.row)
+            return diff
+        if self.capped and self.window and self.sorting.compare(entry, self.window[-1]) > 0:
+            return diff  # sorts after the window: not shown
+        self.window.append(entry)
+        self._sort()
+        diff.enter.append(entry.row)
+        if len(self.window) > self.shape.limit:
+            last = self.window.pop()
+            self.capped = True
+            if last is entry:
+                diff.enter.pop()
+            else:
+                diff.leave.append(last.row["id"])
+        return diff
+
+    def replace(self, rows: Sequence[dict[str, Any]]) -> Diff:
+        """Take the rows read again; the difference from the window the client has."""
+        before = {entry.key: entry for entry in self.window}
+        self.load(rows)
+        diff = Diff()
+        after = {entry.key for entry in self.window}
+        diff.leave = [entry.row["id"] for key, entry in before.items() if key not in after]
+        for entry in self.window:
+            held = before.get(entry.key)
+            if held is None:
+                diff.enter.append(entry.row)
+            elif held.row != entry.row:
+                diff.update.append(entry.row)
+        return diff
+
+
+# Reading from the database --------------------------------------------------------------------
+
+
+def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QuerySet[Any, Any]:
+    """The rows of ``shape`` the account ``user`` may read in ``scope_ids``, in order: the
+    ORM's answer a live query's list equals."""
+    options = shape.options
+    model = options.model
+    rows = model._default_manager.all()
+    for term in shape.terms:
+        attname = options.filter_attnames[term.name]
+        rows = rows.filter(**term.lookup_kwargs(attname))
+    if options.user_field is not None:
+        reached = model._base_manager.filter(**{options.user_field: user.pk}).values("pk")
+        rows = rows.filter(pk__in=reached)
+    elif options.scope_attname is not None:
+        rows = rows.filter(**{f"{options.scope_attname}__in": list(scope_ids)})
+    if options.guard is not None:
+        rows = rows.filter(options.guard(user))
+    ordering = []
+    for name, descending in shape.order:
+        attname = "pk" if name == "pk" else options.filter_attnames[name]
+        ordering.append(f"-{attname}" if descending else attname)
+    return rows.order_by(*ordering)
+
+
+def read_rows(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> list[dict[str, Any]]:
+    """The first ``limit + 1`` rows of the query (blocking: the ORM)."""
+    found = queryset(shape, user, scope_ids)[: shape.limit + 1]
+    return [row_of_instance(shape.options, instance) for instance in found]
+
+
+# The worker's queries --------------------------------------------------------------------------
+
+#: Hands one encoded frame to a socket, in order with its other frames.
+Deliver = Callable[[Any, str], Awaitable[None]]
+#: Times a query's first rows are read again when writes it heard meanwhile cannot be applied.
+LOAD_TRIES = 3
+
+
+class Queries:
+    """Every live query of the worker's sockets, by model name, and what keeps them exact."""
+
+    def __init__(self, deliver: Deliver) -> None:
+        self.deliver = deliver
+        self.by_model: dict[str, set[LiveQuery]] = {}
+
+    def sockets_of(self, name: str) -> set[Any]:
+        """The sockets holding a query of the model announced as ``name``."""
+        return {query.socket for query in self.by_model.get(name, ())}
+
+    async def start(self, socket: Any, data: dict[str, Any]) -> None:
+        """Answer a ``query`` frame: ``query.rows``, or ``query.error`` with its reason."""
+        try:
+            query_id, shape = read_query(data)
+            if query_id not in socket.queries and len(socket.queries) >= conf.MAX_QUERIES:
+                raise QueryRefusedError(
+                    "Too many queries", f"the socket holds {len(socket.queries)}"
+                )
+        except QueryRefusedError as refused:
+            await self._refuse(socket, refusal_id(data), refused)
+            return
+        self.stop(socket, query_id)
+        query = LiveQuery(query_id, shape, socket)
+        socket.queries[query_id] = query
+        self.by_model.setdefault(shape.options.name, set()).add(query)
+        await self._load(query)
+
+    async def _refuse(self, socket: Any, query_id: Any, refused: QueryRefusedError) -> None:
+        log_bad_input("realtime: refused a live query: %s", refused.cause)
+        frame = {"type": ERROR, "data": {"id": query_id, "message": refused.reason}}
+        await self.deliver(socket, encode(frame))
+
+    def stop(self, socket: Any, query_id: Any) -> None:
+        """Forget a query (``unquery``, or replaced by one of the same id)."""
+        query = socket.queries.pop(query_id, None) if isinstance(query_id, str) else None
+        if query is not None:
+            query.stopped = True
+            self._unindex(query)
+
+    def drop(self, socket: Any) -> None:
+        """Forget every query of a socket that is gone."""
+        for query in socket.queries.values():
+            query.stopped = True
+            self._unindex(query)
+        socket.queries.clear()
+
+    def _unindex(self, query: LiveQuery) -> None:
+        group = self.by_model.get(query.options.name)
+        if group is not None:
+            group.discard(query)
+            if not group:
+                del self.by_model[query.options.name]
+
+    async def _load(self, query: LiveQuery) -> None:
+        """Read the query's first rows, apply what it heard meanwhile, send ``query.rows``."""
+        for _ in range(LOAD_TRIES):
+            query.pending = []
+            try:
+                rows = await self._read(query)
+            except Exception:
+                logger.exception("realtime: reading the rows of a live query failed")
+                await self._refuse(query.socket, query.id, QueryRefusedError("Invalid query"))
+                self.stop(query.socket, query.id)
+                return
+            if query.stopped:
+                return
+            query.load(rows)
+            heard, query.pending = query.pending, None
+            if all(change is not UNREAD and query.apply(*change) is not None for change in heard):
+                break
+        else:
+            query.pending = None
+        await self._send_rows(query)
+
+    async def reload(self, socket: Any) -> None:
+        """Read every query of ``socket`` again (the scopes it reads changed)."""
+        for query in list(socket.queries.values()):
+            await self._load(query)
+
+    async def _read(self, query: LiveQuery) -> list[dict[str, Any]]:
+        socket = query.socket
+        return await run_blocking(read_rows, query.shape, socket.user, list(socket.scopes))
+
+    async def _send_rows(self, query: LiveQuery) -> None:
+        frame = {"type": ROWS, "data": {"id": query.id, "rows": query.rows()}}
+        await self.deliver(query.socket, encode(frame))
+
+    async def carry(
+        self, name: str, readers: Iterable[Any], row_data: Any, meta: Any, action: str
+    ) -> None:
+        """What one message about a row of ``name`` changes in the queries of ``readers``
+        (the sockets that may read it): ``action`` ``"row"``, ``"leave"`` or ``"fold"`` (a
+        bulk write past the limit: read every query again)."""
+        group = self.by_model.get(name)
+        if not group:
+            return
+        for socket in readers:
+            for query in [q for q in socket.queries.values() if q in group]:
+                await self._carry_one(query, row_data, meta, action)
+
+    async def _carry_one(self, query: LiveQuery, data: Any, meta: Any, action: str) -> None:
+        change = _change(query.options, data, meta, action)
+        if query.pending is not None:
+            query.pending.append(change)  # applied once the first rows are read
+            return
+        diff = None if change is UNREAD else query.apply(*change)
+        if diff is None:
+            await self._refill(query)
+        elif diff:
+            await self._send_diff(query, diff)
+
+    async def _refill(self, query: LiveQuery) -> None:
+        try:
+            rows = await self._read(query)
+        except Exception:
+            logger.exception("realtime: reading the rows of a live query again failed")
+            return
+        if not query.stopped:
+            diff = query.replace(rows)
+            if diff:
+                await self._send_diff(query, diff)
+
+    async def _send_diff(self, query: LiveQuery, diff: Diff) -> None:
+        data = {"id": query.id, "enter": diff.enter, "leave": diff.leave, "update": diff.update}
+        await self.deliver(query.socket, encode({"type": DIFF, "data": data}))
+
+
+#: Stands for a message that does not say enough: the query is read again.
+UNREAD: Any = object()
+
+
+def _change(options: ModelOptions, data: Any, meta: Any, action: str) -> Any:
+    """What a message does to a query: ``(row, key)`` (``row`` ``None``: the row leaves), or
+    ``UNREAD``: the rows must be read again (a bulk write past the limit, a message without
+    every value the query needs)."""
+    key = row_key(data["id"]) if isinstance(data, dict) and "id" in data else None
+    if action == "fold" or key is None:
+        return UNREAD
+    if action == "leave":
+        return (None, key)
+    row = row_of(options, data, meta.get("filters") if isinstance(meta, dict) else None)
+    return UNREAD if row is None else (row, key)

@@ -1,0 +1,535 @@
+"""Live queries: ``filters=``, the ``query``/``unquery`` frames, and lists kept exact over real
+sockets by the writes that commit (``realtime.sockets.live_queries``)."""
+
+from __future__ import annotations
+
+import datetime
+import random
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core import checks
+from django.db import models
+from django.test.utils import isolate_apps
+
+from realtime import realtime_model
+from realtime.auth import issue_token
+from realtime.broadcast import broadcast_to_user
+from realtime.checks.declarations import check_models
+from realtime.registry import options_for
+from realtime.sockets.live_queries import (
+    LiveQuery,
+    QueryRefusedError,
+    queryset,
+    read_query,
+    row_of_instance,
+)
+from realtime.writes.decorator import unregister
+from tests.helpers import events, off_loop
+from tests.live import Client, Clients, LiveServers
+from tests.testapp.models import Case, Company, Membership, Notification, Workspace
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def account(username: str, **extra: Any) -> Any:
+    return get_user_model().objects.create_user(username=username, **extra)
+
+
+# Declaring ----------------------------------------------------------------------------------
+
+
+@isolate_apps("tests.testapp")
+def test_filters_naming_a_field_the_model_lacks_fail_at_import() -> None:
+    class Loose(models.Model):  # noqa: DJ008 - never shown
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+
+        class Meta:
+            app_label = "testapp"
+
+    with pytest.raises(ValueError, match=r"has no field 'stauts' to filter by"):
+        realtime_model(filters=["stauts"])(Loose)
+    with pytest.raises(ValueError, match="take a list of names"):
+        realtime_model(filters="status")(Loose)
+
+
+@isolate_apps("tests.testapp")
+def test_filters_the_database_and_python_may_compare_apart_are_check_errors() -> None:
+    class Sheet(models.Model):  # noqa: DJ008 - never shown
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        tags = models.ManyToManyField(Company)
+        body = models.TextField()
+        meta = models.JSONField(default=dict)
+        code = models.CharField(max_length=20)
+        long = models.CharField(max_length=300)
+
+        class Meta:
+            app_label = "testapp"
+
+    realtime_model(filters=["tags", "body", "meta", "code", "long", "workspace"])(Sheet)
+    try:
+        errors = [m for m in check_models() if m.obj is Sheet]
+    finally:
+        unregister(Sheet)
+    assert {m.id for m in errors} == {"realtime.E050"}
+    said = " ".join(m.msg for m in errors)
+    for name, why in [
+        ("tags", "is not a column"),
+        ("body", "is text longer than 255"),
+        ("meta", "is a JSON field"),
+        ("long", "is text longer than 255"),
+    ]:
+        assert f"filters names {name!r}, which {why}" in said
+    assert "'code'" not in said
+    assert "'workspace'" not in said
+    assert all(isinstance(m, checks.Error) and m.hint for m in errors)
+
+
+# The publications carry the filters' values ------------------------------------------------
+
+
+def test_every_publication_of_a_queryable_model_carries_its_filters_values() -> None:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    company = Company.objects.create(workspace=workspace, name="Initech")
+    case = Case.objects.create(
+        workspace=workspace, company=company, title="Printer", due=datetime.date(2026, 12, 24)
+    )
+    case.status = "closed"
+    case.save()
+    Case.objects.filter(pk=case.pk).update(priority=3)
+    created, updated, bulk = [e for e in events("scope") if e["event_type"].startswith("case.")]
+    expected = {
+        "status": "open",
+        "company": company.pk,
+        "assignee": None,
+        "priority": 0,
+        "due": "2026-12-24",
+        "private": False,
+    }
+    assert created["meta"]["filters"] == expected
+    assert updated["meta"]["filters"] == {**expected, "status": "closed"}
+    assert bulk["meta"]["filters"] == {**expected, "status": "closed", "priority": 3}
+    # A client frame never shows them (protocol.event_frame copies the keys it knows).
+    assert "filters" not in {key for key in updated if key != "meta"}
+
+
+def test_a_model_without_filters_publishes_as_before() -> None:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    Company.objects.create(workspace=workspace, name="Initech")
+    (created,) = events("scope")
+    assert "filters" not in created["meta"]
+
+
+# Asking ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"id": "q", "model": "nothing"}, "Unknown model"),
+        ({"id": "q", "model": "company"}, "Model is not queryable"),
+        ({"id": "q", "model": "case", "where": {"title": "x"}}, "Field is not filterable: title"),
+        (
+            {"id": "q", "model": "case", "where": {"status__icontains": "o"}},
+            "Unsupported lookup: status__icontains",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"company__name": "x"}},
+            "Unsupported lookup: company__name",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"status__lt": "o"}},
+            "Unsupported lookup: status__lt",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"priority__gt": "high"}},
+            "Invalid value for priority__gt",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"due__range": ["2026-01-01"]}},
+            "Invalid value for due__range",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"private__isnull": "yes"}},
+            "Invalid value for private__isnull",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"priority__in": list(range(101))}},
+            "Invalid value for priority__in",
+        ),
+        ({"id": "", "model": "case"}, "Invalid query"),
+        ({"id": "q" * 65, "model": "case"}, "Invalid query"),
+        ({"id": "q", "model": "case", "where": [1]}, "Invalid query"),
+        (
+            {"id": "q", "model": "case", "where": {f"priority__gt{n}": 1 for n in range(11)}},
+            "Invalid query",
+        ),
+        ({"id": "q", "model": "case", "order_by": "priority"}, "Invalid query"),
+        ({"id": "q", "model": "case", "order_by": ["title"]}, "Field is not filterable: title"),
+        ({"id": "q", "model": "case", "order_by": ["status"]}, "Invalid query"),
+        ({"id": "q", "model": "case", "limit": 0}, "Invalid query"),
+        ({"id": "q", "model": "case", "limit": "10"}, "Invalid query"),
+    ],
+)
+def test_a_query_is_refused_with_the_documented_reason(data: dict[str, Any], reason: str) -> None:
+    with pytest.raises(QueryRefusedError) as refused:
+        read_query(data)
+    assert refused.value.reason == reason
+
+
+def test_a_query_reads_defaults_and_takes_the_key_as_the_last_tie_breaker(settings: Any) -> None:
+    settings.REALTIME_QUERY_MAX_ROWS = 50
+    _, shape = read_query({"id": "q", "model": "case"})
+    assert (shape.order, shape.limit) == ((("pk", False),), 50)
+    _, shape = read_query(
+        {"id": "q", "model": "case", "order_by": ["-priority", "due"], "limit": 500}
+    )
+    assert shape.order == (("priority", True), ("due", False), ("pk", False))
+    assert shape.limit == 50  # cut to the most a query lists
+    _, shape = read_query({"id": "q", "model": "case", "order_by": ["-id", "priority"]})
+    assert shape.order == (("pk", True),)
+
+
+# The window, without sockets -------------------------------------------------------------------
+
+
+def _window(where: dict[str, Any], order_by: list[str], limit: int) -> tuple[Any, Any, Any]:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    reader = account("reader")
+    Membership.objects.create(workspace=workspace, user=reader)
+    _, shape = read_query(
+        {"id": "q", "model": "case", "where": where, "order_by": order_by, "limit": limit}
+    )
+    return workspace, reader, shape
+
+
+def _rows(shape: Any, reader: Any, workspace: Any) -> list[dict[str, Any]]:
+    options = options_for(Case)
+    assert options is not None
+    found = queryset(shape, reader, [workspace.pk])[: shape.limit + 1]
+    return [row_of_instance(options, case) for case in found]
+
+
+def test_a_row_entering_a_full_window_pushes_the_last_one_out_in_the_same_diff() -> None:
+    workspace, reader, shape = _window({"status": "open"}, ["-priority"], 2)
+    for priority in (5, 3, 1):
+        Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
+    query = LiveQuery("q", shape, None)
+    query.load(_rows(shape, reader, workspace))
+    assert [row["priority"] for row in query.rows()] == [5, 3]
+    urgent = Case.objects.create(workspace=workspace, title="urgent", priority=9)
+    options = options_for(Case)
+    assert options is not None
+    diff = query.apply(row_of_instance(options, urgent), urgent.pk)
+    assert diff is not None
+    assert [row["title"] for row in diff.enter] == ["urgent"]
+    assert diff.leave == [Case.objects.get(title="p3").pk]
+    assert [row["priority"] for row in query.rows()] == [9, 5]
+
+
+def test_a_row_leaving_a_full_window_asks_for_the_rows_after_it() -> None:
+    workspace, reader, shape = _window({"status": "open"}, ["-priority"], 2)
+    for priority in (5, 3, 1):
+        Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
+    query = LiveQuery("q", shape, None)
+    query.load(_rows(shape, reader, workspace))
+    top = Case.objects.get(title="p5")
+    top.status = "closed"
+    top.save()
+    options = options_for(Case)
+    assert options is not None
+    assert query.apply(row_of_instance(options, top), top.pk) is None  # read again
+    diff = query.replace(_rows(shape, reader, workspace))
+    assert diff.leave == [top.pk]
+    assert [row["title"] for row in diff.enter] == ["p1"]
+    assert [row["priority"] for row in query.rows()] == [3, 1]
+
+
+# Over sockets ----------------------------------------------------------------------------------
+
+
+async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:
+    """The frames before a marker broadcast to the account: everything committed before it
+    that reaches the socket has reached it."""
+    await off_loop(broadcast_to_user, user_id, "test.marker", None)
+    return await client.frames_until("test.marker")
+
+
+def apply_frames(lists: dict[str, list[dict[str, Any]]], frames: list[dict[str, Any]]) -> None:
+    """Apply ``query.rows`` and ``query.diff`` frames as a client does (order by the ORM's
+    answer is checked separately: here, membership and contents)."""
+    for frame in frames:
+        data = frame.get("data") or {}
+        if frame["type"] == "query.rows":
+            lists[data["id"]] = list(data["rows"])
+        elif frame["type"] == "query.diff":
+            rows = lists[data["id"]]
+            gone = set(data["leave"])
+            rows[:] = [row for row in rows if row["id"] not in gone]
+            for row in data["update"]:
+                at = next(n for n, held in enumerate(rows) if held["id"] == row["id"])
+                rows[at] = row
+            for row in data["enter"]:
+                assert all(held["id"] != row["id"] for held in rows), "entered twice"
+                rows.append(row)
+
+
+def orm_answer(shape_data: dict[str, Any], user: Any, workspace: Any) -> list[dict[str, Any]]:
+    _, shape = read_query({"id": "check", **shape_data})
+    options = options_for(Case)
+    assert options is not None
+    found = queryset(shape, user, [workspace.pk])[: shape.limit]
+    return [row_of_instance(options, case) for case in found]
+
+
+async def _member(workspace: Any, username: str, **extra: Any) -> Any:
+    user = await off_loop(account, username, **extra)
+    await off_loop(Membership.objects.create, workspace=workspace, user=user)
+    return user
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_live_query_lists_the_orm_answer_and_follows_the_writes(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    bob = await _member(workspace, "bob")
+    company = await off_loop(Company.objects.create, workspace=workspace, name="Initech")
+    for n, priority in enumerate((5, 3, 1)):
+        await off_loop(
+            Case.objects.create,
+            workspace=workspace,
+            company=company,
+            title=f"c{n}",
+            priority=priority,
+        )
+    hidden = await off_loop(
+        Case.objects.create, workspace=workspace, title="bob's", private=True, assignee=bob
+    )
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    ask = {"model": "case", "where": {"status": "open"}, "order_by": ["-priority"], "limit": 2}
+    await client.send("query", {"id": "open", **ask})
+    rows = await client.wait_for(lambda f: f["type"] == "query.rows")
+    assert [row["title"] for row in rows["data"]["rows"]] == ["c0", "c1"]
+    assert rows["data"]["rows"][0] == {
+        "model": "case",
+        "id": rows["data"]["rows"][0]["id"],
+        "title": "c0",
+        "status": "open",
+        "priority": 5,
+        "company": company.pk,
+        "assignee": None,
+        "due": None,
+        "private": False,
+    }
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [rows])
+
+    async def settled() -> None:
+        apply_frames(lists, await marker_for(client, ann.pk))
+        expected = await off_loop(orm_answer, ask, ann, workspace)
+        assert sorted(lists["open"], key=lambda r: r["id"]) == sorted(
+            expected, key=lambda r: r["id"]
+        )
+
+    # A row entering the top pushes the last one out, in one diff.
+    await off_loop(Case.objects.create, workspace=workspace, title="urgent", priority=9)
+    frames = await marker_for(client, ann.pk)
+    (diff,) = [f for f in frames if f["type"] == "query.diff"]
+    assert [row["title"] for row in diff["data"]["enter"]] == ["urgent"]
+    assert len(diff["data"]["leave"]) == 1
+    apply_frames(lists, frames)
+    # A row leaving the window: the next one takes its place.
+    await off_loop(Case.objects.filter(title="urgent").update, status="closed")
+    await settled()
+    # An update inside the window.
+    await off_loop(Case.objects.filter(title="c0").update, priority=6)
+    await settled()
+    # A row the account may not read never enters; made readable, it does.
+    hidden.priority = 10
+    await off_loop(hidden.save)
+    await settled()
+    assert "bob's" not in [row["title"] for row in lists["open"]]
+    hidden.private = False
+    await off_loop(hidden.save)
+    await settled()
+    assert "bob's" in [row["title"] for row in lists["open"]]
+    # Deleted: it leaves.
+    await off_loop(hidden.delete)
+    await settled()
+    # Stopped: nothing more about it.
+    await client.send("unquery", {"id": "open"})
+    await off_loop(Case.objects.create, workspace=workspace, title="late", priority=20)
+    assert [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query")] == []
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_socket_without_queries_sees_nothing_new(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("subscribe", {"channels": ["case"]})
+    await marker_for(client, ann.pk)
+    case = await off_loop(Case.objects.create, workspace=workspace, title="one", priority=2)
+    assert await marker_for(client, ann.pk) == [
+        {
+            "type": "case.created",
+            "data": {
+                "model": "case",
+                "id": case.pk,
+                "title": "one",
+                "status": "open",
+                "priority": 2,
+            },
+            "scope_id": workspace.pk,
+        }
+    ]
+
+
+async def test_refused_queries_answer_query_error_and_the_socket_stays(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    settings.REALTIME_MAX_QUERIES = 1
+    live_servers.defaults = {"REALTIME_MAX_QUERIES": 1}
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("query", {"id": "a", "model": "company"})
+    error = await client.wait_for(lambda f: f["type"] == "query.error")
+    assert error["data"] == {"id": "a", "message": "Model is not queryable"}
+    await client.send("query", {"id": "a", "model": "case"})
+    await client.wait_for(lambda f: f["type"] == "query.rows")
+    await client.send("query", {"id": "b", "model": "case"})
+    error = await client.wait_for(lambda f: f["type"] == "query.error")
+    assert error["data"] == {"id": "b", "message": "Too many queries"}
+    # Replacing the one it holds is no new query.
+    await client.send("query", {"id": "a", "model": "case", "where": {"priority__gte": 1}})
+    await client.wait_for(lambda f: f["type"] == "query.rows")
+    await off_loop(Case.objects.create, workspace=workspace, title="on", priority=1)
+    frames = await marker_for(client, ann.pk)
+    assert [f["type"] for f in frames] == ["query.diff"]
+
+
+async def test_an_account_model_query_lists_the_accounts_own_rows(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    ann = await off_loop(account, "ann")
+    bob = await off_loop(account, "bob")
+    await off_loop(Notification.objects.create, user=ann, text="hello")
+    await off_loop(Notification.objects.create, user=bob, text="hello")
+    client = await ws.authenticated(live_servers.get(), issue_token(ann))
+    ask = {"model": "notification", "where": {"text": "hello"}}
+    await client.send("query", {"id": "n", **ask})
+    rows = await client.wait_for(lambda f: f["type"] == "query.rows")
+    assert [row["text"] for row in rows["data"]["rows"]] == ["hello"]
+    mine = await off_loop(Notification.objects.create, user=ann, text="hello")
+    await off_loop(Notification.objects.create, user=bob, text="hello")
+    frames = await marker_for(client, ann.pk)
+    # Account events reach their accounts whatever they subscribe to; the diff besides them.
+    diffs = [f for f in frames if f["type"].startswith("query.")]
+    assert [(f["type"], [r["id"] for r in f["data"]["enter"]]) for f in diffs] == [
+        ("query.diff", [mine.pk])
+    ]
+    mine.text = "bye"
+    await off_loop(mine.save)
+    frames = await marker_for(client, ann.pk)
+    diffs = [f for f in frames if f["type"].startswith("query.")]
+    assert [(f["type"], f["data"]["leave"]) for f in diffs] == [("query.diff", [mine.pk])]
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """A reconciler: random queries, random writes (creates, updates moving rows across the
+    filters and the window, bulk moves, guard changes, deletes) and a reconnect midway; after
+    each batch every client's list equals the ORM's answer for its account."""
+    rng = random.Random(38)
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    users = [await _member(workspace, name) for name in ("ann", "bob", "cy")]
+    companies = [
+        await off_loop(Company.objects.create, workspace=workspace, name=f"co{n}") for n in range(3)
+    ]
+    statuses = ["open", "closed", "waiting"]
+
+    def random_case_values() -> dict[str, Any]:
+        return {
+            "status": rng.choice(statuses),
+            "priority": rng.randint(0, 9),
+            "company": rng.choice([*companies, None]),
+            "private": rng.random() < 0.2,
+            "assignee": rng.choice([*users, None]),
+        }
+
+    for n in range(25):
+        await off_loop(
+            Case.objects.create, workspace=workspace, title=f"seed{n}", **random_case_values()
+        )
+    asks: list[tuple[Any, dict[str, Any]]] = []
+    for user in users:
+        for _ in range(2):
+            where: dict[str, Any] = {}
+            if rng.random() < 0.7:
+                where["status"] = rng.choice(statuses)
+            if rng.random() < 0.4:
+                where["priority__gte"] = rng.randint(0, 6)
+            if rng.random() < 0.3:
+                where["company__in"] = [c.pk for c in rng.sample(companies, 2)]
+            order = rng.choice([["-priority"], ["priority", "-id"], ["pk"]])
+            asks.append((user, {"model": "case", "where": where, "order_by": order, "limit": 4}))
+
+    async def connect() -> dict[Any, tuple[Client, dict[str, list[dict[str, Any]]]]]:
+        clients: dict[Any, tuple[Client, dict[str, list[dict[str, Any]]]]] = {}
+        for user in users:
+            client = await ws.authenticated(live_servers.get(), issue_token(user), scope="acme")
+            lists: dict[str, list[dict[str, Any]]] = {}
+            for n, (owner, ask) in enumerate(asks):
+                if owner is user:
+                    await client.send("query", {"id": f"q{n}", **ask})
+                    apply_frames(
+                        lists, [await client.wait_for(lambda f: f["type"] == "query.rows")]
+                    )
+            clients[user.pk] = (client, lists)
+        return clients
+
+    clients = await connect()
+
+    def write_batch() -> None:
+        cases = list(Case.objects.filter(workspace=workspace))
+        for _ in range(6):
+            roll = rng.random()
+            if roll < 0.25:
+                Case.objects.create(workspace=workspace, title="new", **random_case_values())
+            elif roll < 0.75 and cases:
+                case = rng.choice(cases)
+                for name, value in random_case_values().items():
+                    if rng.random() < 0.5:
+                        setattr(case, name, value)
+                case.save()
+            elif roll < 0.85:
+                Case.objects.filter(priority__lte=rng.randint(0, 4)).update(
+                    status=rng.choice(statuses)
+                )
+            elif cases:
+                case = cases.pop(rng.randrange(len(cases)))
+                case.delete()
+
+    for batch in range(8):
+        if batch == 4:  # a reconnect of every socket midway
+            for client, _ in clients.values():
+                await client.close()
+            clients = await connect()
+        await off_loop(write_batch)
+        for user in users:
+            client, lists = clients[user.pk]
+            apply_frames(lists, await marker_for(client, user.pk))
+        for n, (user, ask) in enumerate(asks):
+            _, lists = clients[user.pk]
+            expected = await off_loop(orm_answer, ask, user, workspace)
+            assert lists[f"q{n}"] is not None
+            got = sorted(lists[f"q{n}"], key=lambda r: r["id"])
+            assert got == sorted(expected, key=lambda r: r["id"]), (batch, n, ask)
