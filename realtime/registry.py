@@ -77,6 +77,12 @@ class ModelOptions:
         return {name: str(meta.get_field(name).attname) for name in self.filters}  # type: ignore[union-attr]
 
     @cached_property
+    def filter_fields(self) -> dict[str, Any]:
+        """The ``filters`` fields by name."""
+        meta = self.model._meta
+        return {name: meta.get_field(name) for name in self.filters}
+
+    @cached_property
     def guard_attnames(self) -> frozenset[str] | None:
         """The columns named by ``guard_fields`` (a many-to-many by its name: it has none)."""
         if self.guard_fields is None:

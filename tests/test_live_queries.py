@@ -21,6 +21,7 @@ from realtime.registry import options_for
 from realtime.sockets.live_queries import (
     LiveQuery,
     QueryRefusedError,
+    entry_of,
     queryset,
     read_query,
     row_of_instance,
@@ -28,7 +29,7 @@ from realtime.sockets.live_queries import (
 from realtime.writes.decorator import unregister
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers
-from tests.testapp.models import Case, Company, Membership, Notification, Workspace
+from tests.testapp.models import Alert, Case, Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -221,7 +222,7 @@ def test_a_row_entering_a_full_window_pushes_the_last_one_out_in_the_same_diff()
     urgent = Case.objects.create(workspace=workspace, title="urgent", priority=9)
     options = options_for(Case)
     assert options is not None
-    diff = query.apply(row_of_instance(options, urgent), urgent.pk)
+    diff = query.apply(entry_of(options, row_of_instance(options, urgent)), urgent.pk)
     assert diff is not None
     assert [row["title"] for row in diff.enter] == ["urgent"]
     assert diff.leave == [Case.objects.get(title="p3").pk]
@@ -239,7 +240,7 @@ def test_a_row_leaving_a_full_window_asks_for_the_rows_after_it() -> None:
     top.save()
     options = options_for(Case)
     assert options is not None
-    assert query.apply(row_of_instance(options, top), top.pk) is None  # read again
+    assert query.apply(entry_of(options, row_of_instance(options, top)), top.pk) is None
     diff = query.replace(_rows(shape, reader, workspace))
     assert diff.leave == [top.pk]
     assert [row["title"] for row in diff.enter] == ["p1"]
@@ -419,22 +420,21 @@ async def test_an_account_model_query_lists_the_accounts_own_rows(
 ) -> None:
     ann = await off_loop(account, "ann")
     bob = await off_loop(account, "bob")
-    await off_loop(Notification.objects.create, user=ann, text="hello")
-    await off_loop(Notification.objects.create, user=bob, text="hello")
+    await off_loop(Alert.objects.create, user=ann, text="disk", level=2)
+    await off_loop(Alert.objects.create, user=bob, text="disk", level=2)
     client = await ws.authenticated(live_servers.get(), issue_token(ann))
-    ask = {"model": "notification", "where": {"text": "hello"}}
-    await client.send("query", {"id": "n", **ask})
+    await client.send("query", {"id": "n", "model": "alert", "where": {"read": False}})
     rows = await client.wait_for(lambda f: f["type"] == "query.rows")
-    assert [row["text"] for row in rows["data"]["rows"]] == ["hello"]
-    mine = await off_loop(Notification.objects.create, user=ann, text="hello")
-    await off_loop(Notification.objects.create, user=bob, text="hello")
+    assert [(row["text"], row["level"]) for row in rows["data"]["rows"]] == [("disk", 2)]
+    mine = await off_loop(Alert.objects.create, user=ann, text="cpu")
+    await off_loop(Alert.objects.create, user=bob, text="cpu")
     frames = await marker_for(client, ann.pk)
     # Account events reach their accounts whatever they subscribe to; the diff besides them.
     diffs = [f for f in frames if f["type"].startswith("query.")]
     assert [(f["type"], [r["id"] for r in f["data"]["enter"]]) for f in diffs] == [
         ("query.diff", [mine.pk])
     ]
-    mine.text = "bye"
+    mine.read = True
     await off_loop(mine.save)
     frames = await marker_for(client, ann.pk)
     diffs = [f for f in frames if f["type"].startswith("query.")]

@@ -26,11 +26,12 @@ share, and are refused.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from django.core.exceptions import ValidationError
 from django.db import connections, models, router
@@ -262,21 +263,12 @@ def row_of_instance(options: ModelOptions, instance: models.Model) -> dict[str, 
 
 
 class Sorting:
-    """Reads a row's filters values and compares rows in a shape's order."""
+    """Matches a row's filters values against a shape and compares rows in its order."""
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
-        meta = shape.options.model._meta
-        self.fields: dict[str, Any] = {name: meta.get_field(name) for name in shape.options.filters}
         alias = router.db_for_read(shape.options.model)
         self.nulls_largest = bool(connections[alias].features.nulls_order_largest)
-
-    def typed(self, row: dict[str, Any]) -> dict[str, Any] | None:
-        """The row's filters values as the fields read them; ``None`` if one is unreadable."""
-        try:
-            return {name: read_value(field, row[name]) for name, field in self.fields.items()}
-        except (ValidationError, TypeError, ValueError, KeyError):
-            return None
 
     def matches(self, typed: dict[str, Any]) -> bool:
         return all(term.matches(typed[term.name]) for term in self.shape.terms)
@@ -325,18 +317,32 @@ class Diff:
         return bool(self.enter or self.leave or self.update)
 
 
+class Holders(Protocol):
+    """Told which rows each query's window holds (``Queries`` indexes them)."""
+
+    def hold(self, query: LiveQuery, key: Any) -> None: ...
+
+    def release(self, query: LiveQuery, key: Any) -> None: ...
+
+
 class LiveQuery:
     """One socket's live query: its shape and its window (see the module docstring)."""
 
-    def __init__(self, query_id: str, shape: Shape, socket: Any) -> None:
+    def __init__(
+        self, query_id: str, shape: Shape, socket: Any, holders: Holders | None = None
+    ) -> None:
         self.id = query_id
         self.shape = shape
         self.socket = socket
+        self.holders = holders
         self.sorting = Sorting(shape)
+        self._order = functools.cmp_to_key(self.sorting.compare)
+        #: The rows it shows, in order, and the same by key.
         self.window: list[Entry] = []
+        self.keys: dict[Any, Entry] = {}
         #: Whether rows past the window may match (the window was full when read).
         self.capped = False
-        #: Messages carried out while the first rows are read (``_change``).
+        #: Messages carried out while the first rows are read (``change_of``).
         self.pending: list[Any] | None = []
         self.stopped = False
 
@@ -347,56 +353,63 @@ class LiveQuery:
     def rows(self) -> list[dict[str, Any]]:
         return [entry.row for entry in self.window]
 
+    def _put(self, entry: Entry) -> None:
+        bisect.insort(self.window, entry, key=self._order)
+        self.keys[entry.key] = entry
+        if self.holders is not None:
+            self.holders.hold(self, entry.key)
+
+    def _drop(self, entry: Entry) -> None:
+        self.window.remove(entry)
+        del self.keys[entry.key]
+        if self.holders is not None:
+            self.holders.release(self, entry.key)
+
+    def clear(self) -> None:
+        for entry in list(self.window):
+            self._drop(entry)
+
     def load(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
-        entries = [self._entry(row) for row in rows]
-        self.window = [entry for entry in entries if entry is not None][: self.shape.limit]
+        self.clear()
+        for row in rows[: self.shape.limit]:
+            entry = entry_of(self.options, row)
+            if entry is not None:
+                self._put(entry)
         self.capped = len(rows) > self.shape.limit
 
-    def _entry(self, row: dict[str, Any]) -> Entry | None:
-        typed = self.sorting.typed(row)
-        if typed is None:
-            return None
-        return Entry(row_key(row["id"]), typed, row)
-
-    def _sort(self) -> None:
-        self.window.sort(key=functools.cmp_to_key(self.sorting.compare))
-
-    def apply(self, row: dict[str, Any] | None, key: Any) -> Diff | None:
-        """What one row's message changes (``row`` ``None``: the row left the account's view
-        or is gone); ``None`` when the rows past the window must be read (``refill``)."""
+    def apply(self, entry: Entry | None, key: Any) -> Diff | None:
+        """What one row's message changes (``entry`` ``None``: the row left the account's
+        view or is gone); ``None`` when the rows past the window must be read (``refill``)."""
         diff = Diff()
-        held = next((entry for entry in self.window if entry.key == key), None)
-        entry = None if row is None else self._entry(row)
+        held = self.keys.get(key)
         if entry is None or not self.sorting.matches(entry.typed):
             if held is None:
                 return diff
             if self.capped:
                 return None
-            self.window.remove(held)
+            self._drop(held)
             diff.leave.append(held.row["id"])
             return diff
         if held is not None:
-            self.window.remove(held)
-            self.window.append(entry)
-            self._sort()
+            self._drop(held)
+            self._put(entry)
             later = self.sorting.compare(entry, held) > 0
             if self.capped and later and self.window[-1] is entry:
                 # It may now sort after rows the window does not hold: read them.
-                self.window.remove(entry)
-                self.window.append(held)
-                self._sort()
+                self._drop(entry)
+                self._put(held)
                 return None
             if held.row != entry.row:
                 diff.update.append(entry.row)
             return diff
         if self.capped and self.window and self.sorting.compare(entry, self.window[-1]) > 0:
             return diff  # sorts after the window: not shown
-        self.window.append(entry)
-        self._sort()
+        self._put(entry)
         diff.enter.append(entry.row)
         if len(self.window) > self.shape.limit:
-            last = self.window.pop()
+            last = self.window[-1]
+            self._drop(last)
             self.capped = True
             if last is entry:
                 diff.enter.pop()
@@ -406,11 +419,10 @@ class LiveQuery:
 
     def replace(self, rows: Sequence[dict[str, Any]]) -> Diff:
         """Take the rows read again; the difference from the window the client has."""
-        before = {entry.key: entry for entry in self.window}
+        before = dict(self.keys)
         self.load(rows)
         diff = Diff()
-        after = {entry.key for entry in self.window}
-        diff.leave = [entry.row["id"] for key, entry in before.items() if key not in after]
+        diff.leave = [entry.row["id"] for key, entry in before.items() if key not in self.keys]
         for entry in self.window:
             held = before.get(entry.key)
             if held is None:
@@ -418,6 +430,17 @@ class LiveQuery:
             elif held.row != entry.row:
                 diff.update.append(entry.row)
         return diff
+
+
+def entry_of(options: ModelOptions, row: dict[str, Any]) -> Entry | None:
+    """A row as windows hold it: its key, its filters values as the fields read them
+    (``None``: one is unreadable), the row."""
+    try:
+        fields = options.filter_fields
+        typed = {name: read_value(field, row[name]) for name, field in fields.items()}
+    except (ValidationError, TypeError, ValueError, KeyError):
+        return None
+    return Entry(row_key(row["id"]), typed, row)
 
 
 # Reading from the database --------------------------------------------------------------------
@@ -458,6 +481,71 @@ def read_rows(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> list[dict[st
 Deliver = Callable[[Any, str], Awaitable[None]]
 #: Times a query's first rows are read again when writes it heard meanwhile cannot be applied.
 LOAD_TRIES = 3
+#: Stands for a message that does not say enough: the query is read again.
+UNREAD: Any = object()
+
+
+class ModelQueries:
+    """The queries of one model, indexed so that a write looks only at those it may touch:
+    by each ``exact`` term (a write of ``company=42`` looks at the queries naming company 42,
+    not those naming 43), the rest (no ``exact`` term) always, and by the rows each window
+    holds (a row that leaves)."""
+
+    def __init__(self) -> None:
+        self.all: set[LiveQuery] = set()
+        self.by_term: dict[tuple[str, Any], set[LiveQuery]] = {}
+        self.unindexed: set[LiveQuery] = set()
+        self.holding: dict[Any, set[LiveQuery]] = {}
+        #: Queries whose rows are being read: they hear every message (``Queries._load``).
+        self.loading: set[LiveQuery] = set()
+
+    def add(self, query: LiveQuery) -> None:
+        self.all.add(query)
+        term = _exact_term(query.shape)
+        if term is None:
+            self.unindexed.add(query)
+        else:
+            self.by_term.setdefault(term, set()).add(query)
+
+    def remove(self, query: LiveQuery) -> None:
+        self.all.discard(query)
+        self.unindexed.discard(query)
+        self.loading.discard(query)
+        term = _exact_term(query.shape)
+        if term is not None:
+            _discard(self.by_term, term, query)
+        query.clear()
+
+    def hold(self, query: LiveQuery, key: Any) -> None:
+        self.holding.setdefault(key, set()).add(query)
+
+    def release(self, query: LiveQuery, key: Any) -> None:
+        _discard(self.holding, key, query)
+
+    def touched(self, entry: Entry | None, key: Any) -> set[LiveQuery]:
+        """The queries a message about the row ``key`` (``entry``: as it is now) may change."""
+        found = self.loading | self.holding.get(key, set())
+        if entry is not None:
+            found |= self.unindexed
+            for name, value in entry.typed.items():
+                found |= self.by_term.get((name, value), set())
+        return found
+
+
+def _exact_term(shape: Shape) -> tuple[str, Any] | None:
+    """The first ``exact`` term of a shape, the key it is indexed by."""
+    for term in shape.terms:
+        if term.lookup == "exact":
+            return (term.name, term.value)
+    return None
+
+
+def _discard(index: dict[Any, set[LiveQuery]], key: Any, query: LiveQuery) -> None:
+    group = index.get(key)
+    if group is not None:
+        group.discard(query)
+        if not group:
+            del index[key]
 
 
 class Queries:
@@ -465,11 +553,12 @@ class Queries:
 
     def __init__(self, deliver: Deliver) -> None:
         self.deliver = deliver
-        self.by_model: dict[str, set[LiveQuery]] = {}
+        self.by_model: dict[str, ModelQueries] = {}
 
     def sockets_of(self, name: str) -> set[Any]:
         """The sockets holding a query of the model announced as ``name``."""
-        return {query.socket for query in self.by_model.get(name, ())}
+        found = self.by_model.get(name)
+        return set() if found is None else {query.socket for query in found.all}
 
     async def start(self, socket: Any, data: dict[str, Any]) -> None:
         """Answer a ``query`` frame: ``query.rows``, or ``query.error`` with its reason."""
@@ -483,13 +572,14 @@ class Queries:
             await self._refuse(socket, refusal_id(data), refused)
             return
         self.stop(socket, query_id)
-        query = LiveQuery(query_id, shape, socket)
+        group = self.by_model.setdefault(shape.options.name, ModelQueries())
+        query = LiveQuery(query_id, shape, socket, group)
         socket.queries[query_id] = query
-        self.by_model.setdefault(shape.options.name, set()).add(query)
+        group.add(query)
         await self._load(query)
 
     async def _refuse(self, socket: Any, query_id: Any, refused: QueryRefusedError) -> None:
-        log_bad_input("realtime: refused a live query: %s", refused.cause)
+        log_bad_input("realtime: refused a live query: %s", refused.cause[:200])
         frame = {"type": ERROR, "data": {"id": query_id, "message": refused.reason}}
         await self.deliver(socket, encode(frame))
 
@@ -497,25 +587,35 @@ class Queries:
         """Forget a query (``unquery``, or replaced by one of the same id)."""
         query = socket.queries.pop(query_id, None) if isinstance(query_id, str) else None
         if query is not None:
-            query.stopped = True
-            self._unindex(query)
+            self._forget(query)
 
     def drop(self, socket: Any) -> None:
         """Forget every query of a socket that is gone."""
         for query in socket.queries.values():
-            query.stopped = True
-            self._unindex(query)
+            self._forget(query)
         socket.queries.clear()
 
-    def _unindex(self, query: LiveQuery) -> None:
-        group = self.by_model.get(query.options.name)
+    def _forget(self, query: LiveQuery) -> None:
+        query.stopped = True
+        name = query.options.name
+        group = self.by_model.get(name)
         if group is not None:
-            group.discard(query)
-            if not group:
-                del self.by_model[query.options.name]
+            group.remove(query)
+            if not group.all:
+                del self.by_model[name]
 
     async def _load(self, query: LiveQuery) -> None:
         """Read the query's first rows, apply what it heard meanwhile, send ``query.rows``."""
+        group = self.by_model.get(query.options.name)
+        if group is None:
+            return
+        group.loading.add(query)
+        try:
+            await self._read_first(query)
+        finally:
+            group.loading.discard(query)
+
+    async def _read_first(self, query: LiveQuery) -> None:
         for _ in range(LOAD_TRIES):
             query.pending = []
             try:
@@ -548,21 +648,20 @@ class Queries:
         frame = {"type": ROWS, "data": {"id": query.id, "rows": query.rows()}}
         await self.deliver(query.socket, encode(frame))
 
-    async def carry(
-        self, name: str, readers: Iterable[Any], row_data: Any, meta: Any, action: str
-    ) -> None:
+    async def carry(self, name: str, readers: set[Any], data: Any, meta: Any, action: str) -> None:
         """What one message about a row of ``name`` changes in the queries of ``readers``
         (the sockets that may read it): ``action`` ``"row"``, ``"leave"`` or ``"fold"`` (a
         bulk write past the limit: read every query again)."""
         group = self.by_model.get(name)
-        if not group:
+        if group is None:
             return
-        for socket in readers:
-            for query in [q for q in socket.queries.values() if q in group]:
-                await self._carry_one(query, row_data, meta, action)
+        options = options_named(name)
+        change = UNREAD if options is None else change_of(options, data, meta, action)
+        touched = group.all if change is UNREAD else group.touched(*change)
+        for query in [q for q in touched if q.socket in readers]:
+            await self._carry_one(query, change)
 
-    async def _carry_one(self, query: LiveQuery, data: Any, meta: Any, action: str) -> None:
-        change = _change(query.options, data, meta, action)
+    async def _carry_one(self, query: LiveQuery, change: Any) -> None:
         if query.pending is not None:
             query.pending.append(change)  # applied once the first rows are read
             return
@@ -588,18 +687,15 @@ class Queries:
         await self.deliver(query.socket, encode({"type": DIFF, "data": data}))
 
 
-#: Stands for a message that does not say enough: the query is read again.
-UNREAD: Any = object()
-
-
-def _change(options: ModelOptions, data: Any, meta: Any, action: str) -> Any:
-    """What a message does to a query: ``(row, key)`` (``row`` ``None``: the row leaves), or
-    ``UNREAD``: the rows must be read again (a bulk write past the limit, a message without
-    every value the query needs)."""
+def change_of(options: ModelOptions, data: Any, meta: Any, action: str) -> Any:
+    """What a message does to the queries that hear it: ``(entry, key)`` (``entry``
+    ``None``: the row leaves), or ``UNREAD``: the rows must be read again (a bulk write past
+    the limit, a message without every value the queries need)."""
     key = row_key(data["id"]) if isinstance(data, dict) and "id" in data else None
     if action == "fold" or key is None:
         return UNREAD
     if action == "leave":
         return (None, key)
     row = row_of(options, data, meta.get("filters") if isinstance(meta, dict) else None)
-    return UNREAD if row is None else (row, key)
+    entry = None if row is None else entry_of(options, row)
+    return UNREAD if entry is None else (entry, key)

@@ -96,7 +96,7 @@ class Comment(models.Model):
         return self.text
 
 
-@realtime_model(fields=["text"], user_field="user", filters=["text"])
+@realtime_model(fields=["text"], user_field="user")
 class Notification(models.Model):
     """Addressed to one account, one hop away."""
 
@@ -636,3 +636,16 @@ class Case(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+@realtime_model(fields=["text", "level"], user_field="user", filters=["level", "read"])
+class Alert(models.Model):
+    """Addressed to one account, queryable: live queries of an account model."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    text = models.CharField(max_length=200)
+    level = models.IntegerField(default=0)
+    read = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return self.text
