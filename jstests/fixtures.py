@@ -19,6 +19,10 @@ Commands
                                     request carrying it as X-Origin-Id: {"id"}
     publish SLUG TYPE DATA [ORIGIN] broadcast_to_scope(workspace, TYPE, json DATA), with
                                     meta {"origin": ORIGIN} when given: {"published": true}
+    case SLUG FIELDS                create a case (the live queries' model) in workspace SLUG
+                                    with the json object FIELDS: {"id"}
+    edit_case ID FIELDS             set the json object FIELDS on case ID and save it: {"id"}
+    delete_case ID                  delete case ID: {"deleted": true}
 """
 
 from __future__ import annotations
@@ -111,12 +115,38 @@ def publish(slug: str, event_type: str, data: str, origin: str | None = None) ->
     return {"published": True}
 
 
+def case(slug: str, fields: str) -> dict[str, Any]:
+    from tests.testapp.models import Case
+
+    return {"id": Case.objects.create(workspace=workspace(slug), **json.loads(fields)).pk}
+
+
+def edit_case(pk: str, fields: str) -> dict[str, Any]:
+    from tests.testapp.models import Case
+
+    found = Case.objects.get(pk=pk)
+    for name, value in json.loads(fields).items():
+        setattr(found, name, value)
+    found.save()
+    return {"id": found.pk}
+
+
+def delete_case(pk: str) -> dict[str, Any]:
+    from tests.testapp.models import Case
+
+    Case.objects.get(pk=pk).delete()
+    return {"deleted": True}
+
+
 COMMANDS: dict[str, Callable[..., dict[str, Any]]] = {
     "user": user,
     "token": token,
     "rename": rename,
     "contact": contact,
     "publish": publish,
+    "case": case,
+    "edit_case": edit_case,
+    "delete_case": delete_case,
 }
 
 

@@ -1,6 +1,7 @@
 // Live servers for the client's tests: a migrated SQLite database, daphne processes serving
 // tests.asgi:application on it (as tests/live.py starts them), and jstests/fixtures.py to
-// create accounts and write records from another process.
+// create accounts and write records from another process. Also a scripted `ws` server, for
+// what daphne cannot be made to do on demand.
 
 import { spawn, execFile } from 'node:child_process';
 import { once } from 'node:events';
@@ -11,6 +12,7 @@ import { dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { WebSocketServer } from 'ws';
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const WAIT = 10000;
@@ -270,6 +272,73 @@ export class Recorder {
   /** Wait for an event frame matching `predicate`; the frame. */
   event(predicate, timeout = WAIT) {
     return this.until(() => this.events.find(predicate), timeout, 'an event');
+  }
+}
+
+/** The scripted server's answer to `authenticate` unless a test gives another. */
+export const SUCCESS = {
+  type: 'auth_success',
+  data: { user_id: 1, scope: 'acme', scopes: ['acme'] },
+};
+
+/** A server that answers `authenticate` with `answer(connection)` (auth_success by default). */
+export class Scripted {
+  constructor(answer = () => SUCCESS) {
+    this.connections = [];
+    this.waiters = new Set();
+    this.server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    this.server.on('connection', (socket) => {
+      const connection = { socket, frames: [] };
+      this.connections.push(connection);
+      socket.on('message', (raw) => {
+        const frame = JSON.parse(String(raw));
+        connection.frames.push(frame);
+        if (frame.type === 'authenticate') {
+          const reply = answer(connection, this.connections.length);
+          if (reply) this.send(connection, reply);
+          if (reply?.type === 'auth_error') socket.close(1008);
+        }
+        for (const waiter of this.waiters) waiter();
+      });
+    });
+  }
+
+  async ready() {
+    await once(this.server, 'listening');
+    return this;
+  }
+
+  get url() {
+    return `ws://127.0.0.1:${this.server.address().port}/api/ws`;
+  }
+
+  send(connection, frame) {
+    connection.socket.send(JSON.stringify(frame));
+  }
+
+  /** Wait until `predicate()` holds, checked on every frame received. */
+  until(predicate, timeout = 5000) {
+    return new Promise((done, fail) => {
+      const check = () => {
+        const result = predicate();
+        if (result) {
+          clearTimeout(timer);
+          this.waiters.delete(check);
+          done(result);
+        }
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(check);
+        fail(new Error('the scripted server never saw what it waited for'));
+      }, timeout);
+      this.waiters.add(check);
+      check();
+    });
+  }
+
+  close() {
+    for (const client of this.server.clients) client.terminate();
+    this.server.close();
   }
 }
 

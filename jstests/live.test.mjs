@@ -6,7 +6,7 @@ import { after, afterEach, before, describe, test } from 'node:test';
 import WebSocket from 'ws';
 
 import { RealtimeClient } from '../realtime/static/realtime/realtime.js';
-import { Live, Recorder, countingWebSocket, sleep } from './harness.mjs';
+import { Live, Recorder, WAIT, countingWebSocket, sleep } from './harness.mjs';
 
 const TOKEN_REFUSAL = 'Invalid authentication token';
 
@@ -500,6 +500,133 @@ describe('recognising its own writes', () => {
       ['report.ready', 'test.marker'],
     );
     assert.ok(!recorder.events.some((f) => f.data?.id === mine.id));
+  });
+});
+
+describe('live queries', () => {
+  /** Wait until `predicate(list)` holds, checked at each change of the live query. */
+  function settled(list, predicate, what) {
+    return new Promise((done, fail) => {
+      const check = () => {
+        if (!predicate(list)) return;
+        finish();
+        done(list.rows);
+      };
+      const timer = setTimeout(() => {
+        finish();
+        fail(new Error(`timed out waiting for ${what}; rows ${JSON.stringify(list.rows)}`));
+      }, WAIT);
+      const finish = () => {
+        clearTimeout(timer);
+        list.removeEventListener('change', check);
+      };
+      list.addEventListener('change', check);
+      check();
+    });
+  }
+
+  /** Wait until the list's ids are `expected`, in that order. */
+  const showing = (list, expected) =>
+    settled(
+      list,
+      (l) => JSON.stringify(l.rows.map((row) => row.id)) === JSON.stringify(expected),
+      `ids ${JSON.stringify(expected)}`,
+    );
+
+  /** A case in workspace `slug` with these fields: its id. */
+  async function makeCase(slug, fields) {
+    return (await live.fixture('case', slug, JSON.stringify(fields))).id;
+  }
+
+  test('rows enter, change and leave as another process writes; a fresh query agrees', async () => {
+    const gil = await live.fixture('user', 'gil', 'cases');
+    const a = await makeCase('cases', { title: 'a', priority: 1 });
+    const b = await makeCase('cases', { title: 'b', priority: 5 });
+    const c = await makeCase('cases', { title: 'c', priority: 3, status: 'closed' });
+    const realtime = client(main, { token: gil.token, scope: 'cases' });
+    const ask = { model: 'case', where: { status: 'open' }, orderBy: ['-priority'], limit: 2 };
+    const list = realtime.liveQuery(ask);
+    realtime.connect();
+    await settled(list, (l) => l.loaded, 'the rows');
+    assert.deepEqual(list.rows, [
+      {
+        model: 'case',
+        id: b,
+        title: 'b',
+        status: 'open',
+        priority: 5,
+        company: null,
+        assignee: null,
+        due: null,
+        private: false,
+      },
+      { ...list.rows[1], id: a, title: 'a', priority: 1 },
+    ]);
+    const d = await makeCase('cases', { title: 'd', priority: 4 });
+    await showing(list, [b, d]); // d enters at its place; a is pushed out
+    await live.fixture('edit_case', a, '{"priority": 9}');
+    await showing(list, [a, b]); // a comes back first; d is pushed out
+    await live.fixture('edit_case', c, '{"status": "open", "priority": 10}');
+    await showing(list, [c, a]);
+    await live.fixture('delete_case', c);
+    await showing(list, [a, b]); // the server reads the row after the window again
+    const fresh = realtime.liveQuery(ask);
+    await settled(fresh, (l) => l.loaded, 'the fresh rows');
+    assert.deepEqual(fresh.rows, list.rows);
+  });
+
+  test('after a crash the queries are asked again; unchanged rows keep their objects', async () => {
+    const hal = await live.fixture('user', 'hal', 'cases2');
+    const x = await makeCase('cases2', { title: 'x', priority: 9 });
+    const y = await makeCase('cases2', { title: 'y', priority: 8 });
+    const server = await live.server();
+    const realtime = client(server, { token: hal.token, scope: 'cases2', backoffStart: 50 });
+    const recorder = new Recorder(realtime);
+    const list = realtime.liveQuery({ model: 'case', orderBy: ['-priority'] });
+    const changes = [];
+    list.addEventListener('change', (event) => changes.push(event.detail));
+    realtime.connect();
+    await showing(list, [x, y]);
+    const [kept, edited] = list.rows;
+    const shown = list.rows;
+
+    const down = recorder.states.length;
+    await server.kill();
+    await recorder.state('reconnecting', { from: down });
+    await live.fixture('edit_case', y, '{"title": "y, edited while away"}');
+    const z = await makeCase('cases2', { title: 'z', priority: 7 });
+    assert.equal(list.rows, shown); // nothing changes while away
+    await server.start();
+    await showing(list, [x, y, z]);
+    assert.equal(list.rows[0], kept);
+    assert.notEqual(list.rows[1], edited);
+    assert.equal(list.rows[1].title, 'y, edited while away');
+    const last = changes.at(-1);
+    assert.equal(last.type, 'rows');
+    assert.deepEqual(
+      [last.entered.map((row) => row.id), last.updated.map((row) => row.id), last.left],
+      [[z], [y], []],
+    );
+  });
+
+  test("a refusal is the server's reason; the socket and its other queries go on", async () => {
+    const ivy = await live.fixture('user', 'ivy', 'cases3');
+    const one = await makeCase('cases3', { title: 'one' });
+    const realtime = client(main, { token: ivy.token, scope: 'cases3' });
+    const recorder = new Recorder(realtime);
+    const messages = [];
+    const onError = (message) => messages.push(message);
+    const byTitle = realtime.liveQuery({ model: 'case', where: { title: 'one' } }, { onError });
+    const contacts = realtime.liveQuery({ model: 'contact' }, { onError });
+    const cases = realtime.liveQuery({ model: 'case' }, { onError });
+    realtime.connect();
+    await showing(cases, [one]);
+    await recorder.until(() => messages.length === 2, WAIT, 'two refusals');
+    assert.deepEqual(messages, ['Field is not filterable: title', 'Model is not queryable']);
+    assert.deepEqual([byTitle.active, contacts.active, cases.active], [false, false, true]);
+    const two = await makeCase('cases3', { title: 'two' });
+    await showing(cases, [one, two]);
+    assert.equal(realtime.state, 'open');
   });
 });
 

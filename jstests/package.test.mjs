@@ -157,6 +157,10 @@ type Inferred = Public<inferred.RealtimeClient>;
 type Declared = Public<declared.RealtimeClient>;
 export type UndeclaredMembers = None<Exclude<Inferred, Declared>>;
 export type UnknownMembers = None<Exclude<Declared, Inferred>>;
+type InferredQuery = Public<inferred.LiveQuery>;
+type DeclaredQuery = Public<declared.LiveQuery>;
+export type UndeclaredQueryMembers = None<Exclude<InferredQuery, DeclaredQuery>>;
+export type UnknownQueryMembers = None<Exclude<DeclaredQuery, InferredQuery>>;
 `,
       );
       await tsc(dir, ...strict, '--strict', '--noEmit', 'check.mts');

@@ -5,73 +5,10 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { afterEach, test } from 'node:test';
-import WebSocket, { WebSocketServer } from 'ws';
+import WebSocket from 'ws';
 
 import { ORIGIN_HEADER, RealtimeClient } from '../realtime/static/realtime/realtime.js';
-import { Recorder, countingWebSocket, freePort, sleep } from './harness.mjs';
-
-const SUCCESS = { type: 'auth_success', data: { user_id: 1, scope: 'acme', scopes: ['acme'] } };
-
-/** A server that answers `authenticate` with `answer(connection)` (auth_success by default). */
-class Scripted {
-  constructor(answer = () => SUCCESS) {
-    this.connections = [];
-    this.waiters = new Set();
-    this.server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
-    this.server.on('connection', (socket) => {
-      const connection = { socket, frames: [] };
-      this.connections.push(connection);
-      socket.on('message', (raw) => {
-        const frame = JSON.parse(String(raw));
-        connection.frames.push(frame);
-        if (frame.type === 'authenticate') {
-          const reply = answer(connection, this.connections.length);
-          if (reply) this.send(connection, reply);
-          if (reply?.type === 'auth_error') socket.close(1008);
-        }
-        for (const waiter of this.waiters) waiter();
-      });
-    });
-  }
-
-  async ready() {
-    await once(this.server, 'listening');
-    return this;
-  }
-
-  get url() {
-    return `ws://127.0.0.1:${this.server.address().port}/api/ws`;
-  }
-
-  send(connection, frame) {
-    connection.socket.send(JSON.stringify(frame));
-  }
-
-  /** Wait until `predicate()` holds, checked on every frame received. */
-  until(predicate, timeout = 5000) {
-    return new Promise((done, fail) => {
-      const check = () => {
-        const result = predicate();
-        if (result) {
-          clearTimeout(timer);
-          this.waiters.delete(check);
-          done(result);
-        }
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        fail(new Error('the scripted server never saw what it waited for'));
-      }, timeout);
-      this.waiters.add(check);
-      check();
-    });
-  }
-
-  close() {
-    for (const client of this.server.clients) client.terminate();
-    this.server.close();
-  }
-}
+import { Recorder, SUCCESS, Scripted, countingWebSocket, freePort, sleep } from './harness.mjs';
 
 let cleanup = [];
 afterEach(() => {

@@ -16,5 +16,10 @@ const header: 'X-Origin-Id' = realtime.ORIGIN_HEADER;
 const states: readonly realtime.RealtimeState[] = realtime.STATES;
 // @ts-expect-error: a token or getToken is required
 new realtime.RealtimeClient({ url: 'ws://x/api/ws' });
+const list: realtime.LiveQuery<{ id: number; name: string }> = client.liveQuery(
+  { model: 'company', orderBy: ['name'] },
+  { onChange: (rows) => console.log(rows.map((row) => row.name)) },
+);
+const live: boolean = list instanceof realtime.LiveQuery && list.stop().active;
 
-console.log(same, header, states);
+console.log(same, header, states, live);

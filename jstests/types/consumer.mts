@@ -2,10 +2,15 @@
 // fails when realtime.d.ts stops describing it (each @ts-expect-error must stay an error).
 
 import RealtimeClientDefault, {
+  LiveQuery,
   ORIGIN_HEADER,
   RealtimeClient,
   STATES,
   type EventFrame,
+  type LiveQueryAsk,
+  type LiveQueryChange,
+  type LiveQueryState,
+  type QueryRow,
   type RealtimeClientOptions,
   type RealtimeSession,
   type RealtimeState,
@@ -35,6 +40,7 @@ const options: RealtimeClientOptions = {
   maxFrameSize: 65536,
   stampTtl: 300000,
   resume: true,
+  nullsLargest: true,
   WebSocket,
   fetch,
 };
@@ -110,7 +116,7 @@ const settings: number[] = [
   client.stampTtl,
 ];
 const url: string = client.url;
-const resume: boolean = client.resume;
+const resume: boolean = client.resume && client.nullsLargest;
 // @ts-expect-error: the state is read, not written
 client.state = 'open';
 
@@ -120,5 +126,53 @@ const init: RequestInit = client.stamp({ method: 'PATCH' }, { id: '7' });
 const headers: Headers = client.stamp().headers;
 const response: Promise<Response> = client.stampedFetch('/api/contacts/7', { method: 'PATCH' });
 
+interface Ticket {
+  id: number;
+  title: string;
+  priority: number | null;
+}
+
+const ask: LiveQueryAsk = {
+  model: 'ticket',
+  where: { status: 'open', company: 42, priority__gte: 2 },
+  orderBy: ['-priority'],
+  limit: 50,
+};
+const tickets: LiveQuery<Ticket> = client.liveQuery<Ticket>(ask, {
+  onChange(rows, change) {
+    const titles: string[] = rows.map((row) => row.title);
+    const kind: 'rows' | 'diff' = change.type;
+    const moved: Ticket[] = [...change.entered, ...change.updated, ...change.left];
+    const self: LiveQuery<Ticket> = this;
+    console.log(titles, kind, moved, self.id);
+  },
+  onError: (message) => console.error(message.toUpperCase()),
+  compare: (a, b) => (b.priority ?? -1) - (a.priority ?? -1) || a.id - b.id,
+});
+const first: Ticket | undefined = tickets.rows[0];
+const loaded: boolean = tickets.loaded && tickets.active;
+const refused: string | null = tickets.error;
+const asked: LiveQueryState = tickets.query;
+const limit: number | undefined = asked.limit;
+tickets.addEventListener('change', (event) => {
+  const change: LiveQueryChange<Ticket> = event.detail;
+  console.log(change.rows.length);
+});
+tickets.addEventListener('error', (event) => console.log(event.detail.message));
+const replaced: LiveQuery<Ticket> = tickets.replace({ where: { status: 'closed' }, limit: null });
+const stopped: LiveQuery<Ticket> = replaced.stop();
+const anyRows: LiveQuery<QueryRow> = client.liveQuery({ id: 'companies', model: 'company' });
+const company: unknown = anyRows.rows[0]?.name;
+const held: LiveQuery[] = client.liveQueries;
+// @ts-expect-error: the model is required
+client.liveQuery({ where: {} });
+// @ts-expect-error: rows have an id
+client.liveQuery<{ title: string }>({ model: 'ticket' });
+// @ts-expect-error: a live query is made by the client
+new LiveQuery();
+// @ts-expect-error: the error is the server's to say
+tickets.error = 'x';
+
+console.log(first, loaded, refused, limit, stopped, company, held);
 console.log(header, states, same, chained, state, reason, channels, resumed, cursor, scopes);
 console.log(session, origin, settings, url, resume, forgotten, init, headers, response);

@@ -22,6 +22,12 @@ const OPEN = 1; // WebSocket.OPEN, the same in every implementation
 const NORMAL_CLOSURE = 1000;
 /** Stamps kept waiting for their echo, at most (the oldest are forgotten first). */
 const MAX_STAMPS = 1000;
+/** The frames that answer live queries: the live queries' own once the client has asked one. */
+const QUERY_FRAMES = new Set(['query.rows', 'query.diff', 'query.error']);
+/** The longest id the server takes for a live query. */
+const MAX_QUERY_ID = 64;
+/** A decimal as Python writes it: `-12.50`, `1E-7`. */
+const DECIMAL = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
 
 function noop() {}
 
@@ -51,6 +57,151 @@ function sameId(a, b) {
   return a !== undefined && a !== null && b !== undefined && b !== null && String(a) === String(b);
 }
 
+/** What a live query asks for, checked: `{model, where, orderBy, limit}` (null: left out). */
+function queryAsk(query) {
+  if (!query || typeof query.model !== 'string' || query.model === '') {
+    throw new TypeError('liveQuery: `model` is required');
+  }
+  const { model, where = {}, orderBy = null, limit = null } = query;
+  if (where === null || typeof where !== 'object' || Array.isArray(where)) {
+    throw new TypeError('liveQuery: `where` is an object of lookups');
+  }
+  const order = orderBy === null ? null : Array.from(orderBy);
+  if (typeof orderBy === 'string' || (order && !order.every((f) => typeof f === 'string'))) {
+    throw new TypeError('liveQuery: `orderBy` is a list of field names');
+  }
+  if (limit !== null && !(Number.isInteger(limit) && limit > 0)) {
+    throw new TypeError('liveQuery: `limit` is a positive whole number');
+  }
+  return { model, where: { ...where }, orderBy: order, limit };
+}
+
+/** The `data` of a `query` frame: what was left out is the server's default. */
+function queryData(id, ask) {
+  const data = { id, model: ask.model, where: ask.where };
+  if (ask.orderBy !== null) data.order_by = ask.orderBy;
+  if (ask.limit !== null) data.limit = ask.limit;
+  return data;
+}
+
+/** A row's key in a map: its id as text (`7` and `"7"` are one row; `[12, 3]` is `"12,3"`). */
+function rowKey(id) {
+  return String(id);
+}
+
+function isRow(row) {
+  return row !== null && typeof row === 'object' && row.id !== undefined && row.id !== null;
+}
+
+/** Whether two JSON values hold the same content. */
+function sameValue(a, b) {
+  if (a === b) return true;
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) return false;
+  const own = (key) => Object.prototype.hasOwnProperty.call(b, key);
+  return keys.every((key) => own(key) && sameValue(a[key], b[key]));
+}
+
+/** Where a JSON value sorts among values of other kinds: null first, objects last. */
+function kindRank(value) {
+  if (value === null || value === undefined) return 0;
+  if (typeof value === 'boolean') return 1;
+  if (typeof value === 'number') return 2;
+  if (typeof value === 'string') return 3;
+  return Array.isArray(value) ? 4 : 5;
+}
+
+/**
+ * Compare two JSON values, ascending: null (or missing) first, numbers as numbers, strings by
+ * their UTF-16 code units, arrays (a composite key) item by item.
+ */
+function compareValues(a, b) {
+  const rank = kindRank(a);
+  if (rank !== kindRank(b)) return rank < kindRank(b) ? -1 : 1;
+  if (rank === 4) {
+    for (let i = 0; i < a.length && i < b.length; i += 1) {
+      const order = compareValues(a[i], b[i]);
+      if (order !== 0) return order;
+    }
+    return a.length === b.length ? 0 : a.length < b.length ? -1 : 1;
+  }
+  if (rank === 0 || rank === 5) return 0;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * A decimal's text (`"-12.50"`, `"1E-7"`, as Python writes a Decimal) as `[sign, point,
+ * digits]`, its value being sign * 0.<digits> * 10^point; null for any other text.
+ */
+function decimalParts(text) {
+  const match = DECIMAL.exec(text);
+  if (!match || (match[2] === '' && !match[3])) return null;
+  const [, sign, whole, fraction = '', exponent = '0'] = match;
+  const all = whole + fraction;
+  const significant = all.replace(/^0+/, '');
+  const digits = significant.replace(/0+$/, '');
+  if (digits === '') return [0, 0, ''];
+  const point = whole.length - (all.length - significant.length) + Number(exponent);
+  return [sign === '-' ? -1 : 1, point, digits];
+}
+
+/**
+ * Compare two values of an ordered field, ascending, as the server does: null first, or last
+ * when `nullsLargest` (PostgreSQL's order); decimals, which come as text, by their value. The
+ * server orders by no text field, so other text is a date, a time or a UUID: compared as text.
+ */
+function compareField(a, b, nullsLargest) {
+  const aNull = a === null || a === undefined;
+  const bNull = b === null || b === undefined;
+  if (aNull || bNull) {
+    if (aNull && bNull) return 0;
+    return (aNull ? -1 : 1) * (nullsLargest ? -1 : 1);
+  }
+  const x = typeof a === 'string' && typeof b === 'string' ? decimalParts(a) : null;
+  const y = x ? decimalParts(b) : null;
+  if (!x || !y) return compareValues(a, b);
+  if (x[0] !== y[0]) return x[0] < y[0] ? -1 : 1;
+  if (x[0] === 0) return 0;
+  const [sign, point, digits] = x;
+  const larger = point !== y[1] ? point > y[1] : digits > y[2];
+  return digits === y[2] && point === y[1] ? 0 : sign * (larger ? 1 : -1);
+}
+
+/**
+ * The order of `order_by`: each field ascending (`-field` descending), `pk` and `id` naming
+ * the row's `id` (numbers before text, as the server orders keys), and the primary key
+ * ascending as the last tie-breaker.
+ */
+function rowOrder(orderBy, nullsLargest) {
+  const fields = orderBy.map((field) =>
+    field.startsWith('-') ? [field.slice(1), -1] : [field, 1],
+  );
+  return (a, b) => {
+    for (const [field, sign] of fields) {
+      const order =
+        field === 'pk' || field === 'id'
+          ? compareValues(a.id, b.id)
+          : compareField(a[field], b[field], nullsLargest);
+      if (order !== 0) return sign * order;
+    }
+    return compareValues(a.id, b.id);
+  };
+}
+
+/** The index at which `row` goes in `rows`, sorted by `order`: after the rows equal to it. */
+function insertionPoint(rows, row, order) {
+  let low = 0;
+  let high = rows.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (order(rows[middle], row) > 0) high = middle;
+    else low = middle + 1;
+  }
+  return low;
+}
+
 class RealtimeClient extends EventTarget {
   /**
    * @param {object} options
@@ -70,6 +221,9 @@ class RealtimeClient extends EventTarget {
    * @param {boolean} [options.documentEvents]  also dispatch each event frame on `document` as
    *   `realtime:<type>`, and each state change as `realtime:state` (default true; nothing
    *   where there is no `document`): what htmx's `hx-trigger="... from:document"` listens to
+   * @param {boolean} [options.nullsLargest]  live queries place nulls as the largest values,
+   *   last in ascending order, as PostgreSQL sorts them (default false: first, as SQLite and
+   *   MySQL/MariaDB do); say what the server's database does
    */
   constructor(options = {}) {
     super();
@@ -89,6 +243,7 @@ class RealtimeClient extends EventTarget {
       stampTtl = 300000,
       resume = true,
       documentEvents = true,
+      nullsLargest = false,
     } = options;
     if (!url) throw new TypeError('RealtimeClient: `url` is required');
     if (typeof WebSocketImpl !== 'function') {
@@ -107,6 +262,7 @@ class RealtimeClient extends EventTarget {
     this.stampTtl = stampTtl;
     this.resume = Boolean(resume);
     this.documentEvents = Boolean(documentEvents);
+    this.nullsLargest = Boolean(nullsLargest);
     /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
     this.origin = randomId();
     /** The `data` of the last `auth_success` (`user_id`, `scope`, `scopes`), or null. */
@@ -136,6 +292,9 @@ class RealtimeClient extends EventTarget {
     this._cursor = null; // the cursor of the last frame handled (resume)
     this._resumed = false;
     this._afterAuth = []; // channels that did not fit in authenticate, subscribed after
+    this._queries = new Map(); // id -> LiveQuery, asked again after each auth_success
+    this._queried = false; // liveQuery() was called: query.* frames are the live queries'
+    this._queryCounter = 0;
   }
 
   /** `connecting`, `open`, `reconnecting`, `refused` or `closed`. */
@@ -151,6 +310,11 @@ class RealtimeClient extends EventTarget {
   /** The channels this client is subscribed to (it says them again after each reconnect). */
   get channels() {
     return Array.from(this._channels);
+  }
+
+  /** The live queries this client holds (it asks them again after each reconnect). */
+  get liveQueries() {
+    return Array.from(this._queries.values());
   }
 
   /**
@@ -359,7 +523,8 @@ class RealtimeClient extends EventTarget {
       // event frame's, told to nobody.
       if (this._state === 'open' && typeof frame.cursor === 'string') this._cursor = frame.cursor;
     } else if (this._state === 'open') {
-      this._deliver(frame);
+      if (this._queried && QUERY_FRAMES.has(frame.type)) this._onQueryFrame(frame);
+      else this._deliver(frame);
     }
   }
 
@@ -378,6 +543,12 @@ class RealtimeClient extends EventTarget {
     const said = this.resume && typeof data.cursor === 'string';
     this._sendChannels('subscribe', said ? this._afterAuth : this.channels);
     this._afterAuth = [];
+    // Queries belong to the socket: a new one hears each again (its rows shown meanwhile).
+    for (const list of this._queries.values()) {
+      list._answers = [];
+      list._accepted = false;
+      this._sendQuery(list);
+    }
     clearInterval(this._heartbeatTimer);
     if (this.heartbeatInterval > 0) {
       this._heartbeatTimer = setInterval(
@@ -480,6 +651,83 @@ class RealtimeClient extends EventTarget {
     return this;
   }
 
+  // Live queries -------------------------------------------------------------------------------
+
+  /**
+   * Keep a list of rows in step with the server: `liveQuery({model: 'ticket', where: {status:
+   * 'open'}, orderBy: ['-priority'], limit: 50}, {onChange(rows, change) {...}})`. The query
+   * is asked now when open, else at the next `auth_success`, and again after every reconnect;
+   * an `id` the client holds already replaces that query. Returns its LiveQuery.
+   *
+   * @param {object} query
+   * @param {string} [query.id]  1 to 64 characters, unique on the socket (made when left out)
+   * @param {string} query.model  the model's name, as in its channel
+   * @param {object} [query.where]  lookups and their values, e.g. `{status: 'open'}`
+   * @param {string[]} [query.orderBy]  fields, `-field` for descending (the server's default:
+   *   `['pk']`)
+   * @param {number} [query.limit]  the most rows, at least 1 (the server's default and most:
+   *   its `REALTIME_QUERY_MAX_ROWS`)
+   * @param {object} [options]
+   * @param {(rows: object[], change: object) => void} [options.onChange]  a `change` listener
+   * @param {(message: string) => void} [options.onError]  an `error` listener
+   * @param {(a: object, b: object) => number} [options.compare]  where an entering or updated
+   *   row goes, instead of the client's reading of `orderBy`
+   */
+  liveQuery(query, options = {}) {
+    const ask = queryAsk(query);
+    const given = query.id !== undefined && query.id !== null;
+    if (given && (typeof query.id !== 'string' || !query.id || query.id.length > MAX_QUERY_ID)) {
+      throw new TypeError(`liveQuery: \`id\` is a string of 1 to ${MAX_QUERY_ID} characters`);
+    }
+    const id = given ? query.id : this._nextQueryId();
+    this._checkQuery(id, ask);
+    const held = this._queries.get(id);
+    if (held) held._active = false; // replaced: the server's answers are the new one's
+    const list = new LiveQuery(this, id, ask, options);
+    this._queries.set(id, list);
+    this._queried = true;
+    if (this._state === 'open') this._sendQuery(list);
+    return list;
+  }
+
+  _nextQueryId() {
+    let id;
+    do {
+      this._queryCounter += 1;
+      id = `q${this._queryCounter}`;
+    } while (this._queries.has(id));
+    return id;
+  }
+
+  /** A query whose frame exceeds `maxFrameSize` would cost the socket (close 1009). */
+  _checkQuery(id, ask) {
+    const frame = JSON.stringify({ type: 'query', data: queryData(id, ask) });
+    if (frame.length > this.maxFrameSize) {
+      throw new RangeError(`liveQuery: the query is longer than maxFrameSize (${frame.length})`);
+    }
+  }
+
+  /** Ask `list`'s query on the socket; its answer is awaited when the frame left. */
+  _sendQuery(list) {
+    if (this._sendFrame('query', queryData(list.id, list._ask))) list._answers.push(list._ask);
+  }
+
+  /** Forget `list` (when it is still the one under its id), telling the server if asked to. */
+  _stopQuery(list, tell) {
+    if (this._queries.get(list.id) !== list) return;
+    this._queries.delete(list.id);
+    if (tell && this._state === 'open') this._sendFrame('unquery', { id: list.id });
+  }
+
+  _onQueryFrame(frame) {
+    const data = frame.data && typeof frame.data === 'object' ? frame.data : {};
+    const list = typeof data.id === 'string' ? this._queries.get(data.id) : undefined;
+    if (!list) return; // a query stopped since: what was under way is dropped
+    if (frame.type === 'query.rows') list._onRows(data.rows);
+    else if (frame.type === 'query.diff') list._onDiff(data);
+    else list._onError(typeof data.message === 'string' ? data.message : 'Query refused');
+  }
+
   // Recognising its own writes -----------------------------------------------------------------
 
   /** A fresh origin for one write: `<origin>.<n>`. */
@@ -545,7 +793,188 @@ class RealtimeClient extends EventTarget {
   }
 }
 
+/**
+ * A list of rows the server keeps in step with the database (`client.liveQuery(...)`): `rows`
+ * in the query's order, a `change` event each time they change, an `error` event when the
+ * server refuses the query (which stops it), and `stop()`.
+ */
+class LiveQuery extends EventTarget {
+  constructor(client, id, ask, options = {}) {
+    super();
+    /** The query's id on the socket. */
+    this.id = id;
+    /** The server's reason when it refused the query, or null. */
+    this.error = null;
+    this._client = client;
+    this._ask = ask; // what is asked now
+    this._shown = ask; // what `rows` follow: the ask the last query.rows answered
+    this._answers = []; // the asks sent on this socket and not answered yet, oldest first
+    this._accepted = false; // the server answered it with rows on this socket
+    this._rows = [];
+    this._loaded = false;
+    this._active = true;
+    this._compare = typeof options.compare === 'function' ? options.compare : null;
+    this._order = null; // [ask, nullsLargest, compare function] of the last order used
+    const { onChange, onError } = options;
+    if (typeof onChange === 'function') {
+      this.addEventListener('change', (event) => {
+        onChange.call(this, event.detail.rows, event.detail);
+      });
+    }
+    if (typeof onError === 'function') {
+      this.addEventListener('error', (event) => onError.call(this, event.detail.message));
+    }
+  }
+
+  /**
+   * The rows, in the query's order: a new array after each change, the same row objects for
+   * the rows whose content did not change. Read them; do not modify them.
+   */
+  get rows() {
+    return this._rows;
+  }
+
+  /** Whether the server has answered with rows yet (an empty list is an answer). */
+  get loaded() {
+    return this._loaded;
+  }
+
+  /** False once stopped: by `stop()`, by a refusal, or by a query asked under the same id. */
+  get active() {
+    return this._active;
+  }
+
+  /** What is asked now: `{id, model, where}`, and `orderBy` and `limit` when given. */
+  get query() {
+    const { model, where, orderBy, limit } = this._ask;
+    const query = { id: this.id, model, where: { ...where } };
+    if (orderBy !== null) query.orderBy = [...orderBy];
+    if (limit !== null) query.limit = limit;
+    return query;
+  }
+
+  /**
+   * Ask for other rows under the same id: `replace({where: {status: 'closed'}})`. What
+   * `changes` leaves out stays as it was (`null` leaves `orderBy` or `limit` to the server).
+   * The rows stay until the server answers, then change once, keeping the unchanged rows.
+   */
+  replace(changes = {}) {
+    if (!this._active) throw new Error('LiveQuery: stopped; ask again with client.liveQuery()');
+    const ask = queryAsk({ ...this.query, ...changes }); // an id in `changes` is not read
+    this._client._checkQuery(this.id, ask);
+    this._ask = ask;
+    if (this._client.state === 'open') this._client._sendQuery(this);
+    return this;
+  }
+
+  /** Stop the query: the server is told (`unquery`), and what it sends after is dropped. */
+  stop() {
+    if (!this._active) return this;
+    this._active = false;
+    this._client._stopQuery(this, true);
+    return this;
+  }
+
+  /** The order of the ask the rows follow. */
+  _sorter() {
+    if (this._compare) return this._compare;
+    const nulls = this._client.nullsLargest;
+    if (!this._order || this._order[0] !== this._shown || this._order[1] !== nulls) {
+      this._order = [this._shown, nulls, rowOrder(this._shown.orderBy || ['pk'], nulls)];
+    }
+    return this._order[2];
+  }
+
+  /** The whole list (an answer, or sent again): taken as the server orders it, reconciled. */
+  _onRows(rows) {
+    if (!Array.isArray(rows)) return;
+    if (this._answers.length) this._shown = this._answers.shift();
+    this._accepted = true;
+    const before = new Map(this._rows.map((row) => [rowKey(row.id), row]));
+    const next = [];
+    const seen = new Set();
+    const entered = [];
+    const updated = [];
+    for (const row of rows) {
+      const key = isRow(row) ? rowKey(row.id) : null;
+      if (key === null || seen.has(key)) continue;
+      seen.add(key);
+      const old = before.get(key);
+      if (old && sameValue(old, row)) {
+        next.push(old);
+      } else {
+        next.push(row);
+        (old ? updated : entered).push(row);
+      }
+    }
+    const left = this._rows.filter((row) => !seen.has(rowKey(row.id)));
+    const first = !this._loaded;
+    this._loaded = true;
+    this._show(next, { type: 'rows', entered, updated, left }, first);
+  }
+
+  /** Rows leave (by id), change and enter; each placed where the query's order puts it. */
+  _onDiff(data) {
+    if (!this._loaded) return; // the frames of a query stopped earlier under this id
+    const list = (value) => (Array.isArray(value) ? value : []);
+    const leaving = new Set(list(data.leave).map(rowKey));
+    const coming = new Map();
+    for (const row of [...list(data.update), ...list(data.enter)]) {
+      if (isRow(row)) coming.set(rowKey(row.id), row);
+    }
+    const before = new Map(this._rows.map((row) => [rowKey(row.id), row]));
+    const next = [];
+    const left = [];
+    for (const row of this._rows) {
+      const key = rowKey(row.id);
+      if (coming.has(key)) continue;
+      if (leaving.has(key)) left.push(row);
+      else next.push(row);
+    }
+    const order = this._sorter();
+    let entered = [];
+    let updated = [];
+    for (const [key, row] of coming) {
+      const old = before.get(key);
+      const placed = old && sameValue(old, row) ? old : row;
+      if (!old) entered.push(row);
+      else if (placed !== old) updated.push(row);
+      next.splice(insertionPoint(next, placed, order), 0, placed);
+    }
+    const { limit } = this._shown;
+    if (limit !== null && next.length > limit) {
+      const cut = new Set(next.splice(limit));
+      entered = entered.filter((row) => !cut.has(row));
+      updated = updated.filter((row) => !cut.has(row));
+      for (const row of cut) {
+        const old = before.get(rowKey(row.id));
+        if (old) left.push(old);
+      }
+    }
+    this._show(next, { type: 'diff', entered, updated, left }, false);
+  }
+
+  _onError(message) {
+    this._answers.shift();
+    this.error = message;
+    this._active = false;
+    // A replacement refused: the server may still hold the query it answered before.
+    this._client._stopQuery(this, this._accepted);
+    this.dispatchEvent(new CustomEvent('error', { detail: { message } }));
+  }
+
+  /** Show `rows`, and say so, unless nothing changed (`always`: the first answer). */
+  _show(rows, change, always) {
+    const shown = this._rows;
+    const same = rows.length === shown.length && rows.every((row, i) => row === shown[i]);
+    if (same && !always) return;
+    if (!same) this._rows = rows;
+    this.dispatchEvent(new CustomEvent('change', { detail: { rows: this._rows, ...change } }));
+  }
+}
+
 exports.ORIGIN_HEADER = ORIGIN_HEADER;
 exports.STATES = STATES;
 exports.RealtimeClient = RealtimeClient;
+exports.LiveQuery = LiveQuery;
 exports.default = RealtimeClient;

@@ -83,6 +83,11 @@ interface CommonOptions {
    * and each state change as `realtime:state` (default true; nothing without a `document`).
    */
   documentEvents?: boolean;
+  /**
+   * Live queries place nulls as the largest values: last in ascending order, as PostgreSQL
+   * sorts them (default false: first, as SQLite and MySQL/MariaDB do).
+   */
+  nullsLargest?: boolean;
   /** One scope slug to read (or `null`). */
   scope?: string | null;
   /** Several scope slugs to read; wins over `scope`. */
@@ -145,6 +150,116 @@ export type StateDetail =
   | { state: 'refused'; reason: string; error?: unknown }
   | { state: 'closed'; reason: null };
 
+/** A row's primary key, in JSON form: an array of values for a composite key. */
+export type QueryRowId = string | number | (string | number | boolean | null)[];
+
+/** What a live query's rows must have: the primary key as `id`. */
+export interface QueryRowBase {
+  id: QueryRowId;
+}
+
+/** A row of a live query: `id` and the fields the server sends (name your own type instead). */
+export interface QueryRow extends QueryRowBase {
+  [field: string]: any;
+}
+
+/** What `liveQuery` asks for; `model` is required. */
+export interface LiveQueryAsk {
+  /** 1 to 64 characters, unique on the socket; made by the client when left out. */
+  id?: string;
+  /** The model's name, as in its channel. */
+  model: string;
+  /** Lookups and their values, e.g. `{ status: 'open', company: 42 }` (default none). */
+  where?: Record<string, unknown>;
+  /** Fields, `-field` for descending; the server's default is `['pk']`. */
+  orderBy?: Iterable<string> | null;
+  /** The most rows, at least 1; the server's default and most: `REALTIME_QUERY_MAX_ROWS`. */
+  limit?: number | null;
+}
+
+/** What a live query asks now (`LiveQuery.query`). */
+export interface LiveQueryState {
+  id: string;
+  model: string;
+  where: Record<string, unknown>;
+  orderBy?: string[];
+  limit?: number;
+}
+
+/** A change of a live query's rows: the `change` event's `detail`, `onChange`'s second argument. */
+export interface LiveQueryChange<Row extends QueryRowBase = QueryRow> {
+  /** `rows` for a whole list from the server (the answer, or sent again), `diff` for a diff. */
+  type: 'rows' | 'diff';
+  /** The rows now, in the query's order. */
+  rows: Row[];
+  /** Rows that were not in the list before. */
+  entered: Row[];
+  /** Rows whose content changed (the new objects; the old ones are gone from `rows`). */
+  updated: Row[];
+  /** Rows no longer in the list (the objects `rows` held). */
+  left: Row[];
+}
+
+/** What `liveQuery` takes besides the query. */
+export interface LiveQueryOptions<Row extends QueryRowBase = QueryRow> {
+  /** Called on every change of the rows, and on the first answer even when it is empty. */
+  onChange?: (this: LiveQuery<Row>, rows: Row[], change: LiveQueryChange<Row>) => void;
+  /** Called when the server refuses the query (which stops it), with its reason. */
+  onError?: (this: LiveQuery<Row>, message: string) => void;
+  /** Where entering and updated rows go, instead of the client's reading of `orderBy`. */
+  compare?: (a: Row, b: Row) => number;
+}
+
+/** A live query's events. */
+export interface LiveQueryEventMap<Row extends QueryRowBase = QueryRow> {
+  change: CustomEvent<LiveQueryChange<Row>>;
+  error: CustomEvent<{ message: string }>;
+}
+
+/** A list of rows the server keeps in step with the database; made by `client.liveQuery()`. */
+export declare class LiveQuery<Row extends QueryRowBase = QueryRow> extends EventTarget {
+  private constructor();
+
+  /** The query's id on the socket. */
+  readonly id: string;
+  /** The server's reason when it refused the query, or null. */
+  readonly error: string | null;
+  /** The rows in the query's order: a new array after each change; do not modify it. */
+  get rows(): Row[];
+  /** Whether the server has answered with rows yet. */
+  get loaded(): boolean;
+  /** False once stopped: by `stop()`, by a refusal, or by a query asked under the same id. */
+  get active(): boolean;
+  /** What is asked now. */
+  get query(): LiveQueryState;
+
+  /** Ask for other rows under the same id; what `changes` leaves out stays. */
+  replace(changes: Partial<Omit<LiveQueryAsk, 'id'>>): this;
+  /** Stop the query (`unquery`); what the server sends after is dropped. */
+  stop(): this;
+
+  addEventListener<K extends keyof LiveQueryEventMap<Row>>(
+    type: K,
+    listener: (this: LiveQuery<Row>, event: LiveQueryEventMap<Row>[K]) => void,
+    options?: boolean | RealtimeAddListenerOptions,
+  ): void;
+  addEventListener(
+    type: string,
+    listener: RealtimeListener | null,
+    options?: boolean | RealtimeAddListenerOptions,
+  ): void;
+  removeEventListener<K extends keyof LiveQueryEventMap<Row>>(
+    type: K,
+    listener: (this: LiveQuery<Row>, event: LiveQueryEventMap<Row>[K]) => void,
+    options?: boolean | RealtimeListenerOptions,
+  ): void;
+  removeEventListener(
+    type: string,
+    listener: RealtimeListener | null,
+    options?: boolean | RealtimeListenerOptions,
+  ): void;
+}
+
 /** The client's own events; any other type is an event frame's. */
 export interface RealtimeClientEventMap {
   state: CustomEvent<StateDetail>;
@@ -166,6 +281,7 @@ export declare class RealtimeClient extends EventTarget {
   stampTtl: number;
   resume: boolean;
   documentEvents: boolean;
+  nullsLargest: boolean;
   /** A random id of this client instance; writes are stamped `<origin>.<n>`. */
   origin: string;
   /** The `data` of the last `auth_success`, or null. */
@@ -177,6 +293,8 @@ export declare class RealtimeClient extends EventTarget {
   get reason(): string | null;
   /** The channels this client is subscribed to. */
   get channels(): string[];
+  /** The live queries this client holds. */
+  get liveQueries(): LiveQuery<any>[];
   /** Whether the last handshake resumed. */
   get resumed(): boolean;
   /** The cursor of the last frame handled, sent back to resume; null before any. */
@@ -194,6 +312,14 @@ export declare class RealtimeClient extends EventTarget {
   subscribe(...channels: ChannelList[]): this;
   /** Stop hearing these channels. */
   unsubscribe(...channels: ChannelList[]): this;
+  /**
+   * Keep a list of rows in step with the server: asked now when open, and again after every
+   * reconnect. `Row` names the rows' type: `client.liveQuery<Ticket>({ model: 'ticket' })`.
+   */
+  liveQuery<Row extends QueryRowBase = QueryRow>(
+    query: LiveQueryAsk,
+    options?: LiveQueryOptions<Row>,
+  ): LiveQuery<Row>;
 
   /** A fresh stamp for one write, `<origin>.<n>`, not remembered. */
   nextOrigin(): string;

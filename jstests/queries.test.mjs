@@ -1,0 +1,656 @@
+// Live queries (client.liveQuery) against a scripted `ws` server that plays the server's part
+// of the protocol: `query` answered by `query.rows`, then `query.diff`, `query.error`.
+
+import assert from 'node:assert/strict';
+import { afterEach, test } from 'node:test';
+import WebSocket from 'ws';
+
+import { LiveQuery, RealtimeClient } from '../realtime/static/realtime/realtime.js';
+import { Recorder, Scripted, sleep } from './harness.mjs';
+
+let cleanup = [];
+afterEach(() => {
+  for (const item of cleanup) item.close();
+  cleanup = [];
+});
+
+async function scripted(answer) {
+  const server = await new Scripted(answer).ready();
+  cleanup.push(server);
+  return server;
+}
+
+function client(options) {
+  const made = new RealtimeClient({ token: 'token', WebSocket, backoffStart: 10, ...options });
+  cleanup.push(made);
+  return made;
+}
+
+/** A client open on a fresh scripted server: `{server, realtime, recorder}`. */
+async function opened(options = {}) {
+  const server = await scripted();
+  const realtime = client({ url: server.url, ...options });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  await recorder.state('open');
+  return { server, realtime, recorder };
+}
+
+/** The frames of `type` the server received on its `index`-th connection. */
+function received(server, type, index = 0) {
+  return server.connections[index].frames.filter((frame) => frame.type === type);
+}
+
+/** Record a live query's `change` details and `error` messages. */
+function heard(list) {
+  const seen = { changes: [], errors: [] };
+  list.addEventListener('change', (event) => seen.changes.push(event.detail));
+  list.addEventListener('error', (event) => seen.errors.push(event.detail.message));
+  return seen;
+}
+
+/** Wait until `predicate()` holds (the client's frames are read in other tasks). */
+async function eventually(predicate, what = 'a condition', timeout = 5000) {
+  const deadline = Date.now() + timeout;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
+/** Send `frames` to connection `index`, then a marker, and wait for the client to read them. */
+async function deliver(server, recorder, frames, index = 0) {
+  const marker = `test.marker.${Math.random()}`;
+  for (const frame of [...frames, { type: marker, data: null }]) {
+    server.send(server.connections[index], frame);
+  }
+  await recorder.event((frame) => frame.type === marker);
+}
+
+const rows = (id, data) => ({ type: 'query.rows', data: { id, rows: data } });
+const diff = (id, { enter = [], leave = [], update = [] }) => ({
+  type: 'query.diff',
+  data: { id, enter, leave, update },
+});
+const ids = (list) => list.rows.map((row) => row.id);
+
+test('a live query is asked once open, and its rows come as the server orders them', async () => {
+  const server = await scripted();
+  const realtime = client({ url: server.url });
+  const recorder = new Recorder(realtime);
+  const calls = [];
+  const list = realtime.liveQuery(
+    { model: 'ticket', where: { status: 'open', company: 42 }, orderBy: ['-priority'], limit: 3 },
+    {
+      onChange(current, change) {
+        calls.push([this, current, change]);
+      },
+    },
+  );
+  const plain = realtime.liveQuery({ model: 'company' });
+  assert.ok(list instanceof LiveQuery);
+  assert.deepEqual([list.id, plain.id], ['q1', 'q2']);
+  assert.deepEqual(realtime.liveQueries, [list, plain]);
+  assert.equal(list.loaded, false);
+  assert.deepEqual(list.rows, []);
+  realtime.connect(); // asked at auth_success, not before
+  await recorder.state('open');
+  await server.until(() => received(server, 'query').length === 2);
+  assert.deepEqual(received(server, 'query'), [
+    {
+      type: 'query',
+      data: {
+        id: 'q1',
+        model: 'ticket',
+        where: { status: 'open', company: 42 },
+        order_by: ['-priority'],
+        limit: 3,
+      },
+    },
+    // Left out: the server's defaults.
+    { type: 'query', data: { id: 'q2', model: 'company', where: {} } },
+  ]);
+  const answer = [
+    { id: 1, priority: 5, title: 'a' },
+    { id: 2, priority: 3, title: 'b' },
+  ];
+  await deliver(server, recorder, [rows('q1', answer), rows('q2', [])]);
+  assert.deepEqual(list.rows, answer);
+  assert.equal(list.loaded, true);
+  assert.equal(calls.length, 1);
+  const [[self, current, change]] = calls;
+  assert.equal(self, list);
+  assert.equal(current, list.rows);
+  assert.deepEqual(change, { rows: answer, type: 'rows', entered: answer, updated: [], left: [] });
+  // An empty first answer is an answer too.
+  assert.equal(plain.loaded, true);
+  assert.deepEqual(plain.rows, []);
+  // The query frames are the live queries': none came as an event.
+  assert.ok(recorder.events.every((frame) => frame.type.startsWith('test.marker.')));
+  assert.deepEqual(list.query, {
+    id: 'q1',
+    model: 'ticket',
+    where: { status: 'open', company: 42 },
+    orderBy: ['-priority'],
+    limit: 3,
+  });
+});
+
+test('a diff: rows leave, enter at their place in the order, and the limit holds', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'ticket', orderBy: ['-priority'], limit: 3 });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: 1, priority: 5 },
+      { id: 2, priority: 3 },
+      { id: 3, priority: 1 },
+    ]),
+  ]);
+  const [first, second] = list.rows;
+  await deliver(server, recorder, [diff(list.id, { enter: [{ id: 4, priority: 4 }], leave: [3] })]);
+  assert.deepEqual(ids(list), [1, 4, 2]);
+  assert.equal(list.rows[0], first); // rows that did not change stay the same objects
+  assert.equal(list.rows[2], second);
+  assert.deepEqual(seen.changes.at(-1), {
+    rows: list.rows,
+    type: 'diff',
+    entered: [{ id: 4, priority: 4 }],
+    updated: [],
+    left: [{ id: 3, priority: 1 }],
+  });
+  // Ties go by the primary key, ascending; a new first row; two entering rows at once.
+  await deliver(server, recorder, [
+    diff(list.id, {
+      enter: [
+        { id: 9, priority: 4 },
+        { id: 0, priority: 4 },
+      ],
+      leave: [2, 1],
+    }),
+  ]);
+  assert.deepEqual(ids(list), [0, 4, 9]);
+  // Rows beyond the limit are dropped, and told as left.
+  await deliver(server, recorder, [diff(list.id, { enter: [{ id: 7, priority: 8 }] })]);
+  assert.deepEqual(ids(list), [7, 0, 4]);
+  assert.deepEqual(seen.changes.at(-1).left, [{ id: 9, priority: 4 }]);
+  // An entering row that falls beyond the limit never shows.
+  await deliver(server, recorder, [diff(list.id, { enter: [{ id: 8, priority: 0 }] })]);
+  assert.deepEqual(ids(list), [7, 0, 4]);
+  assert.equal(seen.changes.length, 4); // nothing changed: no change event
+});
+
+test("the order: by field, '-' descending; nulls smallest, or largest (nullsLargest)", async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'contact', orderBy: ['company', '-score', 'name'] });
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [rows(list.id, [])]);
+  const entering = [
+    { id: 1, company: 2, score: 10, name: 'b' },
+    { id: 2, company: null, score: 1, name: 'z' },
+    { id: 3, company: 2, score: null, name: 'a' },
+    { id: 4, company: 10, score: 5, name: 'a' }, // 10 after 2: numbers compare as numbers
+    { id: 5, company: 2, score: 10, name: 'B' }, // 'B' before 'b': by code unit
+    { id: 6, company: 2, score: 10, name: 'b' }, // the same as 1: by primary key
+    { id: 7, company: null, score: 3, name: 'z' },
+    { id: 8, company: 2, score: 12, name: null },
+  ];
+  await deliver(server, recorder, [diff(list.id, { enter: entering })]);
+  assert.deepEqual(ids(list), [7, 2, 8, 5, 1, 6, 3, 4]);
+  // nullsLargest (a PostgreSQL server): nulls last ascending, first descending.
+  realtime.nullsLargest = true;
+  await deliver(server, recorder, [rows(list.id, [])]);
+  await deliver(server, recorder, [diff(list.id, { enter: entering })]);
+  assert.deepEqual(ids(list), [3, 8, 5, 1, 6, 4, 7, 2]);
+  realtime.nullsLargest = false;
+  // Without orderBy the server orders by primary key, and so does the client.
+  const plain = realtime.liveQuery({ model: 'contact' });
+  await server.until(() => received(server, 'query').length === 2);
+  await deliver(server, recorder, [rows(plain.id, [{ id: 'b' }, { id: 'd' }])]);
+  await deliver(server, recorder, [diff(plain.id, { enter: [{ id: 'c' }, { id: 'a' }] })]);
+  assert.deepEqual(ids(plain), ['a', 'b', 'c', 'd']);
+});
+
+test('an update moves its row to where its new values put it; the others keep theirs', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'ticket', orderBy: ['priority'] });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: 1, priority: 1, title: 'a' },
+      { id: 2, priority: 2, title: 'b' },
+      { id: 3, priority: 3, title: 'c' },
+      { id: 4, priority: 4, title: 'd' },
+    ]),
+  ]);
+  const [, two, three, four] = list.rows;
+  const moved = { id: 1, priority: 3, title: 'a' };
+  await deliver(server, recorder, [diff(list.id, { update: [moved] })]);
+  assert.deepEqual(ids(list), [2, 1, 3, 4]); // after 2, and before 3 by primary key
+  assert.deepEqual(list.rows[1], moved);
+  assert.ok(list.rows[0] === two && list.rows[2] === three && list.rows[3] === four);
+  assert.deepEqual(seen.changes.at(-1), {
+    rows: list.rows,
+    type: 'diff',
+    entered: [],
+    updated: [list.rows[1]],
+    left: [],
+  });
+  assert.equal(seen.changes.at(-1).updated[0], list.rows[1]);
+  // A field that is not ordered on: the row stays in place.
+  const renamed = { id: 3, priority: 3, title: 'C' };
+  await deliver(server, recorder, [diff(list.id, { update: [renamed] })]);
+  assert.deepEqual(ids(list), [2, 1, 3, 4]);
+  assert.equal(list.rows[2].title, 'C');
+  // An update that changes nothing keeps the row object, the array, and says nothing.
+  const shown = list.rows;
+  const changes = seen.changes.length;
+  const same = { id: 4, priority: 4, title: 'd' };
+  await deliver(server, recorder, [diff(list.id, { update: [same] })]);
+  assert.equal(list.rows, shown);
+  assert.equal(seen.changes.length, changes);
+});
+
+test('leave and enter in one frame, a row leaving and entering again among them', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'ticket', orderBy: ['-priority'], limit: 2 });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: 1, priority: 5 },
+      { id: 2, priority: 3 },
+    ]),
+  ]);
+  const [kept] = list.rows;
+  await deliver(server, recorder, [
+    diff(list.id, { leave: [2], enter: [{ id: 3, priority: 9 }] }),
+  ]);
+  assert.deepEqual(list.rows, [
+    { id: 3, priority: 9 },
+    { id: 1, priority: 5 },
+  ]);
+  assert.equal(list.rows[1], kept);
+  // A key in both leave and enter: gone, then back with its new values.
+  await deliver(server, recorder, [
+    diff(list.id, { leave: [3, 1], enter: [{ id: 1, priority: 10 }, { id: 4, priority: 2 }] }),
+  ]);
+  assert.deepEqual(list.rows, [
+    { id: 1, priority: 10 },
+    { id: 4, priority: 2 },
+  ]);
+  const change = seen.changes.at(-1);
+  assert.deepEqual(change.entered, [{ id: 4, priority: 2 }]);
+  assert.deepEqual(change.updated, [{ id: 1, priority: 10 }]);
+  assert.deepEqual(change.left, [{ id: 3, priority: 9 }]);
+});
+
+test('composite keys: an array id, left by its array, ordered item by item', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'line' });
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: [1, 2], qty: 1 },
+      { id: [2, 1], qty: 1 },
+    ]),
+  ]);
+  await deliver(server, recorder, [
+    diff(list.id, {
+      leave: [[2, 1]],
+      enter: [
+        { id: [1, 10], qty: 3 },
+        { id: [1, 3], qty: 2 },
+      ],
+    }),
+  ]);
+  assert.deepEqual(ids(list), [
+    [1, 2],
+    [1, 3],
+    [1, 10],
+  ]);
+});
+
+test('decimals come as text and sort by value; keys sort as the server sorts them', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'invoice', orderBy: ['-total'] });
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [rows(list.id, [{ id: 1, total: '100.00' }])]);
+  const totals = ['9.50', '-3', '0E-10', '1E-7', '100.000', '99.99', '-0.5'];
+  const enter = [...totals, '12345678901234567.01'].map((total, i) => ({ id: i + 2, total }));
+  await deliver(server, recorder, [diff(list.id, { enter })]);
+  assert.deepEqual(
+    list.rows.map((row) => row.total),
+    ['12345678901234567.01', '100.00', '100.000', '99.99', '9.50', '1E-7', '0E-10', '-0.5', '-3'],
+  );
+  // Keys: numbers before text, text by its characters, whatever it looks like.
+  const keys = realtime.liveQuery({ model: 'code', orderBy: ['pk'] });
+  await server.until(() => received(server, 'query').length === 2);
+  await deliver(server, recorder, [rows(keys.id, [])]);
+  const codes = [{ id: '9' }, { id: '10' }, { id: 3 }];
+  await deliver(server, recorder, [diff(keys.id, { enter: codes })]);
+  assert.deepEqual(ids(keys), [3, '10', '9']);
+});
+
+test('compare: where rows go, for values the client cannot order (durations as text)', async () => {
+  const { server, realtime, recorder } = await opened();
+  // As docs/javascript-client.md writes it.
+  function seconds(duration) {
+    const [days, time] = duration.includes(',') ? duration.split(', ') : ['0', duration];
+    const clock = time.split(':').reduce((sum, part) => sum * 60 + Number(part), 0);
+    return parseInt(days, 10) * 86400 + clock;
+  }
+  const list = realtime.liveQuery(
+    { model: 'call', orderBy: ['length'] },
+    { compare: (a, b) => seconds(a.length) - seconds(b.length) || a.id - b.id },
+  );
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [rows(list.id, [{ id: 1, length: '2:00:00' }])]);
+  const enter = [
+    { id: 2, length: '10:00:00' },
+    { id: 3, length: '1 day, 0:00:00' },
+    { id: 4, length: '-1 day, 23:00:00' },
+  ];
+  await deliver(server, recorder, [diff(list.id, { enter })]);
+  assert.deepEqual(ids(list), [4, 1, 2, 3]); // as text, '-1 day...' then '1 day...' first
+});
+
+test('replace(): the same id asked again; the old rows stay until the new ones come', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'ticket', where: { status: 'open' }, orderBy: ['n'] });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: 1, n: 1, status: 'open' },
+      { id: 2, n: 2, status: 'open' },
+    ]),
+  ]);
+  const [one] = list.rows;
+  assert.equal(list.replace({ where: { status: 'any' }, orderBy: ['-n'] }), list);
+  await server.until(() => received(server, 'query').length === 2);
+  assert.deepEqual(received(server, 'query')[1], {
+    type: 'query',
+    data: { id: list.id, model: 'ticket', where: { status: 'any' }, order_by: ['-n'] },
+  });
+  assert.deepEqual(list.query.orderBy, ['-n']);
+  // A diff the server sent before it read the replacement follows the old order.
+  await deliver(server, recorder, [diff(list.id, { enter: [{ id: 3, n: 3, status: 'open' }] })]);
+  assert.deepEqual(ids(list), [1, 2, 3]);
+  const changes = seen.changes.length;
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: 3, n: 3, status: 'open' },
+      { id: 4, n: 2, status: 'closed' },
+      { id: 1, n: 1, status: 'open' },
+    ]),
+  ]);
+  assert.equal(seen.changes.length, changes + 1); // one change, when the answer came
+  assert.deepEqual(ids(list), [3, 4, 1]);
+  assert.equal(list.rows[2], one);
+  // Now diffs follow the new order.
+  await deliver(server, recorder, [diff(list.id, { enter: [{ id: 5, n: 9, status: 'open' }] })]);
+  assert.deepEqual(ids(list), [5, 3, 4, 1]);
+
+  // liveQuery() under an id the client holds replaces that query: one `query` frame, no
+  // `unquery`, and the old object is done.
+  const again = realtime.liveQuery({ id: list.id, model: 'ticket', limit: 1 });
+  await server.until(() => received(server, 'query').length === 3);
+  assert.equal(list.active, false);
+  assert.equal(again.active, true);
+  assert.deepEqual(realtime.liveQueries, [again]);
+  assert.deepEqual(received(server, 'unquery'), []);
+  list.stop(); // the old one says nothing: the id is the new one's
+  await deliver(server, recorder, [rows(list.id, [{ id: 8 }])]);
+  assert.deepEqual(received(server, 'unquery'), []);
+  assert.deepEqual(ids(again), [8]);
+  assert.deepEqual(ids(list), [5, 3, 4, 1]);
+});
+
+test('a refused query: onError and the error event; it stops and is not asked again', async () => {
+  const { server, realtime, recorder } = await opened();
+  const messages = [];
+  const list = realtime.liveQuery(
+    { model: 'ticket', where: { secret__icontains: 'x' } },
+    { onError: (message) => messages.push(message) },
+  );
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    { type: 'query.error', data: { id: list.id, message: 'Field is not filterable: secret' } },
+    rows(list.id, [{ id: 1 }]), // after the refusal: dropped
+  ]);
+  assert.deepEqual(messages, ['Field is not filterable: secret']);
+  assert.deepEqual(seen.errors, messages);
+  assert.equal(list.error, 'Field is not filterable: secret');
+  assert.equal(list.active, false);
+  assert.equal(list.loaded, false);
+  assert.deepEqual(seen.changes, []);
+  assert.deepEqual(realtime.liveQueries, []);
+  assert.deepEqual(received(server, 'unquery'), []); // the server holds nothing to stop
+  assert.throws(() => list.replace({ where: {} }), /stopped/);
+
+  // A replacement refused: the rows stay, and the server is told to stop the query it had.
+  const other = realtime.liveQuery({ model: 'ticket' });
+  await server.until(() => received(server, 'query').length === 2);
+  await deliver(server, recorder, [rows(other.id, [{ id: 1 }])]);
+  other.replace({ where: { nope__regex: '.' } });
+  await server.until(() => received(server, 'query').length === 3);
+  await deliver(server, recorder, [
+    { type: 'query.error', data: { id: other.id, message: 'Unsupported lookup: regex' } },
+  ]);
+  assert.equal(other.error, 'Unsupported lookup: regex');
+  assert.deepEqual(ids(other), [1]);
+  await server.until(() => received(server, 'unquery').length === 1);
+  assert.deepEqual(received(server, 'unquery'), [{ type: 'unquery', data: { id: other.id } }]);
+
+  // Neither is asked on the next connection; the socket itself went on as before.
+  server.connections[0].socket.close(1011);
+  await recorder.state('open', { from: 2 });
+  await sleep(30);
+  assert.deepEqual(received(server, 'query', 1), []);
+  assert.deepEqual(recorder.stateNames(), ['connecting', 'open', 'reconnecting', 'open']);
+});
+
+test('stop() sends unquery once; what the server sends after is dropped', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'ticket' });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [rows(list.id, [{ id: 1 }])]);
+  const shown = list.rows;
+  assert.equal(list.stop(), list);
+  list.stop();
+  await server.until(() => received(server, 'unquery').length === 1);
+  await deliver(server, recorder, [
+    diff(list.id, { enter: [{ id: 2 }] }),
+    rows(list.id, [{ id: 3 }]),
+    { type: 'query.error', data: { id: list.id, message: 'Too many queries' } },
+  ]);
+  assert.equal(list.rows, shown);
+  assert.equal(seen.changes.length, 1);
+  assert.deepEqual(seen.errors, []);
+  assert.equal(list.active, false);
+  assert.equal(list.error, null);
+  assert.deepEqual(realtime.liveQueries, []);
+  assert.deepEqual(received(server, 'unquery'), [{ type: 'unquery', data: { id: list.id } }]);
+  // Stopped while away: nothing is sent, and the next socket does not hear of it.
+  const away = realtime.liveQuery({ model: 'ticket' });
+  await server.until(() => received(server, 'query').length === 2);
+  realtime.close();
+  away.stop();
+  realtime.connect();
+  await recorder.state('open', { from: 3 });
+  await sleep(30);
+  assert.deepEqual(
+    server.connections.map((connection) => connection.frames.map((frame) => frame.type)),
+    [
+      ['authenticate', 'query', 'unquery', 'query'],
+      ['authenticate'],
+    ],
+  );
+});
+
+test('after a reconnect each query is asked again; unchanged rows keep their objects', async () => {
+  const { server, realtime, recorder } = await opened();
+  realtime.subscribe('ticket');
+  const tickets = realtime.liveQuery({ id: 'tickets', model: 'ticket', orderBy: ['-n'] });
+  const companies = realtime.liveQuery({ id: 'companies', model: 'company' });
+  const seen = heard(tickets);
+  const quiet = heard(companies);
+  await server.until(() => received(server, 'query').length === 2);
+  await deliver(server, recorder, [
+    rows('tickets', [
+      { id: 1, n: 9, title: 'kept' },
+      { id: 2, n: 8, title: 'changes' },
+      { id: 3, n: 7, title: 'goes' },
+    ]),
+    rows('companies', [{ id: 1, name: 'Acme' }]),
+  ]);
+  const [kept, changes] = tickets.rows;
+  const shown = tickets.rows;
+  const companyRows = companies.rows;
+  server.connections[0].socket.close(1011);
+  await recorder.state('open', { from: 2 });
+  await server.until(() => received(server, 'query', 1).length === 2);
+  // The channels first, then each query as it was asked.
+  assert.deepEqual(server.connections[1].frames.slice(1), [
+    { type: 'subscribe', data: { channels: ['ticket'] } },
+    { type: 'query', data: { id: 'tickets', model: 'ticket', where: {}, order_by: ['-n'] } },
+    { type: 'query', data: { id: 'companies', model: 'company', where: {} } },
+  ]);
+  // Until the new rows come, the old ones are shown.
+  assert.equal(tickets.rows, shown);
+  assert.equal(seen.changes.length, 1);
+  await deliver(
+    server,
+    recorder,
+    [
+      rows('tickets', [
+        { id: 4, n: 10, title: 'new' },
+        { id: 1, n: 9, title: 'kept' },
+        { id: 2, n: 8, title: 'changed' },
+      ]),
+      rows('companies', [{ id: 1, name: 'Acme' }]),
+    ],
+    1,
+  );
+  assert.deepEqual(ids(tickets), [4, 1, 2]);
+  assert.equal(tickets.rows[1], kept);
+  assert.notEqual(tickets.rows[2], changes);
+  assert.deepEqual(seen.changes.at(-1), {
+    rows: tickets.rows,
+    type: 'rows',
+    entered: [{ id: 4, n: 10, title: 'new' }],
+    updated: [{ id: 2, n: 8, title: 'changed' }],
+    left: [{ id: 3, n: 7, title: 'goes' }],
+  });
+  assert.equal(seen.changes.length, 2);
+  // Nothing changed: the same array, the same rows, no change event.
+  assert.equal(companies.rows, companyRows);
+  assert.equal(quiet.changes.length, 1);
+  // Frames of the new socket's diffs apply as before.
+  await deliver(server, recorder, [diff('tickets', { enter: [{ id: 5, n: 8.5 }] })], 1);
+  assert.deepEqual(ids(tickets), [4, 1, 5, 2]);
+});
+
+test('after a resumed handshake the queries are asked again too', async () => {
+  const server = await scripted((connection, count) => ({
+    type: 'auth_success',
+    data: { user_id: 1, scope: null, scopes: [], cursor: `c${count}`, resumed: count > 1 },
+  }));
+  const realtime = client({ url: server.url });
+  const recorder = new Recorder(realtime);
+  realtime.subscribe('ticket');
+  const list = realtime.liveQuery({ id: 'open', model: 'ticket' });
+  realtime.connect();
+  await recorder.state('open');
+  server.connections[0].socket.close(1011);
+  await recorder.state('open', { from: 2 });
+  await server.until(() => server.connections[1].frames.length === 2);
+  for (const { frames } of server.connections) {
+    assert.deepEqual(frames, [
+      {
+        type: 'authenticate',
+        data: { token: 'token', scope: null, resume: frames[0].data.resume, channels: ['ticket'] },
+      },
+      { type: 'query', data: { id: list.id, model: 'ticket', where: {} } },
+    ]);
+  }
+});
+
+test('a watch sends no query: the rows the server sends again are reconciled', async () => {
+  const { server, realtime, recorder } = await opened({ scope: 'acme' });
+  realtime.subscribe('ticket');
+  const list = realtime.liveQuery({ model: 'ticket' });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [rows(list.id, [{ id: 1 }, { id: 2, n: 1 }])]);
+  const [one] = list.rows;
+  realtime.watch({ scope: 'beta' });
+  await server.until(() => received(server, 'watch').length === 1);
+  // The server reads the queries again itself, and sends their rows unasked.
+  await deliver(server, recorder, [rows(list.id, [{ id: 1 }, { id: 3 }])]);
+  assert.deepEqual(ids(list), [1, 3]);
+  assert.equal(list.rows[0], one);
+  assert.deepEqual(seen.changes.at(-1).left, [{ id: 2, n: 1 }]);
+  assert.deepEqual(received(server, 'query').length, 1);
+  assert.deepEqual(server.connections[0].frames.slice(-2), [
+    { type: 'watch', data: { scope: 'beta' } },
+    { type: 'subscribe', data: { channels: ['ticket'] } },
+  ]);
+});
+
+test('a client that asks no live query sends nothing new; query.* frames are events', async () => {
+  const { server, realtime, recorder } = await opened({ scope: 'acme' });
+  realtime.subscribe('ticket');
+  await server.until(() => server.connections[0].frames.length === 2);
+  realtime.watch({ scope: 'beta' });
+  await server.until(() => server.connections[0].frames.length === 4);
+  const frame = { type: 'query.rows', data: { id: 'q1', rows: [] } };
+  await deliver(server, recorder, [frame]);
+  assert.deepEqual(recorder.events[0], frame); // an application's event, as before
+  server.connections[0].socket.close(1011);
+  await recorder.state('open', { from: 2 });
+  await sleep(30);
+  assert.deepEqual(
+    server.connections.map((connection) => connection.frames.map((f) => f.type)),
+    [['authenticate', 'subscribe', 'watch', 'subscribe'], ['authenticate', 'subscribe']],
+  );
+  assert.deepEqual(realtime.liveQueries, []);
+});
+
+test('what liveQuery() checks before sending anything', async () => {
+  const { server, realtime } = await opened({ maxFrameSize: 200 });
+  assert.throws(() => realtime.liveQuery({}), { name: 'TypeError', message: /model/ });
+  assert.throws(() => realtime.liveQuery({ model: '' }), /model/);
+  assert.throws(() => realtime.liveQuery({ model: 't', id: '' }), /id/);
+  assert.throws(() => realtime.liveQuery({ model: 't', id: 'x'.repeat(65) }), /id/);
+  assert.throws(() => realtime.liveQuery({ model: 't', id: 7 }), /id/);
+  assert.throws(() => realtime.liveQuery({ model: 't', where: [] }), /where/);
+  assert.throws(() => realtime.liveQuery({ model: 't', orderBy: 'name' }), /orderBy/);
+  assert.throws(() => realtime.liveQuery({ model: 't', limit: 2.5 }), /limit/);
+  assert.throws(() => realtime.liveQuery({ model: 't', limit: 0 }), /limit/);
+  assert.throws(() => realtime.liveQuery({ model: 't', where: { name: 'x'.repeat(200) } }), {
+    name: 'RangeError',
+    message: /maxFrameSize/,
+  });
+  // An id up to 64 characters; made ids skip those given.
+  const long = realtime.liveQuery({ model: 't', id: 'x'.repeat(64) });
+  const given = realtime.liveQuery({ model: 't', id: 'q1' });
+  const made = realtime.liveQuery({ model: 't' });
+  assert.deepEqual([long.id.length, given.id, made.id], [64, 'q1', 'q2']);
+  assert.throws(() => made.replace({ limit: -1 }), /limit/);
+  assert.deepEqual(made.replace({ limit: 5 }).replace({ limit: null }).query, {
+    id: 'q2',
+    model: 't',
+    where: {},
+  });
+  await server.until(() => received(server, 'query').length === 5);
+  assert.deepEqual(
+    received(server, 'query').map((frame) => frame.data.id),
+    [long.id, 'q1', 'q2', 'q2', 'q2'],
+  );
+});
