@@ -77,7 +77,7 @@ def refusal_id(data: dict[str, Any]) -> Any:
 # Asking ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Term:
     """One lookup of ``where``: ``name`` (a ``filters`` field), ``lookup``, its value read by
     the field (a list for ``in``, a pair for ``range``, a bool for ``isnull``)."""
@@ -112,7 +112,7 @@ class Term:
         return {f"{attname}__{self.lookup}": self.value}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shape:
     """What a query asks: the same shape is the same list for the same account."""
 
@@ -262,8 +262,17 @@ def row_of_instance(options: ModelOptions, instance: models.Model) -> dict[str, 
     return row
 
 
+def _key_order(key: Any) -> Any:
+    """A primary key's sort value: a composite key part by part, as the database sorts it."""
+    if isinstance(key, tuple):
+        return tuple(id_order(part) for part in key)
+    return id_order(key)
+
+
 class Sorting:
     """Matches a row's filters values against a shape and compares rows in its order."""
+
+    __slots__ = ("nulls_largest", "shape")
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
@@ -276,7 +285,7 @@ class Sorting:
     def compare(self, a: Entry, b: Entry) -> int:
         for name, descending in self.shape.order:
             if name == "pk":
-                left, right = id_order(a.key), id_order(b.key)
+                left, right = _key_order(a.key), _key_order(b.key)
             else:
                 left, right = a.typed[name], b.typed[name]
             found = self._compare_values(left, right)
@@ -295,7 +304,7 @@ class Sorting:
         return 1 if right < left else 0
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Entry:
     """One row of a window: its key (``row_key``), its values read, what the client has."""
 
@@ -327,6 +336,20 @@ class Holders(Protocol):
 
 class LiveQuery:
     """One socket's live query: its shape and its window (see the module docstring)."""
+
+    __slots__ = (
+        "_order",
+        "capped",
+        "holders",
+        "id",
+        "keys",
+        "pending",
+        "shape",
+        "socket",
+        "sorting",
+        "stopped",
+        "window",
+    )
 
     def __init__(
         self, query_id: str, shape: Shape, socket: Any, holders: Holders | None = None
@@ -366,16 +389,21 @@ class LiveQuery:
             self.holders.release(self, entry.key)
 
     def clear(self) -> None:
-        for entry in list(self.window):
-            self._drop(entry)
+        if self.holders is not None:
+            for key in self.keys:
+                self.holders.release(self, key)
+        self.window, self.keys = [], {}
 
     def load(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
         self.clear()
-        for row in rows[: self.shape.limit]:
+        for row in rows[: self.shape.limit]:  # in the query's order already
             entry = entry_of(self.options, row)
             if entry is not None:
-                self._put(entry)
+                self.window.append(entry)
+                self.keys[entry.key] = entry
+                if self.holders is not None:
+                    self.holders.hold(self, entry.key)
         self.capped = len(rows) > self.shape.limit
 
     def apply(self, entry: Entry | None, key: Any) -> Diff | None:
@@ -487,13 +515,15 @@ UNREAD: Any = object()
 
 class ModelQueries:
     """The queries of one model, indexed so that a write looks only at those it may touch:
-    by each ``exact`` term (a write of ``company=42`` looks at the queries naming company 42,
-    not those naming 43), the rest (no ``exact`` term) always, and by the rows each window
-    holds (a row that leaves)."""
+    by their ``exact`` terms together (a write of ``company=42, status="open"`` looks at the
+    queries asking for company 42 and status open, not those asking for another company),
+    the rest (no ``exact`` term) always, and by the rows each window holds (a row that
+    leaves)."""
 
     def __init__(self) -> None:
         self.all: set[LiveQuery] = set()
-        self.by_term: dict[tuple[str, Any], set[LiveQuery]] = {}
+        #: By the names of a query's exact terms, then by their values.
+        self.by_terms: dict[tuple[str, ...], dict[tuple[Any, ...], set[LiveQuery]]] = {}
         self.unindexed: set[LiveQuery] = set()
         self.holding: dict[Any, set[LiveQuery]] = {}
         #: Queries whose rows are being read: they hear every message (``Queries._load``).
@@ -501,19 +531,22 @@ class ModelQueries:
 
     def add(self, query: LiveQuery) -> None:
         self.all.add(query)
-        term = _exact_term(query.shape)
-        if term is None:
+        names, values = _exact_terms(query.shape)
+        if not names:
             self.unindexed.add(query)
         else:
-            self.by_term.setdefault(term, set()).add(query)
+            self.by_terms.setdefault(names, {}).setdefault(values, set()).add(query)
 
     def remove(self, query: LiveQuery) -> None:
         self.all.discard(query)
         self.unindexed.discard(query)
         self.loading.discard(query)
-        term = _exact_term(query.shape)
-        if term is not None:
-            _discard(self.by_term, term, query)
+        names, values = _exact_terms(query.shape)
+        if names:
+            by_values = self.by_terms.get(names, {})
+            _discard(by_values, values, query)
+            if not by_values:
+                self.by_terms.pop(names, None)
         query.clear()
 
     def hold(self, query: LiveQuery, key: Any) -> None:
@@ -522,22 +555,22 @@ class ModelQueries:
     def release(self, query: LiveQuery, key: Any) -> None:
         _discard(self.holding, key, query)
 
-    def touched(self, entry: Entry | None, key: Any) -> set[LiveQuery]:
-        """The queries a message about the row ``key`` (``entry``: as it is now) may change."""
-        found = self.loading | self.holding.get(key, set())
+    def touched(self, entry: Entry | None, key: Any) -> list[LiveQuery]:
+        """The queries a message about the row ``key`` (``entry``: as it is now) may change
+        (a query may be named twice)."""
+        found = [*self.loading, *self.holding.get(key, ())]
         if entry is not None:
-            found |= self.unindexed
-            for name, value in entry.typed.items():
-                found |= self.by_term.get((name, value), set())
+            found += self.unindexed
+            typed = entry.typed
+            for names, by_values in self.by_terms.items():
+                found += by_values.get(tuple(typed[name] for name in names), ())
         return found
 
 
-def _exact_term(shape: Shape) -> tuple[str, Any] | None:
-    """The first ``exact`` term of a shape, the key it is indexed by."""
-    for term in shape.terms:
-        if term.lookup == "exact":
-            return (term.name, term.value)
-    return None
+def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """The names and values of a shape's ``exact`` terms, in name order (its index key)."""
+    terms = sorted((term.name, term.value) for term in shape.terms if term.lookup == "exact")
+    return tuple(name for name, _ in terms), tuple(value for _, value in terms)
 
 
 def _discard(index: dict[Any, set[LiveQuery]], key: Any, query: LiveQuery) -> None:
@@ -658,7 +691,11 @@ class Queries:
         options = options_named(name)
         change = UNREAD if options is None else change_of(options, data, meta, action)
         touched = group.all if change is UNREAD else group.touched(*change)
-        for query in [q for q in touched if q.socket in readers]:
+        done: set[LiveQuery] = set()
+        for query in touched:
+            if query in done or query.socket not in readers:
+                continue
+            done.add(query)
             await self._carry_one(query, change)
 
     async def _carry_one(self, query: LiveQuery, change: Any) -> None:
