@@ -164,7 +164,7 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
             table[row["id"]] = row
             entries[row["id"]] = live_queries.entry_of(options, row)
             data = {key: row[key] for key in ("model", "id", "title", "status", "priority")}
-            meta = {"filters": {name: row[name] for name in live_queries.FILTERS_OF_CASE}}
+            meta = {"filters": {name: row[name] for name in options.filters}}
             started = time.process_time()
             await queries.carry("case", readers, data, meta, "row")
             spent += time.process_time() - started
@@ -224,12 +224,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=47)
     args = parser.parse_args()
     setup_django()
-    from realtime.registry import options_named
-    from realtime.sockets import live_queries
-
-    options = options_named("case")
-    assert options is not None
-    live_queries.FILTERS_OF_CASE = options.filters  # type: ignore[attr-defined]
     print(f"live queries of Case, {args.rows} rows, {args.writes} writes, median of {args.repeat}")
     for count in args.queries:
         runs = [run(count, args.rows, args.writes, args.seed + n) for n in range(args.repeat)]
