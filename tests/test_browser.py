@@ -216,3 +216,29 @@ def test_a_contact_moved_to_another_workspace_leaves_one_page_and_enters_the_oth
     expect(carol.locator("#contacts")).to_contain_text("Mo Ving", timeout=WAIT_MS)
     for page in (alice, bob, carol):
         page.close()
+
+
+def test_the_live_list_of_a_company_follows_writes_made_elsewhere(
+    browser: Browser, example: Example
+) -> None:
+    """The example page's live query: the contacts of one company, kept by the server."""
+    page = signed_in(browser, example, "alice")
+    listed = page.locator("#company-contacts")
+    page.select_option("#company-filter", label="Hooli")
+    expect(listed).to_contain_text("Ben Wyatt", timeout=WAIT_MS)
+    expect(listed).not_to_contain_text("Ann Perkins")
+    example.shell(
+        "from example_project.crm.models import Company, Contact; "
+        "c = Contact.objects.get(name='Ann Perkins'); "
+        "c.company = Company.objects.get(name='Hooli'); c.save()"
+    )
+    expect(listed).to_contain_text("Ann Perkins", timeout=WAIT_MS)
+    page.select_option("#company-filter", label="Initech")
+    expect(listed).not_to_contain_text("Ann Perkins", timeout=WAIT_MS)
+    example.shell(
+        "from example_project.crm.models import Company, Contact; "
+        "c = Contact.objects.get(name='Ann Perkins'); "
+        "c.company = Company.objects.get(name='Initech'); c.save()"
+    )
+    expect(listed).to_contain_text("Ann Perkins", timeout=WAIT_MS)
+    page.close()

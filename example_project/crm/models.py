@@ -71,7 +71,11 @@ class Tag(models.Model):
         return self.name
 
 
-@realtime_model(fields=["name", "email", "phone", "company"], relations=["company", "tags"])
+@realtime_model(
+    fields=["name", "email", "phone", "company"],
+    relations=["company", "tags"],
+    filters=["company"],
+)
 class Contact(models.Model):
     objects: models.Manager[Contact] = models.Manager()
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)

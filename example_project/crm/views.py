@@ -9,7 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from example_project.crm.models import Contact, PrivateNote, Workspace
+from example_project.crm.models import Company, Contact, PrivateNote, Workspace
 from realtime.auth import issue_token
 
 
@@ -35,6 +35,7 @@ def workspace(request: HttpRequest, slug: str) -> HttpResponse:
             "workspace": current,
             "workspaces": Workspace.objects.filter(members=request.user).order_by("name"),
             "contacts": [_contact_row(contact) for contact in _contacts(current)],
+            "companies": Company.objects.filter(workspace=current).order_by("name"),
             "token": issue_token(request.user),
         },
     )

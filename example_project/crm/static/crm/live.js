@@ -118,11 +118,29 @@ document.getElementById("workspace-switcher").addEventListener("change", async (
   state.openContact = null;
   document.getElementById("detail").hidden = true;
   client.watch({ scope: state.scope });
+  // The companies listed are the first workspace's: reload the page to query another's.
+  byCompany.stop();
+  document.getElementById("by-company").hidden = true;
   history.pushState({}, "", `/w/${state.scope}/`);
   document.getElementById("workspace-name").textContent =
     event.target.selectedOptions[0].textContent;
   await refreshContacts();
 });
+
+// A live query: the contacts of one company, kept exact by the server (docs/live-queries.md).
+function renderCompanyContacts(rows) {
+  document.getElementById("company-contacts").innerHTML = rows
+    .map((c) => `<li data-id="${c.id}">${escapeHtml(c.name)}</li>`)
+    .join("");
+}
+const companyFilter = document.getElementById("company-filter");
+const byCompany = client.liveQuery(
+  { id: "by-company", model: "contact", where: { company: Number(companyFilter.value) || null } },
+  { onChange: renderCompanyContacts, onError: (message) => toast(`Live list refused: ${message}`) },
+);
+companyFilter.addEventListener("change", () =>
+  byCompany.replace({ where: { company: Number(companyFilter.value) || null } }),
+);
 
 client.subscribe("contact");
 client.connect();
