@@ -533,3 +533,21 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
             assert lists[f"q{n}"] is not None
             got = sorted(lists[f"q{n}"], key=lambda r: r["id"])
             assert got == sorted(expected, key=lambda r: r["id"]), (batch, n, ask)
+
+
+async def test_a_bulk_write_past_the_limit_sends_the_rows_afresh(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 2
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    for n in range(4):
+        await off_loop(Case.objects.create, workspace=workspace, title=f"c{n}", priority=n)
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("query", {"id": "open", "model": "case", "where": {"status": "open"}})
+    await client.wait_for(lambda f: f["type"] == "query.rows")
+    await off_loop(Case.objects.filter(priority__gte=1).update, status="closed")
+    frames = [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query.")]
+    # Two rows announced one by one (a diff each), the third folded: the list read afresh.
+    assert [f["type"] for f in frames] == ["query.diff", "query.diff", "query.rows"]
+    assert [row["title"] for row in frames[-1]["data"]["rows"]] == ["c0"]

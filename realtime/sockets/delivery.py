@@ -467,7 +467,11 @@ class Dispatcher:
             self._delivered(plan)
         if plan.queried:
             name = _model_of({"event_type": plan.event_type})
-            await self.live.carry(name, plan.queried, plan.data, plan.meta, plan.query_action)
+            try:
+                await self.live.carry(name, plan.queried, plan.data, plan.meta, plan.query_action)
+            except Exception:
+                # The event's frames went out: a live query's failure is its own.
+                logger.exception("realtime: a live query could not follow a %s", plan.event_type)
 
     async def send_query_frame(self, socket: Socket, frame: str) -> None:
         """Hand ``socket`` a frame of its live queries, after every frame handed to it

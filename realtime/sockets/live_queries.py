@@ -511,6 +511,8 @@ Deliver = Callable[[Any, str], Awaitable[None]]
 LOAD_TRIES = 3
 #: Stands for a message that does not say enough: the query is read again.
 UNREAD: Any = object()
+#: Stands for a bulk write past ``REALTIME_BULK_LIMIT``: the query's rows are sent afresh.
+FOLDED: Any = object()
 
 
 class ModelQueries:
@@ -662,7 +664,10 @@ class Queries:
                 return
             query.load(rows)
             heard, query.pending = query.pending, None
-            if all(change is not UNREAD and query.apply(*change) is not None for change in heard):
+            if all(
+                change not in (UNREAD, FOLDED) and query.apply(*change) is not None
+                for change in heard
+            ):
                 break
         else:
             query.pending = None
@@ -690,7 +695,7 @@ class Queries:
             return
         options = options_named(name)
         change = UNREAD if options is None else change_of(options, data, meta, action)
-        touched = group.all if change is UNREAD else group.touched(*change)
+        touched = group.all if change in (UNREAD, FOLDED) else group.touched(*change)
         done: set[LiveQuery] = set()
         for query in touched:
             if query in done or query.socket not in readers:
@@ -702,22 +707,29 @@ class Queries:
         if query.pending is not None:
             query.pending.append(change)  # applied once the first rows are read
             return
+        if change is FOLDED:
+            await self._refill(query, afresh=True)
+            return
         diff = None if change is UNREAD else query.apply(*change)
         if diff is None:
             await self._refill(query)
         elif diff:
             await self._send_diff(query, diff)
 
-    async def _refill(self, query: LiveQuery) -> None:
+    async def _refill(self, query: LiveQuery, *, afresh: bool = False) -> None:
+        """Read the query's rows again; send the difference (``afresh``: the rows)."""
         try:
             rows = await self._read(query)
         except Exception:
             logger.exception("realtime: reading the rows of a live query again failed")
             return
-        if not query.stopped:
-            diff = query.replace(rows)
-            if diff:
-                await self._send_diff(query, diff)
+        if query.stopped:
+            return
+        diff = query.replace(rows)
+        if afresh:
+            await self._send_rows(query)
+        elif diff:
+            await self._send_diff(query, diff)
 
     async def _send_diff(self, query: LiveQuery, diff: Diff) -> None:
         data = {"id": query.id, "enter": diff.enter, "leave": diff.leave, "update": diff.update}
@@ -728,8 +740,10 @@ def change_of(options: ModelOptions, data: Any, meta: Any, action: str) -> Any:
     """What a message does to the queries that hear it: ``(entry, key)`` (``entry``
     ``None``: the row leaves), or ``UNREAD``: the rows must be read again (a bulk write past
     the limit, a message without every value the queries need)."""
+    if action == "fold":
+        return FOLDED
     key = row_key(data["id"]) if isinstance(data, dict) and "id" in data else None
-    if action == "fold" or key is None:
+    if key is None:
         return UNREAD
     if action == "leave":
         return (None, key)
