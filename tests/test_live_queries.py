@@ -551,3 +551,25 @@ async def test_a_bulk_write_past_the_limit_sends_the_rows_afresh(
     # Two rows announced one by one (a diff each), the third folded: the list read afresh.
     assert [f["type"] for f in frames] == ["query.diff", "query.diff", "query.rows"]
     assert [row["title"] for row in frames[-1]["data"]["rows"]] == ["c0"]
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_scope_lost_on_recheck_takes_its_rows_out_of_every_query(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    globex = await off_loop(Workspace.objects.create, name="Globex", slug="globex")
+    ann = await _member(acme, "ann")
+    await off_loop(Membership.objects.create, workspace=globex, user=ann)
+    await off_loop(Case.objects.create, workspace=acme, title="acme's")
+    await off_loop(Case.objects.create, workspace=globex, title="globex's")
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scopes=["acme", "globex"])
+    await client.send("query", {"id": "all", "model": "case"})
+    rows = await client.wait_for(lambda f: f["type"] == "query.rows")
+    assert sorted(row["title"] for row in rows["data"]["rows"]) == ["acme's", "globex's"]
+    await off_loop(Membership.objects.filter(workspace=acme, user=ann).delete)
+    again = await client.wait_for(lambda f: f["type"] == "query.rows")
+    assert [row["title"] for row in again["data"]["rows"]] == ["globex's"]
+    # Writes of the scope it lost reach the query no more.
+    await off_loop(Case.objects.create, workspace=acme, title="acme's too")
+    assert [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query")] == []
