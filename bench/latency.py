@@ -71,11 +71,18 @@ READY = "ready"
 # --- The publishing subprocess ---------------------------------------------------------------
 
 
-def run_publisher(workspace_id: int) -> None:
-    """``--publisher``: create a ``Company`` per ``pub TAG`` line read on stdin; answer
-    ``ok TAG BEFORE AFTER``, the wall-clock times around the transport's publish call."""
+def run_publisher(workspace_id: int, live_query: bool = False) -> None:
+    """``--publisher``: create a ``Company`` (``--live-query``: a ``Case``) per ``pub TAG``
+    line read on stdin; answer ``ok TAG BEFORE AFTER``, the wall-clock times around the
+    transport's publish call."""
     from realtime.transports import get_transport
-    from tests.testapp.models import Company
+    from tests.testapp.models import Case, Company
+
+    def create(tag: str) -> None:
+        if live_query:
+            Case.objects.create(workspace_id=workspace_id, title=tag, priority=9)
+        else:
+            Company.objects.create(workspace_id=workspace_id, name=tag)
 
     transport = get_transport()
     publish = transport.publish
@@ -88,14 +95,14 @@ def run_publisher(workspace_id: int) -> None:
 
     # An instance attribute shadows the method for this process's transport only.
     setattr(transport, "publish", timed)  # noqa: B010
-    Company.objects.create(workspace_id=workspace_id, name="warm-up")
+    create("warm-up")
     print(READY, flush=True)
     for line in sys.stdin:
         command, _, tag = line.strip().partition(" ")
         if command != "pub":
             break
         stamps.clear()
-        Company.objects.create(workspace_id=workspace_id, name=tag)
+        create(tag)
         after_create = time.time()
         before, after = stamps[-1] if stamps else (after_create, after_create)
         print(f"ok {tag} {before:.6f} {after:.6f}", flush=True)
@@ -120,6 +127,7 @@ class Publisher:
             args.database,
             "--publisher",
             str(workspace_id),
+            *(["--live-query"] if args.live_query else []),
             cwd=harness.ROOT,
             env=env,
             stdin=asyncio.subprocess.PIPE,
@@ -205,16 +213,20 @@ class RepeatResult:
 class Session:
     """The sockets of one count, their readers, and the publisher that writes for them."""
 
-    def __init__(self, readers: Readers, publisher: Publisher, count: int) -> None:
+    def __init__(
+        self, readers: Readers, publisher: Publisher, count: int, field: str = "name"
+    ) -> None:
         self.readers = readers
         self.publisher = publisher
         self.count = count
+        #: The field of the row written whose value tags the frame (``title``: a Case's).
+        self.field = field
         self.serial = 0
 
     async def sample(self, label: str) -> Sample:
         self.serial += 1
         tag = f"{label}-{self.serial}"
-        marker = f'"name":"{tag}"'
+        marker = f'"{self.field}":"{tag}"'
         arrivals = Arrivals(self.count)
 
         def sink(index: int, frame: str | bytes, arrived: float) -> None:
@@ -225,6 +237,25 @@ class Session:
         before, committed = await self.publisher.publish(tag)
         await arrivals.wait(SAMPLE_WAIT)
         return Sample(before, committed, list(arrivals.times))
+
+
+#: The live query each socket asks with ``--live-query``: the newest open cases, 50 of them
+#: (each write enters every window at its top, pushing its last row out).
+LIVE_QUERY = {"model": "case", "where": {"status": "open"}, "order_by": ["-id"], "limit": 50}
+
+
+async def open_queried(url: str, token: str, slug: str, hearing: bool) -> Any:
+    """Connect and authenticate for ``slug``; a socket that hears the writes asks the live
+    query and has its rows before it counts as open (the others ask one of another status)."""
+    connection = await harness.open_realtime(url, token, slug, [])
+    where = LIVE_QUERY["where"] if hearing else {"status": "never"}
+    await connection.send(
+        json.dumps({"type": "query", "data": {**LIVE_QUERY, "id": "bench", "where": where}})
+    )
+    async with asyncio.timeout(harness.WAIT):
+        while json.loads(await connection.recv()).get("type") != "query.rows":
+            pass
+    return connection
 
 
 def pause(args: argparse.Namespace) -> float:
@@ -309,15 +340,23 @@ async def measure_count(
     connections = []
     try:
         started = time.monotonic()
-        connections = await harness.open_many(
-            count,
-            lambda index: harness.open_realtime(
-                url,
-                members.tokens[index],
-                members.slug,
-                [harness.CHANNEL if index < hearing else OTHER_CHANNEL],
-            ),
-        )
+        if args.live_query:
+            connections = await harness.open_many(
+                count,
+                lambda index: open_queried(
+                    url, members.tokens[index], members.slug, index < hearing
+                ),
+            )
+        else:
+            connections = await harness.open_many(
+                count,
+                lambda index: harness.open_realtime(
+                    url,
+                    members.tokens[index],
+                    members.slug,
+                    [harness.CHANNEL if index < hearing else OTHER_CHANNEL],
+                ),
+            )
         print(
             f"\n{count:,} sockets open in {time.monotonic() - started:.1f} s "
             f"(server RSS {harness.kib(server.rss())}); {hearing:,} of them hear each write",
@@ -325,7 +364,7 @@ async def measure_count(
         )
         readers = Readers(connections)
         readers.start()
-        session = Session(readers, publisher, hearing)
+        session = Session(readers, publisher, hearing, "title" if args.live_query else "name")
         for _ in range(WARM_UP):
             warm = await session.sample(f"warm-{count}")
             if len(warm.arrivals) < hearing:
@@ -494,6 +533,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     harness.add_set_option(parser)
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
+    parser.add_argument(
+        "--live-query",
+        action="store_true",
+        help="each socket asks a live query of Case (filters=) instead of subscribing; the "
+        "publisher creates cases, and the clock stops at each socket's query.diff",
+    )
     parser.add_argument("--publisher", type=int, metavar="WORKSPACE", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -527,7 +572,7 @@ def main() -> None:
         # A publishing subprocess: the environment already names the database and settings.
         settings = json.loads(os.environ["REALTIME_TEST_SETTINGS"])
         harness.setup_django(Database(args.database, _database_name()), settings)
-        run_publisher(args.publisher)
+        run_publisher(args.publisher, args.live_query)
         return
     if args.transport == "pg_notify" and args.database != "postgresql":
         raise SystemExit("the pg_notify transport needs --database postgresql")
@@ -561,6 +606,7 @@ def main() -> None:
             "code": harness.code_version(),
             "settings": settings,
             "audience": args.audience,
+            "live_query": args.live_query,
             "results": report(args, results),
         }
     finally:

@@ -176,11 +176,11 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
     refill_time = 0.0
     plain_refill = queries._refill
 
-    async def timed_refill(query: LiveQuery) -> None:
+    async def timed_refill(query: LiveQuery, *, afresh: bool = False) -> None:
         nonlocal refill_time
         started = time.process_time()
         try:
-            await plain_refill(query)
+            await plain_refill(query, afresh=afresh)
         finally:
             refill_time += time.process_time() - started
 
