@@ -71,16 +71,17 @@ READY = "ready"
 # --- The publishing subprocess ---------------------------------------------------------------
 
 
-def run_publisher(workspace_id: int, live_query: bool = False) -> None:
+def run_publisher(workspace_id: int, live_query: str | None = None) -> None:
     """``--publisher``: create a ``Company`` (``--live-query``: a ``Case``) per ``pub TAG``
     line read on stdin; answer ``ok TAG BEFORE AFTER``, the wall-clock times around the
     transport's publish call."""
     from realtime.transports import get_transport
-    from tests.testapp.models import Case, Company
+    from tests.testapp.models import Case, Company, Job
 
     def create(tag: str) -> None:
         if live_query:
-            Case.objects.create(workspace_id=workspace_id, title=tag, priority=9)
+            model = Case if live_query == "case" else Job
+            model.objects.create(workspace_id=workspace_id, title=tag, priority=9)
         else:
             Company.objects.create(workspace_id=workspace_id, name=tag)
 
@@ -127,7 +128,7 @@ class Publisher:
             args.database,
             "--publisher",
             str(workspace_id),
-            *(["--live-query"] if args.live_query else []),
+            *(["--live-query", args.live_query] if args.live_query else []),
             cwd=harness.ROOT,
             env=env,
             stdin=asyncio.subprocess.PIPE,
@@ -241,16 +242,21 @@ class Session:
 
 #: The live query each socket asks with ``--live-query``: the newest open cases, 50 of them
 #: (each write enters every window at its top, pushing its last row out).
-LIVE_QUERY = {"model": "case", "where": {"status": "open"}, "order_by": ["-id"], "limit": 50}
+LIVE_QUERY = {"where": {"status": "open"}, "order_by": ["-id"], "limit": 50}
 
 
-async def open_queried(url: str, token: str, slug: str, hearing: bool) -> Any:
+async def open_queried(url: str, token: str, slug: str, hearing: bool, model: str) -> Any:
     """Connect and authenticate for ``slug``; a socket that hears the writes asks the live
     query and has its rows before it counts as open (the others ask one of another status)."""
     connection = await harness.open_realtime(url, token, slug, [])
     where = LIVE_QUERY["where"] if hearing else {"status": "never"}
     await connection.send(
-        json.dumps({"type": "query", "data": {**LIVE_QUERY, "id": "bench", "where": where}})
+        json.dumps(
+            {
+                "type": "query",
+                "data": {**LIVE_QUERY, "model": model, "id": "bench", "where": where},
+            }
+        )
     )
     async with asyncio.timeout(harness.WAIT):
         while json.loads(await connection.recv()).get("type") != "query.rows":
@@ -344,7 +350,7 @@ async def measure_count(
             connections = await harness.open_many(
                 count,
                 lambda index: open_queried(
-                    url, members.tokens[index], members.slug, index < hearing
+                    url, members.tokens[index], members.slug, index < hearing, args.live_query
                 ),
             )
         else:
@@ -535,9 +541,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the summary to this file")
     parser.add_argument(
         "--live-query",
-        action="store_true",
-        help="each socket asks a live query of Case (filters=) instead of subscribing; the "
-        "publisher creates cases, and the clock stops at each socket's query.diff",
+        choices=["case", "job"],
+        help="each socket asks a live query of this model instead of subscribing (case: "
+        "guarded, job: unguarded); the publisher creates its rows, and the clock stops at "
+        "each socket's query.diff",
     )
     parser.add_argument("--publisher", type=int, metavar="WORKSPACE", help=argparse.SUPPRESS)
     return parser.parse_args(argv)

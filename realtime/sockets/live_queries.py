@@ -26,8 +26,10 @@ share, and are refused.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import functools
+import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -507,6 +509,8 @@ def read_rows(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> list[dict[st
 
 #: Hands one encoded frame to a socket, in order with its other frames.
 Deliver = Callable[[Any, str], Awaitable[None]]
+#: Queries followed before the event loop gets a turn to write what they sent.
+YIELD_EVERY = 100
 #: Times a query's first rows are read again when writes it heard meanwhile cannot be applied.
 LOAD_TRIES = 3
 #: Stands for a message that does not say enough: the query is read again.
@@ -589,6 +593,9 @@ class Queries:
     def __init__(self, deliver: Deliver) -> None:
         self.deliver = deliver
         self.by_model: dict[str, ModelQueries] = {}
+        #: While a message is carried: the diffs of the same rows encoded once for every
+        #: query that sends them, by the rows' identities (the rows kept, so none is reused).
+        self._bodies: dict[tuple[Any, ...], tuple[Diff, str]] = {}
 
     def sockets_of(self, name: str) -> set[Any]:
         """The sockets holding a query of the model announced as ``name``."""
@@ -697,11 +704,17 @@ class Queries:
         change = UNREAD if options is None else change_of(options, data, meta, action)
         touched = group.all if change in (UNREAD, FOLDED) else group.touched(*change)
         done: set[LiveQuery] = set()
+        self._bodies = {}
         for query in touched:
             if query in done or query.socket not in readers:
                 continue
             done.add(query)
             await self._carry_one(query, change)
+            if len(done) % YIELD_EVERY == 0:
+                # Let the event loop write what is handed over so far: the first sockets
+                # need not wait until every query has been followed.
+                await asyncio.sleep(0)
+        self._bodies = {}
 
     async def _carry_one(self, query: LiveQuery, change: Any) -> None:
         if query.pending is not None:
@@ -732,8 +745,20 @@ class Queries:
             await self._send_diff(query, diff)
 
     async def _send_diff(self, query: LiveQuery, diff: Diff) -> None:
-        data = {"id": query.id, "enter": diff.enter, "leave": diff.leave, "update": diff.update}
-        await self.deliver(query.socket, encode({"type": DIFF, "data": data}))
+        # The rows of one message are the same objects in every query's diff: their
+        # encoding is made once, and each frame is its query's id before it.
+        shape = (
+            tuple(id(row) for row in diff.enter),
+            tuple(map(str, diff.leave)),
+            tuple(id(row) for row in diff.update),
+        )
+        found = self._bodies.get(shape)
+        if found is None:
+            changes = {"enter": diff.enter, "leave": diff.leave, "update": diff.update}
+            found = self._bodies[shape] = (diff, encode(changes)[1:])
+        query_id = json.dumps(query.id, ensure_ascii=False)
+        frame = f'{{"type":"{DIFF}","data":{{"id":{query_id},{found[1]}}}'
+        await self.deliver(query.socket, frame)
 
 
 def change_of(options: ModelOptions, data: Any, meta: Any, action: str) -> Any:

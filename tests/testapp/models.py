@@ -649,3 +649,16 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return self.text
+
+
+@realtime_model(fields=["title", "status", "priority"], filters=["status", "priority"])
+class Job(models.Model):
+    """Queryable and unguarded: what live queries cost without a guard's check."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, default="open")
+    priority = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.title
