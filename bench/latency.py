@@ -89,9 +89,9 @@ def run_publisher(workspace_id: int, live_query: str | None = None) -> None:
     publish = transport.publish
     stamps: list[tuple[float, float]] = []
 
-    def timed(messages: Any) -> None:
+    def timed(messages: Any, **options: Any) -> None:
         before = time.time()
-        publish(messages)
+        publish(messages, **options)  # txn=, for a transport that keeps an outbox
         stamps.append((before, time.time()))
 
     # An instance attribute shadows the method for this process's transport only.
