@@ -4,6 +4,7 @@ sockets by the writes that commit (``realtime.sockets.live_queries``)."""
 from __future__ import annotations
 
 import datetime
+import json
 import random
 from typing import Any
 
@@ -15,7 +16,7 @@ from django.test.utils import isolate_apps
 
 from realtime import realtime_model
 from realtime.auth import issue_token
-from realtime.broadcast import broadcast_to_user
+from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from realtime.checks.declarations import check_models
 from realtime.registry import options_for
 from realtime.sockets.live_queries import (
@@ -27,6 +28,7 @@ from realtime.sockets.live_queries import (
     row_of_instance,
 )
 from realtime.writes.decorator import unregister
+from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers
 from tests.testapp.models import Alert, Case, Company, Membership, Workspace
@@ -573,3 +575,36 @@ async def test_a_scope_lost_on_recheck_takes_its_rows_out_of_every_query(
     # Writes of the scope it lost reach the query no more.
     await off_loop(Case.objects.create, workspace=acme, title="acme's too")
     assert [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query")] == []
+
+
+def test_over_the_budget_a_message_drops_the_filters_values_before_its_data() -> None:
+    message = {
+        "target": "scope",
+        "scope_id": 1,
+        "event_type": "case.updated",
+        "data": {"model": "case", "id": 7, "title": "t" * 40},
+        "channels": ["case", "case:7"],
+        "meta": {"filters": {"status": "s" * 60}},
+    }
+    whole = len(encode_message(dict(message), None) or b"")
+    fitted = encode_message(dict(message), whole - 20)
+    assert fitted is not None
+    decoded = json.loads(fitted)
+    assert decoded["data"]["title"] == "t" * 40  # every other reader keeps the record whole
+    assert decoded["meta"] == {"filters": None}  # the worker reads its queries' rows again
+
+
+async def test_an_application_broadcast_named_like_a_model_event_leaves_queries_alone(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    case = await off_loop(Case.objects.create, workspace=workspace, title="kept")
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("query", {"id": "all", "model": "case"})
+    await client.wait_for(lambda f: f["type"] == "query.rows")
+    await off_loop(
+        broadcast_to_scope, workspace.pk, "case.deleted", {"model": "case", "id": case.pk}
+    )
+    frames = await marker_for(client, ann.pk)
+    assert [f for f in frames if f["type"].startswith("query.")] == []

@@ -403,8 +403,9 @@ class Dispatcher:
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         channels = message.get("channels")
         plan = Plan(targets & listed, frame, event_type, data, channels, scope_id=scope_id)
-        if queried:
-            plan.queried, plan.query_action = targets & queried, _query_action(message)
+        action = _query_action(message) if queried else None
+        if queried and action is not None:
+            plan.queried, plan.query_action = targets & queried, action
         return plan
 
     async def _plan_users(
@@ -437,12 +438,15 @@ class Dispatcher:
             targets = {s for s in targets if skip not in s.scopes}
         frame = protocol.event_frame(event_type, data, message.get("meta"))
         plan = Plan(targets, frame, event_type, data, message.get("channels"))
-        if among is None and message.get("row"):
-            plan.queried = self._queried_by_account(message, targets)
-            plan.query_action = _query_action(message)
+        action = _query_action(message) if among is None and message.get("row") else None
+        if action is not None:
+            plan.queried = self._queried_by_account(message, targets, action)
+            plan.query_action = action
         return plan
 
-    def _queried_by_account(self, message: dict[str, Any], targets: set[Socket]) -> set[Socket]:
+    def _queried_by_account(
+        self, message: dict[str, Any], targets: set[Socket], action: str
+    ) -> set[Socket]:
         """Of ``targets``, the sockets whose live queries an account event about a row
         changes: any, for a model addressed to accounts; for a scope's model (an event to
         readers outside the row's scope), only those that lose the row: its queries list
@@ -451,7 +455,7 @@ class Dispatcher:
         options = options_named(name) if name else None
         if options is None or not options.filters:
             return set()
-        if options.user_field is None and _query_action(message) != "leave":
+        if options.user_field is None and action != "leave":
             return set()
         sockets = self.live.sockets_of(name)
         return {s for s in targets if s in sockets}
@@ -635,11 +639,17 @@ def _model_of(message: dict[str, Any]) -> str:
     return event_type.rpartition(".")[0] if isinstance(event_type, str) else ""
 
 
-def _query_action(message: dict[str, Any]) -> str:
-    """What an event does to the live queries that hear it (see ``Plan.query_action``)."""
+def _query_action(message: dict[str, Any]) -> str | None:
+    """What an event does to the live queries that hear it (see ``Plan.query_action``);
+    ``None`` for a message that is no model's event about a row (an application's
+    broadcast, whatever its name): a queryable model's events carry ``meta.filters``."""
     meta = message.get("meta")
-    if isinstance(meta, dict) and meta.get("truncated") and message.get("data") is None:
+    if not isinstance(meta, dict):
+        return None
+    if meta.get("truncated") and message.get("data") is None:
         return "fold"
+    if "filters" not in meta:
+        return None
     event_type = message.get("event_type")
     if isinstance(event_type, str) and event_type.endswith(".deleted"):
         return "leave"

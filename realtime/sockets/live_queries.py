@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import datetime
 import functools
 import json
 import logging
@@ -35,12 +36,15 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connections, models, router
+from django.utils import timezone
 
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
+from realtime.paths import to_lookup
 from realtime.registry import ModelOptions, options_named
 from realtime.sockets.limits import log_bad_input
 from realtime.sockets.protocol import encode
@@ -175,7 +179,11 @@ def read_value(field: models.Field[Any, Any], value: Any) -> Any:
         return None
     if isinstance(value, dict | list):
         raise ValidationError("not a single value")
-    return _value_field(field).to_python(value)
+    read = _value_field(field).to_python(value)
+    if isinstance(read, datetime.datetime) and settings.USE_TZ and timezone.is_naive(read):
+        # As the ORM reads a naive value given to a filter: in the current time zone.
+        read = timezone.make_aware(read)
+    return read
 
 
 def _term(options: ModelOptions, key: Any, value: Any) -> Term:
@@ -341,10 +349,12 @@ class LiveQuery:
 
     __slots__ = (
         "_order",
+        "again",
         "capped",
         "holders",
         "id",
         "keys",
+        "loading",
         "pending",
         "shape",
         "socket",
@@ -370,6 +380,9 @@ class LiveQuery:
         #: Messages carried out while the first rows are read (``change_of``).
         self.pending: list[Any] | None = []
         self.stopped = False
+        #: Its rows are being read (``Queries._load``); another read was asked meanwhile.
+        self.loading = False
+        self.again = False
 
     @property
     def options(self) -> ModelOptions:
@@ -379,6 +392,8 @@ class LiveQuery:
         return [entry.row for entry in self.window]
 
     def _put(self, entry: Entry) -> None:
+        if self.stopped:
+            return  # forgotten: it holds no row (``Queries._forget`` cleared it)
         bisect.insort(self.window, entry, key=self._order)
         self.keys[entry.key] = entry
         if self.holders is not None:
@@ -399,6 +414,8 @@ class LiveQuery:
     def load(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
         self.clear()
+        if self.stopped:
+            return
         for row in rows[: self.shape.limit]:  # in the query's order already
             entry = entry_of(self.options, row)
             if entry is not None:
@@ -486,7 +503,8 @@ def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QueryS
         attname = options.filter_attnames[term.name]
         rows = rows.filter(**term.lookup_kwargs(attname))
     if options.user_field is not None:
-        reached = model._base_manager.filter(**{options.user_field: user.pk}).values("pk")
+        path = to_lookup(options.user_field)
+        reached = model._base_manager.filter(**{path: user.pk}).values("pk")
         rows = rows.filter(pk__in=reached)
     elif options.scope_attname is not None:
         rows = rows.filter(**{f"{options.scope_attname}__in": list(scope_ids)})
@@ -647,17 +665,29 @@ class Queries:
                 del self.by_model[name]
 
     async def _load(self, query: LiveQuery) -> None:
-        """Read the query's first rows, apply what it heard meanwhile, send ``query.rows``."""
+        """Read the query's first rows, apply what it heard meanwhile, send ``query.rows``.
+
+        One load at a time per query: a load asked while one runs (the socket's scopes
+        changed) makes the running one read again once it is done."""
         group = self.by_model.get(query.options.name)
         if group is None:
             return
+        if query.loading:
+            query.again = True
+            return
+        query.loading = True
         group.loading.add(query)
         try:
-            await self._read_first(query)
+            query.again = True
+            while query.again and not query.stopped:
+                query.again = False
+                await self._read_first(query)
         finally:
+            query.loading = False
             group.loading.discard(query)
 
     async def _read_first(self, query: LiveQuery) -> None:
+        settled = False
         for _ in range(LOAD_TRIES):
             query.pending = []
             try:
@@ -671,17 +701,25 @@ class Queries:
                 return
             query.load(rows)
             heard, query.pending = query.pending, None
-            if all(
+            settled = all(
                 change not in (UNREAD, FOLDED) and query.apply(*change) is not None
                 for change in heard
-            ):
+            )
+            if settled:
                 break
-        else:
-            query.pending = None
         await self._send_rows(query)
+        if not settled:
+            await self._refill(query)  # what it heard while reading: read once more
 
     async def reload(self, socket: Any) -> None:
-        """Read every query of ``socket`` again (the scopes it reads changed)."""
+        """Read every query of ``socket`` again (the scopes it reads changed). Their frames
+        still held for it (a recheck holds them until it answers) may show rows of a scope
+        it just lost: they are dropped, the rows read now replace them."""
+        held = socket.held
+        if held:
+            kept = [entry for entry in held if not _is_list_frame(entry.message)]
+            held.clear()
+            held.extend(kept)
         for query in list(socket.queries.values()):
             await self._load(query)
 
@@ -702,14 +740,19 @@ class Queries:
             return
         options = options_named(name)
         change = UNREAD if options is None else change_of(options, data, meta, action)
-        touched = group.all if change in (UNREAD, FOLDED) else group.touched(*change)
+        # A list: queries come and go while the loop awaits.
+        touched = list(group.all) if change in (UNREAD, FOLDED) else group.touched(*change)
         done: set[LiveQuery] = set()
         self._bodies = {}
         for query in touched:
-            if query in done or query.socket not in readers:
+            if query in done or query.stopped or query.socket not in readers:
                 continue
             done.add(query)
-            await self._carry_one(query, change)
+            try:
+                await self._carry_one(query, change)
+            except Exception:
+                logger.exception("realtime: live query %r could not follow a write", query.id)
+                await self._refill(query)
             if len(done) % YIELD_EVERY == 0:
                 # Let the event loop write what is handed over so far: the first sockets
                 # need not wait until every query has been followed.
@@ -759,6 +802,12 @@ class Queries:
         query_id = json.dumps(query.id, ensure_ascii=False)
         frame = f'{{"type":"{DIFF}","data":{{"id":{query_id},{found[1]}}}'
         await self.deliver(query.socket, frame)
+
+
+def _is_list_frame(message: dict[str, Any]) -> bool:
+    """Whether a ``websocket.send`` message is a live query's ``query.rows`` or ``query.diff``."""
+    text = message.get("text")
+    return isinstance(text, str) and text.startswith((f'{{"type":"{ROWS}"', f'{{"type":"{DIFF}"'))
 
 
 def change_of(options: ModelOptions, data: Any, meta: Any, action: str) -> Any:

@@ -121,7 +121,9 @@ class Event:
             meta["moved"] = True
         if self.order is not None:
             meta["order"] = self.order
-        if self.values is not None and not self.folded:
+        if self.options.filters and not self.folded:
+            # Also on a delete (null): it marks a model's event for live queries, which an
+            # application's broadcast of the same name never is.
             meta["filters"] = self.values
         return meta
 

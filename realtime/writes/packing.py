@@ -38,6 +38,14 @@ def fit(message: Message, budget: int | None) -> bytes | None:
         return encoded
     if "event_type" not in message:
         return None
+    meta = message.get("meta")
+    if isinstance(meta, dict) and meta.get("filters"):
+        # Live queries' values go first: without them a worker reads its queries' rows
+        # again, while every other reader keeps the record whole.
+        message["meta"] = {**meta, "filters": None}
+        encoded = encode(message)
+        if len(encoded) <= budget:
+            return encoded
     message["data"] = identity(message.get("data"))
     message["meta"] = {**message.get("meta", {}), "truncated": True}
     encoded = encode(message)

@@ -100,7 +100,7 @@ def _forms(event: Event) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
     moved: dict[str, Any] = {"moved": True}
     if event.origin is not None:
         moved = {"origin": event.origin, "moved": True}
-    if event.values is not None:
+    if event.options.filters:
         moved["filters"] = event.values  # a live query places the row that enters
     return identity, moved, event.meta()
 
