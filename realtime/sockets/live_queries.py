@@ -2,7 +2,7 @@
 
 A client asks ``query`` with a ``where`` (an AND of lookups on the model's ``filters=``
 fields), an ``order_by`` and a ``limit``. The worker reads the first rows the socket's account
-may read (``snapshot``: the scopes it reads, or its account for an account model, narrowed by
+may read (``read_rows``: the scopes it reads, or its account for an account model, narrowed by
 the guard) and keeps them as the query's *window*: keys, sort values and rows. Every message
 the socket may read about a row of the model is then matched in process, against the values
 of the ``filters`` columns the message carries (``meta.filters``): no statement decides
