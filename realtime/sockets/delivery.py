@@ -344,7 +344,11 @@ class Dispatcher:
         elif not (members := index.by_scope.get(scope_id)):
             return None
         else:
-            queried = {s for s in self.live.sockets_of(_model_of(message)) if s in members}
+            queried = {
+                s
+                for s in self.live.sockets_of(_model_of(message.get("event_type")))
+                if s in members
+            }
             if channels is None:
                 targets = set(members)
             else:
@@ -363,7 +367,7 @@ class Dispatcher:
         if among is not None:
             targets = {s for s in among if s.hears(None, channels)}
         else:
-            queried = self.live.sockets_of(_model_of(message))
+            queried = self.live.sockets_of(_model_of(message.get("event_type")))
             targets = set()
             for channel in channels:
                 targets |= self.index.by_channel.get(channel, set())
@@ -451,7 +455,7 @@ class Dispatcher:
         changes: any, for a model addressed to accounts; for a scope's model (an event to
         readers outside the row's scope), only those that lose the row: its queries list
         the rows of the scopes the socket reads."""
-        name = _model_of(message)
+        name = _model_of(message.get("event_type"))
         options = options_named(name) if name else None
         if options is None or not options.filters:
             return set()
@@ -470,7 +474,7 @@ class Dispatcher:
             metrics.delivered(plan.mid, len(plan.targets))
             self._delivered(plan)
         if plan.queried:
-            name = _model_of({"event_type": plan.event_type})
+            name = _model_of(plan.event_type)
             try:
                 await self.live.carry(name, plan.queried, plan.data, plan.meta, plan.query_action)
             except Exception:
@@ -633,9 +637,8 @@ def streams_heard(socket: Socket, transport: Transport) -> frozenset[str]:
     return frozenset(transport.stream_of(channel) for channel in channels)
 
 
-def _model_of(message: dict[str, Any]) -> str:
+def _model_of(event_type: Any) -> str:
     """The name of the model an event is about: ``ticket`` of ``ticket.updated``."""
-    event_type = message.get("event_type")
     return event_type.rpartition(".")[0] if isinstance(event_type, str) else ""
 
 

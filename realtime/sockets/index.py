@@ -11,13 +11,15 @@ following scopes on the transport is the manager's job.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from realtime.conf import conf
 from realtime.registry import subscribable_names
 from realtime.sockets.connection import Socket
 from realtime.sockets.protocol import channel_model
 from realtime.sockets.subscriptions import log_unknown
+
+T = TypeVar("T")
 
 
 class SocketIndex:
@@ -43,9 +45,9 @@ class SocketIndex:
         if socket not in self.sockets:
             return False
         self.sockets.discard(socket)
-        _discard(self.by_user, socket.user_id, socket)
+        discard(self.by_user, socket.user_id, socket)
         for channel in socket.channels:
-            _discard(self.by_channel, channel, socket)
+            discard(self.by_channel, channel, socket)
         self.leave(socket, list(socket.scopes))
         return True
 
@@ -59,7 +61,7 @@ class SocketIndex:
     def leave(self, socket: Socket, scope_ids: Iterable[Any]) -> None:
         """Unindex ``socket`` from scopes it no longer reads."""
         for scope_id in scope_ids:
-            _discard(self.by_scope, scope_id, socket)
+            discard(self.by_scope, scope_id, socket)
             self.unindex_channels(socket, scope_id, socket.channels)
             if socket.allowed is not None:
                 socket.allowed.pop(scope_id, None)
@@ -69,7 +71,7 @@ class SocketIndex:
         for scope_id in socket.scopes:
             self.unindex_channels(socket, scope_id, socket.channels)
         for channel in socket.channels:
-            _discard(self.by_channel, channel, socket)
+            discard(self.by_channel, channel, socket)
         socket.channels.clear()
         if socket.allowed is not None:
             socket.allowed.clear()
@@ -133,7 +135,7 @@ class SocketIndex:
             return
         socket.channels.difference_update(held)
         for channel in held:
-            _discard(self.by_channel, channel, socket)
+            discard(self.by_channel, channel, socket)
         for scope_id in socket.scopes:
             self.unindex_channels(socket, scope_id, held)
         if socket.allowed is not None:
@@ -164,16 +166,17 @@ class SocketIndex:
 
     def unindex_channels(self, socket: Socket, scope_id: Any, channels: Iterable[str]) -> None:
         for channel in channels:
-            _discard(self.by_scope_channel, (scope_id, channel), socket)
+            discard(self.by_scope_channel, (scope_id, channel), socket)
 
     def held_by(self, user_id: Any) -> int:
         """How many sockets of an account this process holds."""
         return len(self.by_user.get(user_id, ()))
 
 
-def _discard(index: dict[Any, set[Socket]], key: Any, socket: Socket) -> None:
+def discard(index: dict[Any, set[T]], key: Any, item: T) -> None:
+    """Take ``item`` out of ``index[key]``, and the key out once its set is empty."""
     group = index.get(key)
     if group is not None:
-        group.discard(socket)
+        group.discard(item)
         if not group:
             del index[key]

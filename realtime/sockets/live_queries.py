@@ -46,6 +46,7 @@ from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
 from realtime.paths import to_lookup
 from realtime.registry import ModelOptions, options_named
+from realtime.sockets.index import discard
 from realtime.sockets.limits import log_bad_input
 from realtime.sockets.protocol import encode
 
@@ -86,9 +87,8 @@ def refusal_id(data: dict[str, Any]) -> Any:
 @dataclass(frozen=True, slots=True)
 class Term:
     """One lookup of ``where``: ``name`` (a ``filters`` field), ``lookup``, its value read by
-    the field (a list for ``in``, a pair for ``range``, a bool for ``isnull``)."""
+    the field (a tuple for ``in``, a pair for ``range``, a bool for ``isnull``)."""
 
-    key: str
     name: str
     lookup: str
     value: Any
@@ -199,23 +199,21 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
         if lookup == "isnull":
             if not isinstance(value, bool):
                 raise invalid
-            return Term(key, name, lookup, value)
+            return Term(name, lookup, value)
         if lookup == "in":
             if not isinstance(value, list) or len(value) > MAX_IN:
                 raise invalid
             read = [read_value(field, item) for item in value]
-            return Term(key, name, lookup, tuple(item for item in read if item is not None))
+            return Term(name, lookup, tuple(item for item in read if item is not None))
         if lookup == "range":
             if not isinstance(value, list) or len(value) != 2 or None in value:
                 raise invalid
-            return Term(
-                key, name, lookup, (read_value(field, value[0]), read_value(field, value[1]))
-            )
+            return Term(name, lookup, (read_value(field, value[0]), read_value(field, value[1])))
         if value is None:
             if lookup != "exact":
                 raise invalid
-            return Term(key, name, "isnull", True)
-        return Term(key, name, lookup, read_value(field, value))
+            return Term(name, "isnull", True)
+        return Term(name, lookup, read_value(field, value))
     except (ValidationError, TypeError, ValueError) as exc:
         raise invalid from exc
 
@@ -568,7 +566,7 @@ class ModelQueries:
         names, values = _exact_terms(query.shape)
         if names:
             by_values = self.by_terms.get(names, {})
-            _discard(by_values, values, query)
+            discard(by_values, values, query)
             if not by_values:
                 self.by_terms.pop(names, None)
         query.clear()
@@ -577,7 +575,7 @@ class ModelQueries:
         self.holding.setdefault(key, set()).add(query)
 
     def release(self, query: LiveQuery, key: Any) -> None:
-        _discard(self.holding, key, query)
+        discard(self.holding, key, query)
 
     def touched(self, entry: Entry | None, key: Any) -> list[LiveQuery]:
         """The queries a message about the row ``key`` (``entry``: as it is now) may change
@@ -595,14 +593,6 @@ def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     """The names and values of a shape's ``exact`` terms, in name order (its index key)."""
     terms = sorted((term.name, term.value) for term in shape.terms if term.lookup == "exact")
     return tuple(name for name, _ in terms), tuple(value for _, value in terms)
-
-
-def _discard(index: dict[Any, set[LiveQuery]], key: Any, query: LiveQuery) -> None:
-    group = index.get(key)
-    if group is not None:
-        group.discard(query)
-        if not group:
-            del index[key]
 
 
 class Queries:

@@ -478,22 +478,31 @@ def _updated_events(
     scope)."""
     rows = list(rows)
     to_many = to_many_of_rows(options, model, [row.pk for row in rows], db)
-    events: list[Event | None] = []
-    for row in rows:
-        before = befores.get(row.pk)
-        event = read_event(
-            options,
-            row,
-            "updated",
-            changed,
-            scopeless=before is not None,
-            to_many=to_many[row_key(row.pk)],
-            using=db,
-        )
-        if event is not None:
-            event.before = before
-        events.append(event)
-    return events
+    return [_updated_event(options, row, changed, befores.get(row.pk), to_many, db) for row in rows]
+
+
+def _updated_event(
+    options: ModelOptions,
+    row: models.Model,
+    changed: list[str],
+    before: Before | None,
+    to_many: dict[Any, dict[str, list[Any]]],
+    db: str,
+) -> Event | None:
+    """The ``updated`` event of ``row`` as it is after a bulk write, with who could read it
+    before where that was taken (then it tells those readers even if it left every scope)."""
+    event = read_event(
+        options,
+        row,
+        "updated",
+        changed,
+        scopeless=before is not None,
+        to_many=to_many[row_key(row.pk)],
+        using=db,
+    )
+    if event is not None:
+        event.before = before
+    return event
 
 
 def _matched(
@@ -709,18 +718,7 @@ def _announce_changes(
         if index >= conf.BULK_LIMIT:
             audiences.append(_audience_of(options, obj))
             continue
-        event = read_event(
-            options,
-            obj,
-            "updated",
-            names,
-            scopeless=before is not None,
-            to_many=to_many[row_key(obj.pk)],
-            using=db,
-        )
-        if event is not None:
-            event.before = before
-        events.append(event)
+        events.append(_updated_event(options, obj, names, before, to_many, db))
     _add_all(events, db)
     _fold(options, "updated", audiences, db)
 
