@@ -18,7 +18,7 @@ from realtime import realtime_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from realtime.checks.declarations import check_models
-from realtime.registry import options_for
+from realtime.registry import ModelOptions, options_for
 from realtime.sockets.live_queries import (
     LiveQuery,
     QueryRefusedError,
@@ -30,7 +30,7 @@ from realtime.sockets.live_queries import (
 from realtime.writes.decorator import unregister
 from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
-from tests.live import Client, Clients, LiveServers
+from tests.live import Client, Clients, LiveServers, each_server  # noqa: F401 - a fixture
 from tests.testapp.models import Alert, Case, Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -207,9 +207,14 @@ def _window(where: dict[str, Any], order_by: list[str], limit: int) -> tuple[Any
     return workspace, reader, shape
 
 
-def _rows(shape: Any, reader: Any, workspace: Any) -> list[dict[str, Any]]:
+def case_options() -> ModelOptions:
     options = options_for(Case)
     assert options is not None
+    return options
+
+
+def _rows(shape: Any, reader: Any, workspace: Any) -> list[dict[str, Any]]:
+    options = case_options()
     found = queryset(shape, reader, [workspace.pk])[: shape.limit + 1]
     return [row_of_instance(options, case) for case in found]
 
@@ -222,8 +227,7 @@ def test_a_row_entering_a_full_window_pushes_the_last_one_out_in_the_same_diff()
     query.load(_rows(shape, reader, workspace))
     assert [row["priority"] for row in query.rows()] == [5, 3]
     urgent = Case.objects.create(workspace=workspace, title="urgent", priority=9)
-    options = options_for(Case)
-    assert options is not None
+    options = case_options()
     diff = query.apply(entry_of(options, row_of_instance(options, urgent)), urgent.pk)
     assert diff is not None
     assert [row["title"] for row in diff.enter] == ["urgent"]
@@ -240,8 +244,7 @@ def test_a_row_leaving_a_full_window_asks_for_the_rows_after_it() -> None:
     top = Case.objects.get(title="p5")
     top.status = "closed"
     top.save()
-    options = options_for(Case)
-    assert options is not None
+    options = case_options()
     assert query.apply(entry_of(options, row_of_instance(options, top)), top.pk) is None
     diff = query.replace(_rows(shape, reader, workspace))
     assert diff.leave == [top.pk]
@@ -280,8 +283,7 @@ def apply_frames(lists: dict[str, list[dict[str, Any]]], frames: list[dict[str, 
 
 def orm_answer(shape_data: dict[str, Any], user: Any, workspace: Any) -> list[dict[str, Any]]:
     _, shape = read_query({"id": "check", **shape_data})
-    options = options_for(Case)
-    assert options is not None
+    options = case_options()
     found = queryset(shape, user, [workspace.pk])[: shape.limit]
     return [row_of_instance(options, case) for case in found]
 
@@ -417,6 +419,7 @@ async def test_refused_queries_answer_query_error_and_the_socket_stays(
     assert [f["type"] for f in frames] == ["query.diff"]
 
 
+@pytest.mark.usefixtures("each_server")
 async def test_an_account_model_query_lists_the_accounts_own_rows(
     live_servers: LiveServers, ws: Clients
 ) -> None:
