@@ -29,14 +29,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 
 from realtime import logs, signals
-from realtime.auth import Scope
+from realtime.auth import RealtimeAuth, Scope
 from realtime.compat import daphne
 from realtime.messages import base_channel, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector, global_position
@@ -51,7 +51,7 @@ from realtime.sockets.refresh import cursor_answer
 from realtime.transports.table import TableTransport
 from realtime.writes.packing import recheck_messages, scope_messages, users_messages
 from tests.helpers import WAIT, off_loop
-from tests.testapp.models import PrivateNote, Workspace
+from tests.testapp.models import Case, Company, PrivateNote, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -563,6 +563,76 @@ async def test_an_event_about_a_guarded_record_reaches_only_its_readers(
     assert [[json.loads(f)["data"]["id"] for f in frames] for frames in heard(other_socket)] == [
         [public.pk]
     ]
+
+
+class AskedAudience(RealtimeAuth):
+    """The default auth service, noting the accounts each audience check asks about."""
+
+    asked: ClassVar[list[list[Any]]] = []
+
+    def audience(
+        self,
+        scope_id: Any,
+        event_type: str,
+        data: Any,
+        user_ids: Iterable[Any],
+        about: dict[str, Any] | None,
+    ) -> Iterable[Any]:
+        user_ids = list(user_ids)
+        self.asked.append(sorted(user_ids))
+        return super().audience(scope_id, event_type, data, user_ids, about)
+
+
+def case_event(scope: int, case: Case) -> Message:
+    """A ``case.created`` message as a publication of ``case`` builds it: the guard's
+    ``about``, the ``filters`` values in ``meta``."""
+    data = {"model": "case", "id": case.pk, "title": case.title}
+    data |= {"status": case.status, "priority": case.priority}
+    filters = {"status": case.status, "company": case.company_id, "assignee": case.assignee_id}
+    filters |= {"priority": case.priority, "due": None, "private": case.private}
+    return scope_event(
+        scope,
+        "case.created",
+        data,
+        channels=["case", f"case:{case.pk}"],
+        meta={"filters": filters},
+        about={"model": "case", "id": case.pk},
+    )
+
+
+def make_case_readers() -> tuple[Workspace, list[Any], Company, Company]:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    users = [get_user_model().objects.create_user(username=name) for name in ("ann", "bob")]
+    acme = Company.objects.create(workspace=workspace, name="Acme")
+    globex = Company.objects.create(workspace=workspace, name="Globex")
+    return workspace, users, acme, globex
+
+
+@override_settings(REALTIME_AUTH="tests.test_manager.AskedAudience")
+async def test_a_guarded_write_asks_the_audience_only_of_sockets_whose_live_queries_it_may_change(
+    manager: SocketManager,
+) -> None:
+    workspace, users, acme, globex = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    sockets = [await open_socket(manager, user, scope) for user in users]
+    for socket in sockets:
+        ask = {"id": "acme", "model": "case", "where": {"company": acme.pk}}
+        await manager.dispatcher.live.start(socket, ask)
+    await settle(manager)
+    elsewhere = await off_loop(
+        Case.objects.create, workspace=workspace, company=globex, title="elsewhere"
+    )
+    here = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="here")
+    AskedAudience.asked.clear()
+
+    await deliver(manager, case_event(scope, elsewhere))
+    assert AskedAudience.asked == []  # matched in process: no query of these sockets shows it
+
+    await deliver(manager, case_event(scope, here))
+    assert AskedAudience.asked == [sorted(user.pk for user in users)]
+    for frames in heard(*sockets):
+        assert [json.loads(frame)["type"] for frame in frames] == ["query.rows", "query.diff"]
+        assert json.loads(frames[1])["data"]["enter"][0]["id"] == here.pk
 
 
 async def test_an_event_about_a_model_nobody_declared_reaches_nobody(

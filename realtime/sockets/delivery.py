@@ -92,12 +92,10 @@ class Plan:
     mid: Any = None
     #: The scope a scope event is addressed to (``None``: an account event).
     scope_id: Any = None
-    #: The message's ``meta`` (a live query reads the ``filters`` values it carries).
-    meta: Any = None
-    #: Sockets with a live query of the event's model that may read what it says, and what
-    #: it does to their queries: ``"row"``, ``"leave"`` or ``"fold"`` (``live_queries``).
+    #: Sockets with a live query the event may change that may read what it says, and what
+    #: it does to their queries (``Queries.change``).
     queried: set[Socket] | None = None
-    query_action: str = "row"
+    query_change: Any = None
 
 
 class Host(Protocol):
@@ -300,7 +298,6 @@ class Dispatcher:
         plan = await self.plan(message)
         if plan is not None:
             plan.position, plan.mid = position, message.get("mid")
-            plan.meta = message.get("meta")
         return plan
 
     async def plan(
@@ -337,6 +334,7 @@ class Dispatcher:
         scope_id = message.get("scope_id")
         channels = message.get("channels")
         queried: set[Socket] = set()
+        change = None
         if among is not None:
             targets = {s for s in among if scope_id in s.scopes}
             if channels is not None:
@@ -344,18 +342,25 @@ class Dispatcher:
         elif not (members := index.by_scope.get(scope_id)):
             return None
         else:
-            queried = {
-                s
-                for s in self.live.sockets_of(_model_of(message.get("event_type")))
-                if s in members
-            }
+            change, queried = self._queried(message)
+            queried &= members
             if channels is None:
                 targets = set(members)
             else:
                 targets = set()
                 for channel in channels:
                     targets |= index.by_scope_channel.get((scope_id, channel), set())
-        return await self._narrowed(message, targets, scope_id, queried)
+        return await self._narrowed(message, targets, scope_id, queried, change)
+
+    def _queried(self, message: dict[str, Any]) -> tuple[Any, set[Socket]]:
+        """What a live message does to this worker's live queries (``Queries.change``), and
+        the sockets holding one it may change."""
+        action = _query_action(message)
+        if action is None:
+            return None, set()
+        name = _model_of(message.get("event_type"))
+        change = self.live.change(name, message.get("data"), message.get("meta"), action)
+        return change, self.live.sockets_touched(name, change)
 
     async def _plan_global(
         self, message: dict[str, Any], among: Iterable[Socket] | None
@@ -364,16 +369,17 @@ class Dispatcher:
         scopes it reads (``Socket.hears`` with no scope: the channels it holds)."""
         channels = list(message.get("channels") or ())
         queried: set[Socket] = set()
+        change = None
         if among is not None:
             targets = {s for s in among if s.hears(None, channels)}
         else:
-            queried = self.live.sockets_of(_model_of(message.get("event_type")))
+            change, queried = self._queried(message)
             targets = set()
             for channel in channels:
                 targets |= self.index.by_channel.get(channel, set())
         if not targets and not queried:
             return None
-        return await self._narrowed(message, targets, None, queried)
+        return await self._narrowed(message, targets, None, queried, change)
 
     async def _narrowed(
         self,
@@ -381,11 +387,12 @@ class Dispatcher:
         targets: set[Socket],
         scope_id: Any,
         queried: set[Socket] | None = None,
+        change: Any = None,
     ) -> Plan:
         """The plan of an event to ``targets``, narrowed by the message's ``exclude`` and
         ``only`` and, where an audience is to be asked, by ``auth.audience``; ``queried``
-        (sockets with a live query of its model, whatever channels they hold) narrowed the
-        same way."""
+        (sockets with a live query it may change, whatever channels they hold: ``change``)
+        narrowed the same way."""
         listed = targets
         targets = targets | queried if queried else targets
         if message.get("exclude"):
@@ -407,9 +414,8 @@ class Dispatcher:
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         channels = message.get("channels")
         plan = Plan(targets & listed, frame, event_type, data, channels, scope_id=scope_id)
-        action = _query_action(message) if queried else None
-        if queried and action is not None:
-            plan.queried, plan.query_action = targets & queried, action
+        if queried:
+            plan.queried, plan.query_change = targets & queried, change
         return plan
 
     async def _plan_users(
@@ -442,27 +448,21 @@ class Dispatcher:
             targets = {s for s in targets if skip not in s.scopes}
         frame = protocol.event_frame(event_type, data, message.get("meta"))
         plan = Plan(targets, frame, event_type, data, message.get("channels"))
-        action = _query_action(message) if among is None and message.get("row") else None
-        if action is not None:
-            plan.queried = self._queried_by_account(message, targets, action)
-            plan.query_action = action
+        if among is None and message.get("row") and self._queried_by_account(message):
+            change, queried = self._queried(message)
+            plan.queried, plan.query_change = targets & queried, change
         return plan
 
-    def _queried_by_account(
-        self, message: dict[str, Any], targets: set[Socket], action: str
-    ) -> set[Socket]:
-        """Of ``targets``, the sockets whose live queries an account event about a row
-        changes: any, for a model addressed to accounts; for a scope's model (an event to
-        readers outside the row's scope), only those that lose the row: its queries list
-        the rows of the scopes the socket reads."""
+    def _queried_by_account(self, message: dict[str, Any]) -> bool:
+        """Whether an account event about a row may change its readers' live queries: any,
+        for a model addressed to accounts; for a scope's model (an event to readers outside
+        the row's scope), only a leave: its queries list the rows of the scopes the socket
+        reads."""
         name = _model_of(message.get("event_type"))
         options = options_named(name) if name else None
         if options is None or not options.filters:
-            return set()
-        if options.user_field is None and action != "leave":
-            return set()
-        sockets = self.live.sockets_of(name)
-        return {s for s in targets if s in sockets}
+            return False
+        return options.user_field is not None or _query_action(message) == "leave"
 
     async def carry_out(self, plan: Plan) -> None:
         if plan.action is not None:
@@ -476,7 +476,7 @@ class Dispatcher:
         if plan.queried:
             name = _model_of(plan.event_type)
             try:
-                await self.live.carry(name, plan.queried, plan.data, plan.meta, plan.query_action)
+                await self.live.carry(name, plan.queried, plan.query_change)
             except Exception:
                 # The event's frames went out: a live query's failure is its own.
                 logger.exception("realtime: a live query could not follow a %s", plan.event_type)

@@ -605,10 +605,22 @@ class Queries:
         #: query that sends them, by the rows' identities (the rows kept, so none is reused).
         self._bodies: dict[tuple[Any, ...], tuple[Diff, str]] = {}
 
-    def sockets_of(self, name: str) -> set[Any]:
-        """The sockets holding a query of the model announced as ``name``."""
-        found = self.by_model.get(name)
-        return set() if found is None else {query.socket for query in found.all}
+    def change(self, name: str, data: Any, meta: Any, action: str) -> Any:
+        """What a message about a row of ``name`` does to the queries here (``change_of``);
+        ``None`` when no query here is of that model. ``action``: ``"row"``, ``"leave"`` or
+        ``"fold"`` (a bulk write past the limit: every query is read again)."""
+        if name not in self.by_model:
+            return None
+        options = options_named(name)
+        return UNREAD if options is None else change_of(options, data, meta, action)
+
+    def sockets_touched(self, name: str, change: Any) -> set[Any]:
+        """The sockets holding a query that ``change`` may touch: matched in process, so
+        that permissions are asked only for them (no statement decides this)."""
+        group = self.by_model.get(name)
+        if group is None or change is None:
+            return set()
+        return {query.socket for query in _touched(group, change)}
 
     async def start(self, socket: Any, data: dict[str, Any]) -> None:
         """Answer a ``query`` frame: ``query.rows``, or ``query.error`` with its reason."""
@@ -721,17 +733,13 @@ class Queries:
         frame = {"type": ROWS, "data": {"id": query.id, "rows": query.rows()}}
         await self.deliver(query.socket, encode(frame))
 
-    async def carry(self, name: str, readers: set[Any], data: Any, meta: Any, action: str) -> None:
-        """What one message about a row of ``name`` changes in the queries of ``readers``
-        (the sockets that may read it): ``action`` ``"row"``, ``"leave"`` or ``"fold"`` (a
-        bulk write past the limit: read every query again)."""
+    async def carry(self, name: str, readers: set[Any], change: Any) -> None:
+        """What one message about a row of ``name`` (``change``: ``Queries.change``)
+        changes in the queries of ``readers`` (the sockets that may read it)."""
         group = self.by_model.get(name)
-        if group is None:
+        if group is None or change is None:
             return
-        options = options_named(name)
-        change = UNREAD if options is None else change_of(options, data, meta, action)
-        # A list: queries come and go while the loop awaits.
-        touched = list(group.all) if change in (UNREAD, FOLDED) else group.touched(*change)
+        touched = _touched(group, change)
         done: set[LiveQuery] = set()
         self._bodies = {}
         for query in touched:
@@ -792,6 +800,12 @@ class Queries:
         query_id = json.dumps(query.id, ensure_ascii=False)
         frame = f'{{"type":"{DIFF}","data":{{"id":{query_id},{found[1]}}}'
         await self.deliver(query.socket, frame)
+
+
+def _touched(group: ModelQueries, change: Any) -> list[LiveQuery]:
+    """The queries of ``group`` that ``change`` may touch: all of them when the rows must
+    be read again. A list: queries come and go while the event loop awaits."""
+    return list(group.all) if change in (UNREAD, FOLDED) else group.touched(*change)
 
 
 def _is_list_frame(message: dict[str, Any]) -> bool:
