@@ -18,10 +18,11 @@ carries a message: the changed row, its ``filters`` values, to every socket of t
 Printed for each count of queries:
 
 * **matching**: CPU per write (``time.process_time``), refills excluded: deciding which
-  queries a write touches, applying it to their windows, encoding the diffs;
-* **refills**: the windows read again (a row left a full window), per write: each is one
-  statement on a real worker; counted here and left out of the time (here they read the
-  in-memory table);
+  queries a write touches, applying it to their windows, working out and encoding the
+  diffs;
+* **refills**: the reads of windows (a row left a full window) per write, one for each
+  query shape and reader: each is one statement on a real worker; counted here and left
+  out of the time, with the windows they replace (here they search the in-memory table);
 * **memory per query**: ``tracemalloc``'s count of what the queries, with empty windows,
   hold, divided by their number (the rows a window shows are left out, as the goal says).
 
@@ -158,7 +159,6 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
         changes.append(row)
 
     async def carry_all() -> float:
-        nonlocal refills
         spent = 0.0
         for row in changes:
             table[row["id"]] = row
@@ -170,21 +170,22 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
             # As the dispatcher does: the sockets a write may touch (then, on a worker, their
             # permissions asked), then what it does to their queries.
             touched = queries.sockets_touched("case", change) & readers
-            await queries.carry("case", touched, change)
+            queries.carry("case", touched, change)
+            await queries.flush()  # each write its own publication
             spent += time.process_time() - started
         return spent
 
     refills = 0
     gc.collect()
-    # Refills (a read, then the window replaced) run inside carry: timed apart, taken out.
+    # Refills (the reads, then the windows replaced) run inside flush: timed apart, taken out.
     refill_time = 0.0
     plain_refill = queries._refill
 
-    async def timed_refill(query: LiveQuery, *, afresh: bool = False) -> None:
+    async def timed_refill(stale: Any) -> None:
         nonlocal refill_time
         started = time.process_time()
         try:
-            await plain_refill(query, afresh=afresh)
+            await plain_refill(stale)
         finally:
             refill_time += time.process_time() - started
 

@@ -298,10 +298,12 @@ def users_event(
 
 
 async def deliver(manager: SocketManager, message: Message) -> Plan | None:
-    """Plan ``message`` and carry it out, as the delivery pipeline does."""
+    """Plan ``message`` and carry it out, as the delivery pipeline does with the last message
+    it has in hand."""
     plan = await manager.dispatcher.plan(message)
     if plan is not None:
         await manager.dispatcher.carry_out(plan)
+    await manager.dispatcher.flush_queries()  # nothing more is in hand
     await settle(manager)
     return plan
 
@@ -633,6 +635,79 @@ async def test_a_guarded_write_asks_the_audience_only_of_sockets_whose_live_quer
     for frames in heard(*sockets):
         assert [json.loads(frame)["type"] for frame in frames] == ["query.rows", "query.diff"]
         assert json.loads(frames[1])["data"]["enter"][0]["id"] == here.pk
+
+
+async def test_writes_carried_together_reach_a_live_query_in_one_diff(
+    manager: SocketManager,
+) -> None:
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    socket = await open_socket(manager, ann, scope)
+    await manager.dispatcher.live.start(socket, {"id": "acme", "model": "case"})
+    first, second = [
+        await off_loop(Case.objects.create, workspace=workspace, company=acme, title=title)
+        for title in ("first", "second")
+    ]
+    # As the pipeline does when both messages of a publication are in hand: carried one
+    # after the other, then the clients told.
+    for case in (first, second):
+        plan = await manager.dispatcher.plan(case_event(scope, case))
+        assert plan is not None
+        await manager.dispatcher.carry_out(plan)
+    await manager.dispatcher.flush_queries()
+    await settle(manager)
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    assert [frame["type"] for frame in frames] == ["query.rows", "query.diff"]
+    assert [row["id"] for row in frames[1]["data"]["enter"]] == [first.pk, second.pk]
+
+
+async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_account(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace, (ann, bob), _, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    sockets = [await open_socket(manager, user, scope) for user in (ann, ann, ann, bob, bob)]
+    top = await off_loop(Case.objects.create, workspace=workspace, title="top", priority=9)
+    await off_loop(Case.objects.create, workspace=workspace, title="next", priority=1)
+    ask: dict[str, Any] = {"id": "top", "model": "case", "where": {"status": "open"}}
+    ask |= {"order_by": ["-priority"], "limit": 1}
+    live = manager.dispatcher.live
+    for socket in sockets:
+        await live.start(socket, ask)
+    reads: list[Any] = []
+    read = live._read
+
+    async def counted(query: Any) -> Any:
+        reads.append(query.socket.user.pk)
+        return await read(query)
+
+    monkeypatch.setattr(live, "_read", counted)
+    top.status = "closed"
+    await off_loop(top.save)
+    await deliver(manager, case_event(scope, top))
+    # The top row left every full window: the rows after it are read once for ann's three
+    # sockets and once for bob's two (the guard makes the answer an account's own).
+    assert sorted(reads) == sorted([ann.pk, bob.pk])
+    for frames in heard(*sockets):
+        diff = json.loads(frames[-1])["data"]
+        assert (diff["leave"], [row["title"] for row in diff["enter"]]) == ([top.pk], ["next"])
+
+
+async def test_a_live_querys_diff_goes_before_a_later_messages_frame_to_its_socket(
+    manager: SocketManager,
+) -> None:
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    socket = await open_socket(manager, ann, scope, channels=["contact"])
+    await manager.dispatcher.live.start(socket, {"id": "acme", "model": "case"})
+    case = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="first")
+    for message in (case_event(scope, case), scope_event(scope, channels=["contact"])):
+        plan = await manager.dispatcher.plan(message)
+        assert plan is not None
+        await manager.dispatcher.carry_out(plan)  # no flush between: the second forces it
+    await settle(manager)
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    assert [frame["type"] for frame in frames] == ["query.rows", "query.diff", "contact.updated"]
 
 
 async def test_an_event_about_a_model_nobody_declared_reaches_nobody(

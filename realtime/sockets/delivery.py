@@ -69,6 +69,9 @@ logger = logging.getLogger(__name__)
 
 #: Sockets handed a frame before the loop gets a turn to write to the network.
 YIELD_EVERY = 100
+#: Messages carried, at most, before the live queries' clients are told what they changed,
+#: however many more are in hand.
+FLUSH_EVERY = 100
 
 #: A message waiting to be planned: its channel, its payload, its position.
 Queued = tuple[str, bytes, "StreamPos | None"]
@@ -277,11 +280,23 @@ class Dispatcher:
                 logger.exception("realtime: delivering a message failed")
             finally:
                 self.carrying = False
+            if self.live.due and (self._pending <= 1 or self.live.carried >= FLUSH_EVERY):
+                await self.flush_queries()
             # Not in a ``finally``: a sender cancelled mid-message leaves it owed, and the
             # restart reports its channel missed (and stops trusting ``carried``).
             if position is not None:
                 self.carried = self.carried.advanced(position)
             self._settled(channel=channel)
+
+    async def flush_queries(self) -> None:
+        """Tell the live queries' clients what the messages carried since the last time
+        changed: once nothing more is in hand (the messages of one publication arrive
+        together), every ``FLUSH_EVERY`` messages, and before a frame of a later message
+        goes to one of their sockets."""
+        try:
+            await self.live.flush()
+        except Exception:
+            logger.exception("realtime: telling live queries what changed failed")
 
     def started(self, position: StreamPos) -> None:
         """The transport started following a stream after ``position``: nothing of it up to
@@ -468,6 +483,8 @@ class Dispatcher:
         if plan.action is not None:
             plan.action()
         if plan.frame is not None and plan.targets:
+            if self.live.due_to(plan.targets):
+                await self.flush_queries()  # their diffs of earlier writes come first
             await self.send_all(
                 plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels
             )
@@ -476,7 +493,7 @@ class Dispatcher:
         if plan.queried:
             name = _model_of(plan.event_type)
             try:
-                await self.live.carry(name, plan.queried, plan.query_change)
+                self.live.carry(name, plan.queried, plan.query_change)
             except Exception:
                 # The event's frames went out: a live query's failure is its own.
                 logger.exception("realtime: a live query could not follow a %s", plan.event_type)

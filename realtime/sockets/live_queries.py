@@ -343,10 +343,16 @@ class Holders(Protocol):
 
 
 class LiveQuery:
-    """One socket's live query: its shape and its window (see the module docstring)."""
+    """One socket's live query: its shape and its window (see the module docstring).
+
+    What the client has is the window as it was when its last frame was handed over: the
+    rows a change touches record, on their first change since then, what the client had of
+    them (``shown``), and ``changes`` tells the client the difference once for every
+    message carried together."""
 
     __slots__ = (
         "_order",
+        "afresh",
         "again",
         "capped",
         "holders",
@@ -355,8 +361,10 @@ class LiveQuery:
         "loading",
         "pending",
         "shape",
+        "shown",
         "socket",
         "sorting",
+        "stale",
         "stopped",
         "window",
     )
@@ -373,8 +381,15 @@ class LiveQuery:
         #: The rows it shows, in order, and the same by key.
         self.window: list[Entry] = []
         self.keys: dict[Any, Entry] = {}
+        #: Of the rows changed since the client's last frame, what the client has (``None``:
+        #: not in its list).
+        self.shown: dict[Any, dict[str, Any] | None] = {}
         #: Whether rows past the window may match (the window was full when read).
         self.capped = False
+        #: Its rows must be read again (a row left a full window, a message said too
+        #: little); ``afresh``: the client gets them whole (``query.rows``).
+        self.stale = False
+        self.afresh = False
         #: Messages carried out while the first rows are read (``change_of``).
         self.pending: list[Any] | None = []
         self.stopped = False
@@ -389,15 +404,23 @@ class LiveQuery:
     def rows(self) -> list[dict[str, Any]]:
         return [entry.row for entry in self.window]
 
+    def _note(self, key: Any) -> None:
+        """Before a row's first change since the client's last frame: what the client has."""
+        if key not in self.shown:
+            held = self.keys.get(key)
+            self.shown[key] = None if held is None else held.row
+
     def _put(self, entry: Entry) -> None:
         if self.stopped:
             return  # forgotten: it holds no row (``Queries._forget`` cleared it)
+        self._note(entry.key)
         bisect.insort(self.window, entry, key=self._order)
         self.keys[entry.key] = entry
         if self.holders is not None:
             self.holders.hold(self, entry.key)
 
     def _drop(self, entry: Entry) -> None:
+        self._note(entry.key)
         self.window.remove(entry)
         del self.keys[entry.key]
         if self.holders is not None:
@@ -411,31 +434,41 @@ class LiveQuery:
 
     def load(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
+        entries = [entry_of(self.options, row) for row in rows[: self.shape.limit]]
+        self.take([entry for entry in entries if entry is not None], len(rows) > self.shape.limit)
+
+    def take(self, entries: Sequence[Entry], capped: bool) -> None:
+        """Hold ``entries`` (read in the query's order), and no other row."""
+        for key in self.keys:
+            self._note(key)
         self.clear()
         if self.stopped:
             return
-        for row in rows[: self.shape.limit]:  # in the query's order already
-            entry = entry_of(self.options, row)
-            if entry is not None:
-                self.window.append(entry)
-                self.keys[entry.key] = entry
-                if self.holders is not None:
-                    self.holders.hold(self, entry.key)
-        self.capped = len(rows) > self.shape.limit
+        for entry in entries:
+            self._note(entry.key)
+            self.window.append(entry)
+            self.keys[entry.key] = entry
+            if self.holders is not None:
+                self.holders.hold(self, entry.key)
+        self.capped = capped
+        self.stale = False
 
-    def apply(self, entry: Entry | None, key: Any) -> Diff | None:
-        """What one row's message changes (``entry`` ``None``: the row left the account's
-        view or is gone); ``None`` when the rows past the window must be read (``refill``)."""
-        diff = Diff()
+    def shown_whole(self) -> None:
+        """The client was handed the whole window (``query.rows``)."""
+        self.shown = {}
+        self.afresh = False
+
+    def apply(self, entry: Entry | None, key: Any) -> bool:
+        """Apply one row's message (``entry`` ``None``: the row left the account's view or
+        is gone); ``False`` when the rows past the window must be read (``stale``)."""
         held = self.keys.get(key)
         if entry is None or not self.sorting.matches(entry.typed):
             if held is None:
-                return diff
+                return True
             if self.capped:
-                return None
+                return False
             self._drop(held)
-            diff.leave.append(held.row["id"])
-            return diff
+            return True
         if held is not None:
             self._drop(held)
             self._put(entry)
@@ -444,36 +477,32 @@ class LiveQuery:
                 # It may now sort after rows the window does not hold: read them.
                 self._drop(entry)
                 self._put(held)
-                return None
-            if held.row != entry.row:
-                diff.update.append(entry.row)
-            return diff
+                return False
+            return True
         if self.capped and self.window and self.sorting.compare(entry, self.window[-1]) > 0:
-            return diff  # sorts after the window: not shown
+            return True  # sorts after the window: not shown
         self._put(entry)
-        diff.enter.append(entry.row)
         if len(self.window) > self.shape.limit:
-            last = self.window[-1]
-            self._drop(last)
+            self._drop(self.window[-1])
             self.capped = True
-            if last is entry:
-                diff.enter.pop()
-            else:
-                diff.leave.append(last.row["id"])
-        return diff
+        return True
 
-    def replace(self, rows: Sequence[dict[str, Any]]) -> Diff:
-        """Take the rows read again; the difference from the window the client has."""
-        before = dict(self.keys)
-        self.load(rows)
+    def changes(self) -> Diff:
+        """What the client must be told since its last frame: then it has the window."""
         diff = Diff()
-        diff.leave = [entry.row["id"] for key, entry in before.items() if key not in self.keys]
-        for entry in self.window:
-            held = before.get(entry.key)
-            if held is None:
-                diff.enter.append(entry.row)
-            elif held.row != entry.row:
-                diff.update.append(entry.row)
+        entered: list[Entry] = []
+        for key, had in self.shown.items():
+            now = self.keys.get(key)
+            if now is None:
+                if had is not None:
+                    diff.leave.append(had["id"])
+            elif had is None:
+                entered.append(now)
+            elif had is not now.row and had != now.row:
+                diff.update.append(now.row)
+        entered.sort(key=self._order)
+        diff.enter = [entry.row for entry in entered]
+        self.shown = {}
         return diff
 
 
@@ -601,8 +630,14 @@ class Queries:
     def __init__(self, deliver: Deliver) -> None:
         self.deliver = deliver
         self.by_model: dict[str, ModelQueries] = {}
-        #: While a message is carried: the diffs of the same rows encoded once for every
-        #: query that sends them, by the rows' identities (the rows kept, so none is reused).
+        #: The queries messages changed since the last ``flush`` (a dict: in order).
+        self._due: dict[LiveQuery, None] = {}
+        #: Their sockets: a frame of a later message goes to none of them before ``flush``.
+        self._due_sockets: set[Any] = set()
+        #: Messages carried since the last ``flush``.
+        self.carried = 0
+        #: While frames are sent: the diffs of the same rows encoded once for every query
+        #: that sends them, by the rows' identities (the rows kept, so none is reused).
         self._bodies: dict[tuple[Any, ...], tuple[Diff, str]] = {}
 
     def change(self, name: str, data: Any, meta: Any, action: str) -> Any:
@@ -704,14 +739,15 @@ class Queries:
             query.load(rows)
             heard, query.pending = query.pending, None
             settled = all(
-                change not in (UNREAD, FOLDED) and query.apply(*change) is not None
-                for change in heard
+                change not in (UNREAD, FOLDED) and query.apply(*change) for change in heard
             )
             if settled:
                 break
         await self._send_rows(query)
         if not settled:
-            await self._refill(query)  # what it heard while reading: read once more
+            # What it heard while reading could not be applied: read once more.
+            await self._refill([query])
+            await self._send_changes(query)
 
     async def reload(self, socket: Any) -> None:
         """Read every query of ``socket`` again (the scopes it reads changed). Their frames
@@ -730,59 +766,98 @@ class Queries:
         return await run_blocking(read_rows, query.shape, socket.user, list(socket.scopes))
 
     async def _send_rows(self, query: LiveQuery) -> None:
+        query.shown_whole()
         frame = {"type": ROWS, "data": {"id": query.id, "rows": query.rows()}}
         await self.deliver(query.socket, encode(frame))
 
-    async def carry(self, name: str, readers: set[Any], change: Any) -> None:
-        """What one message about a row of ``name`` (``change``: ``Queries.change``)
-        changes in the queries of ``readers`` (the sockets that may read it)."""
+    def carry(self, name: str, readers: set[Any], change: Any) -> None:
+        """Apply one message about a row of ``name`` (``change``: ``Queries.change``) to
+        the queries of ``readers`` (the sockets that may read it). Their clients are told
+        at the next ``flush``: once for every message carried together."""
         group = self.by_model.get(name)
         if group is None or change is None:
             return
-        touched = _touched(group, change)
+        self.carried += 1
         done: set[LiveQuery] = set()
-        self._bodies = {}
-        for query in touched:
+        for query in _touched(group, change):
             if query in done or query.stopped or query.socket not in readers:
                 continue
             done.add(query)
-            try:
-                await self._carry_one(query, change)
-            except Exception:
-                logger.exception("realtime: live query %r could not follow a write", query.id)
-                await self._refill(query)
-            if len(done) % YIELD_EVERY == 0:
-                # Let the event loop write what is handed over so far: the first sockets
-                # need not wait until every query has been followed.
-                await asyncio.sleep(0)
-        self._bodies = {}
+            self._carry_one(query, change)
+            if query.shown or query.stale:
+                self._due[query] = None
+                self._due_sockets.add(query.socket)
 
-    async def _carry_one(self, query: LiveQuery, change: Any) -> None:
+    def _carry_one(self, query: LiveQuery, change: Any) -> None:
         if query.pending is not None:
             query.pending.append(change)  # applied once the first rows are read
             return
+        if query.stale:
+            return  # its rows are read again at the flush: they will show this write
         if change is FOLDED:
-            await self._refill(query, afresh=True)
+            query.stale = query.afresh = True
             return
-        diff = None if change is UNREAD else query.apply(*change)
-        if diff is None:
-            await self._refill(query)
-        elif diff:
-            await self._send_diff(query, diff)
-
-    async def _refill(self, query: LiveQuery, *, afresh: bool = False) -> None:
-        """Read the query's rows again; send the difference (``afresh``: the rows)."""
         try:
-            rows = await self._read(query)
+            applied = change is not UNREAD and query.apply(*change)
         except Exception:
-            logger.exception("realtime: reading the rows of a live query again failed")
-            return
-        if query.stopped:
-            return
-        diff = query.replace(rows)
-        if afresh:
-            await self._send_rows(query)
-        elif diff:
+            logger.exception("realtime: live query %r could not follow a write", query.id)
+            applied = False
+        if not applied:
+            query.stale = True
+
+    @property
+    def due(self) -> bool:
+        """Whether a ``flush`` has something to tell."""
+        return bool(self._due)
+
+    def due_to(self, sockets: set[Any]) -> bool:
+        """Whether a ``flush`` has something to tell one of ``sockets``: it must come before
+        any frame of a later message goes to them."""
+        return not self._due_sockets.isdisjoint(sockets)
+
+    async def flush(self) -> None:
+        """Tell the clients what the messages carried since the last flush changed: the
+        windows that must be read again are read, one statement per query shape and
+        reader (a shape's rows for one account in one set of scopes), however many
+        sockets hold it; then one ``query.diff`` (or ``query.rows`` after a bulk write)
+        per query."""
+        due, self._due, self.carried = list(self._due), {}, 0
+        self._due_sockets = set()
+        await self._refill([query for query in due if query.stale])
+        self._bodies = {}
+        for count, query in enumerate(due, 1):
+            if not query.stopped and query.pending is None:
+                if query.afresh:
+                    await self._send_rows(query)
+                else:
+                    await self._send_changes(query)
+            if count % YIELD_EVERY == 0:
+                # Let the event loop write what is handed over so far: the first sockets
+                # need not wait until every query has been told.
+                await asyncio.sleep(0)
+        self._bodies = {}
+
+    async def _refill(self, stale: Sequence[LiveQuery]) -> None:
+        """Read the rows of the ``stale`` queries again: once for each shape and reader."""
+        by_reader: dict[tuple[Any, ...], list[LiveQuery]] = {}
+        for query in stale:
+            by_reader.setdefault(_reader(query), []).append(query)
+        for queries in by_reader.values():
+            try:
+                rows = await self._read(queries[0])
+            except Exception:
+                logger.exception("realtime: reading the rows of a live query again failed")
+                continue
+            first = queries[0]
+            entries = [entry_of(first.options, row) for row in rows[: first.shape.limit]]
+            kept = [entry for entry in entries if entry is not None]
+            for query in queries:
+                if not query.stopped:
+                    query.take(kept, len(rows) > query.shape.limit)
+
+    async def _send_changes(self, query: LiveQuery) -> None:
+        diff = query.changes()
+        if diff:
             await self._send_diff(query, diff)
 
     async def _send_diff(self, query: LiveQuery, diff: Diff) -> None:
@@ -800,6 +875,16 @@ class Queries:
         query_id = json.dumps(query.id, ensure_ascii=False)
         frame = f'{{"type":"{DIFF}","data":{{"id":{query_id},{found[1]}}}'
         await self.deliver(query.socket, frame)
+
+
+def _reader(query: LiveQuery) -> tuple[Any, ...]:
+    """What a query's rows depend on besides its shape: the account (a guard, an account
+    model), the scopes its socket reads (a scope's model)."""
+    options, shape, socket = query.options, query.shape, query.socket
+    personal = options.guard is not None or options.user_field is not None
+    scopes = None if options.user_field is not None else frozenset(socket.scopes)
+    account = socket.user.pk if personal else None
+    return (options.name, shape.terms, shape.order, shape.limit, account, scopes)
 
 
 def _touched(group: ModelQueries, change: Any) -> list[LiveQuery]:
