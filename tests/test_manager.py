@@ -614,27 +614,34 @@ def make_case_readers() -> tuple[Workspace, list[Any], Company, Company]:
 async def test_a_guarded_write_asks_the_audience_only_of_sockets_whose_live_queries_it_may_change(
     manager: SocketManager,
 ) -> None:
-    workspace, users, acme, globex = await off_loop(make_case_readers)
+    workspace, (ann, bob), acme, globex = await off_loop(make_case_readers)
     scope = int(workspace.pk)
-    sockets = [await open_socket(manager, user, scope) for user in users]
-    for socket in sockets:
-        ask = {"id": "acme", "model": "case", "where": {"company": acme.pk}}
-        await manager.dispatcher.live.start(socket, ask)
+    ann_socket, bob_socket = [await open_socket(manager, user, scope) for user in (ann, bob)]
+    live = manager.dispatcher.live
+    await live.start(ann_socket, {"id": "acme", "model": "case", "where": {"company": acme.pk}})
+    await live.start(bob_socket, {"id": "urgent", "model": "case", "where": {"priority__gte": 5}})
     await settle(manager)
-    elsewhere = await off_loop(
-        Case.objects.create, workspace=workspace, company=globex, title="elsewhere"
-    )
-    here = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="here")
+
+    def create(company: Company, priority: int) -> Case:
+        return Case.objects.create(
+            workspace=workspace, company=company, title=company.name, priority=priority
+        )
+
+    nowhere, acme_case, urgent = [
+        await off_loop(create, company, priority)
+        for company, priority in ((globex, 0), (acme, 0), (globex, 7))
+    ]
     AskedAudience.asked.clear()
-
-    await deliver(manager, case_event(scope, elsewhere))
-    assert AskedAudience.asked == []  # matched in process: no query of these sockets shows it
-
-    await deliver(manager, case_event(scope, here))
-    assert AskedAudience.asked == [sorted(user.pk for user in users)]
-    for frames in heard(*sockets):
+    # Matched in process first: a write no query of these sockets shows asks nothing...
+    await deliver(manager, case_event(scope, nowhere))
+    assert AskedAudience.asked == []
+    # ... and one that a query shows asks only about that query's account.
+    await deliver(manager, case_event(scope, acme_case))
+    await deliver(manager, case_event(scope, urgent))
+    assert AskedAudience.asked == [[ann.pk], [bob.pk]]
+    for frames, case in zip(heard(ann_socket, bob_socket), (acme_case, urgent), strict=True):
         assert [json.loads(frame)["type"] for frame in frames] == ["query.rows", "query.diff"]
-        assert json.loads(frames[1])["data"]["enter"][0]["id"] == here.pk
+        assert json.loads(frames[1])["data"]["enter"][0]["id"] == case.pk
 
 
 async def test_writes_carried_together_reach_a_live_query_in_one_diff(

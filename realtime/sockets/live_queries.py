@@ -458,6 +458,17 @@ class LiveQuery:
         self.shown = {}
         self.afresh = False
 
+    def may_change(self, entry: Entry | None, key: Any) -> bool:
+        """Whether a row's message (``apply``'s arguments) may change the window: it holds
+        the row, or the row matches and would sort into it (or the first rows are being
+        read: every message is kept for them)."""
+        if self.pending is not None or key in self.keys:
+            return True
+        if entry is None or not self.sorting.matches(entry.typed):
+            return False
+        window = self.window
+        return not (self.capped and window and self.sorting.compare(entry, window[-1]) > 0)
+
     def apply(self, entry: Entry | None, key: Any) -> bool:
         """Apply one row's message (``entry`` ``None``: the row left the account's view or
         is gone); ``False`` when the rows past the window must be read (``stale``)."""
@@ -650,12 +661,14 @@ class Queries:
         return UNREAD if options is None else change_of(options, data, meta, action)
 
     def sockets_touched(self, name: str, change: Any) -> set[Any]:
-        """The sockets holding a query that ``change`` may touch: matched in process, so
+        """The sockets holding a query that ``change`` may change: matched in process, so
         that permissions are asked only for them (no statement decides this)."""
         group = self.by_model.get(name)
         if group is None or change is None:
             return set()
-        return {query.socket for query in _touched(group, change)}
+        if change in (UNREAD, FOLDED):
+            return {query.socket for query in group.all}
+        return {query.socket for query in group.touched(*change) if query.may_change(*change)}
 
     async def start(self, socket: Any, data: dict[str, Any]) -> None:
         """Answer a ``query`` frame: ``query.rows``, or ``query.error`` with its reason."""
