@@ -647,16 +647,18 @@ def test_a_bulk_write_costs_the_same_statements_for_10_rows_as_for_300(
 
 
 def test_silent_turns_bulk_announcements_off_but_not_saves(acme: Workspace) -> None:
-    (ticket,) = tickets(acme, 1)
+    ticket, doomed, deleted_loudly = tickets(acme, 3)
 
     with silent():
         Ticket.objects.update(points=2)
         Ticket.objects.bulk_create([Ticket(workspace=acme, title="quiet")])
         ticket.points = 3
         Ticket.objects.bulk_update([ticket], ["points"])
+        Ticket.objects.filter(pk=doomed.pk).delete()
         Company.objects.create(workspace=acme, name="loud")
+        deleted_loudly.delete()
 
-    assert [e["event_type"] for e in events()] == ["company.created"]
+    assert [e["event_type"] for e in events()] == ["company.created", "ticket.deleted"]
 
 
 def test_the_async_forms_announce_as_the_sync_ones(acme: Workspace) -> None:

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from django.core.exceptions import FieldDoesNotExist
@@ -38,29 +37,14 @@ from realtime.compat.django_orm import (
 )
 from realtime.registry import options_for
 from realtime.writes import bulk, deletes, memberships, tracking
+from realtime.writes.silence import silenced
+from realtime.writes.silence import silent as silent  # ``realtime.silent``
 
-_silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("realtime_silent", default=False)
 #: The models whose ``bulk_update`` is running here: the ``update()`` calls Django makes inside
 #: it are announced by the ``bulk_update`` itself.
 _updating: contextvars.ContextVar[frozenset[type[models.Model]]] = contextvars.ContextVar(
     "realtime_bulk_updating", default=frozenset()
 )
-
-
-@contextmanager
-def silent() -> Iterator[None]:
-    """Announce no bulk write (``update``, ``bulk_create``, ``bulk_update``, ``QuerySet.delete``)
-    made inside.
-
-    For code that announces by itself (``realtime.announce``) or wants no announcement (a
-    data migration). Writes that send model signals (``save``, ``delete()`` of an instance)
-    still announce.
-    """
-    token = _silenced.set(True)
-    try:
-        yield
-    finally:
-        _silenced.reset(token)
 
 
 _BULK_CREATE = inspect.signature(models.QuerySet.bulk_create)
@@ -213,7 +197,7 @@ def unextended(model: type[models.Model]) -> list[tuple[str, Any]]:
 def _active(queryset: models.QuerySet[Any, Any]) -> bool:
     """Whether bulk writes of ``queryset`` are announced here and now (not ``silent()``, and
     not the ``update()`` calls Django makes inside a ``bulk_update`` announced by itself)."""
-    return not _silenced.get() and queryset.model not in _updating.get()
+    return not silenced() and queryset.model not in _updating.get()
 
 
 def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:

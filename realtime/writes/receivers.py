@@ -34,6 +34,7 @@ from realtime.writes.audiences import (
 )
 from realtime.writes.events import Before, read_event
 from realtime.writes.failsafe import failsafe
+from realtime.writes.silence import silences
 
 PENDING_DELETE = "_realtime_pending_delete"
 PENDING_BEFORE = "_realtime_audience_before"
@@ -162,7 +163,7 @@ def on_pre_delete(
 ) -> None:
     """The event of a delete and who may read the row, decided while it still exists."""
     options = options_for(sender)
-    if options is None or "deleted" not in options.actions:
+    if options is None or "deleted" not in options.actions or silences(origin):
         return
 
     def prepare() -> None:
