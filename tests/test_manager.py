@@ -298,12 +298,12 @@ def users_event(
 
 
 async def deliver(manager: SocketManager, message: Message) -> Plan | None:
-    """Plan ``message`` and carry it out, as the delivery pipeline does with the last message
-    it has in hand."""
+    """Plan ``message`` and carry it out, as the delivery pipeline does when no next message
+    is ready to carry."""
     plan = await manager.dispatcher.plan(message)
     if plan is not None:
         await manager.dispatcher.carry_out(plan)
-    await manager.dispatcher.flush_queries()  # nothing more is in hand
+    await manager.dispatcher.flush_queries()  # no next message is ready
     await settle(manager)
     return plan
 
@@ -655,8 +655,8 @@ async def test_writes_carried_together_reach_a_live_query_in_one_diff(
         await off_loop(Case.objects.create, workspace=workspace, company=acme, title=title)
         for title in ("first", "second")
     ]
-    # As the pipeline does when both messages of a publication are in hand: carried one
-    # after the other, then the clients told.
+    # As the pipeline does when both messages of a publication are planned and ready:
+    # carried one after the other, then the clients told.
     for case in (first, second):
         plan = await manager.dispatcher.plan(case_event(scope, case))
         assert plan is not None

@@ -270,6 +270,8 @@ class Dispatcher:
     async def _send_in_order(self, plans: asyncio.Queue[Planned]) -> None:
         while True:
             channel, position, future = await plans.get()
+            if self.live.due and not future.done():
+                await self.flush_queries()  # the next message is still being planned
             try:
                 plan = await future
                 if plan is not None:
@@ -280,7 +282,7 @@ class Dispatcher:
                 logger.exception("realtime: delivering a message failed")
             finally:
                 self.carrying = False
-            if self.live.due and (self._pending <= 1 or self.live.carried >= FLUSH_EVERY):
+            if self.live.due and (plans.empty() or self.live.carried >= FLUSH_EVERY):
                 await self.flush_queries()
             # Not in a ``finally``: a sender cancelled mid-message leaves it owed, and the
             # restart reports its channel missed (and stops trusting ``carried``).
@@ -290,9 +292,10 @@ class Dispatcher:
 
     async def flush_queries(self) -> None:
         """Tell the live queries' clients what the messages carried since the last time
-        changed: once nothing more is in hand (the messages of one publication arrive
-        together), every ``FLUSH_EVERY`` messages, and before a frame of a later message
-        goes to one of their sockets."""
+        changed, as soon as no next message is planned and ready to carry (the messages of
+        a publication arrive together, and are carried one after the other), after at most
+        ``FLUSH_EVERY`` messages, and before a frame of a later message goes to one of their
+        sockets."""
         try:
             await self.live.flush()
         except Exception:
