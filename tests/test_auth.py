@@ -26,6 +26,7 @@ from realtime.auth import RealtimeAuth, Scope, get_auth, issue_token, member_ids
 from realtime.sockets import standing
 from realtime.tokens import TOKEN_SALT, token_fingerprint
 from tests.testapp.models import (
+    Board,
     Company,
     Contact,
     Membership,
@@ -576,8 +577,8 @@ def make_accounts(count: int) -> list[Any]:
     )
 
 
-@pytest.mark.parametrize("accounts", [1, 10, limits.MAX_IDS_PER_MESSAGE])
-def test_guarded_audience_costs_two_queries_however_many_accounts(
+@pytest.mark.parametrize("accounts", [1, 10, limits.MAX_IDS_PER_MESSAGE + 1])
+def test_a_guard_of_column_lookups_costs_two_statements_and_no_subquery_however_many_accounts(
     auth: RealtimeAuth,
     acme: Workspace,
     django_assert_num_queries: DjangoAssertNumQueries,
@@ -588,38 +589,65 @@ def test_guarded_audience_costs_two_queries_however_many_accounts(
     note = PrivateNote.objects.create(workspace=acme, author=author, title="Mine")
     about = {"model": "private_note", "id": note.pk}
 
+    # ``Q(author=user) | Q(public=True)`` is decided in process: one statement for the
+    # accounts, one for the row's columns.
     with django_assert_num_queries(2) as captured:
         heard = list(auth.audience(acme.pk, "private_note.updated", None, user_ids, about))
 
     assert heard == [author.pk]
-    # One statement for the accounts, then one SELECT of the row's id and EXISTS(...),
-    # EXISTS(...), ... for all.
+    assert [exists_columns(captured, index) for index in range(2)] == [0, 0]
+
+    note.public = True
+    note.save()
+    with django_assert_num_queries(2):
+        heard = list(auth.audience(acme.pk, "private_note.updated", None, user_ids, about))
+
+    assert heard == user_ids
+
+
+@pytest.mark.parametrize("accounts", [1, 10, limits.MAX_IDS_PER_MESSAGE])
+def test_a_guard_the_database_decides_costs_two_statements_up_to_200_accounts(
+    auth: RealtimeAuth,
+    acme: Workspace,
+    django_assert_num_queries: DjangoAssertNumQueries,
+    accounts: int,
+) -> None:
+    user_ids = make_accounts(accounts)
+    board = Board.objects.create(workspace=acme, name="Plans")
+    board.members.add(user_ids[-1])
+    about = {"model": "board", "id": board.pk}
+
+    # ``Q(members=user)`` crosses a relation: the database decides, one statement for the
+    # accounts, then one SELECT of the row's id and EXISTS(...), EXISTS(...), ... for all.
+    with django_assert_num_queries(2) as captured:
+        heard = list(auth.audience(acme.pk, "board.updated", None, user_ids, about))
+
+    assert heard == [user_ids[-1]]
     assert exists_columns(captured, 0) == 0
     assert captured.captured_queries[1]["sql"].startswith("SELECT ")
     assert exists_columns(captured, 1) == accounts
 
 
-def test_guarded_audience_past_200_accounts_takes_one_more_statement(
+def test_a_guard_the_database_decides_takes_one_more_statement_past_200_accounts(
     auth: RealtimeAuth,
     acme: Workspace,
     django_assert_num_queries: DjangoAssertNumQueries,
 ) -> None:
     user_ids = make_accounts(limits.MAX_IDS_PER_MESSAGE + 1)
-    # The author is the last account: only the second statement can name it.
-    author = get_user_model().objects.get(pk=user_ids[-1])
-    note = PrivateNote.objects.create(workspace=acme, author=author, title="Mine")
-    about = {"model": "private_note", "id": note.pk}
+    board = Board.objects.create(workspace=acme, name="Plans")
+    # The last account: only the second statement can name it.
+    board.members.add(user_ids[-1])
+    about = {"model": "board", "id": board.pk}
 
     with django_assert_num_queries(3) as captured:
-        heard = list(auth.audience(acme.pk, "private_note.updated", None, user_ids, about))
+        heard = list(auth.audience(acme.pk, "board.updated", None, user_ids, about))
 
-    assert heard == [author.pk]
+    assert heard == [user_ids[-1]]
     assert [exists_columns(captured, index) for index in range(3)] == [0, 200, 1]
 
-    note.public = True
-    note.save()
+    board.members.add(*user_ids[:-1])
     with django_assert_num_queries(3):
-        heard = list(auth.audience(acme.pk, "private_note.updated", None, user_ids, about))
+        heard = list(auth.audience(acme.pk, "board.updated", None, user_ids, about))
 
     assert heard == user_ids
 

@@ -13,15 +13,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection, models
 from django.test.utils import CaptureQueriesContext, isolate_apps
 
 from realtime import RealtimeManager, realtime_model
+from realtime.audience import readers
 from realtime.compat import django as django_compat
 from realtime.compat import django_orm
+from realtime.registry import options_for
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, returns_rows
-from tests.testapp.models import Contact, Document, Tag, Twin, Workspace
+from tests.testapp.models import Contact, Document, PrivateNote, Tag, Twin, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -264,3 +267,28 @@ def test_statements_an_applications_wrapper_tags_still_return_their_rows(
 ) -> None:
     with connection.execute_wrapper(tagged):
         assert statements_of_a_rename_and_a_delete(workspace) == ["UPDATE", "DELETE"]
+
+
+def readers_statements(workspace: Workspace) -> list[str]:
+    """The statements of asking which of two accounts may read a guarded note."""
+    user_model = get_user_model()
+    author, other = (user_model.objects.create_user(username=name) for name in ("ann", "bob"))
+    note = PrivateNote.objects.create(workspace=workspace, author=author, title="mine")
+    options = options_for(PrivateNote)
+    assert options is not None
+    with CaptureQueriesContext(connection) as queries:
+        assert readers(options, note.pk, [author.pk, other.pk]) == [author.pk]
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_guard_of_column_lookups_is_decided_in_process(workspace: Workspace) -> None:
+    assert not any("EXISTS" in sql for sql in readers_statements(workspace))
+    assert django_compat._verdicts[django_orm.Q_TREE] is True
+
+
+def test_without_reading_a_q_every_guard_is_decided_by_the_database(
+    monkeypatch: pytest.MonkeyPatch, workspace: Workspace, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_q_tree")
+    assert any("EXISTS" in sql for sql in readers_statements(workspace))
+    assert len([e for e in errors if "does not fit" in e]) == 1

@@ -40,6 +40,9 @@ each use here is checked by a self-test the first time a process relies on it, a
   adds ``RETURNING`` to that statement and reads its rows, converted as a fetch converts them
   (``connection.ops.get_db_converters``, ``Expression.get_db_converters``). Fallback: realtime
   reads the rows in statements of its own, before the write.
+* **A ``Q``'s tree** (``q_tree``): its ``connector``, ``negated`` and ``children`` (Django's
+  ``tree.Node``), read to decide simple guards in process (``realtime.guard_checks``).
+  Fallback: every guard is decided by the database.
 * **The alias a write goes to** (``write_alias``): a queryset's ``_db`` and ``_hints``, as
   ``QuerySet.db`` reads them for a write; and the instance a queryset was made for
   (``instance_hint``: ``refresh_from_db`` hints its instance), which then knows what it read.
@@ -70,6 +73,7 @@ THROUGH = "a many-to-many's count through its table (constrained_target, get_pre
 FAST_DELETE = "deleting a queryset without collecting (Collector.can_fast_delete, _raw_delete)"
 WRITE_ALIAS = "the alias of a queryset's write (QuerySet._db, _hints)"
 RETURNING = "the rows of an update() or delete() read from its statement (SQLUpdateCompiler)"
+Q_TREE = "a Q's connector, negation and children (tree.Node)"
 
 INSTEAD.update(
     {
@@ -83,6 +87,7 @@ INSTEAD.update(
         FAST_DELETE: "QuerySet.delete() of decorated models deletes row by row",
         WRITE_ALIAS: "a bulk write's reads go to router.db_for_write(model)",
         RETURNING: "update() and QuerySet.delete() read their rows in statements of their own",
+        Q_TREE: "every guard is decided by the database: one subquery per account",
     }
 )
 
@@ -467,6 +472,29 @@ def _probe_write_alias() -> None:
     queryset: Any = models.QuerySet(probe, using="elsewhere", hints=hints)
     if queryset._db != "elsewhere" or queryset._hints != hints:
         raise TypeError("a queryset keeps no _db and _hints")
+
+
+# Q objects -------------------------------------------------------------------------------------
+
+
+def q_tree(q: Any) -> tuple[str, bool, list[Any]] | None:
+    """A ``Q``'s connector (``Q.AND``, ``Q.OR``, ``Q.XOR``), whether it is negated, and its
+    children (``Q`` objects and ``(lookup, value)`` pairs, or expressions); ``None`` for what
+    is no ``Q``, or where Django keeps them so no more."""
+    if not isinstance(q, models.Q) or not _fits(Q_TREE, _probe_q_tree):
+        return None
+    return str(q.connector), bool(q.negated), list(q.children)
+
+
+def _probe_q_tree() -> None:
+    q = models.Q(a=1) | ~models.Q(b__in=[2])
+    if q.connector != models.Q.OR or q.negated or len(q.children) != 2:
+        raise TypeError("a Q keeps no connector, negated and children")
+    first, second = q.children
+    if first != ("a", 1) or not isinstance(second, models.Q):
+        raise TypeError("a Q's children are no (lookup, value) pairs and Q objects")
+    if not second.negated or second.children != [("b__in", [2])]:
+        raise TypeError("a negated Q keeps no negated flag and children")
 
 
 # Probes ----------------------------------------------------------------------------------------
