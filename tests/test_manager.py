@@ -700,6 +700,34 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
         assert (diff["leave"], [row["title"] for row in diff["enter"]]) == ([top.pk], ["next"])
 
 
+async def test_a_row_a_query_comes_to_hold_after_a_message_about_it_was_planned_is_followed(
+    manager: SocketManager,
+) -> None:
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    socket = await open_socket(manager, ann, scope)
+    await manager.dispatcher.live.start(
+        socket, {"id": "open", "model": "case", "where": {"status": "open"}}
+    )
+    case = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="x")
+    created = case_event(scope, case)
+    case.status = "closed"
+    await off_loop(case.save)
+    closed = case_event(scope, case)
+    # Planned ahead, as the pipeline plans the next messages while one is carried out: when
+    # the second is planned, no query holds the row yet, and its new values match none.
+    plans = [await manager.dispatcher.plan(message) for message in (created, closed)]
+    for plan in plans:
+        assert plan is not None
+        await manager.dispatcher.carry_out(plan)
+    await manager.dispatcher.flush_queries()
+    await settle(manager)
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    # The row entered and left again before the client was told: nothing to tell.
+    assert [frame["type"] for frame in frames] == ["query.rows"]
+    assert manager.dispatcher.live.by_model["case"].all.pop().keys == {}
+
+
 async def test_a_live_querys_diff_goes_before_a_later_messages_frame_to_its_socket(
     manager: SocketManager,
 ) -> None:

@@ -96,7 +96,8 @@ class Plan:
     #: The scope a scope event is addressed to (``None``: an account event).
     scope_id: Any = None
     #: Sockets with a live query the event may change that may read what it says, and what
-    #: it does to their queries (``Queries.change``).
+    #: it does to the queries of its model here (``Queries.change``; ``None``: there are
+    #: none, or it is no model's event).
     queried: set[Socket] | None = None
     query_change: Any = None
 
@@ -395,7 +396,7 @@ class Dispatcher:
             targets = set()
             for channel in channels:
                 targets |= self.index.by_channel.get(channel, set())
-        if not targets and not queried:
+        if not targets and change is None:
             return None
         return await self._narrowed(message, targets, None, queried, change)
 
@@ -404,7 +405,7 @@ class Dispatcher:
         message: dict[str, Any],
         targets: set[Socket],
         scope_id: Any,
-        queried: set[Socket] | None = None,
+        queried: frozenset[Socket] | set[Socket] = frozenset(),
         change: Any = None,
     ) -> Plan:
         """The plan of an event to ``targets``, narrowed by the message's ``exclude`` and
@@ -412,7 +413,7 @@ class Dispatcher:
         (sockets with a live query it may change, whatever channels they hold: ``change``)
         narrowed the same way."""
         listed = targets
-        targets = targets | queried if queried else targets
+        targets = targets | queried
         if message.get("exclude"):
             excluded = set(message["exclude"])
             targets = {s for s in targets if s.user_id not in excluded}
@@ -432,7 +433,7 @@ class Dispatcher:
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         channels = message.get("channels")
         plan = Plan(targets & listed, frame, event_type, data, channels, scope_id=scope_id)
-        if queried:
+        if change is not None:
             plan.queried, plan.query_change = targets & queried, change
         return plan
 
@@ -493,10 +494,10 @@ class Dispatcher:
             )
             metrics.delivered(plan.mid, len(plan.targets))
             self._delivered(plan)
-        if plan.queried:
+        if plan.query_change is not None:
             name = _model_of(plan.event_type)
             try:
-                self.live.carry(name, plan.queried, plan.query_change)
+                self.live.carry(name, plan.queried or set(), plan.query_change)
             except Exception:
                 # The event's frames went out: a live query's failure is its own.
                 logger.exception("realtime: a live query could not follow a %s", plan.event_type)

@@ -459,15 +459,13 @@ class LiveQuery:
         self.afresh = False
 
     def may_change(self, entry: Entry | None, key: Any) -> bool:
-        """Whether a row's message (``apply``'s arguments) may change the window: it holds
-        the row, or the row matches and would sort into it (or the first rows are being
-        read: every message is kept for them)."""
+        """Whether a row's message (``apply``'s arguments) may change the list: it holds the
+        row, or the row matches (or the first rows are being read: every message is kept
+        for them). Asked when the message is planned, maybe before earlier messages are
+        carried out: nothing here depends on where the window ends."""
         if self.pending is not None or key in self.keys:
             return True
-        if entry is None or not self.sorting.matches(entry.typed):
-            return False
-        window = self.window
-        return not (self.capped and window and self.sorting.compare(entry, window[-1]) > 0)
+        return entry is not None and self.sorting.matches(entry.typed)
 
     def apply(self, entry: Entry | None, key: Any) -> bool:
         """Apply one row's message (``entry`` ``None``: the row left the account's view or
@@ -793,10 +791,20 @@ class Queries:
         self.carried += 1
         done: set[LiveQuery] = set()
         for query in _touched(group, change):
-            if query in done or query.stopped or query.socket not in readers:
+            if query in done or query.stopped:
                 continue
             done.add(query)
-            self._carry_one(query, change)
+            if query.socket in readers:
+                self._carry_one(query, change)
+            elif (
+                query.pending is None and change not in (UNREAD, FOLDED) and change[1] in query.keys
+            ):
+                # It holds the row, but its socket was not asked about this message: it came
+                # to hold it after the message was planned, or may read it no more. Its rows
+                # are read again, with its account's rights.
+                query.stale = True
+            else:
+                continue
             if query.shown or query.stale:
                 self._due[query] = None
                 self._due_sockets.add(query.socket)
