@@ -605,6 +605,14 @@ def test_a_guard_of_column_lookups_costs_two_statements_and_no_subquery_however_
     assert heard == user_ids
 
 
+def board_of(workspace: Workspace, member: Any) -> tuple[Board, dict[str, Any]]:
+    """A board (guarded by a relation: ``Q(members=user)``) whose one member is ``member``,
+    and what an event about it names."""
+    board = Board.objects.create(workspace=workspace, name="Plans")
+    board.members.add(member)
+    return board, {"model": "board", "id": board.pk}
+
+
 @pytest.mark.parametrize("accounts", [1, 10, limits.MAX_IDS_PER_MESSAGE])
 def test_a_guard_the_database_decides_costs_two_statements_up_to_200_accounts(
     auth: RealtimeAuth,
@@ -613,9 +621,7 @@ def test_a_guard_the_database_decides_costs_two_statements_up_to_200_accounts(
     accounts: int,
 ) -> None:
     user_ids = make_accounts(accounts)
-    board = Board.objects.create(workspace=acme, name="Plans")
-    board.members.add(user_ids[-1])
-    about = {"model": "board", "id": board.pk}
+    _, about = board_of(acme, user_ids[-1])
 
     # ``Q(members=user)`` crosses a relation: the database decides, one statement for the
     # accounts, then one SELECT of the row's id and EXISTS(...), EXISTS(...), ... for all.
@@ -634,10 +640,8 @@ def test_a_guard_the_database_decides_takes_one_more_statement_past_200_accounts
     django_assert_num_queries: DjangoAssertNumQueries,
 ) -> None:
     user_ids = make_accounts(limits.MAX_IDS_PER_MESSAGE + 1)
-    board = Board.objects.create(workspace=acme, name="Plans")
     # The last account: only the second statement can name it.
-    board.members.add(user_ids[-1])
-    about = {"model": "board", "id": board.pk}
+    board, about = board_of(acme, user_ids[-1])
 
     with django_assert_num_queries(3) as captured:
         heard = list(auth.audience(acme.pk, "board.updated", None, user_ids, about))
