@@ -51,18 +51,37 @@ class RedisCluster:
     @classmethod
     def start(cls) -> RedisCluster:
         cluster = cls(Path(tempfile.mkdtemp(prefix="realtime-redis-cluster-")))
-        cluster.nodes = [Node(free_port(), free_port()) for _ in range(PRIMARIES * (1 + REPLICAS))]
-        for node in cluster.nodes:
-            cluster.launch(node)
-        for node in cluster.nodes:
-            cluster._wait_answering(node)
+        try:
+            cluster._create()
+        except BaseException:
+            cluster.stop()  # no node of a cluster that did not start is left running
+            raise
+        return cluster
+
+    def _create(self) -> None:
+        self.nodes = []
+        for _ in range(PRIMARIES * (1 + REPLICAS)):
+            self.nodes.append(Node(*self._free_ports()))
+        for node in self.nodes:
+            self.launch(node)
+        for node in self.nodes:
+            self._wait_answering(node)
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *(node.address for node in cluster.nodes),
+            ["redis-cli", "--cluster", "create", *(node.address for node in self.nodes),
              "--cluster-replicas", str(REPLICAS), "--cluster-yes"],
             check=True, capture_output=True, timeout=WAIT,
         )  # fmt: skip
-        cluster.wait_ok()
-        return cluster
+        self.wait_ok()
+
+    def _free_ports(self) -> tuple[int, int]:
+        """A port and a bus port free now, and no other node's."""
+        taken = {port for node in self.nodes for port in (node.port, node.bus_port)}
+        found: list[int] = []
+        while len(found) < 2:
+            port = free_port()
+            if port not in taken and port not in found:
+                found.append(port)
+        return found[0], found[1]
 
     @property
     def url(self) -> str:
@@ -156,8 +175,15 @@ class RedisCluster:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _wait_answering(self, node: Node) -> None:
+        """Wait until ``node`` answers. A server that exits first lost one of its ports to
+        another process between the pick and its start (the suite's servers and clients
+        take ports all the time): it starts again on others."""
         deadline = time.monotonic() + WAIT
         while self.cli(node, "PING").strip() != "PONG":
             if time.monotonic() > deadline:
                 raise AssertionError(f"redis-server on {node.port} did not start")
+            if node.process is not None and node.process.poll() is not None:
+                node.process = None
+                node.port, node.bus_port = self._free_ports()
+                self.launch(node)
             time.sleep(0.05)
