@@ -169,8 +169,8 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
             change = queries.change("case", data, meta, "row")
             # As the dispatcher does: the sockets a write may touch (then, on a worker, their
             # permissions asked), then what it does to their queries.
-            touched = queries.sockets_touched("case", change) & readers
-            queries.carry("case", touched, change)
+            touched = queries.sockets_touched("case", change)
+            queries.carry("case", touched & readers, change, touched)
             await queries.flush()  # each write its own publication
             spent += time.process_time() - started
         return spent

@@ -100,6 +100,10 @@ class Plan:
     #: none, or it is no model's event).
     queried: set[Socket] | None = None
     query_change: Any = None
+    #: The sockets whose queries were matched against the event when it was planned (before
+    #: its permissions narrowed them); ``None``: it is addressed to accounts, whatever their
+    #: queries hold.
+    query_asked: set[Socket] | frozenset[Socket] | None = None
 
 
 class Host(Protocol):
@@ -435,6 +439,7 @@ class Dispatcher:
         plan = Plan(targets & listed, frame, event_type, data, channels, scope_id=scope_id)
         if change is not None:
             plan.queried, plan.query_change = targets & queried, change
+            plan.query_asked = queried
         return plan
 
     async def _plan_users(
@@ -497,7 +502,7 @@ class Dispatcher:
         if plan.query_change is not None:
             name = _model_of(plan.event_type)
             try:
-                self.live.carry(name, plan.queried or set(), plan.query_change)
+                self.live.carry(name, plan.queried or set(), plan.query_change, plan.query_asked)
             except Exception:
                 # The event's frames went out: a live query's failure is its own.
                 logger.exception("realtime: a live query could not follow a %s", plan.event_type)

@@ -781,10 +781,18 @@ class Queries:
         frame = {"type": ROWS, "data": {"id": query.id, "rows": query.rows()}}
         await self.deliver(query.socket, encode(frame))
 
-    def carry(self, name: str, readers: set[Any], change: Any) -> None:
+    def carry(
+        self,
+        name: str,
+        readers: set[Any],
+        change: Any,
+        asked: set[Any] | frozenset[Any] | None = None,
+    ) -> None:
         """Apply one message about a row of ``name`` (``change``: ``Queries.change``) to
         the queries of ``readers`` (the sockets that may read it). Their clients are told
-        at the next ``flush``: once for every message carried together."""
+        at the next ``flush``: once for every message carried together. ``asked``: the
+        sockets matched when the message was planned (``sockets_touched``), ``None`` for a
+        message addressed to accounts."""
         group = self.by_model.get(name)
         if group is None or change is None:
             return
@@ -797,11 +805,15 @@ class Queries:
             if query.socket in readers:
                 self._carry_one(query, change)
             elif (
-                query.pending is None and change not in (UNREAD, FOLDED) and change[1] in query.keys
+                asked is not None
+                and query.socket not in asked
+                and query.pending is None
+                and change not in (UNREAD, FOLDED)
+                and change[1] in query.keys
             ):
-                # It holds the row, but its socket was not asked about this message: it came
-                # to hold it after the message was planned, or may read it no more. Its rows
-                # are read again, with its account's rights.
+                # It holds the row, but came to hold it after the message was planned: its
+                # socket was not asked about it. Its rows are read again, with its account's
+                # rights.
                 query.stale = True
             else:
                 continue
