@@ -20,7 +20,8 @@ What is decided here, and nothing else (the rest goes to the database, as before
 NULL as the database has it: no ``exact`` or ``in`` matches a NULL column. Django makes a
 negated ``exact`` or ``in`` on a nullable column ``NOT (col = v AND col IS NOT NULL)``, which
 keeps the NULL rows: so does ``not`` here. An empty ``in`` matches nothing (Django's
-``EmptyResultSet``), and an empty ``Q`` everything.
+``EmptyResultSet``), and an empty ``Q`` everything. An ``in`` list holding ``None`` is left to
+the database: Django dropped it from the list up to 6.0, and matches NULL with it from 6.1.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def _lookup(
         if read is None:
             return None
         return (lambda row: row[column] == read), frozenset([column])
-    if not isinstance(value, list | tuple | set | frozenset):
-        return None
-    values = [_value(field, item) for item in value if item is not None]
+    if not isinstance(value, list | tuple | set | frozenset) or None in value:
+        return None  # None in a list: dropped by Django up to 6.0, matching NULL from 6.1
+    values = [_value(field, item) for item in value]
     if any(item is None for item in values):
         return None
     allowed = frozenset(values)

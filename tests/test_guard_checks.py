@@ -54,7 +54,7 @@ def random_leaf(rng: random.Random, users: list[Any], companies: list[Company]) 
     if kind == 2:
         return Q(assignee_id=rng.choice(users).pk)
     if kind == 3:
-        return Q(company__in=rng.sample([*companies, None], 2))
+        return Q(company__in=rng.sample(companies, rng.randint(1, 2)))
     if kind == 4:
         return Q(assignee__isnull=rng.random() < 0.5)
     if kind == 5:
@@ -102,8 +102,9 @@ def test_guards_decided_in_process_pass_exactly_the_rows_the_database_finds() ->
         Q(private=1),  # a boolean given what is no boolean
         Q(private=True) ^ Q(priority=1),  # XOR
         Q(due=None) & Q(due__isnull=False),  # a date column
+        Q(company_id__in=[None, 1]),  # None in a list: Django's answer changed in 6.1
     ],
-    ids=["text", "path", "gte", "expression", "not-a-boolean", "xor", "date"],
+    ids=["text", "path", "gte", "expression", "not-a-boolean", "xor", "date", "none-in-a-list"],
 )
 def test_guards_of_other_forms_are_left_to_the_database(guard: Q) -> None:
     assert in_process(Case, guard) is None
