@@ -34,6 +34,7 @@ from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
 
 from realtime.compat.django_orm import q_tree
+from realtime.paths import column_values_field
 
 #: Whether a row (its column values by ``attname``) passes.
 Check = Callable[[Mapping[str, Any]], bool]
@@ -127,24 +128,14 @@ def _column(model: type[models.Model], name: str) -> models.Field[Any, Any] | No
         field = next((f for f in meta.concrete_fields if f.attname == name), None)
     if field is None or not getattr(field, "concrete", False) or field.many_to_many:
         return None
-    if isinstance(_target(field), _EXACT_TYPES):
+    if isinstance(column_values_field(field), _EXACT_TYPES):
         return field  # type: ignore[no-any-return]
     return None
 
 
-def _target(field: models.Field[Any, Any]) -> Any:
-    """The field whose values a column holds: a foreign key's target, followed to the end."""
-    while field.is_relation:
-        target = getattr(field, "target_field", None)
-        if target is None:
-            return None
-        field = target
-    return field
-
-
 def _value(field: models.Field[Any, Any], value: Any) -> Any:
     """``value`` as the column holds it (``None``: the database must compare it)."""
-    target = _target(field)
+    target = column_values_field(field)
     if isinstance(value, models.Model):
         if not field.is_relation or not isinstance(value, field.related_model):  # type: ignore[arg-type]
             return None
@@ -156,8 +147,8 @@ def _value(field: models.Field[Any, Any], value: Any) -> Any:
     return _scalar(target, value)
 
 
-def _scalar(target: models.Field[Any, Any], value: Any) -> Any:
-    if not isinstance(value, _SCALARS):
+def _scalar(target: models.Field[Any, Any] | None, value: Any) -> Any:
+    if target is None or not isinstance(value, _SCALARS):
         return None
     if isinstance(target, models.BooleanField) and not isinstance(value, bool):
         return None  # Django would send what it was given, and the database decide

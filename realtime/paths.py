@@ -80,6 +80,17 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     return sorted_ids(value for value in ids if value is not None)
 
 
+def column_values_field(field: models.Field[Any, Any]) -> models.Field[Any, Any] | None:
+    """The field whose values a column holds: a foreign key's target field, followed to the
+    end (a key to a key). ``None`` when a relation names no target field yet."""
+    while field.is_relation:
+        target = getattr(field, "target_field", None)
+        if target is None:
+            return None
+        field = target
+    return field
+
+
 def source_key(field: Any) -> Any:
     """The foreign key of a many-to-many's through model that points at the model declaring
     the many-to-many (``through_fields`` names it; else the first to that model)."""

@@ -44,7 +44,7 @@ from django.utils import timezone
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
-from realtime.paths import to_lookup
+from realtime.paths import column_values_field, to_lookup
 from realtime.registry import ModelOptions, options_named
 from realtime.sockets.index import discard
 from realtime.sockets.limits import log_bad_input
@@ -160,17 +160,8 @@ def _field(options: ModelOptions, name: str) -> models.Field[Any, Any]:
 
 
 def _is_text(field: models.Field[Any, Any]) -> bool:
-    target = _value_field(field)
+    target = column_values_field(field)
     return isinstance(target, models.CharField | models.TextField)
-
-
-def _value_field(field: models.Field[Any, Any]) -> models.Field[Any, Any]:
-    """The field whose values a column holds: a foreign key's target field."""
-    target: Any = getattr(field, "target_field", None) if field.is_relation else None
-    while target is not None:
-        field = target
-        target = getattr(field, "target_field", None) if field.is_relation else None
-    return field
 
 
 def read_value(field: models.Field[Any, Any], value: Any) -> Any:
@@ -179,7 +170,7 @@ def read_value(field: models.Field[Any, Any], value: Any) -> Any:
         return None
     if isinstance(value, dict | list):
         raise ValidationError("not a single value")
-    read = _value_field(field).to_python(value)
+    read = (column_values_field(field) or field).to_python(value)
     if isinstance(read, datetime.datetime) and settings.USE_TZ and timezone.is_naive(read):
         # As the ORM reads a naive value given to a filter: in the current time zone.
         read = timezone.make_aware(read)
