@@ -19,6 +19,7 @@ from realtime import limits
 from realtime.chunks import chunked
 from realtime.encoding import row_key
 from realtime.guard_checks import Check, in_process
+from realtime.primary import primary
 from realtime.registry import ModelOptions
 
 
@@ -56,13 +57,14 @@ def readers_of_rows(
     if guard is None:
         everyone = list(user_ids)
         return {row_key(pk): list(everyone) for pk in pks}
+    model = options.model
+    using = using or primary(model)  # read where the row was written, not on a replica
     accounts = get_user_model()._default_manager.db_manager(using).filter(pk__in=user_ids)
     if active_only and _has_field(accounts.model, "is_active"):
         # Checked at delivery too, not only by rechecks: an account made inactive by an
         # ``update()`` (which sends no signal) reads no guarded row from then on.
         accounts = accounts.filter(is_active=True)
     users = list(accounts.order_by("pk"))
-    model = options.model
     here: list[tuple[Any, Check]] = []  # decided in process
     asked: list[tuple[Any, Any]] = []  # left to the database
     columns: set[str] = set()

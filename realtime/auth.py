@@ -38,6 +38,7 @@ from realtime.chunks import id_chunks
 from realtime.conf import conf
 from realtime.encoding import key_of, normal_id, storable
 from realtime.paths import to_lookup
+from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
 
 # ``issue_token`` is a public name of this module; tokens live in ``realtime.tokens``.
@@ -103,7 +104,7 @@ def member_ids(scope_id: Any, using: str | None = None) -> models.QuerySet[Any, 
     model = scope_model()
     if model is None:
         return get_user_model()._default_manager.none().values_list("pk", flat=True)
-    members = model._default_manager.db_manager(using).filter(pk=scope_id)
+    members = on_primary(model, using).filter(pk=scope_id)
     return members.values_list(members_lookup(), flat=True)
 
 
@@ -114,7 +115,7 @@ def readers_pool(
     a global model, every active account (its guard narrows them)."""
     if not options.is_global:
         return member_ids(scope_id, using)
-    accounts = get_user_model()._default_manager.db_manager(using).all()
+    accounts = on_primary(get_user_model(), using or primary(options.model)).all()
     if any(field.name == "is_active" for field in accounts.model._meta.concrete_fields):
         accounts = accounts.filter(is_active=True)
     return accounts.values_list("pk", flat=True)
@@ -139,7 +140,7 @@ class RealtimeAuth:
         claims = claims_of(token)
         if claims is None:
             return None
-        user = get_user_model()._default_manager.filter(pk=claims[0]).first()
+        user = on_primary(get_user_model()).filter(pk=claims[0]).first()
         return standing(user, claims)
 
     def users_of_tokens(self, tokens: Sequence[str]) -> list[Any | None]:
@@ -153,7 +154,7 @@ class RealtimeAuth:
         claims = [claims_of(token) for token in tokens]
         pks = list(dict.fromkeys(str(c[0]) for c in claims if c is not None))
         users: dict[str, Any] = {}
-        manager = get_user_model()._default_manager
+        manager = on_primary(get_user_model())
         for chunk in id_chunks(pks):
             users.update((str(user.pk), user) for user in manager.filter(pk__in=chunk))
         return [None if c is None else standing(users.get(str(c[0])), c) for c in claims]
@@ -176,9 +177,11 @@ class RealtimeAuth:
         if model is None or not wanted:
             return []
         slug_field = conf.SCOPE_SLUG_FIELD
-        rows = model._default_manager.filter(
-            **{f"{slug_field}__in": wanted, members_lookup(): user.pk}
-        ).values_list("pk", slug_field)
+        rows = (
+            on_primary(model)
+            .filter(**{f"{slug_field}__in": wanted, members_lookup(): user.pk})
+            .values_list("pk", slug_field)
+        )
         by_slug = {slug: Scope(pk, slug) for pk, slug in rows}
         return [by_slug[slug] for slug in dict.fromkeys(wanted) if slug in by_slug]
 
@@ -188,9 +191,11 @@ class RealtimeAuth:
         ids = list(ids)
         if model is None or not ids:
             return []
-        rows = model._default_manager.filter(
-            **{"pk__in": ids, members_lookup(): user.pk}
-        ).values_list("pk", conf.SCOPE_SLUG_FIELD)
+        rows = (
+            on_primary(model)
+            .filter(**{"pk__in": ids, members_lookup(): user.pk})
+            .values_list("pk", conf.SCOPE_SLUG_FIELD)
+        )
         found = {pk: Scope(pk, slug) for pk, slug in rows}
         return [found[pk] for pk in ids if pk in found]
 
@@ -219,9 +224,11 @@ class RealtimeAuth:
             named = models.Q(**{f"{slug_field}__in": [v for k, v in key_chunk if k == "slug"]})
             held = models.Q(pk__in=[v for k, v in key_chunk if k == "id"])
             for user_chunk in id_chunks(users):
-                rows = model._default_manager.filter(
-                    named | held, **{f"{lookup}__in": user_chunk}
-                ).values_list("pk", slug_field, lookup)
+                rows = (
+                    on_primary(model)
+                    .filter(named | held, **{f"{lookup}__in": user_chunk})
+                    .values_list("pk", slug_field, lookup)
+                )
                 for pk, slug, member in rows:
                     scope = Scope(pk, slug)
                     by_slug[slug] = by_id[normal_id(pk)] = scope
@@ -316,7 +323,7 @@ def token_refusal_cause(token: str) -> str:
     auth = get_auth()
     if overridden(auth, "user_of_token", "users_of_tokens"):
         return f"{type(auth).__qualname__}.user_of_token named no account"
-    manager = get_user_model()._default_manager
+    manager = on_primary(get_user_model())
     return refusal_cause(token, lambda pk: manager.filter(pk=pk).first())
 
 

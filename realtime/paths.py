@@ -13,6 +13,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from realtime.encoding import sorted_ids
+from realtime.primary import on_primary
 
 
 def split_path(path: str) -> list[str]:
@@ -59,7 +60,7 @@ def path_target(model: type[models.Model], path: str) -> type[models.Model] | No
 
 def values_on_path(instance: models.Model, path: str, using: str | None = None) -> list[Any]:
     """The ids ``path`` reaches from ``instance``, sorted: a one-hop foreign key is read from
-    the row, a longer path costs one query (on ``using``, else where the routers read); an
+    the row, a longer path costs one query (on ``using``, else where its writes go); an
     empty hop reaches nothing."""
     parts = split_path(path)
     first: Any = instance._meta.get_field(parts[0])
@@ -71,8 +72,7 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     if direct and not first.target_field.primary_key and len(parts) == 1:
         lookup = f"{lookup}__pk"  # the key holds another field's value (to_field)
     ids = (
-        type(instance)
-        ._base_manager.db_manager(using)
+        on_primary(type(instance), using, base=True)
         .filter(pk=instance.pk)
         .order_by()
         .values_list(lookup, flat=True)

@@ -28,6 +28,7 @@ from realtime.chunks import id_chunks
 from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.paths import path_target, to_lookup, values_on_path
+from realtime.primary import on_primary
 from realtime.registry import ModelOptions, options_named
 
 logger = logging.getLogger(__name__)
@@ -102,9 +103,9 @@ def rows_by_key(
 ) -> dict[Any, models.Model]:
     """The rows of ``model`` with these keys (``row_key`` forms) that still exist, by key:
     one query per ``MAX_IDS_PER_MESSAGE`` keys, through the base manager (``using``, else
-    where the routers read)."""
+    where its writes go)."""
     found: dict[Any, models.Model] = {}
-    manager = model._base_manager.db_manager(using)
+    manager = on_primary(model, using, base=True)
     for chunk in id_chunks(list(keys)):
         for row in manager.filter(pk__in=chunk):
             found[row_key(row.pk)] = row
@@ -166,18 +167,18 @@ def shared_readers_of(
 
 def load_root(options: ModelOptions, pk: Any, root_pk: Any = None, using: str | None = None) -> Any:
     """The record ``shared_via`` points at, read from the database (``using``, else where
-    the routers read)."""
+    its writes go)."""
     path = options.shared_via or ""
     target = path_target(options.model, path)
     if target is None:
         return None
     if root_pk is None:
         root_pk = (
-            options.model._base_manager.db_manager(using)
+            on_primary(options.model, using, base=True)
             .filter(pk=pk)
             .values_list(to_lookup(path), flat=True)
             .first()
         )
     if root_pk is None:
         return None
-    return target._base_manager.db_manager(using).filter(pk=root_pk).first()
+    return on_primary(target, using, base=True).filter(pk=root_pk).first()

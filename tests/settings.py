@@ -103,3 +103,7 @@ LOGGING = {
 
 # Subprocesses (daphne) take per-test setting overrides as JSON, e.g. a small frame limit.
 globals().update(json.loads(os.environ.get("REALTIME_TEST_SETTINGS", "{}")))
+# ... and ``STALE_REPLICA``, the file of a SQLite database that stands for a replica behind its
+# primary: it has the tables and none of the latest rows (tests/test_replica_reads.py).
+if globals().get("STALE_REPLICA"):
+    DATABASES["replica"] = {**other, "NAME": globals()["STALE_REPLICA"]}

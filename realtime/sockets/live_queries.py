@@ -38,13 +38,14 @@ from typing import Any, Final, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connections, models, router
+from django.db import connections, models
 from django.utils import timezone
 
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
 from realtime.paths import column_values_field, to_lookup
+from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
 from realtime.sockets.index import discard
 from realtime.sockets.limits import log_bad_input
@@ -275,7 +276,7 @@ class Sorting:
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
-        alias = router.db_for_read(shape.options.model)
+        alias = primary(shape.options.model)
         self.nulls_largest = bool(connections[alias].features.nulls_order_largest)
 
     def matches(self, typed: dict[str, Any]) -> bool:
@@ -525,13 +526,13 @@ def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QueryS
     ORM's answer a live query's list equals."""
     options = shape.options
     model = options.model
-    rows = model._default_manager.all()
+    rows = on_primary(model).all()
     for term in shape.terms:
         attname = options.filter_attnames[term.name]
         rows = rows.filter(**term.lookup_kwargs(attname))
     if options.user_field is not None:
         path = to_lookup(options.user_field)
-        reached = model._base_manager.filter(**{path: user.pk}).values("pk")
+        reached = on_primary(model, base=True).filter(**{path: user.pk}).values("pk")
         rows = rows.filter(pk__in=reached)
     elif options.scope_attname is not None:
         rows = rows.filter(**{f"{options.scope_attname}__in": list(scope_ids)})

@@ -32,6 +32,7 @@ from django.db.models.signals import post_init, pre_init
 from realtime import tokens
 from realtime.chunks import id_chunks
 from realtime.compat.django import has_receivers, plain_instances
+from realtime.primary import on_primary
 from realtime.tokens import claims_of
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def accounts_of_tokens(tokens: Sequence[str]) -> list[Account | None] | None:
     pks = list(dict.fromkeys(str(c[0]) for c in claims if c is not None))
     rows: dict[str, dict[str, Any]] = {}
     for chunk in id_chunks(pks):
-        for values in model._default_manager.filter(pk__in=chunk).values_list(*names):
+        for values in on_primary(model).filter(pk__in=chunk).values_list(*names):
             rows[str(values[0])] = dict(zip(names, values, strict=True))
     answers: list[Account | None] = []
     for claim in claims:
