@@ -15,7 +15,8 @@ from realtime.broadcast import broadcast_to_user
 from realtime.encoding import record_channel
 from tests.helpers import events, forget_messages, off_loop
 from tests.live import Clients, LiveServers
-from tests.testapp.models import Line, Membership, Workspace
+from tests.live_lists import apply_frames, orm_answer, same_rows
+from tests.testapp.models import Line, Membership, Stock, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,3 +124,52 @@ def test_a_composite_key_row_moved_to_another_scope_leaves_and_enters(acme: Work
         ("line.deleted", beta.pk, [12, 3]),
         ("line.created", acme.pk, [12, 3]),
     ]
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_live_query_of_composite_keys_stays_the_orm_answer(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await off_loop(get_user_model().objects.create_user, username="ann")
+    await off_loop(Membership.objects.create, workspace=workspace, user=ann)
+    for warehouse, sku, quantity in ((1, 1, 5), (1, 2, 9), (2, 1, 7)):
+        await off_loop(
+            Stock.objects.create,
+            workspace=workspace,
+            warehouse=warehouse,
+            sku=sku,
+            shelf=1,
+            quantity=quantity,
+        )
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    ask = {"model": "stock", "where": {"shelf": 1}, "order_by": ["-quantity"], "limit": 2}
+    await client.send("query", {"id": "shelf", **ask})
+    first = await client.wait_for(lambda f: f["type"] == "query.rows")
+    assert [row["id"] for row in first["data"]["rows"]] == [[1, 2], [2, 1]]
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [first])
+
+    async def settled() -> None:
+        await off_loop(broadcast_to_user, ann.pk, "test.marker", None)
+        apply_frames(lists, await client.frames_until("test.marker"))
+        assert same_rows(lists["shelf"], await off_loop(orm_answer, ask, ann, [workspace.pk]))
+
+    # Moved off the shelf: it leaves, and the next row by quantity takes its place.
+    await off_loop(Stock.objects.filter(pk=(1, 2)).update, shelf=2)
+    await settled()
+    # An update inside the window, by the row's save().
+    row = await off_loop(Stock.objects.get, pk=(2, 1))
+    row.quantity = 3
+    await off_loop(row.save)
+    await settled()
+    # A tie at the window's end is broken by the key, part by part: (2, 1) before (10, 0).
+    await off_loop(
+        Stock.objects.create, workspace=workspace, warehouse=10, sku=0, shelf=1, quantity=3
+    )
+    await settled()
+    assert sorted(row["id"] for row in lists["shelf"]) == [[1, 1], [2, 1]]
+    # Deleted: it leaves, and the window is refilled with the row after it.
+    await off_loop(Stock.objects.filter(pk=(1, 1)).delete)
+    await settled()
+    assert sorted(row["id"] for row in lists["shelf"]) == [[2, 1], [10, 0]]

@@ -31,6 +31,7 @@ from realtime.writes.decorator import unregister
 from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers, each_server  # noqa: F401 - a fixture
+from tests.live_lists import apply_frames, orm_answer
 from tests.testapp.models import Alert, Case, Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -265,32 +266,6 @@ async def marker_for(client: Client, user_id: Any) -> list[dict[str, Any]]:
     return await client.frames_until("test.marker")
 
 
-def apply_frames(lists: dict[str, list[dict[str, Any]]], frames: list[dict[str, Any]]) -> None:
-    """Apply ``query.rows`` and ``query.diff`` frames as a client does (order by the ORM's
-    answer is checked separately: here, membership and contents)."""
-    for frame in frames:
-        data = frame.get("data") or {}
-        if frame["type"] == "query.rows":
-            lists[data["id"]] = list(data["rows"])
-        elif frame["type"] == "query.diff":
-            rows = lists[data["id"]]
-            gone = set(data["leave"])
-            rows[:] = [row for row in rows if row["id"] not in gone]
-            for row in data["update"]:
-                at = next(n for n, held in enumerate(rows) if held["id"] == row["id"])
-                rows[at] = row
-            for row in data["enter"]:
-                assert all(held["id"] != row["id"] for held in rows), "entered twice"
-                rows.append(row)
-
-
-def orm_answer(shape_data: dict[str, Any], user: Any, workspace: Any) -> list[dict[str, Any]]:
-    _, shape = read_query({"id": "check", **shape_data})
-    options = case_options()
-    found = queryset(shape, user, [workspace.pk])[: shape.limit]
-    return [row_of_instance(options, case) for case in found]
-
-
 async def _member(workspace: Any, username: str, **extra: Any) -> Any:
     user = await off_loop(account, username, **extra)
     await off_loop(Membership.objects.create, workspace=workspace, user=user)
@@ -337,7 +312,7 @@ async def test_a_live_query_lists_the_orm_answer_and_follows_the_writes(
 
     async def settled() -> None:
         apply_frames(lists, await marker_for(client, ann.pk))
-        expected = await off_loop(orm_answer, ask, ann, workspace)
+        expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
         assert sorted(lists["open"], key=lambda r: r["id"]) == sorted(
             expected, key=lambda r: r["id"]
         )
@@ -537,7 +512,7 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
             apply_frames(lists, await marker_for(client, user.pk))
         for n, (user, ask) in enumerate(asks):
             _, lists = clients[user.pk]
-            expected = await off_loop(orm_answer, ask, user, workspace)
+            expected = await off_loop(orm_answer, ask, user, [workspace.pk])
             assert lists[f"q{n}"] is not None
             got = sorted(lists[f"q{n}"], key=lambda r: r["id"])
             assert got == sorted(expected, key=lambda r: r["id"]), (batch, n, ask)

@@ -23,13 +23,14 @@ from realtime.registry import options_for
 from realtime.sockets.live_queries import read_query, read_rows
 from tests.helpers import off_loop
 from tests.live import Clients, LiveServers
+from tests.live_lists import apply_frames, orm_answer, same_rows
 from tests.routers import ReadsFromTheReplica
-from tests.test_live_queries import apply_frames, marker_for, orm_answer
+from tests.test_live_queries import marker_for
 from tests.testapp.models import Case, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other", "replica"])
 
-ROUTED = {"DATABASE_ROUTERS": ["tests.routers.ReadsFromTheReplica"]}
+ROUTER = "tests.routers.ReadsFromTheReplica"
 
 
 def member(workspace: Workspace, username: str) -> Any:
@@ -42,12 +43,14 @@ async def test_with_a_replica_behind_sockets_still_hear_and_lists_stay_exact(
     live_servers: LiveServers, ws: Clients
 ) -> None:
     stale = connections["other"].settings_dict["NAME"]  # migrated, and empty
-    server = live_servers.get(**ROUTED, STALE_REPLICA=stale)
+    server = live_servers.get(DATABASE_ROUTERS=[ROUTER], STALE_REPLICA=stale)
     workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
     ann = await off_loop(member, workspace, "ann")
     bob = await off_loop(member, workspace, "bob")
     await off_loop(Case.objects.create, workspace=workspace, title="open to all")
-    await off_loop(Case.objects.create, workspace=workspace, title="bob's", private=True, assignee=bob)
+    await off_loop(
+        Case.objects.create, workspace=workspace, title="bob's", private=True, assignee=bob
+    )
 
     # The account, its scope and the query's first rows: read on the primary.
     client = await ws.authenticated(server, issue_token(ann), scope="acme")
@@ -75,8 +78,7 @@ async def test_with_a_replica_behind_sockets_still_hear_and_lists_stay_exact(
         )
     await off_loop(Case.objects.filter(title="urgent 4").delete)
     apply_frames(lists, await marker_for(client, ann.pk))
-    expected = await off_loop(orm_answer, ask, ann, workspace)
-    assert sorted(row["id"] for row in lists["cases"]) == sorted(row["id"] for row in expected)
+    assert same_rows(lists["cases"], await off_loop(orm_answer, ask, ann, [workspace.pk]))
 
     # A membership removed: the recheck reads it gone, and the scope's rows leave.
     await off_loop(Membership.objects.filter(user=ann).delete)
@@ -89,7 +91,8 @@ def test_realtimes_own_reads_about_a_write_never_go_to_the_replica() -> None:
     ann = member(workspace, "ann")
     case = Case.objects.create(workspace=workspace, title="ann's", private=True, assignee=ann)
     _, shape = read_query({"id": "q", "model": "case"})
-    auth = get_auth()
+    auth, options = get_auth(), options_for(Case)
+    assert options is not None
     with (
         override_settings(DATABASE_ROUTERS=[ReadsFromTheReplica()]),
         CaptureQueriesContext(connections["replica"]) as replica,
@@ -99,7 +102,7 @@ def test_realtimes_own_reads_about_a_write_never_go_to_the_replica() -> None:
         assert [s.slug for s in auth.scopes_of_many([ScopeQuestion(ann, ["acme"], [])])[0]] == [
             "acme"
         ]
-        assert readers(options_for(Case), case.pk, [ann.pk]) == [ann.pk]
+        assert readers(options, case.pk, [ann.pk]) == [ann.pk]
         assert [row["title"] for row in read_rows(shape, ann, [workspace.pk])] == ["ann's"]
     assert replica.captured_queries == []
     assert default.captured_queries

@@ -27,7 +27,8 @@ from realtime.sockets import access, standing
 from realtime.sockets.protocol import read_scopes
 from tests.helpers import off_loop
 from tests.live import Client, Clients, LiveServers
-from tests.uuidapp.models import Alert, Memo, Seat, Secret, Team, Ticket
+from tests.live_lists import apply_frames, orm_answer, same_rows
+from tests.uuidapp.models import Alert, Chore, Memo, Seat, Secret, Team, Ticket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
 
@@ -233,3 +234,51 @@ def test_readers_of_uuid_keyed_rows_are_asked_a_page_at_once() -> None:
         for alert in alerts
     ]
     assert readers_now_many(asks) == [[normal_id(ann.pk)], [normal_id(bob.pk)]]
+
+
+async def test_a_live_query_of_uuid_keys_filtered_by_a_uuid_account_stays_the_orm_answer(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    ann, token = await off_loop(make_member, "ann", team)
+    bob, _ = await off_loop(make_member, "bob", team)
+    create = Chore._default_manager.create
+    for n, owner in enumerate((ann, ann, bob, None)):
+        await off_loop(create, team=team, owner=owner, title=f"c{n}", rank=n)
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
+    mine = {"model": "chore", "where": {"owner": str(ann.pk)}, "order_by": ["-rank"]}
+    # Given in capitals, a UUID names the same account.
+    theirs = {"model": "chore", "where": {"owner__in": [str(bob.pk).upper()]}}
+    open_ = {"model": "chore", "where": {"done": False}, "order_by": ["rank"], "limit": 2}
+    asks = {"mine": mine, "theirs": theirs, "open": open_}
+    lists: dict[str, list[dict[str, Any]]] = {}
+    for name, ask in asks.items():
+        await client.send("query", {"id": name, **ask})
+        apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+
+    async def settled() -> None:
+        apply_frames(lists, await marker_for(client, ann))
+        for name, ask in asks.items():
+            expected = await off_loop(orm_answer, ask, ann, [team.pk])
+            assert same_rows(lists[name], expected), name
+
+    await settled()
+    assert sorted(row["title"] for row in lists["mine"]) == ["c0", "c1"]
+    assert lists["theirs"] == []  # bob's chore: ann may not read it
+    # Given to bob: it leaves ann's list, and still is not hers to see in his.
+    await off_loop(Chore._default_manager.filter(title="c1").update, owner=bob)
+    await settled()
+    # Given to nobody: everyone reads it; the open list's first two change.
+    chore = await off_loop(Chore._default_manager.get, title="c2")
+    chore.owner, chore.rank = None, -1
+    await off_loop(chore.save)
+    await settled()
+    assert [row["title"] for row in await off_loop(orm_answer, open_, ann, [team.pk])] == [
+        "c2",
+        "c0",
+    ]
+    # Done, then deleted: it leaves.
+    await off_loop(Chore._default_manager.filter(title="c0").update, done=True)
+    await settled()
+    await off_loop(Chore._default_manager.filter(title="c2").delete)
+    await settled()

@@ -651,6 +651,21 @@ class Alert(models.Model):
         return self.text
 
 
+@realtime_model(fields=["quantity"], filters=["shelf", "quantity"])
+class Stock(models.Model):
+    """Queryable with a composite primary key: the stock of item ``sku`` in ``warehouse``."""
+
+    pk = models.CompositePrimaryKey("warehouse", "sku")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    warehouse = models.IntegerField()
+    sku = models.IntegerField()
+    shelf = models.IntegerField(default=0)
+    quantity = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.sku} in {self.warehouse}"
+
+
 @realtime_model(fields=["title", "status", "priority"], filters=["status", "priority"])
 class Job(models.Model):
     """Queryable and unguarded: what live queries cost without a guard's check."""

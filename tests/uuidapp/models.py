@@ -86,3 +86,30 @@ class Ticket(models.Model):
 
     def __str__(self) -> str:
         return self.code
+
+
+def may_read_chore(user: Any) -> Q:
+    return Q(owner=user) | Q(owner__isnull=True)
+
+
+@realtime_model(
+    fields=["title", "rank"],
+    scope_field="team",
+    filters=["owner", "done", "rank"],
+    guard=may_read_chore,
+    guard_fields=["owner"],
+)
+class Chore(models.Model):
+    """Queryable, keyed by a UUID, filtered by a UUID account: live queries of UUID keys."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    title = models.CharField(max_length=100)
+    done = models.BooleanField(default=False)
+    rank = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.title
