@@ -430,7 +430,8 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
 ) -> None:
     """A reconciler: random queries, random writes (creates, updates moving rows across the
     filters and the window, bulk moves, guard changes, deletes) and a reconnect midway; after
-    each batch every client's list equals the ORM's answer for its account."""
+    each batch every client's list equals the ORM's answer for its account. The sockets are
+    spread over two workers, and each reconnects to the other one."""
     rng = random.Random(38)
     workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
     users = [await _member(workspace, name) for name in ("ann", "bob", "cy")]
@@ -465,10 +466,13 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
             order = rng.choice([["-priority"], ["priority", "-id"], ["pk"]])
             asks.append((user, {"model": "case", "where": where, "order_by": order, "limit": 4}))
 
-    async def connect() -> dict[Any, tuple[Client, dict[str, list[dict[str, Any]]]]]:
+    workers = [live_servers.get("worker-a"), live_servers.get("worker-b")]
+
+    async def connect(turn: int) -> dict[Any, tuple[Client, dict[str, list[dict[str, Any]]]]]:
         clients: dict[Any, tuple[Client, dict[str, list[dict[str, Any]]]]] = {}
-        for user in users:
-            client = await ws.authenticated(live_servers.get(), issue_token(user), scope="acme")
+        for n, user in enumerate(users):
+            worker = workers[(n + turn) % len(workers)]
+            client = await ws.authenticated(worker, issue_token(user), scope="acme")
             lists: dict[str, list[dict[str, Any]]] = {}
             for n, (owner, ask) in enumerate(asks):
                 if owner is user:
@@ -479,7 +483,7 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
             clients[user.pk] = (client, lists)
         return clients
 
-    clients = await connect()
+    clients = await connect(0)
 
     def write_batch() -> None:
         cases = list(Case.objects.filter(workspace=workspace))
@@ -502,10 +506,10 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
                 case.delete()
 
     for batch in range(8):
-        if batch == 4:  # a reconnect of every socket midway
+        if batch == 4:  # a reconnect of every socket midway, to the other worker
             for client, _ in clients.values():
                 await client.close()
-            clients = await connect()
+            clients = await connect(1)
         await off_loop(write_batch)
         for user in users:
             client, lists = clients[user.pk]
