@@ -3,7 +3,9 @@ sockets by the writes that commit (``realtime.sockets.live_queries``)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import gc
 import json
 import random
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test.utils import isolate_apps
 
 from realtime import realtime_model
@@ -22,6 +25,7 @@ from realtime.registry import ModelOptions, options_for
 from realtime.sockets.live_queries import (
     LiveQuery,
     QueryRefusedError,
+    Sorting,
     entry_of,
     queryset,
     read_query,
@@ -196,6 +200,23 @@ def test_a_query_reads_defaults_and_takes_the_key_as_the_last_tie_breaker(settin
 
 
 # The window, without sockets -------------------------------------------------------------------
+
+
+async def test_queries_asked_on_many_sockets_make_no_connection_object_each() -> None:
+    """On the event loop each socket's task has a context of its own, and Django's
+    ``connections`` keeps a connection object per context there: a query must not ask it for
+    one (1,000 sockets made 1,000 of them, each a cost for every garbage collection)."""
+    _, shape = read_query({"id": "q", "model": "case", "order_by": ["due"]})
+
+    def wrappers() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, BaseDatabaseWrapper))
+
+    async def ask() -> None:
+        Sorting(shape)
+
+    before = wrappers()
+    await asyncio.gather(*(asyncio.create_task(ask()) for _ in range(20)))
+    assert wrappers() - before <= 1
 
 
 def _window(where: dict[str, Any], order_by: list[str], limit: int) -> tuple[Any, Any, Any]:

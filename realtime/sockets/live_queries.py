@@ -269,6 +269,14 @@ def _key_order(key: Any) -> Any:
     return id_order(key)
 
 
+@functools.cache
+def nulls_sort_largest(alias: str) -> bool:
+    """Whether the database of ``alias`` sorts nulls after every value. Asked once per alias:
+    on the event loop, ``connections[alias]`` makes a connection object for each task's
+    context (asgiref's ``Local``), one per socket that asks a query."""
+    return bool(connections[alias].features.nulls_order_largest)
+
+
 class Sorting:
     """Matches a row's filters values against a shape and compares rows in its order."""
 
@@ -276,8 +284,7 @@ class Sorting:
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
-        alias = primary(shape.options.model)
-        self.nulls_largest = bool(connections[alias].features.nulls_order_largest)
+        self.nulls_largest = nulls_sort_largest(primary(shape.options.model))
 
     def matches(self, typed: dict[str, Any]) -> bool:
         return all(term.matches(typed[term.name]) for term in self.shape.terms)
