@@ -370,10 +370,13 @@ class Collections:
     young_cpu: float
     full: int
     full_cpu: float
+    #: The CPU of the longest full collection.
+    full_longest: float = 0.0
 
     def show(self) -> str:
         return (
-            f"{self.full} full ({self.full_cpu * 1000:,.0f} ms), "
+            f"{self.full} full ({self.full_cpu * 1000:,.0f} ms, the longest "
+            f"{self.full_longest * 1000:,.0f} ms), "
             f"{self.young} young ({self.young_cpu * 1000:,.0f} ms)"
         )
 
@@ -383,6 +386,7 @@ def collections(directory: Path, pid: int, start: float, end: float) -> Collecti
     ``start`` and ``end`` (``time.time()``)."""
     counts = {"young": 0, "full": 0}
     cpu = {"young": 0.0, "full": 0.0}
+    longest = 0.0
     log = directory / f"gc-{pid}.jsonl"
     lines = log.read_text().splitlines() if log.exists() else []
     for line in lines:
@@ -391,7 +395,9 @@ def collections(directory: Path, pid: int, start: float, end: float) -> Collecti
             kind = "full" if entry["generation"] == 2 else "young"
             counts[kind] += 1
             cpu[kind] += entry["cpu"]
-    return Collections(counts["young"], cpu["young"], counts["full"], cpu["full"])
+            if kind == "full":
+                longest = max(longest, entry["cpu"])
+    return Collections(counts["young"], cpu["young"], counts["full"], cpu["full"], longest)
 
 
 def free_port() -> int:
