@@ -35,8 +35,8 @@ from realtime.writes.decorator import unregister
 from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers, each_server  # noqa: F401 - a fixture
-from tests.live_lists import apply_frames, orm_answer
-from tests.testapp.models import Alert, Case, Company, Membership, Workspace
+from tests.live_lists import apply_frames, orm_answer, same_rows
+from tests.testapp.models import Alert, Bin, Case, Company, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -256,6 +256,39 @@ def test_a_row_entering_a_full_window_pushes_the_last_one_out_in_the_same_diff()
     assert [row["title"] for row in diff.enter] == ["urgent"]
     assert diff.leave == [Case.objects.get(title="p3").pk]
     assert [row["priority"] for row in query.rows()] == [9, 5]
+
+
+def test_where_only_text_keys_order_a_full_windows_end_the_rows_are_read_again() -> None:
+    """The database sorts text keys by its collation (case-insensitive on MariaDB, by locale
+    on PostgreSQL), Python by code points: where a row goes against a full window's last row,
+    when only their keys order them, is left to the database (``apply`` says read again)."""
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    reader = account("reader")
+    Membership.objects.create(workspace=workspace, user=reader)
+    _, shape = read_query({"id": "q", "model": "bin", "order_by": ["-size"], "limit": 2})
+    options = shape.options
+    for code, size in (("a1", 7), ("B2", 5), ("c3", 5), ("d4", 1)):
+        Bin.objects.create(code=code, workspace=workspace, size=size)
+
+    def loaded() -> LiveQuery:
+        query = LiveQuery("q", shape, None)
+        found = queryset(shape, reader, [workspace.pk])[: shape.limit + 1]
+        query.load([row_of_instance(options, row) for row in found])
+        query.shown_whole()
+        return query
+
+    def entry(code: str, size: int) -> Any:
+        return entry_of(options, row_of_instance(options, Bin(code=code, size=size)))
+
+    assert loaded().capped
+    # A new row tying with the last on size: only the collation places it.
+    assert not loaded().apply(entry("b0", 5), "b0")
+    # A held row moved to tie with the last: the same.
+    assert not loaded().apply(entry("a1", 5), "a1")
+    # Sizes alone decide: nothing to read.
+    assert loaded().apply(entry("e5", 9), "e5")
+    assert loaded().apply(entry("f6", 2), "f6")
+    assert loaded().apply(entry("a1", 8), "a1")
 
 
 def test_a_row_leaving_a_full_window_asks_for_the_rows_after_it() -> None:
@@ -617,3 +650,33 @@ async def test_an_application_broadcast_named_like_a_model_event_leaves_queries_
     )
     frames = await marker_for(client, ann.pk)
     assert [f for f in frames if f["type"].startswith("query.")] == []
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_list_ordered_by_text_keys_stays_the_orm_answer_whatever_the_collation(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """Keys in mixed case: MariaDB's default collation sorts ``a1`` before ``B2``, Python
+    and SQLite the other way round; the list follows the database."""
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    for code in ("a1", "B2", "c3", "D4", "e5"):
+        await off_loop(Bin.objects.create, code=code, workspace=workspace, size=1)
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    ask = {"model": "bin", "where": {"size": 1}, "limit": 2}
+    await client.send("query", {"id": "bins", **ask})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+
+    async def settled() -> None:
+        apply_frames(lists, await marker_for(client, ann.pk))
+        assert same_rows(lists["bins"], await off_loop(orm_answer, ask, ann, [workspace.pk]))
+
+    for code in ("b0", "A0", "C9"):
+        await off_loop(Bin.objects.create, code=code, workspace=workspace, size=1)
+        await settled()
+    first = await off_loop(lambda: orm_answer(ask, ann, [workspace.pk])[0]["id"])
+    await off_loop(Bin.objects.filter(code=first).update, size=2)
+    await settled()
+    await off_loop(Bin.objects.filter(code="a1").delete)
+    await settled()

@@ -250,7 +250,7 @@ async def test_a_live_query_of_uuid_keys_filtered_by_a_uuid_account_stays_the_or
     # Given in capitals, a UUID names the same account.
     theirs = {"model": "chore", "where": {"owner__in": [str(bob.pk).upper()]}}
     open_ = {"model": "chore", "where": {"done": False}, "order_by": ["rank"], "limit": 2}
-    asks = {"mine": mine, "theirs": theirs, "open": open_}
+    asks: dict[str, dict[str, Any]] = {"mine": mine, "theirs": theirs, "open": open_}
     lists: dict[str, list[dict[str, Any]]] = {}
     for name, ask in asks.items():
         await client.send("query", {"id": name, **ask})

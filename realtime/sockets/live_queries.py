@@ -277,14 +277,24 @@ def nulls_sort_largest(alias: str) -> bool:
     return bool(connections[alias].features.nulls_order_largest)
 
 
+def has_text_key(model: type[models.Model]) -> bool:
+    """Whether ``model``'s primary key (a part of it, for a composite key) is text: the
+    database sorts it by its collation, which Python does not share."""
+    pk = model._meta.pk
+    parts = getattr(pk, "fields", None) or [pk]
+    return any(_is_text(part) for part in parts)
+
+
 class Sorting:
     """Matches a row's filters values against a shape and compares rows in its order."""
 
-    __slots__ = ("nulls_largest", "shape")
+    __slots__ = ("nulls_largest", "shape", "text_key")
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape
         self.nulls_largest = nulls_sort_largest(primary(shape.options.model))
+        #: Rows whose order only their keys decide are ordered by the database's collation.
+        self.text_key = has_text_key(shape.options.model)
 
     def matches(self, typed: dict[str, Any]) -> bool:
         return all(term.matches(typed[term.name]) for term in self.shape.terms)
@@ -299,6 +309,18 @@ class Sorting:
             if found:
                 return -found if descending else found
         return 0
+
+    def only_keys_part(self, a: Entry, b: Entry) -> bool:
+        """Whether only the keys order ``a`` and ``b`` here, and they are text: where one
+        goes against the other is the database's collation to say, not Python's."""
+        if not self.text_key:
+            return False
+        for name, _ in self.shape.order:
+            if name == "pk":
+                return True
+            if self._compare_values(a.typed[name], b.typed[name]):
+                return False
+        return True
 
     def _compare_values(self, left: Any, right: Any) -> int:
         if left is None or right is None:
@@ -481,13 +503,21 @@ class LiveQuery:
             self._drop(held)
             self._put(entry)
             later = self.sorting.compare(entry, held) > 0
-            if self.capped and later and self.window[-1] is entry:
+            moved = later or self.sorting.compare(held, entry) > 0
+            if self.capped and (
+                (later and self.window[-1] is entry)
+                or (moved and self.sorting.only_keys_part(entry, self.window[-1]))
+            ):
                 # It may now sort after rows the window does not hold: read them.
                 self._drop(entry)
                 self._put(held)
                 return False
             return True
-        if self.capped and self.window and self.sorting.compare(entry, self.window[-1]) > 0:
+        last = self.window[-1] if self.window else None
+        full = self.capped or len(self.window) >= self.shape.limit
+        if full and last is not None and self.sorting.only_keys_part(entry, last):
+            return False  # which of the two the window ends with: the database says
+        if self.capped and last is not None and self.sorting.compare(entry, last) > 0:
             return True  # sorts after the window: not shown
         self._put(entry)
         if len(self.window) > self.shape.limit:

@@ -666,6 +666,18 @@ class Stock(models.Model):
         return f"{self.sku} in {self.warehouse}"
 
 
+@realtime_model(fields=["size"], filters=["size"])
+class Bin(models.Model):
+    """Queryable, keyed by text: windows ordered by keys the database's collation sorts."""
+
+    code = models.CharField(primary_key=True, max_length=20)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    size = models.IntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.code
+
+
 @realtime_model(fields=["title", "status", "priority"], filters=["status", "priority"])
 class Job(models.Model):
     """Queryable and unguarded: what live queries cost without a guard's check."""
