@@ -71,11 +71,21 @@ def test_filters_the_database_and_python_may_compare_apart_are_check_errors() ->
         meta = models.JSONField(default=dict)
         code = models.CharField(max_length=20)
         long = models.CharField(max_length=300)
+        address = models.GenericIPAddressField(null=True)
+        blob = models.BinaryField(null=True)
+        upload = models.FileField(null=True)
+        wait = models.DurationField(null=True)
+        price = models.DecimalField(max_digits=8, decimal_places=2, null=True)
+        when = models.DateTimeField(null=True)
+        slug = models.SlugField()
+        email = models.EmailField()
 
         class Meta:
             app_label = "testapp"
 
-    realtime_model(filters=["tags", "body", "meta", "code", "long", "workspace"])(Sheet)
+    named = ["tags", "body", "meta", "code", "long", "workspace", "address", "blob", "upload"]
+    named += ["wait", "price", "when", "slug", "email"]
+    realtime_model(filters=named)(Sheet)
     try:
         errors = [m for m in check_models() if m.obj is Sheet]
     finally:
@@ -87,10 +97,14 @@ def test_filters_the_database_and_python_may_compare_apart_are_check_errors() ->
         ("body", "is text longer than 255"),
         ("meta", "is a JSON field"),
         ("long", "is text longer than 255"),
+        ("address", "is a GenericIPAddressField column, which the database may compare"),
+        ("blob", "is a BinaryField column"),
+        ("upload", "is a FileField column"),
+        ("wait", "is a DurationField column"),
     ]:
         assert f"filters names {name!r}, which {why}" in said
-    assert "'code'" not in said
-    assert "'workspace'" not in said
+    for accepted in ("code", "workspace", "price", "when", "slug", "email"):
+        assert f"'{accepted}'" not in said
     assert all(isinstance(m, checks.Error) and m.hint for m in errors)
 
 

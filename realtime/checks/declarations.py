@@ -16,7 +16,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from realtime.auth import scope_model
-from realtime.paths import path_target, resolve_path
+from realtime.paths import column_values_field, path_target, resolve_path
 from realtime.registry import (
     ModelOptions,
     all_options,
@@ -52,16 +52,43 @@ def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> lis
 
 #: The longest text a live query may filter by: longer text is searched, not filtered.
 FILTER_TEXT_MAX = 255
+#: The kinds of columns (``get_internal_type()``, a key's target's) live queries compare in
+#: Python as the databases do. Others are refused: addresses (PostgreSQL's ``inet``
+#: normalises them), bytes, files, durations (compared as text in Python) and the custom
+#: fields of an application, whose stored form only it knows.
+FILTER_KINDS = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+        "BooleanField",
+        "CharField",
+        "SlugField",
+        "DateField",
+        "DateTimeField",
+        "TimeField",
+        "DecimalField",
+        "FloatField",
+        "UUIDField",
+    }
+)
 
 
 def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
     """``filters=`` names local concrete columns (a foreign key by its id) whose comparison
-    Python and the database agree on: no relation path, many-to-many, long text or JSON."""
+    Python and the database agree on (``FILTER_KINDS``): no relation path, many-to-many,
+    long text, JSON or kind of column outside that list."""
     model = options.model
     out: list[checks.CheckMessage] = []
     hint = (
-        "Name columns of the model itself: plain fields or foreign keys (compared by id); "
-        "text of at most 255 characters; no JSON."
+        "Name columns of the model itself: numbers, booleans, dates and times, UUIDs, text of "
+        "at most 255 characters, or foreign keys to such keys."
     )
     for name in options.filters:
         try:
@@ -81,10 +108,18 @@ def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
             model._meta.concrete_model
         ):
             why = "lives in a parent model's table"
+        elif (kind := _column_kind(field)) not in FILTER_KINDS:
+            why = f"is a {kind} column, which the database may compare otherwise than Python"
         else:
             continue
         out.append(_e(50, model, f"filters names {name!r}, which {why}.", hint))
     return out
+
+
+def _column_kind(field: Any) -> str:
+    """The kind of values a column holds: a foreign key's target's."""
+    target = column_values_field(field)
+    return "unknown" if target is None else str(target.get_internal_type())
 
 
 def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
