@@ -24,7 +24,11 @@ Printed for each count of queries:
   query shape and reader: each is one statement on a real worker; counted here and left
   out of the time, with the windows they replace (here they search the in-memory table);
 * **memory per query**: ``tracemalloc``'s count of what the queries, with empty windows,
-  hold, divided by their number (the rows a window shows are left out, as the goal says).
+  hold, divided by their number (the rows a window shows are left out, as the goal says);
+* **objects the garbage collector tracks per row held**: what loading the windows added to
+  ``gc.get_objects()`` after a collection, over the rows the windows hold. A full collection
+  of a worker walks every tracked object while the worker waits (``live_acceptance.py
+  --gc``): a window's rows should add as few as they can.
 
 The goal (``docs/benchmarks.md``): matching at most 1 ms per write at 1,000 queries, and
 at most 4 KB a query.
@@ -122,7 +126,7 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
         found = [
             table[pk]
             for pk, entry in entries.items()
-            if entry is not None and query.sorting.matches(entry.typed)
+            if entry is not None and query.sorting.matches(entry[live_queries.TYPED])
         ]
         if query.shape.order[0][0] == "priority":
             found.sort(key=lambda row: (-row["priority"], row["id"]))
@@ -137,6 +141,8 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
 
     queries._read = read  # type: ignore[method-assign]
     sockets = []
+    gc.collect()
+    tracked_before = len(gc.get_objects())
     for n in range(count):
         socket = FakeSocket(n)
         query_id, shape = read_query({"id": "q", **random_ask(rng)})
@@ -147,6 +153,9 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
         query.pending = None
         query.load(answer(query))
         sockets.append(socket)
+    gc.collect()
+    held = sum(len(s.queries["q"].window) for s in sockets)
+    tracked_per_row = (len(gc.get_objects()) - tracked_before) / held
     readers = set(sockets)
     changes = []
     for _ in range(writes):
@@ -194,6 +203,7 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
     return {
         "matching_ms": (spent - refill_time) / writes * 1e3,
         "refills_per_write": refills / writes,
+        "tracked_per_row": tracked_per_row,
     }
 
 
@@ -237,7 +247,8 @@ def main() -> None:
         print(
             f"  {count:>6} queries: matching {matching:.3f} ms per write "
             f"(min {min(r['matching_ms'] for r in runs):.3f}), "
-            f"refills {refills:.3f} per write"
+            f"refills {refills:.3f} per write, "
+            f"{runs[0]['tracked_per_row']:.2f} tracked objects per row held"
         )
     if len(args.queries) > 1:
         per_query = memory_per_query(args.queries, args.seed)

@@ -725,7 +725,7 @@ async def test_a_row_a_query_comes_to_hold_after_a_message_about_it_was_planned_
     frames = [json.loads(frame) for frame in recorder(socket).frames]
     # The row entered and left again before the client was told: nothing to tell.
     assert [frame["type"] for frame in frames] == ["query.rows"]
-    assert manager.dispatcher.live.by_model["case"].all.pop().keys == {}
+    assert manager.dispatcher.live.by_model["case"].all.pop().held == {}
 
 
 async def test_a_live_querys_diff_goes_before_a_later_messages_frame_to_its_socket(

@@ -30,6 +30,7 @@ import asyncio
 import bisect
 import datetime
 import functools
+import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -299,18 +300,18 @@ class Sorting:
     def matches(self, typed: dict[str, Any]) -> bool:
         return all(term.matches(typed[term.name]) for term in self.shape.terms)
 
-    def compare(self, a: Entry, b: Entry) -> int:
+    def compare(self, a: Sortable, b: Sortable) -> int:
         for name, descending in self.shape.order:
             if name == "pk":
-                left, right = _key_order(a.key), _key_order(b.key)
+                left, right = _key_order(a[KEY]), _key_order(b[KEY])
             else:
-                left, right = a.typed[name], b.typed[name]
+                left, right = a[TYPED][name], b[TYPED][name]
             found = self._compare_values(left, right)
             if found:
                 return -found if descending else found
         return 0
 
-    def only_keys_part(self, a: Entry, b: Entry) -> bool:
+    def only_keys_part(self, a: Sortable, b: Sortable) -> bool:
         """Whether only the keys order ``a`` and ``b`` here, and they are text: where one
         goes against the other is the database's collation to say, not Python's."""
         if not self.text_key:
@@ -318,7 +319,7 @@ class Sorting:
         for name, _ in self.shape.order:
             if name == "pk":
                 return True
-            if self._compare_values(a.typed[name], b.typed[name]):
+            if self._compare_values(a[TYPED][name], b[TYPED][name]):
                 return False
         return True
 
@@ -333,13 +334,13 @@ class Sorting:
         return 1 if right < left else 0
 
 
-@dataclass(eq=False, slots=True)
-class Entry:
-    """One row of a window: its key (``row_key``), its values read, what the client has."""
-
-    key: Any
-    typed: dict[str, Any]
-    row: dict[str, Any]
+#: A row as a message or a read gives it: its key (``row_key``), its filters values read
+#: (``typed``), the row as the client gets it; read with ``KEY``, ``TYPED`` and ``ROW``.
+#: ``Sorting`` compares any ``(key, typed, ...)``.
+Entry = tuple[Any, dict[str, Any], dict[str, Any]]
+KEY, TYPED, ROW = 0, 1, 2
+#: What ``Sorting`` compares: an ``Entry``, or a held row's ``(key, typed)``.
+Sortable = tuple[Any, ...]
 
 
 # A query --------------------------------------------------------------------------------------
@@ -363,6 +364,9 @@ class Holders(Protocol):
     def release(self, query: LiveQuery, key: Any) -> None: ...
 
 
+_serials = itertools.count()
+
+
 class LiveQuery:
     """One socket's live query: its shape and its window (see the module docstring).
 
@@ -376,17 +380,19 @@ class LiveQuery:
         "afresh",
         "again",
         "capped",
+        "held",
         "holders",
         "id",
-        "keys",
         "loading",
         "pending",
+        "serial",
         "shape",
         "shown",
         "socket",
         "sorting",
         "stale",
         "stopped",
+        "typed",
         "window",
     )
 
@@ -394,14 +400,20 @@ class LiveQuery:
         self, query_id: str, shape: Shape, socket: Any, holders: Holders | None = None
     ) -> None:
         self.id = query_id
+        #: Names it in its model's index of the rows held (``ModelQueries.holding``).
+        self.serial = next(_serials)
         self.shape = shape
         self.socket = socket
         self.holders = holders
         self.sorting = Sorting(shape)
         self._order = functools.cmp_to_key(self.sorting.compare)
-        #: The rows it shows, in order, and the same by key.
-        self.window: list[Entry] = []
-        self.keys: dict[Any, Entry] = {}
+        #: The keys of the rows it shows, in order, and each row and its values read, by key.
+        #: No object per row: a full collection of the garbage collector walks every object
+        #: it tracks while the worker waits, and a worker's windows hold some 100,000 rows
+        #: at 1,000 queries. A row and its values (dicts of numbers and text) are not tracked.
+        self.window: list[Any] = []
+        self.held: dict[Any, dict[str, Any]] = {}
+        self.typed: dict[Any, dict[str, Any]] = {}
         #: Of the rows changed since the client's last frame, what the client has (``None``:
         #: not in its list).
         self.shown: dict[Any, dict[str, Any] | None] = {}
@@ -423,35 +435,45 @@ class LiveQuery:
         return self.shape.options
 
     def rows(self) -> list[dict[str, Any]]:
-        return [entry.row for entry in self.window]
+        return [self.held[key] for key in self.window]
+
+    def holds(self, key: Any) -> bool:
+        return key in self.held
+
+    def _at(self, key: Any) -> tuple[Any, dict[str, Any]]:
+        """A held row as ``Sorting`` compares it."""
+        return key, self.typed[key]
+
+    def _sort_key(self, key: Any) -> Any:
+        return self._order(self._at(key))
 
     def _note(self, key: Any) -> None:
         """Before a row's first change since the client's last frame: what the client has."""
         if key not in self.shown:
-            held = self.keys.get(key)
-            self.shown[key] = None if held is None else held.row
+            self.shown[key] = self.held.get(key)
 
     def _put(self, entry: Entry) -> None:
         if self.stopped:
             return  # forgotten: it holds no row (``Queries._forget`` cleared it)
-        self._note(entry.key)
-        bisect.insort(self.window, entry, key=self._order)
-        self.keys[entry.key] = entry
+        key = entry[KEY]
+        self._note(key)
+        self.typed[key], self.held[key] = entry[TYPED], entry[ROW]
+        bisect.insort(self.window, key, key=self._sort_key)
         if self.holders is not None:
-            self.holders.hold(self, entry.key)
+            self.holders.hold(self, key)
 
-    def _drop(self, entry: Entry) -> None:
-        self._note(entry.key)
-        self.window.remove(entry)
-        del self.keys[entry.key]
+    def _drop(self, key: Any) -> None:
+        self._note(key)
+        self.window.remove(key)
+        del self.held[key], self.typed[key]
         if self.holders is not None:
-            self.holders.release(self, entry.key)
+            self.holders.release(self, key)
 
     def clear(self) -> None:
         if self.holders is not None:
-            for key in self.keys:
+            for key in self.held:
                 self.holders.release(self, key)
-        self.window, self.keys = [], {}
+        self.window, self.held, self.typed = [], {}, {}
 
     def load(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
@@ -460,17 +482,17 @@ class LiveQuery:
 
     def take(self, entries: Sequence[Entry], capped: bool) -> None:
         """Hold ``entries`` (read in the query's order), and no other row."""
-        for key in self.keys:
+        for key in self.held:
             self._note(key)
         self.clear()
         if self.stopped:
             return
-        for entry in entries:
-            self._note(entry.key)
-            self.window.append(entry)
-            self.keys[entry.key] = entry
+        for key, typed, row in entries:
+            self._note(key)
+            self.window.append(key)
+            self.held[key], self.typed[key] = row, typed
             if self.holders is not None:
-                self.holders.hold(self, entry.key)
+                self.holders.hold(self, key)
         self.capped = capped
         self.stale = False
 
@@ -484,40 +506,42 @@ class LiveQuery:
         row, or the row matches (or the first rows are being read: every message is kept
         for them). Asked when the message is planned, maybe before earlier messages are
         carried out: nothing here depends on where the window ends."""
-        if self.pending is not None or key in self.keys:
+        if self.pending is not None or key in self.held:
             return True
-        return entry is not None and self.sorting.matches(entry.typed)
+        return entry is not None and self.sorting.matches(entry[TYPED])
 
     def apply(self, entry: Entry | None, key: Any) -> bool:
         """Apply one row's message (``entry`` ``None``: the row left the account's view or
         is gone); ``False`` when the rows past the window must be read (``stale``)."""
-        held = self.keys.get(key)
-        if entry is None or not self.sorting.matches(entry.typed):
-            if held is None:
+        sorting = self.sorting
+        if entry is None or not sorting.matches(entry[TYPED]):
+            if key not in self.held:
                 return True
             if self.capped:
                 return False
-            self._drop(held)
+            self._drop(key)
             return True
-        if held is not None:
-            self._drop(held)
+        if key in self.held:
+            held: Entry = (key, self.typed[key], self.held[key])
+            self._drop(key)
             self._put(entry)
-            later = self.sorting.compare(entry, held) > 0
-            moved = later or self.sorting.compare(held, entry) > 0
+            later = sorting.compare(entry, held) > 0
+            moved = later or sorting.compare(held, entry) > 0
+            last = self._at(self.window[-1])
             if self.capped and (
-                (later and self.window[-1] is entry)
-                or (moved and self.sorting.only_keys_part(entry, self.window[-1]))
+                (later and self.window[-1] == key)
+                or (moved and sorting.only_keys_part(entry, last))
             ):
                 # It may now sort after rows the window does not hold: read them.
-                self._drop(entry)
+                self._drop(key)
                 self._put(held)
                 return False
             return True
-        last = self.window[-1] if self.window else None
+        end = self._at(self.window[-1]) if self.window else None
         full = self.capped or len(self.window) >= self.shape.limit
-        if full and last is not None and self.sorting.only_keys_part(entry, last):
+        if full and end is not None and sorting.only_keys_part(entry, end):
             return False  # which of the two the window ends with: the database says
-        if self.capped and last is not None and self.sorting.compare(entry, last) > 0:
+        if self.capped and end is not None and sorting.compare(entry, end) > 0:
             return True  # sorts after the window: not shown
         self._put(entry)
         if len(self.window) > self.shape.limit:
@@ -528,18 +552,18 @@ class LiveQuery:
     def changes(self) -> Diff:
         """What the client must be told since its last frame: then it has the window."""
         diff = Diff()
-        entered: list[Entry] = []
+        entered: list[Any] = []
         for key, had in self.shown.items():
-            now = self.keys.get(key)
+            now = self.held.get(key)
             if now is None:
                 if had is not None:
                     diff.leave.append(had["id"])
             elif had is None:
-                entered.append(now)
-            elif had is not now.row and had != now.row:
-                diff.update.append(now.row)
-        entered.sort(key=self._order)
-        diff.enter = [entry.row for entry in entered]
+                entered.append(key)
+            elif had is not now and had != now:
+                diff.update.append(now)
+        entered.sort(key=self._sort_key)
+        diff.enter = [self.held[key] for key in entered]
         self.shown = {}
         return diff
 
@@ -552,7 +576,7 @@ def entry_of(options: ModelOptions, row: dict[str, Any]) -> Entry | None:
         typed = {name: read_value(field, row[name]) for name, field in fields.items()}
     except (ValidationError, TypeError, ValueError, KeyError):
         return None
-    return Entry(row_key(row["id"]), typed, row)
+    return (row_key(row["id"]), typed, row)
 
 
 # Reading from the database --------------------------------------------------------------------
@@ -614,7 +638,10 @@ class ModelQueries:
         #: By the names of a query's exact terms, then by their values.
         self.by_terms: dict[tuple[str, ...], dict[tuple[Any, ...], set[LiveQuery]]] = {}
         self.unindexed: set[LiveQuery] = set()
-        self.holding: dict[Any, set[LiveQuery]] = {}
+        #: By the key of each row a window holds, the serial numbers of the queries holding
+        #: it: tuples of numbers, which the garbage collector stops tracking (see ``Entry``).
+        self.holding: dict[Any, tuple[int, ...]] = {}
+        self.by_serial: dict[int, LiveQuery] = {}
         #: Queries whose rows are being read: they hear every message (``Queries._load``).
         self.loading: set[LiveQuery] = set()
 
@@ -637,20 +664,30 @@ class ModelQueries:
             if not by_values:
                 self.by_terms.pop(names, None)
         query.clear()
+        self.by_serial.pop(query.serial, None)
 
     def hold(self, query: LiveQuery, key: Any) -> None:
-        self.holding.setdefault(key, set()).add(query)
+        serial = query.serial
+        self.by_serial[serial] = query
+        held = self.holding.get(key, ())
+        if serial not in held:
+            self.holding[key] = (*held, serial)
 
     def release(self, query: LiveQuery, key: Any) -> None:
-        discard(self.holding, key, query)
+        held = self.holding.get(key, ())
+        rest = tuple(serial for serial in held if serial != query.serial)
+        if rest:
+            self.holding[key] = rest
+        else:
+            self.holding.pop(key, None)
 
     def touched(self, entry: Entry | None, key: Any) -> list[LiveQuery]:
         """The queries a message about the row ``key`` (``entry``: as it is now) may change
         (a query may be named twice)."""
-        found = [*self.loading, *self.holding.get(key, ())]
+        found = [*self.loading, *(self.by_serial[n] for n in self.holding.get(key, ()))]
         if entry is not None:
             found += self.unindexed
-            typed = entry.typed
+            typed = entry[TYPED]
             for names, by_values in self.by_terms.items():
                 found += by_values.get(tuple(typed[name] for name in names), ())
         return found
@@ -838,7 +875,7 @@ class Queries:
                 and query.socket not in asked
                 and query.pending is None
                 and change not in (UNREAD, FOLDED)
-                and change[1] in query.keys
+                and query.holds(change[1])
             ):
                 # It holds the row, but came to hold it after the message was planned: its
                 # socket was not asked about it. Its rows are read again, with its account's
