@@ -527,10 +527,13 @@ class LiveQuery:
             self._put(entry)
             later = sorting.compare(entry, held) > 0
             moved = later or sorting.compare(held, entry) > 0
-            last = self._at(self.window[-1])
-            if self.capped and (
-                (later and self.window[-1] == key)
-                or (moved and sorting.only_keys_part(entry, last))
+            if (
+                self.capped
+                and self.window
+                and (
+                    (later and self.window[-1] == key)
+                    or (moved and sorting.only_keys_part(entry, self._at(self.window[-1])))
+                )
             ):
                 # It may now sort after rows the window does not hold: read them.
                 self._drop(key)
