@@ -642,7 +642,8 @@ class ModelQueries:
         self.by_terms: dict[tuple[str, ...], dict[tuple[Any, ...], set[LiveQuery]]] = {}
         self.unindexed: set[LiveQuery] = set()
         #: By the key of each row a window holds, the serial numbers of the queries holding
-        #: it: tuples of numbers, which the garbage collector stops tracking (see ``Entry``).
+        #: it: tuples of numbers, which the garbage collector stops tracking (see
+        #: ``LiveQuery.window``).
         self.holding: dict[Any, tuple[int, ...]] = {}
         self.by_serial: dict[int, LiveQuery] = {}
         #: Queries whose rows are being read: they hear every message (``Queries._load``).
