@@ -80,6 +80,12 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     return sorted_ids(value for value in ids if value is not None)
 
 
+def key_fields(model: type[models.Model]) -> list[Any]:
+    """The fields of ``model``'s primary key: several for a composite key."""
+    pk = model._meta.pk
+    return list(getattr(pk, "fields", None) or [pk])
+
+
 def column_values_field(field: models.Field[Any, Any]) -> models.Field[Any, Any] | None:
     """The field whose values a column holds: a foreign key's target field, followed to the
     end (a key to a key). ``None`` when a relation names no target field yet."""

@@ -45,7 +45,7 @@ from django.utils import timezone
 from realtime.blocking import run_blocking
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
-from realtime.paths import column_values_field, to_lookup
+from realtime.paths import column_values_field, key_fields, to_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
 from realtime.sockets.index import discard
@@ -281,9 +281,7 @@ def nulls_sort_largest(alias: str) -> bool:
 def has_text_key(model: type[models.Model]) -> bool:
     """Whether ``model``'s primary key (a part of it, for a composite key) is text: the
     database sorts it by its collation, which Python does not share."""
-    pk = model._meta.pk
-    parts = getattr(pk, "fields", None) or [pk]
-    return any(_is_text(part) for part in parts)
+    return any(_is_text(part) for part in key_fields(model))
 
 
 class Sorting:

@@ -54,7 +54,7 @@ from realtime.compat.django import in_transaction
 from realtime.compat.django_orm import Returning, can_return_rows, fast_delete, write_alias
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
-from realtime.paths import split_path, to_lookup
+from realtime.paths import key_fields, split_path, to_lookup
 from realtime.registry import ModelOptions, is_generic_fk, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import (
@@ -567,8 +567,7 @@ def _known_after(options: ModelOptions, values: dict[str, Any]) -> dict[str, Any
     scope = options.scope_attname
     if scope is not None and scope in written:
         needed.add(scope)
-    parts = getattr(meta.pk, "fields", None) or [meta.pk]
-    known = {*(part.attname for part in parts), scope} - set(written)
+    known = {*(part.attname for part in key_fields(options.model)), scope} - set(written)
     for attname in needed - known:
         if written.get(attname, _UNSURE) is _UNSURE:
             return None
