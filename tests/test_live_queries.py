@@ -26,9 +26,11 @@ from realtime.sockets.live_queries import (
     LiveQuery,
     QueryRefusedError,
     Sorting,
+    capacity,
     entry_of,
     queryset,
     read_query,
+    read_rows,
     row_of_instance,
 )
 from realtime.writes.decorator import unregister
@@ -251,9 +253,12 @@ def case_options() -> ModelOptions:
 
 
 def _rows(shape: Any, reader: Any, workspace: Any) -> list[dict[str, Any]]:
+    return read_rows(shape, reader, [workspace.pk])
+
+
+def _entry(case: Case) -> Any:
     options = case_options()
-    found = queryset(shape, reader, [workspace.pk])[: shape.limit + 1]
-    return [row_of_instance(options, case) for case in found]
+    return entry_of(options, row_of_instance(options, case))
 
 
 def test_a_row_entering_a_full_window_pushes_the_last_one_out_in_the_same_diff() -> None:
@@ -281,6 +286,7 @@ def test_where_only_text_keys_order_a_full_windows_end_the_rows_are_read_again()
     reader = account("reader")
     Membership.objects.create(workspace=workspace, user=reader)
     _, shape = read_query({"id": "q", "model": "bin", "order_by": ["-size"], "limit": 2})
+    assert capacity(shape) == 2  # no reserve: which rows follow the list is the collation's
     options = shape.options
     for code, size in (("a1", 7), ("B2", 5), ("c3", 5), ("d4", 1)):
         Bin.objects.create(code=code, workspace=workspace, size=size)
@@ -306,23 +312,99 @@ def test_where_only_text_keys_order_a_full_windows_end_the_rows_are_read_again()
     assert loaded().apply(entry("a1", 8), "a1")
 
 
-def test_a_row_leaving_a_full_window_asks_for_the_rows_after_it() -> None:
+def test_a_row_leaving_the_list_is_replaced_from_the_reserve_without_a_read() -> None:
+    """A window holds rows past its limit that the client does not see: the first of them
+    takes the place of a row that leaves, in the same diff, and nothing is read."""
     workspace, reader, shape = _window({"status": "open"}, ["-priority"], 2)
-    for priority in (5, 3, 1):
+    assert capacity(shape) == 4  # the limit, and as many rows again
+    for priority in (9, 7, 5, 3, 1):
         Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
     query = LiveQuery("q", shape, None)
     query.load(_rows(shape, reader, workspace))
-    query.shown_whole()  # handed over as query.rows
+    query.shown_whole()
+    assert [row["priority"] for row in query.rows()] == [9, 7]
+    assert query.capped  # p1 is past the window
+    top = Case.objects.get(title="p9")
+    top.status = "closed"
+    assert query.apply(_entry(top), top.pk)  # True: nothing to read
+    diff = query.changes()
+    assert (diff.leave, [row["title"] for row in diff.enter], diff.update) == (
+        [top.pk],
+        ["p5"],
+        [],
+    )
+    assert [row["priority"] for row in query.rows()] == [7, 5]
+    # A change to a row of the reserve alone tells the client nothing.
+    reserve = Case.objects.get(title="p3")
+    reserve.title = "p3 renamed"
+    assert query.apply(_entry(reserve), reserve.pk)
+    assert not query.changes()
+    # A row of the list that moves past the rows held leaves it, and is held no more.
+    seven = Case.objects.get(title="p7")
+    seven.priority = 0
+    assert query.apply(_entry(seven), seven.pk)
+    diff = query.changes()
+    assert (diff.leave, [row["title"] for row in diff.enter]) == ([seven.pk], ["p3 renamed"])
+    assert not query.holds(seven.pk)
+
+
+def test_a_row_leaving_a_full_window_whose_reserve_is_used_up_asks_for_the_rows_after_it() -> None:
+    workspace, reader, shape = _window({"status": "open"}, ["-priority"], 2)
+    for priority in (9, 7, 5, 3, 1):
+        Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
+    query = LiveQuery("q", shape, None)
+    query.load(_rows(shape, reader, workspace))
+    query.shown_whole()
+    for title in ("p9", "p7"):  # the reserve (p5, p3) takes their places
+        pk = Case.objects.get(title=title).pk
+        Case.objects.filter(pk=pk).delete()
+        assert query.apply(None, pk)
+    assert [row["title"] for row in query.rows()] == ["p5", "p3"]
+    query.changes()
+    query.shown_whole()
     top = Case.objects.get(title="p5")
     top.status = "closed"
     top.save()
-    options = case_options()
-    assert not query.apply(entry_of(options, row_of_instance(options, top)), top.pk)
+    assert not query.apply(_entry(top), top.pk)  # p1 is not held: read again
     query.load(_rows(shape, reader, workspace))
     diff = query.changes()
     assert diff.leave == [top.pk]
     assert [row["title"] for row in diff.enter] == ["p1"]
     assert [row["priority"] for row in query.rows()] == [3, 1]
+
+
+def test_a_row_entering_the_list_pushes_its_last_row_into_the_reserve() -> None:
+    workspace, reader, shape = _window({"status": "open"}, ["-priority"], 2)
+    for priority in (5, 3):
+        Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
+    query = LiveQuery("q", shape, None)
+    query.load(_rows(shape, reader, workspace))
+    query.shown_whole()
+    assert not query.capped
+    made = [
+        Case.objects.create(workspace=workspace, title=f"n{priority}", priority=priority)
+        for priority in (9, 8, 4)
+    ]
+    for case in made:
+        assert query.apply(_entry(case), case.pk)
+    diff = query.changes()
+    assert sorted(row["title"] for row in diff.enter) == ["n8", "n9"]
+    assert sorted(diff.leave) == sorted(
+        Case.objects.filter(title__in=["p5", "p3"]).values_list("pk", flat=True)
+    )
+    # Five rows match and the window holds four: the last is let go, the window capped.
+    assert query.capped
+    assert [row["title"] for row in query.rows()] == ["n9", "n8"]
+    assert not query.holds(Case.objects.get(title="p3").pk)
+    # The list is the ORM's answer after every change.
+    n9 = made[0].pk
+    Case.objects.filter(pk=n9).delete()
+    assert query.apply(None, n9)
+    diff = query.changes()
+    assert [row["title"] for row in diff.enter] == ["p5"]
+    assert [row["title"] for row in query.rows()] == [
+        row["title"] for row in _rows(shape, reader, workspace)[:2]
+    ]
 
 
 # Over sockets ----------------------------------------------------------------------------------

@@ -675,12 +675,17 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
     scope = int(workspace.pk)
     sockets = [await open_socket(manager, user, scope) for user in (ann, ann, ann, bob, bob)]
     top = await off_loop(Case.objects.create, workspace=workspace, title="top", priority=9)
+    reserve = await off_loop(Case.objects.create, workspace=workspace, title="held", priority=5)
     await off_loop(Case.objects.create, workspace=workspace, title="next", priority=1)
     ask: dict[str, Any] = {"id": "top", "model": "case", "where": {"status": "open"}}
     ask |= {"order_by": ["-priority"], "limit": 1}
     live = manager.dispatcher.live
     for socket in sockets:
         await live.start(socket, ask)
+    # Each window holds the top row and one more past its limit; that one leaves first.
+    reserve.status = "closed"
+    await off_loop(reserve.save)
+    await deliver(manager, case_event(scope, reserve))
     reads: list[Any] = []
     read = live._read
 
@@ -692,8 +697,9 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
     top.status = "closed"
     await off_loop(top.save)
     await deliver(manager, case_event(scope, top))
-    # The top row left every full window: the rows after it are read once for ann's three
-    # sockets and once for bob's two (the guard makes the answer an account's own).
+    # The top row left every full window, which holds no other row now: the rows after it
+    # are read once for ann's three sockets and once for bob's two (the guard makes the
+    # answer an account's own).
     assert sorted(reads) == sorted([ann.pk, bob.pk])
     for frames in heard(*sockets):
         diff = json.loads(frames[-1])["data"]

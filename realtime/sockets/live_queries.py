@@ -9,8 +9,11 @@ of the ``filters`` columns the message carries (``meta.filters``): no statement 
 which queries a write touches. A row that starts matching and sorts into the window enters
 it (pushing the last one out when the window is full); one that stops matching, or that the
 account may no longer read (a delete, or a leave frame of a row leaving its view), leaves it.
-When a row leaves a window that was full, the rows after it are not known here: the query is
-read again (one statement), and the client is told the difference.
+A window also holds a reserve of rows past the limit (``capacity``), which the client does not
+see: a row that leaves the list is replaced by the first of them, without a statement. Only
+when a row leaves a window holding fewer rows than the limit, and more rows may match (it was
+full when read), are the rows after it unknown here: the query is read again (one
+statement), and the client is told the difference.
 
 Gap-free: a query registered on the event loop hears every message carried out from then on.
 Those carried out while its first rows are read are kept and applied on top of what was read
@@ -66,6 +69,10 @@ ORDERING: Final = frozenset({"lt", "lte", "gt", "gte", "range"})
 MAX_TERMS: Final = 10
 MAX_IN: Final = 100
 MAX_ID: Final = 64
+#: Most rows a window holds past its limit, unseen by the client: what replaces a row that
+#: leaves the list without reading it (rows leave a list by the dozen when a guard's answer changes:
+#: a row made private leaves every other account's list at once).
+RESERVE: Final = 20
 
 
 class QueryRefusedError(Exception):
@@ -129,6 +136,16 @@ class Shape:
     #: ``(filters name or "pk", descending)``, the primary key last.
     order: tuple[tuple[str, bool], ...]
     limit: int
+
+
+def capacity(shape: Shape) -> int:
+    """The rows a window of ``shape`` holds: its limit, and a reserve past it of as many rows
+    again, up to ``RESERVE``. No reserve where the keys are text: which rows follow the
+    limit may then be the collation's to say (``Sorting.only_keys_part``), and such rows
+    are read again."""
+    if has_text_key(shape.options.model):
+        return shape.limit
+    return shape.limit + min(shape.limit, RESERVE)
 
 
 def read_query(data: dict[str, Any]) -> tuple[str, Shape]:
@@ -377,6 +394,7 @@ class LiveQuery:
         "_order",
         "afresh",
         "again",
+        "capacity",
         "capped",
         "held",
         "holders",
@@ -404,8 +422,10 @@ class LiveQuery:
         self.socket = socket
         self.holders = holders
         self.sorting = Sorting(shape)
+        self.capacity = capacity(shape)
         self._order = functools.cmp_to_key(self.sorting.compare)
-        #: The keys of the rows it shows, in order, and each row and its values read, by key.
+        #: The keys of the rows it holds, in order (the client sees the first ``limit``), and
+        #: each row and its values read, by key.
         #: No object per row: a full collection of the garbage collector walks every object
         #: it tracks while the worker waits, and a worker's windows hold some 100,000 rows
         #: at 1,000 queries. A row and its values (dicts of numbers and text) are not tracked.
@@ -433,7 +453,8 @@ class LiveQuery:
         return self.shape.options
 
     def rows(self) -> list[dict[str, Any]]:
-        return [self.held[key] for key in self.window]
+        """The client's list: the first ``limit`` rows held."""
+        return [self.held[key] for key in self.window[: self.shape.limit]]
 
     def holds(self, key: Any) -> bool:
         return key in self.held
@@ -445,16 +466,29 @@ class LiveQuery:
     def _sort_key(self, key: Any) -> Any:
         return self._order(self._at(key))
 
+    def _listed(self, key: Any) -> dict[str, Any] | None:
+        """The row of ``key`` in the client's list as the window stands: held, and among the
+        first ``limit``."""
+        row = self.held.get(key)
+        limit = self.shape.limit
+        if row is None or len(self.window) <= limit:
+            return row
+        at = bisect.bisect_left(self.window, self._sort_key(key), key=self._sort_key)
+        return row if at < limit else None
+
     def _note(self, key: Any) -> None:
         """Before a row's first change since the client's last frame: what the client has."""
         if key not in self.shown:
-            self.shown[key] = self.held.get(key)
+            self.shown[key] = self._listed(key)
 
     def _put(self, entry: Entry) -> None:
         if self.stopped:
             return  # forgotten: it holds no row (``Queries._forget`` cleared it)
         key = entry[KEY]
         self._note(key)
+        limit = self.shape.limit
+        if len(self.window) >= limit:
+            self._note(self.window[limit - 1])  # pushed out of the list if it goes before
         self.typed[key], self.held[key] = entry[TYPED], entry[ROW]
         bisect.insort(self.window, key, key=self._sort_key)
         if self.holders is not None:
@@ -462,6 +496,9 @@ class LiveQuery:
 
     def _drop(self, key: Any) -> None:
         self._note(key)
+        limit = self.shape.limit
+        if len(self.window) > limit:
+            self._note(self.window[limit])  # enters the list if this row was in it
         self.window.remove(key)
         del self.held[key], self.typed[key]
         if self.holders is not None:
@@ -474,14 +511,15 @@ class LiveQuery:
         self.window, self.held, self.typed = [], {}, {}
 
     def load(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Take the rows read (up to ``limit + 1``: one more says the window is capped)."""
-        entries = [entry_of(self.options, row) for row in rows[: self.shape.limit]]
-        self.take([entry for entry in entries if entry is not None], len(rows) > self.shape.limit)
+        """Take the rows read (up to ``capacity + 1``: one more says the window is capped)."""
+        entries = [entry_of(self.options, row) for row in rows[: self.capacity]]
+        self.take([entry for entry in entries if entry is not None], len(rows) > self.capacity)
 
     def take(self, entries: Sequence[Entry], capped: bool) -> None:
         """Hold ``entries`` (read in the query's order), and no other row."""
-        for key in self.held:
-            self._note(key)
+        for at, key in enumerate(self.window):
+            if key not in self.shown:
+                self.shown[key] = self.held[key] if at < self.shape.limit else None
         self.clear()
         if self.stopped:
             return
@@ -510,52 +548,62 @@ class LiveQuery:
 
     def apply(self, entry: Entry | None, key: Any) -> bool:
         """Apply one row's message (``entry`` ``None``: the row left the account's view or
-        is gone); ``False`` when the rows past the window must be read (``stale``)."""
+        is gone); ``False`` when the rows past the window must be read (``stale``).
+
+        The window holds the first rows of the query's answer in its order; when ``capped``,
+        every row it does not hold sorts after its last one."""
         sorting = self.sorting
         if entry is None or not sorting.matches(entry[TYPED]):
             if key not in self.held:
                 return True
-            if self.capped:
-                return False
             self._drop(key)
-            return True
+            return self._enough()
         if key in self.held:
             held: Entry = (key, self.typed[key], self.held[key])
             self._drop(key)
             self._put(entry)
+            if not self.capped:
+                return True
             later = sorting.compare(entry, held) > 0
             moved = later or sorting.compare(held, entry) > 0
-            if (
-                self.capped
-                and self.window
-                and (
-                    (later and self.window[-1] == key)
-                    or (moved and sorting.only_keys_part(entry, self._at(self.window[-1])))
-                )
-            ):
-                # It may now sort after rows the window does not hold: read them.
+            last = self.window[-1]
+            if later and last == key:
+                # It sorts past every row held now: where among the rows not held is not
+                # known here, so it is held no more.
+                self._drop(key)
+                if self.window and sorting.only_keys_part(entry, self._at(self.window[-1])):
+                    self._put(held)
+                    return False  # whether it goes before that row: the collation says
+                return self._enough()
+            if moved and sorting.only_keys_part(entry, self._at(last)):
                 self._drop(key)
                 self._put(held)
                 return False
             return True
         end = self._at(self.window[-1]) if self.window else None
-        full = self.capped or len(self.window) >= self.shape.limit
+        full = self.capped or len(self.window) >= self.capacity
         if full and end is not None and sorting.only_keys_part(entry, end):
             return False  # which of the two the window ends with: the database says
         if self.capped and end is not None and sorting.compare(entry, end) > 0:
-            return True  # sorts after the window: not shown
+            return True  # sorts after the window: not held
         self._put(entry)
-        if len(self.window) > self.shape.limit:
+        if len(self.window) > self.capacity:
             self._drop(self.window[-1])
             self.capped = True
         return True
 
+    def _enough(self) -> bool:
+        """Whether the window still holds the client's whole list: all the rows that
+        match, or at least ``limit`` of them."""
+        return not self.capped or len(self.window) >= self.shape.limit
+
     def changes(self) -> Diff:
-        """What the client must be told since its last frame: then it has the window."""
+        """What the client must be told since its last frame: then it has the list (the
+        window's first ``limit`` rows)."""
         diff = Diff()
         entered: list[Any] = []
         for key, had in self.shown.items():
-            now = self.held.get(key)
+            now = self._listed(key)
             if now is None:
                 if had is not None:
                     diff.leave.append(had["id"])
@@ -608,8 +656,9 @@ def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QueryS
 
 
 def read_rows(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> list[dict[str, Any]]:
-    """The first ``limit + 1`` rows of the query (blocking: the ORM)."""
-    found = queryset(shape, user, scope_ids)[: shape.limit + 1]
+    """The first ``capacity + 1`` rows of the query (blocking: the ORM): one more than a
+    window holds says whether more rows match."""
+    found = queryset(shape, user, scope_ids)[: capacity(shape) + 1]
     return [row_of_instance(shape.options, instance) for instance in found]
 
 
@@ -950,11 +999,11 @@ class Queries:
                 logger.exception("realtime: reading the rows of a live query again failed")
                 continue
             first = queries[0]
-            entries = [entry_of(first.options, row) for row in rows[: first.shape.limit]]
+            entries = [entry_of(first.options, row) for row in rows[: first.capacity]]
             kept = [entry for entry in entries if entry is not None]
             for query in queries:
                 if not query.stopped:
-                    query.take(kept, len(rows) > query.shape.limit)
+                    query.take(kept, len(rows) > query.capacity)
 
     async def _send_changes(self, query: LiveQuery) -> None:
         diff = query.changes()
