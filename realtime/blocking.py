@@ -1,9 +1,12 @@
 """Run the ORM (auth hooks, audience checks, rechecks) off the event loop, on threads of our own.
 
 Under daphne, ``database_sync_to_async`` funnels every call through one thread shared with
-the application's sync views; realtime's hot paths (handshakes, recheck rounds, audience
-checks) get a small pool instead, and recheck rounds a thread of their own
-(``run_in_background``) so that a round never takes a thread delivery is waiting for.
+the application's sync views; realtime's hot paths get small pools of their own, one per lane:
+handshakes and live queries' first reads (``run_blocking``), recheck rounds
+(``run_in_background``), and the reads a live frame waits for, a message's audience and live
+queries' refills (``run_for_delivery``). So a recheck round never takes a thread delivery
+waits for, and neither does a burst of handshakes (every socket of a worker reconnecting and
+asking its queries again): frames of writes are not queued behind it.
 
 Each thread keeps its database connections from one call to the next, whatever the
 application's ``CONN_MAX_AGE``: opening a connection per handshake is what made a burst of
@@ -49,11 +52,19 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 THREADS = 4
+#: Threads of the delivery lane, and of the recheck lane.
+DELIVERY_THREADS = 2
+RECHECK_THREADS = 1
 #: Seconds a kept connection may sit unused before it is checked again before use.
 IDLE_CHECK = 1.0
 
-_executor: ThreadPoolExecutor | None = None
-_background: ThreadPoolExecutor | None = None
+#: Each lane's pool once made, by name: ``(threads, thread name prefix)`` in ``LANES``.
+_pools: dict[str, ThreadPoolExecutor] = {}
+LANES = {
+    "orm": (THREADS, "realtime-orm"),
+    "recheck": (RECHECK_THREADS, "realtime-recheck"),
+    "delivery": (DELIVERY_THREADS, "realtime-delivery"),
+}
 _lock = threading.Lock()
 
 
@@ -74,16 +85,13 @@ class _Thread:
 _threads: dict[int, _Thread] = {}
 
 
-def _pool(background: bool) -> ThreadPoolExecutor:
-    global _executor, _background
+def _pool(lane: str) -> ThreadPoolExecutor:
     with _lock:
-        if background:
-            if _background is None:
-                _background = ThreadPoolExecutor(1, thread_name_prefix="realtime-recheck")
-            return _background
-        if _executor is None:
-            _executor = ThreadPoolExecutor(THREADS, thread_name_prefix="realtime-orm")
-        return _executor
+        pool = _pools.get(lane)
+        if pool is None:
+            threads, prefix = LANES[lane]
+            pool = _pools[lane] = ThreadPoolExecutor(threads, thread_name_prefix=prefix)
+        return pool
 
 
 def _thread() -> _Thread:
@@ -187,16 +195,23 @@ def cut_stuck_statements() -> int:
 
 async def run_blocking(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Await ``function(*args, **kwargs)`` run on realtime's thread pool."""
-    call = functools.partial(function, *args, **kwargs)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_pool(False), _with_kept_connections, call)
+    return await _run("orm", functools.partial(function, *args, **kwargs))
 
 
 async def run_in_background(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Await ``function(*args, **kwargs)`` run on the thread of background work (rechecks)."""
-    call = functools.partial(function, *args, **kwargs)
+    return await _run("recheck", functools.partial(function, *args, **kwargs))
+
+
+async def run_for_delivery(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Await ``function(*args, **kwargs)`` run on the threads of the delivery path: a read
+    that frames of writes wait for."""
+    return await _run("delivery", functools.partial(function, *args, **kwargs))
+
+
+async def _run(lane: str, call: Callable[[], T]) -> T:
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_pool(True), _with_kept_connections, call)
+    return await loop.run_in_executor(_pool(lane), _with_kept_connections, call)
 
 
 def close_connections(timeout: float = 10.0) -> None:
@@ -206,7 +221,7 @@ def close_connections(timeout: float = 10.0) -> None:
     For a test database about to be dropped: PostgreSQL refuses while connections remain.
     """
     with _lock:
-        pools = [(pool, n) for pool, n in ((_executor, THREADS), (_background, 1)) if pool]
+        pools = [(pool, LANES[lane][0]) for lane, pool in _pools.items()]
     for pool, threads in pools:
         # Every job waits for all the others: so each runs on a thread of its own.
         barrier = threading.Barrier(threads, timeout=timeout)

@@ -76,10 +76,35 @@ async def test_the_recheck_thread_keeps_its_connection_across_calls(opened: list
     assert opened == ["realtime-recheck_0"]
 
 
+async def test_reads_frames_wait_for_run_while_every_handshake_thread_is_busy(
+    opened: list[str],
+) -> None:
+    """A burst of handshakes (every socket of a worker reconnecting) fills realtime's pool;
+    the reads a live frame waits for (an audience, a live query's refill) have threads of
+    their own, and do not queue behind it."""
+    release = threading.Event()
+
+    def handshake() -> int:
+        release.wait(10)
+        return backend_id()
+
+    burst = [asyncio.ensure_future(run_blocking(handshake)) for _ in range(3 * blocking.THREADS)]
+    try:
+        await asyncio.sleep(0.05)
+        assert not any(call.done() for call in burst)  # every realtime-orm thread is held
+        await asyncio.wait_for(blocking.run_for_delivery(backend_id), 5)
+        assert not any(call.done() for call in burst)
+    finally:
+        release.set()
+        await asyncio.gather(*burst)
+    assert [name for name in opened if name.startswith("realtime-delivery")]
+
+
 async def test_close_connections_closes_what_every_thread_kept(opened: list[str]) -> None:
     for _ in range(3 * blocking.THREADS):
         await run_blocking(backend_id)
     await blocking.run_in_background(backend_id)
+    await blocking.run_for_delivery(backend_id)
     before = len(opened)
     close_connections()
     await run_blocking(backend_id)

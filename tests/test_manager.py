@@ -689,9 +689,10 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
     reads: list[Any] = []
     read = live._read
 
-    async def counted(query: Any) -> Any:
+    async def counted(query: Any, refill: bool = False) -> Any:
+        assert refill  # read on the delivery path's threads
         reads.append(query.socket.user.pk)
-        return await read(query)
+        return await read(query, refill)
 
     monkeypatch.setattr(live, "_read", counted)
     top.status = "closed"

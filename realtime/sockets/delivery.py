@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from realtime import messages, metrics, signals
 from realtime.auth import RealtimeAuth, account_ids, get_auth
-from realtime.blocking import run_blocking
+from realtime.blocking import run_blocking, run_for_delivery
 from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import id_order
@@ -429,7 +429,7 @@ class Dispatcher:
         if targets and (message.get("about") is not None or _overrides_audience(auth)):
             asked = sorted({s.user_id for s in targets}, key=id_order)
             allowed = set(
-                await run_blocking(
+                await run_for_delivery(
                     _audience, auth, scope_id, event_type, data, asked, message.get("about")
                 )
             )

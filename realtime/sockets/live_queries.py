@@ -45,7 +45,7 @@ from django.core.exceptions import ValidationError
 from django.db import connections, models
 from django.utils import timezone
 
-from realtime.blocking import run_blocking
+from realtime.blocking import run_blocking, run_for_delivery
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
 from realtime.paths import column_values_field, key_fields, to_lookup
@@ -889,9 +889,12 @@ class Queries:
         for query in list(socket.queries.values()):
             await self._load(query)
 
-    async def _read(self, query: LiveQuery) -> list[dict[str, Any]]:
+    async def _read(self, query: LiveQuery, refill: bool = False) -> list[dict[str, Any]]:
+        """The query's rows: its first read on realtime's pool, a refill on the threads of
+        the delivery path (frames of later writes wait for it)."""
         socket = query.socket
-        return await run_blocking(read_rows, query.shape, socket.user, list(socket.scopes))
+        run = run_for_delivery if refill else run_blocking
+        return await run(read_rows, query.shape, socket.user, list(socket.scopes))
 
     async def _send_rows(self, query: LiveQuery) -> None:
         query.shown_whole()
@@ -994,7 +997,7 @@ class Queries:
             by_reader.setdefault(_reader(query), []).append(query)
         for queries in by_reader.values():
             try:
-                rows = await self._read(queries[0])
+                rows = await self._read(queries[0], refill=True)
             except Exception:
                 logger.exception("realtime: reading the rows of a live query again failed")
                 continue
