@@ -132,9 +132,9 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
             found.sort(key=lambda row: (-row["priority"], row["id"]))
         else:
             found.sort(key=lambda row: row["id"])
-        return found[: query.shape.limit + 1]
+        return found[: live_queries.capacity(query.shape) + 1]
 
-    async def read(query: LiveQuery) -> list[dict[str, Any]]:
+    async def read(query: LiveQuery, refill: bool = False) -> list[dict[str, Any]]:
         nonlocal refills
         refills += 1
         return answer(query)
