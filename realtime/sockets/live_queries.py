@@ -70,8 +70,8 @@ MAX_TERMS: Final = 10
 MAX_IN: Final = 100
 MAX_ID: Final = 64
 #: Most rows a window holds past its limit, unseen by the client: what replaces a row that
-#: leaves the list without reading it (rows leave a list by the dozen when a guard's answer changes:
-#: a row made private leaves every other account's list at once).
+#: leaves the list, without a read. Rows leave lists by the dozen: a row made private leaves
+#: every other account's list at once.
 RESERVE: Final = 20
 
 
