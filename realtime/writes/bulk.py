@@ -431,16 +431,14 @@ class _Matched:
     def _bare(self, pk: Any, written: dict[str, Any]) -> models.Model:
         """The row ``pk`` as its event needs it: its key, its scope as read before, and the
         columns ``written``."""
-        meta = self.model._meta
-        parts = getattr(meta.pk, "fields", None)
-        names = [f.attname for f in parts] if parts else [meta.pk.attname]
-        row = dict(zip(names, list(pk) if parts else [pk], strict=True))
+        names = [f.attname for f in key_fields(self.model)]
+        row = dict(zip(names, list(pk) if len(names) > 1 else [pk], strict=True))
         scope = self.options.scope_attname
         if scope is not None:
             row[scope] = self.scopes[pk]
         row.update(written)
         # from_db() takes the values in the order of the model's columns.
-        ordered = [f.attname for f in meta.concrete_fields if f.attname in row]
+        ordered = [f.attname for f in self.model._meta.concrete_fields if f.attname in row]
         return self.model.from_db(self.db, ordered, [row[name] for name in ordered])
 
     def _after(self, pks: list[Any], values: dict[str, Any]) -> list[Any]:

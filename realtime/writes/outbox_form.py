@@ -30,7 +30,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from realtime.encoding import encode, jsonable
-from realtime.paths import split_path
+from realtime.paths import key_fields, split_path
 from realtime.registry import ModelOptions, options_for
 from realtime.writes.events import Before, Event
 from realtime.writes.items import Recheck, ScopeBroadcast, UsersBroadcast
@@ -195,11 +195,10 @@ def _load_event(body: dict[str, Any]) -> Event:
 
 def _as_key(model: type[models.Model], value: Any) -> Any:
     """A primary key of ``model`` from its JSON form (a composite key: a tuple)."""
-    pk = model._meta.pk
-    parts = getattr(pk, "fields", None)
-    if isinstance(value, list) and parts is not None:
+    parts = key_fields(model)
+    if isinstance(value, list) and len(parts) > 1:
         return tuple(_as_field(part, v) for part, v in zip(parts, value, strict=True))
-    return _as_field(pk, value)
+    return _as_field(model._meta.pk, value)
 
 
 def _as_field(field: Any, value: Any) -> Any:

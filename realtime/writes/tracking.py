@@ -50,6 +50,7 @@ from django.db.transaction import TransactionManagementError
 
 from realtime.compat.django import callbacks_released
 from realtime.compat.django_orm import keep_on_state, kept_on_state
+from realtime.paths import key_fields
 
 #: Stands for a value nobody knows: compares unequal to anything.
 UNKNOWN: Any = object()
@@ -356,8 +357,7 @@ class _Shape:
         concrete = meta.concrete_model or model
         self.concrete = (concrete._meta.label_lower, id(concrete))
         #: The key's columns (several: a composite key).
-        parts = getattr(meta.pk, "fields", None)
-        self.key = tuple(f.attname for f in parts) if parts else (meta.pk.attname,)
+        self.key = tuple(f.attname for f in key_fields(model))
         self.columns = tuple(f.attname for f in meta.concrete_fields)
         #: Columns whose values may change in place: looked at one by one, copied if so.
         self.looked_at = frozenset(
