@@ -202,6 +202,42 @@ def test_a_query_is_refused_with_the_documented_reason(data: dict[str, Any], rea
     assert refused.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    "lookup, value",
+    [
+        ("priority__gte", 1.5),
+        ("priority__lt", 1.5),
+        ("priority__gt", 1.5),
+        ("priority__lte", 1.5),
+        ("priority", 2.5),
+        ("priority__in", [1.5, 3.0]),
+        ("priority__range", [0.5, 2.5]),
+        ("priority__gte", -1.5),
+        ("priority__lt", 2.0),
+    ],
+)
+def test_a_float_compared_with_an_integer_field_matches_the_rows_the_orm_finds(
+    lookup: str, value: Any
+) -> None:
+    """Django rounds a float up for ``gte`` and ``lt`` on an integer column and truncates it
+    for the other lookups: a live query's matching in process agrees."""
+    workspace = Workspace.objects.create(name="floats", slug="floats")
+    for priority in (-1, 0, 1, 2, 3):
+        Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
+    _, shape = read_query({"id": "q", "model": "case", "where": {lookup: value}})
+    in_process = {
+        case.priority
+        for case in Case.objects.filter(workspace=workspace)
+        if all(term.matches(case.priority) for term in shape.terms)
+    }
+    orm = set(
+        Case.objects.filter(workspace=workspace, **{lookup: value}).values_list(
+            "priority", flat=True
+        )
+    )
+    assert in_process == orm
+
+
 def test_a_query_reads_defaults_and_takes_the_key_as_the_last_tie_breaker(settings: Any) -> None:
     settings.REALTIME_QUERY_MAX_ROWS = 50
     _, shape = read_query({"id": "q", "model": "case"})

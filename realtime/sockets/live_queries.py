@@ -36,6 +36,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -223,9 +224,22 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
             if lookup != "exact":
                 raise invalid
             return Term(name, "isnull", True)
-        return Term(name, lookup, read_value(field, value))
+        return Term(name, lookup, read_value(field, _rounded(field, lookup, value)))
     except (ValidationError, TypeError, ValueError) as exc:
         raise invalid from exc
+
+
+def _rounded(field: models.Field[Any, Any], lookup: str, value: Any) -> Any:
+    """A float compared with an integer column as Django compares it: ``gte`` and ``lt``
+    round it up (``priority__gte: 1.5`` is ``>= 2``), every other lookup truncates it, as
+    ``to_python`` does."""
+    if (
+        isinstance(value, float)
+        and lookup in {"gte", "lt"}
+        and isinstance(field, models.IntegerField)
+    ):
+        return math.ceil(value) if math.isfinite(value) else value
+    return value
 
 
 def _order(options: ModelOptions, order_by: Any) -> tuple[tuple[str, bool], ...]:
