@@ -51,8 +51,12 @@ class ModelOptions:
     #: (``realtime.writes.events``).
     payload: Callable[[Any], Mapping[str, Any]] | None = None
     #: ``filters=``: the fields live queries may filter and order by (``realtime.sockets.
-    #: live_queries``); empty: the model is not queryable.
+    #: live_queries``); empty: the model is not queryable. Only names of the model's own
+    #: fields: the others are left to the system check (``declared_filters``).
     filters: tuple[str, ...] = ()
+    #: ``filters=`` as written, names the model lacks included: what ``realtime.E050``
+    #: checks.
+    declared_filters: tuple[str, ...] = ()
 
     @property
     def model(self) -> type[models.Model]:

@@ -51,17 +51,33 @@ def account(username: str, **extra: Any) -> Any:
 
 
 @isolate_apps("tests.testapp")
-def test_filters_naming_a_field_the_model_lacks_fail_at_import() -> None:
+def test_filters_naming_a_relation_path_or_a_field_the_model_lacks_are_check_errors() -> None:
     class Loose(models.Model):  # noqa: DJ008 - never shown
         workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        company = models.ForeignKey(Company, on_delete=models.CASCADE)
+        status = models.CharField(max_length=20)
 
         class Meta:
             app_label = "testapp"
 
-    with pytest.raises(ValueError, match=r"has no field 'stauts' to filter by"):
-        realtime_model(filters=["stauts"])(Loose)
     with pytest.raises(ValueError, match="take a list of names"):
         realtime_model(filters="status")(Loose)
+    realtime_model(filters=["company__name", "stauts", "status", "company_id"])(Loose)
+    try:
+        errors = [m for m in check_models() if m.obj is Loose]
+        options = options_for(Loose)
+    finally:
+        unregister(Loose)
+    said = " ".join(m.msg for m in errors)
+    assert {m.id for m in errors} == {"realtime.E050"}
+    assert "filters names 'company__name', which is a relation path" in said
+    assert "filters names 'stauts', which is not a field of the model" in said
+    assert "'company_id', which is not a field of the model (name the field, 'company')" in said
+    assert "'status'" not in said
+    assert all(isinstance(m, checks.Error) and m.hint for m in errors)
+    # Live queries only ever see the model's own fields.
+    assert options is not None
+    assert options.filters == ("status",)
 
 
 @isolate_apps("tests.testapp")
@@ -203,7 +219,7 @@ def test_a_query_is_refused_with_the_documented_reason(data: dict[str, Any], rea
 
 
 @pytest.mark.parametrize(
-    "lookup, value",
+    ("lookup", "value"),
     [
         ("priority__gte", 1.5),
         ("priority__lt", 1.5),

@@ -90,12 +90,18 @@ def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
         "Name columns of the model itself: numbers, booleans, dates and times, UUIDs, text of "
         "at most 255 characters, or foreign keys to such keys."
     )
-    for name in options.filters:
+    for name in options.declared_filters:
         try:
             field = model._meta.get_field(name)
         except FieldDoesNotExist:
             field = None
-        if field is None or not field.concrete or field.many_to_many or name == "pk":
+        if "__" in str(name):
+            why = "is a relation path, not a column of the model"
+        elif field is None:
+            why = "is not a field of the model"
+        elif field.name != name:  # a foreign key's column: the field is named otherwise
+            why = f"is not a field of the model (name the field, {field.name!r})"
+        elif not field.concrete or field.many_to_many or name == "pk":
             why = "is not a column of the model"
         elif isinstance(field, models.JSONField):
             why = "is a JSON field"

@@ -88,13 +88,28 @@ def realtime_model(
             cascade=tuple(cascade or ()),
             guard_fields=None if guard_fields is None else tuple(guard_fields),
             payload=payload,
-            filters=tuple(dict.fromkeys(filters or ())),
+            filters=_own_fields(model, filters or ()),
+            declared_filters=tuple(dict.fromkeys(filters or ())),
         )
         _validate_columns(options)
         register(options)
         return model
 
     return decorate
+
+
+def _own_fields(model: type[models.Model], names: Sequence[str]) -> tuple[str, ...]:
+    """The names of ``filters=`` that name a field of the model itself, each once. The others
+    (a relation path, a name the model lacks) are the system check's to report
+    (``realtime.E050``), with a hint, rather than an error at import; live queries never
+    see them."""
+    own = {field.name for field in _forward_fields(model)}
+    return tuple(name for name in dict.fromkeys(names) if name in own)
+
+
+def _forward_fields(model: type[models.Model]) -> list[Any]:
+    meta = model._meta
+    return [*meta.fields, *meta.many_to_many, *meta.private_fields]
 
 
 def _validate_columns(options: ModelOptions) -> None:
@@ -104,16 +119,12 @@ def _validate_columns(options: ModelOptions) -> None:
     relations, which the system checks verify once every model is loaded.
     """
     meta = options.model._meta
-    forward = [*meta.fields, *meta.many_to_many, *meta.private_fields]
-    own = {f.name for f in forward} | {"id", "pk"}
+    own = {f.name for f in _forward_fields(options.model)} | {"id", "pk"}
     columns = {f.name for f in meta.concrete_fields} | {f.attname for f in meta.concrete_fields}
     columns |= {"id", "pk"}
     for column in options.fields.values():
         if column not in columns:
             raise ValueError(_unknown(meta.label, "column", column, columns, " to announce"))
-    for name in options.filters:
-        if name not in own:
-            raise ValueError(_unknown(meta.label, "field", name, own, " to filter by"))
     for name in options.guard_fields or ():
         if name not in own:
             raise ValueError(_unknown(meta.label, "field", name, own, " for guard_fields"))
