@@ -28,6 +28,12 @@ then 19 random ones (``new_mid``). The time gives the socket side its commit→f
 version) reads as a time years away, and is taken as none. ``meta`` holds ``origin``,
 ``changed`` and ``truncated`` when they apply.
 
+The messages of one publication (one transaction's, published together) of two or more
+begin with ``"pub": [id, rest, channels]`` (``mark_publication``): the publication's id, how
+many of its messages follow on the same channel, and on how many channels it has messages.
+A worker tells its live queries' clients what a publication changed once it has carried all
+of it (``publication_of``), not half of it.
+
 Every worker hears every account's events (the base channel), most of them for accounts it
 holds no socket for; realtime writes ``user_ids`` last, so ``addressed_to`` reads them from
 the end of a message without decoding the rest.
@@ -38,7 +44,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Final
+from collections import Counter
+from typing import Any, Final, NamedTuple
 
 from realtime.conf import conf
 
@@ -98,3 +105,51 @@ def addressed_to(payload: bytes) -> list[Any] | None:
         return None
     ids = tail.get("user_ids") if isinstance(tail, dict) else None
     return ids if isinstance(ids, list) else None
+
+
+_PUB: Final = b'{"pub":'
+
+
+class Publication(NamedTuple):
+    """A message's place in its publication: its ``id``, how many of its messages ``rest``
+    on the same channel after this one, and on how many ``channels`` it has messages."""
+
+    id: str
+    rest: int
+    channels: int
+
+
+def mark_publication(
+    messages: list[tuple[str, bytes]], budget: int | None = None
+) -> list[tuple[str, bytes]]:
+    """``messages`` (one publication, in order), each told its place in it (see the module
+    docstring); a publication of one message is left as it is, and so is a message the mark
+    would take past ``budget`` (a worker then takes it for a publication of its own: at
+    worst, a live query hears that publication in two diffs)."""
+    if len(messages) < 2:
+        return messages
+    publication = os.urandom(6).hex().encode()
+    rest = Counter(channel for channel, _ in messages)
+    channels = len(rest)
+    marked = []
+    for channel, payload in messages:
+        rest[channel] -= 1
+        mark = b'%s["%s",%d,%d],' % (_PUB, publication, rest[channel], channels)
+        fits = budget is None or len(mark) + len(payload) - 1 <= budget
+        marked.append((channel, mark + payload[1:] if fits else payload))
+    return marked
+
+
+def publication_of(payload: bytes) -> Publication | None:
+    """The place of a message in its publication, read from its start without decoding the
+    rest; ``None`` for a publication of one message (or a message of another layout)."""
+    if not payload.startswith(_PUB):
+        return None
+    end = payload.find(b"]", len(_PUB))
+    try:
+        publication, rest, channels = json.loads(payload[len(_PUB) : end + 1])
+    except (ValueError, TypeError):
+        return None
+    if isinstance(publication, str) and isinstance(rest, int) and isinstance(channels, int):
+        return Publication(publication, rest, channels)
+    return None

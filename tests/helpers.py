@@ -225,12 +225,18 @@ def published() -> list[tuple[str, dict[str, Any]]]:
 
 
 def without_mid(message: dict[str, Any]) -> dict[str, Any]:
-    """A message without its random ``mid`` (after checking it is there) and its row's order
-    number (``meta.order``, a time or an id: checked well formed; what it orders is tested in
-    ``tests.test_record_order``), for comparisons."""
+    """A message without its random ``mid`` (after checking it is there), its place in its
+    publication (``pub``, random too: tested in ``tests.test_publications``) and its row's
+    order number (``meta.order``, a time or an id: checked well formed; what it orders is
+    tested in ``tests.test_record_order``), for comparisons."""
     assert isinstance(message.get("mid"), str)
     assert message["mid"]
-    stripped = {key: value for key, value in message.items() if key != "mid"}
+    if "pub" in message:
+        publication, rest, channels = message["pub"]
+        assert isinstance(publication, str)
+        assert rest >= 0
+        assert channels >= 1
+    stripped = {key: value for key, value in message.items() if key not in ("mid", "pub")}
     meta = message.get("meta")
     if isinstance(meta, dict) and "order" in meta:
         source, number = meta["order"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core import checks
-from django.db import models
+from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test.utils import isolate_apps
 
@@ -552,6 +552,48 @@ async def test_a_live_query_lists_the_orm_answer_and_follows_the_writes(
 
 
 @pytest.mark.usefixtures("each_transport")
+async def test_a_transaction_changes_a_list_in_one_diff_however_many_rows_it_writes(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """One frame per query per publication: rows created, updated and deleted in one
+    transaction (guarded rows: each message's audience is asked on the worker) come in one
+    ``query.diff``, also to a socket that hears the rows' events too."""
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    kept = await off_loop(Case.objects.create, workspace=workspace, title="kept", priority=1)
+    gone = await off_loop(Case.objects.create, workspace=workspace, title="gone", priority=2)
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("subscribe", {"channel": "case"})
+    ask = {"model": "case", "where": {"status": "open"}, "order_by": ["-priority"]}
+    await client.send("query", {"id": "open", **ask})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+
+    def write(round_: int, gone: Case) -> None:
+        with transaction.atomic():
+            for n in range(4):
+                Case.objects.create(workspace=workspace, title=f"new {n}", priority=10 + n)
+            kept.title = f"kept {round_}"
+            kept.save()
+            gone.delete()
+
+    for round_ in range(3):
+        gone_pk = gone.pk
+        await off_loop(write, round_, gone)
+        frames = await marker_for(client, ann.pk)
+        diffs = [f for f in frames if f["type"] == "query.diff"]
+        assert len(diffs) == 1, [f["type"] for f in frames]
+        assert len(diffs[0]["data"]["enter"]) == 4
+        assert [row["title"] for row in diffs[0]["data"]["update"]] == [f"kept {round_}"]
+        assert diffs[0]["data"]["leave"] == [gone_pk]
+        apply_frames(lists, frames)
+        expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
+        assert same_rows(lists["open"], expected)
+        gone = await off_loop(Case.objects.create, workspace=workspace, title="gone", priority=2)
+        apply_frames(lists, await marker_for(client, ann.pk))
+
+
+@pytest.mark.usefixtures("each_transport")
 async def test_a_socket_without_queries_sees_nothing_new(
     live_servers: LiveServers, ws: Clients
 ) -> None:
@@ -747,7 +789,7 @@ async def test_a_bulk_write_past_the_limit_sends_the_rows_afresh(
 
 
 @pytest.mark.usefixtures("each_transport")
-async def test_a_scope_lost_on_recheck_takes_its_rows_out_of_every_query(
+async def test_a_scope_lost_on_recheck_takes_its_rows_out_of_every_query_as_a_leave(
     live_servers: LiveServers, ws: Clients
 ) -> None:
     acme = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
@@ -760,9 +802,14 @@ async def test_a_scope_lost_on_recheck_takes_its_rows_out_of_every_query(
     await client.send("query", {"id": "all", "model": "case"})
     rows = await client.wait_for(lambda f: f["type"] == "query.rows")
     assert sorted(row["title"] for row in rows["data"]["rows"]) == ["acme's", "globex's"]
+    acmes = [row["id"] for row in rows["data"]["rows"] if row["title"] == "acme's"]
     await off_loop(Membership.objects.filter(workspace=acme, user=ann).delete)
-    again = await client.wait_for(lambda f: f["type"] == "query.rows")
-    assert [row["title"] for row in again["data"]["rows"]] == ["globex's"]
+    # It leaves, as a row made private does: the client keeps the rest of its list.
+    left = await client.wait_for(lambda f: f["type"].startswith("query"))
+    assert left == {
+        "type": "query.diff",
+        "data": {"id": "all", "enter": [], "leave": acmes, "update": []},
+    }
     # Writes of the scope it lost reach the query no more.
     await off_loop(Case.objects.create, workspace=acme, title="acme's too")
     assert [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query")] == []

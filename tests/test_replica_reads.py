@@ -82,8 +82,9 @@ async def test_with_a_replica_behind_sockets_still_hear_and_lists_stay_exact(
 
     # A membership removed: the recheck reads it gone, and the scope's rows leave.
     await off_loop(Membership.objects.filter(user=ann).delete)
-    again = await client.wait_for(lambda f: f["type"] == "query.rows")
-    assert again["data"]["rows"] == []
+    left = await client.wait_for(lambda f: f["type"] == "query.diff")
+    apply_frames(lists, [left])
+    assert lists["cases"] == []
 
 
 def test_realtimes_own_reads_about_a_write_never_go_to_the_replica() -> None:

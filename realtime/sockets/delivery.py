@@ -51,7 +51,13 @@ from realtime.compat.django import has_receivers
 from realtime.conf import conf
 from realtime.encoding import id_order
 from realtime.logs import describe
-from realtime.messages import addressed_to, base_channel, scope_channel
+from realtime.messages import (
+    Publication,
+    addressed_to,
+    base_channel,
+    publication_of,
+    scope_channel,
+)
 from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.readers import readers_now, replayed_data, row_of
 from realtime.registry import options_named
@@ -61,6 +67,7 @@ from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure
 from realtime.sockets.live_queries import Queries
+from realtime.sockets.publications import Publications
 from realtime.sockets.record_order import RecordOrder
 from realtime.transports.base import Transport
 from realtime.transports.tally import Tally
@@ -70,13 +77,14 @@ logger = logging.getLogger(__name__)
 #: Sockets handed a frame before the loop gets a turn to write to the network.
 YIELD_EVERY = 100
 #: Messages carried, at most, before the live queries' clients are told what they changed,
-#: however many more are in hand.
+#: however many more are in hand (a publication is never cut: its end is waited for).
 FLUSH_EVERY = 100
 
 #: A message waiting to be planned: its channel, its payload, its position.
 Queued = tuple[str, bytes, "StreamPos | None"]
-#: A message being planned: its channel, its position and its plan to come.
-Planned = tuple[str, "StreamPos | None", "asyncio.Future[Plan | None]"]
+#: A message being planned: its channel, its position, its plan to come and its place in its
+#: publication.
+Planned = tuple[str, "StreamPos | None", "asyncio.Future[Plan | None]", "Publication | None"]
 
 
 @dataclass
@@ -270,24 +278,33 @@ class Dispatcher:
         while True:
             channel, payload, position = await queue.get()
             planned = asyncio.ensure_future(self._plan(payload, position))
-            await plans.put((channel, position, planned))
+            await plans.put((channel, position, planned, publication_of(payload)))
 
     async def _send_in_order(self, plans: asyncio.Queue[Planned]) -> None:
+        publications = Publications()
         while True:
-            channel, position, future = await plans.get()
-            if self.live.due and not future.done():
+            taken = await self._next(plans, publications)
+            if taken is None:
+                publications.give_up()
+                await self.flush_queries()
+                continue
+            channel, position, future, publication = taken
+            continuing = publications.take(publication)
+            if self.live.due and not continuing and not future.done():
                 await self.flush_queries()  # the next message is still being planned
             try:
                 plan = await future
                 if plan is not None:
                     self.carrying = True
-                    await self.carry_out(plan)
+                    await self.carry_out(plan, continuing)
             except Exception:
                 self.trusted = False  # some of its targets may not have its frame
                 logger.exception("realtime: delivering a message failed")
             finally:
                 self.carrying = False
-            if self.live.due and (plans.empty() or self.live.carried >= FLUSH_EVERY):
+            publications.carried(channel, publication)
+            ready = plans.empty() or self.live.carried >= FLUSH_EVERY
+            if self.live.due and publications.whole and ready:
                 await self.flush_queries()
             # Not in a ``finally``: a sender cancelled mid-message leaves it owed, and the
             # restart reports its channel missed (and stops trusting ``carried``).
@@ -295,12 +312,25 @@ class Dispatcher:
                 self.carried = self.carried.advanced(position)
             self._settled(channel=channel)
 
+    async def _next(
+        self, plans: asyncio.Queue[Planned], publications: Publications
+    ) -> Planned | None:
+        """The next message planned; ``None`` when the rest of a publication whose changes
+        the live queries' clients are owed did not come in time (``Publications.wait``)."""
+        if not self.live.due or publications.whole or not plans.empty():
+            return await plans.get()
+        try:
+            async with asyncio.timeout(publications.wait()):
+                return await plans.get()
+        except TimeoutError:
+            return None
+
     async def flush_queries(self) -> None:
         """Tell the live queries' clients what the messages carried since the last time
-        changed, as soon as no next message is planned and ready to carry (the messages of
-        a publication arrive together, and are carried one after the other), after at most
-        ``FLUSH_EVERY`` messages, and before a frame of a later message goes to one of their
-        sockets."""
+        changed: once a publication was carried whole (``Publications``: one diff per query
+        per publication), when no next message is planned and ready to carry, or after
+        ``FLUSH_EVERY`` messages of whole publications; and before a frame of a later
+        publication goes to one of their sockets."""
         try:
             await self.live.flush()
         except Exception:
@@ -488,11 +518,13 @@ class Dispatcher:
             return False
         return options.user_field is not None or _query_action(message) == "leave"
 
-    async def carry_out(self, plan: Plan) -> None:
+    async def carry_out(self, plan: Plan, continuing: bool = False) -> None:
+        """Hand ``plan``'s frame to its targets and its change to the live queries;
+        ``continuing``: its message continues the publication of the messages before it."""
         if plan.action is not None:
             plan.action()
         if plan.frame is not None and plan.targets:
-            if self.live.due_to(plan.targets):
+            if not continuing and self.live.due_to(plan.targets):
                 await self.flush_queries()  # their diffs of earlier writes come first
             await self.send_all(
                 plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels

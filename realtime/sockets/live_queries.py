@@ -418,6 +418,7 @@ class LiveQuery:
         "held",
         "holders",
         "id",
+        "listed",
         "loading",
         "pending",
         "serial",
@@ -460,6 +461,9 @@ class LiveQuery:
         #: little); ``afresh``: the client gets them whole (``query.rows``).
         self.stale = False
         self.afresh = False
+        #: The client was handed its list whole (``query.rows``) at least once: a read
+        #: again tells it the difference (``query.diff``).
+        self.listed = False
         #: Messages carried out while the first rows are read (``change_of``).
         self.pending: list[Any] | None = []
         self.stopped = False
@@ -555,6 +559,7 @@ class LiveQuery:
         """The client was handed the whole window (``query.rows``)."""
         self.shown = {}
         self.afresh = False
+        self.listed = True
 
     def may_change(self, entry: Entry | None, key: Any) -> bool:
         """Whether a row's message (``apply``'s arguments) may change the list: it holds the
@@ -898,22 +903,30 @@ class Queries:
             )
             if settled:
                 break
-        await self._send_rows(query)
+        if query.listed and not query.afresh:
+            await self._send_changes(query)  # read again: rows it may no longer read leave
+        else:
+            await self._send_rows(query)
         if not settled:
             # What it heard while reading could not be applied: read once more.
             await self._refill([query])
             await self._send_changes(query)
 
     async def reload(self, socket: Any) -> None:
-        """Read every query of ``socket`` again (the scopes it reads changed). Their frames
+        """Read every query of ``socket`` again (the scopes it reads changed): the client is
+        told the difference (a row of a scope lost leaves, in ``query.diff``). Their frames
         still held for it (a recheck holds them until it answers) may show rows of a scope
-        it just lost: they are dropped, the rows read now replace them."""
+        it just lost: they are dropped, and those queries' rows sent whole (``query.rows``)."""
         held = socket.held
+        dropped: set[Any] = set()
         if held:
             kept = [entry for entry in held if not _is_list_frame(entry.message)]
+            dropped = {_query_id(entry.message) for entry in held if entry not in kept}
             held.clear()
             held.extend(kept)
         for query in list(socket.queries.values()):
+            if query.id in dropped:
+                query.afresh = True
             await self._load(query)
 
     async def _read(self, query: LiveQuery, refill: bool = False) -> list[dict[str, Any]]:
@@ -1071,6 +1084,11 @@ def _touched(group: ModelQueries, change: Any) -> list[LiveQuery]:
     """The queries of ``group`` that ``change`` may touch: all of them when the rows must
     be read again. A list: queries come and go while the event loop awaits."""
     return list(group.all) if change in (UNREAD, FOLDED) else group.touched(*change)
+
+
+def _query_id(message: dict[str, Any]) -> Any:
+    """The query a ``query.rows`` or ``query.diff`` frame is about."""
+    return json.loads(message["text"])["data"]["id"]
 
 
 def _is_list_frame(message: dict[str, Any]) -> bool:

@@ -27,6 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections,
 
 from realtime.compat.django import in_transaction
 from realtime.encoding import sorted_ids
+from realtime.messages import mark_publication
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
 from realtime.writes.events import Event
@@ -89,7 +90,7 @@ def build(items: Iterable[Event | Announcement], budget: int | None) -> list[tup
             logger.exception("realtime: preparing %s failed; it is not announced", _label(item))
     if rechecks:
         messages += recheck_messages(rechecks, budget)
-    return messages
+    return mark_publication(messages, budget)
 
 
 def send_now(
