@@ -114,6 +114,64 @@ def test_django_managers_of_a_decorated_model_become_realtimes() -> None:
     assert django_compat._verdicts[django_orm.REPLACE] is True
 
 
+def test_the_base_manager_django_makes_becomes_realtimes_for_a_model_and_its_proxy() -> None:
+    with isolate_apps("tests.testapp"):
+
+        class Shelf(models.Model):
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return "shelf"
+
+        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
+
+        class Narrow(Shelf):
+            objects = models.Manager()
+
+            class Meta:
+                app_label = "testapp"
+                proxy = True
+
+        try:
+            for model in (Shelf, Narrow):
+                made = model._base_manager
+                assert type(made) is RealtimeManager
+                assert (made.name, made.auto_created, made.model) == ("_base_manager", True, model)
+            Shelf._meta.apps.clear_cache()  # Django makes the base manager again
+            assert type(Shelf._base_manager) is RealtimeManager
+        finally:
+            unregister(Shelf)
+    assert django_compat._verdicts[django_orm.BASE] is True
+
+
+def test_without_the_base_manager_it_stays_djangos_and_is_named(
+    monkeypatch: pytest.MonkeyPatch, errors: list[str]
+) -> None:
+    failing(monkeypatch, "_probe_base")
+    with isolate_apps("tests.testapp"):
+
+        class Shelf(models.Model):
+            class Meta:
+                app_label = "testapp"
+
+            def __str__(self) -> str:
+                return "shelf"
+
+        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
+        try:
+            assert type(Shelf._base_manager) is models.Manager
+            assert type(Shelf._default_manager) is RealtimeManager
+            from realtime.checks.declarations import check_models
+
+            (named,) = [m for m in check_models() if m.obj is Shelf]
+            assert named.msg.startswith("testapp.Shelf._base_manager:")
+            assert 'base_manager_name = "objects"' in (named.hint or "")
+        finally:
+            unregister(Shelf)
+    assert [e for e in errors if "does not fit" in e] != []
+
+
 def test_without_replacing_managers_they_stay_djangos_and_are_named(
     monkeypatch: pytest.MonkeyPatch, errors: list[str]
 ) -> None:

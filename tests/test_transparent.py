@@ -31,7 +31,9 @@ from django.db import (
     models,
     transaction,
 )
-from django.db.migrations.state import ModelState
+from django.db.migrations.autodetector import MigrationAutodetector
+from django.db.migrations.graph import MigrationGraph
+from django.db.migrations.state import ModelState, ProjectState
 from django.db.models import Count, F, Q, Value
 from django.db.models.functions import Concat
 from django.db.models.signals import m2m_changed, post_init
@@ -206,6 +208,105 @@ def test_a_manager_migrations_keep_is_recorded_once() -> None:
     assert [(name, type(m)) for name, m in state.managers] == [
         ("objects", type(CatalogItem.objects))
     ]
+
+
+class Published(models.Manager[Any]):
+    """A filtering manager of the application's own that migrations do not keep."""
+
+    def get_queryset(self) -> Any:
+        return super().get_queryset().filter(name__startswith="p")
+
+
+def declare_shelf(shape: str) -> type[models.Model]:
+    """A model whose default manager is the application's own and which also has a plain
+    ``objects``, declared after it (``shape`` says how), in a registry of its own."""
+    with isolate_apps("tests.testapp"):
+        if shape == "kept_first":
+
+            class Shelf(models.Model):
+                name = models.CharField(max_length=10)
+                kept = KeptManager()
+                objects = models.Manager()
+
+                class Meta:
+                    app_label = "testapp"
+
+                def __str__(self) -> str:
+                    return self.name
+
+        elif shape == "public_first":
+
+            class Shelf(models.Model):  # type: ignore[no-redef]
+                name = models.CharField(max_length=10)
+                public = Published()
+                objects = models.Manager()
+
+                class Meta:
+                    app_label = "testapp"
+
+                def __str__(self) -> str:
+                    return self.name
+
+        elif shape == "default_manager_name":
+
+            class Shelf(models.Model):  # type: ignore[no-redef]
+                name = models.CharField(max_length=10)
+                objects = models.Manager()
+                public = Published()
+
+                class Meta:
+                    app_label = "testapp"
+                    default_manager_name = "public"
+
+                def __str__(self) -> str:
+                    return self.name
+
+        else:  # "objects_inherited": from an abstract parent, a kept manager declared here
+
+            class Named(models.Model):
+                name = models.CharField(max_length=10)
+                objects = models.Manager()
+
+                class Meta:
+                    abstract = True
+
+                def __str__(self) -> str:
+                    return self.name
+
+            class Shelf(Named):  # type: ignore[no-redef]
+                kept = KeptManager()
+
+                class Meta:
+                    app_label = "testapp"
+
+        return Shelf
+
+
+@pytest.mark.parametrize(
+    "shape", ["kept_first", "public_first", "default_manager_name", "objects_inherited"]
+)
+def test_a_plain_objects_beside_a_default_manager_of_ones_own_stays_out_of_migrations(
+    shape: str,
+) -> None:
+    plain, decorated = declare_shelf(shape), declare_shelf(shape)
+    realtime_model(scope_field=None, name="migration_twin")(decorated)
+    try:
+        before, after = ModelState.from_model(plain), ModelState.from_model(decorated)
+        assert [(n, m.deconstruct()) for n, m in after.managers] == [
+            (n, m.deconstruct()) for n, m in before.managers
+        ]
+        assert after.options == before.options
+        detector = MigrationAutodetector(project_state(before), project_state(after))
+        assert detector.changes(graph=MigrationGraph()) == {}
+    finally:
+        unregister(decorated)
+
+
+def project_state(model: ModelState) -> ProjectState:
+    """A project of one model."""
+    project = ProjectState()
+    project.add_model(model)
+    return project
 
 
 # 4. and 5. The read before update(): by key, locking only the model's own rows ---------------
@@ -542,3 +643,141 @@ def test_a_short_lived_decorated_model_is_released_with_its_class() -> None:
     assert registry.options_named("passing") is None
     assert "passing" not in [options.name for options in registry.all_options()]
     assert "passing" not in registry.subscribable_names()
+
+
+# 14. Base managers are Django's, for the model, its proxies and its children ----------------
+
+
+class ActiveManager(models.Manager[Any]):
+    """Only the active rows: a filtering manager of the application's own."""
+
+    def get_queryset(self) -> Any:
+        return super().get_queryset().filter(active=True)
+
+
+def declare_family(decorated: bool) -> dict[str, Any]:
+    """A model (decorated or not), a proxy and a multi-table child of it that declare their own
+    filtering ``objects``, and a model pointing at the proxy; tables of their own."""
+    twin = "decorated" if decorated else "plain"
+    with isolate_apps("tests.testapp"):
+
+        class Base(models.Model):
+            name = models.CharField(max_length=10)
+            active = models.BooleanField(default=True)
+
+            class Meta:
+                app_label = "testapp"
+                db_table = f"testapp_family_base_{twin}"
+
+            def __str__(self) -> str:
+                return self.name
+
+        if decorated:
+            realtime_model(scope_field=None, name="family_base")(Base)
+
+        class ActiveProxy(Base):
+            objects = ActiveManager()
+
+            class Meta:
+                app_label = "testapp"
+                proxy = True
+
+        class Child(Base):
+            extra = models.CharField(max_length=10)
+            objects = ActiveManager()
+
+            class Meta:
+                app_label = "testapp"
+                db_table = f"testapp_family_child_{twin}"
+
+        class Pointer(models.Model):
+            target = models.ForeignKey(ActiveProxy, on_delete=models.CASCADE)
+
+            class Meta:
+                app_label = "testapp"
+                db_table = f"testapp_family_pointer_{twin}"
+
+            def __str__(self) -> str:
+                return "pointer"
+
+    return {"Base": Base, "ActiveProxy": ActiveProxy, "Child": Child, "Pointer": Pointer}
+
+
+@pytest.mark.parametrize("name", ["Base", "ActiveProxy", "Child"])
+def test_the_base_manager_of_a_decorated_model_its_proxy_and_its_child_is_djangos(
+    name: str,
+) -> None:
+    plain, decorated = declare_family(False), declare_family(True)
+    try:
+        mine, djangos = decorated[name]._base_manager, plain[name]._base_manager
+        assert (mine.name, mine.auto_created) == (djangos.name, djangos.auto_created)
+        assert (djangos.name, djangos.auto_created) == ("_base_manager", True)
+        assert str(mine.all().query) == str(djangos.all().query).replace("plain", "decorated")
+        assert isinstance(mine.all(), RealtimeQuerySet)  # its bulk writes are announced
+        assert ModelState.from_model(decorated[name]).managers == [
+            (n, m) for n, m in ModelState.from_model(plain[name]).managers
+        ]
+    finally:
+        unregister(decorated["Base"])
+
+
+def inactive_rows_through_base_managers(family: dict[str, Any]) -> list[str]:
+    """What Django does with rows a proxy's and a child's own ``objects`` leave out: each
+    step's outcome ("ok", or the exception's class)."""
+    base, child, pointer = family["Base"], family["Child"], family["Pointer"]
+    hidden = base.objects.create(name="hidden", active=False)
+    row = child(name="child", active=False, extra="x")
+    row.save()
+    link = pointer.objects.create(target_id=hidden.pk)
+    steps: list[Callable[[], Any]] = [
+        row.save,  # an UPDATE through the base manager, or an INSERT when it finds no row
+        row.refresh_from_db,
+        lambda: pointer.objects.get(pk=link.pk).target,
+        lambda: base.objects.get(pk=row.pk).delete(),  # the child's row is collected
+    ]
+    outcomes = []
+    for step in steps:
+        try:
+            with transaction.atomic():
+                step()
+        except Exception as error:
+            outcomes.append(type(error).__name__)
+        else:
+            outcomes.append("ok")
+    return outcomes
+
+
+def test_rows_a_proxys_or_childs_own_manager_leaves_out_are_found_as_django_finds_them() -> None:
+    families = [declare_family(False), declare_family(True)]
+    tables = [family[name] for family in families for name in ("Base", "Child", "Pointer")]
+    with connection.schema_editor() as editor:
+        for model in tables:
+            editor.create_model(model)
+    try:
+        plain, decorated = (inactive_rows_through_base_managers(f) for f in families)
+        assert plain == ["ok", "ok", "ok", "ok"]
+        assert decorated == plain
+    finally:
+        unregister(families[1]["Base"])
+        with connection.schema_editor() as editor:
+            for model in reversed(tables):
+                editor.delete_model(model)
+
+
+def test_a_bulk_write_through_the_base_manager_django_makes_is_announced() -> None:
+    family = declare_family(True)
+    base, child = family["Base"], family["Child"]
+    with connection.schema_editor() as editor:
+        for model in (base, child):
+            editor.create_model(model)
+    try:
+        row = child.objects.create(name="child", extra="x")
+        forget_messages()
+        assert base._base_manager.filter(pk=row.pk).update(name="renamed") == 1
+        assert child._base_manager.filter(pk=row.pk).update(name="again") == 1
+        assert kinds() == [("family_base.updated", row.pk), ("family_base.updated", row.pk)]
+    finally:
+        unregister(base)
+        with connection.schema_editor() as editor:
+            for model in (child, base):
+                editor.delete_model(model)

@@ -16,13 +16,18 @@ each use here is checked by a self-test the first time a process relies on it, a
   ``Options.local_managers``, with the class attribute's ``ManagerDescriptor``, and the
   options' caches expired (``Options._expire_cache``, as ``add_manager`` does). Only managers
   whose class is exactly ``django.db.models.Manager`` are replaced, keeping their name,
-  creation order and flags: migrations see the same managers. A model whose base manager is
-  the one Django makes (``Meta.base_manager_name`` unset) gets, as its base manager, the
-  replaced manager that stands for ``objects`` (unfiltered, as Django's own), by
-  ``Options.base_manager_name``: Django reads related rows, refreshes instances and moves rows
-  between related managers (``add()``) through it. Migrations read the ``Meta`` a model
-  declared, not this. Fallback: none is replaced (bulk writes through them are not announced;
-  the system check names them).
+  creation order and flags: migrations see the same managers. Fallback: none is replaced
+  (bulk writes through them are not announced; the system check names them).
+* **The base manager Django makes** (``replace_base_manager``): where neither a model nor its
+  parents name a base manager, ``Options.base_manager`` (a ``cached_property``, made again
+  whenever the options' caches expire) makes a ``Manager`` named ``_base_manager``; Django
+  reads related rows, refreshes instances and moves rows between related managers (``add()``)
+  through it. A decorated model's options are of a subclass of ``Options`` that makes realtime's
+  manager there instead, with the same name, model and flags, and leaves every other answer
+  Django's. Naming a manager of the model instead (``base_manager_name``) would not do: its
+  proxies and children would take their own manager of that name as their base manager, and
+  migrations would record it. Fallback: the base manager stays Django's (bulk writes through
+  it are not announced, rows it reads keep nothing; the system check names it).
 * **The many-to-many count shortcut** (``through_rows``): Django's related managers count and
   test a many-to-many through its table alone (``constrained_target``, unless prefetched:
   ``get_prefetch_cache``) only when the target's default manager is exactly ``Manager``;
@@ -52,23 +57,27 @@ each use here is checked by a self-test the first time a process relies on it, a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connections, models, router, transaction
 from django.db.models import sql
 from django.db.models.base import ModelState
 from django.db.models.deletion import Collector
 from django.db.models.manager import ManagerDescriptor
+from django.db.models.options import Options
 from django.db.models.query import ModelIterable
 from django.db.models.signals import post_delete, pre_delete
+from django.utils.functional import cached_property
 
 from realtime.compat.django import INSTEAD, _fits, _probe_apps
 
 FETCH = "the instances a queryset fetch builds (QuerySet._fetch_all, _result_cache)"
 STATE = "an attribute of realtime's on a ModelState"
 REPLACE = "replacing a model's managers (Options.local_managers, _expire_cache)"
+BASE = "the base manager Django makes (Options.base_manager)"
 THROUGH = "a many-to-many's count through its table (constrained_target, get_prefetch_cache)"
 FAST_DELETE = "deleting a queryset without collecting (Collector.can_fast_delete, _raw_delete)"
 WRITE_ALIAS = "the alias of a queryset's write (QuerySet._db, _hints)"
@@ -82,6 +91,11 @@ INSTEAD.update(
         REPLACE: (
             "no manager is replaced by realtime's: bulk writes of decorated models are not "
             "announced (realtime.W031 names the managers)"
+        ),
+        BASE: (
+            "the base manager Django makes stays Django's: bulk writes through it (a reverse "
+            "foreign key's add()) are not announced (realtime.W031 names it), and rows it reads "
+            "keep nothing (their saves list every column changed)"
         ),
         THROUGH: "related managers' count() and exists() join the target table",
         FAST_DELETE: "QuerySet.delete() of decorated models deletes row by row",
@@ -184,10 +198,7 @@ def replace_managers(model: type[models.Model], make: Callable[[], models.Manage
         local[:] = [_realtime(m, make) if m.name in replaced else m for m in local]
     for manager in local:
         setattr(model, manager.name, ManagerDescriptor(manager))
-    if replaced:
-        if "objects" in replaced and not meta.base_manager_name and _auto_base(model):
-            meta.base_manager_name = "objects"
-        meta._expire_cache()  # type: ignore[attr-defined]
+    meta._expire_cache()  # type: ignore[attr-defined]
     return len(replaced)
 
 
@@ -204,11 +215,6 @@ def _realtime(manager: models.Manager[Any], make: Callable[[], models.Manager[An
     return new
 
 
-def _auto_base(model: type[models.Model]) -> bool:
-    """Whether the base manager of ``model`` is the one Django makes (no parent names one)."""
-    return bool(model._base_manager.auto_created and model._base_manager.name == "_base_manager")
-
-
 def _probe_replace() -> None:
     probe, _ = _probe_models()
     (auto,) = probe._meta.local_managers
@@ -220,8 +226,76 @@ def _probe_replace() -> None:
         raise TypeError("a manager is not reached through a ManagerDescriptor")
     if not callable(getattr(probe._meta, "_expire_cache", None)):
         raise AttributeError("Options has no _expire_cache()")
-    if probe._meta.base_manager_name is not None or not _auto_base(probe):
+
+
+def replace_base_manager(
+    model: type[models.Model], make: Callable[[], models.Manager[Any]]
+) -> bool:
+    """Have ``make()`` stand for the base manager Django makes for ``model`` (where neither
+    it nor a parent names one), with its name, model and flags; whether ``model`` has it so.
+
+    Django makes that manager again each time the options' caches expire, so the options
+    make realtime's instead: they become of a subclass of Django's ``Options`` that changes
+    nothing else. A proxy or child still gets a base manager of its own, as from Django (the
+    name of this one says Django made it)."""
+    if not _fits(BASE, _probe_base):
+        return False
+    meta = model._meta
+    if type(meta) is Options:
+        meta.__class__ = _options_making(make)
+        if "base_manager" in vars(meta):
+            del meta.base_manager  # made again, by the subclass
+    return isinstance(meta, BaseManagerOptions)
+
+
+if TYPE_CHECKING:
+    _Options = Options[Any]
+else:
+    _Options = Options  # generic for type checkers only
+
+
+class BaseManagerOptions(_Options):
+    """A model's ``Options`` whose base manager, where Django would make its own ``Manager``,
+    is ``make_base_manager()`` standing for it (a subclass per ``make``: ``_options_making``)."""
+
+    make_base_manager: Callable[[], models.Manager[Any]]
+
+    @cached_property
+    def base_manager(self) -> Any:
+        djangos = super().base_manager
+        return _realtime(djangos, self.make_base_manager) if _made_by_django(djangos) else djangos
+
+
+@functools.cache
+def _options_making(make: Callable[[], models.Manager[Any]]) -> type[BaseManagerOptions]:
+    """The ``BaseManagerOptions`` whose base manager stands ``make()`` for Django's."""
+    return type("BaseManagerOptions", (BaseManagerOptions,), {"make_base_manager": make})
+
+
+def _made_by_django(manager: models.Manager[Any]) -> bool:
+    """Whether ``manager`` is the base manager Django makes (no model names one)."""
+    return bool(
+        type(manager) is models.Manager and manager.auto_created and manager.name == "_base_manager"
+    )
+
+
+def _probe_base() -> None:
+    if not isinstance(vars(Options).get("base_manager"), cached_property):
+        raise TypeError("Options.base_manager is no cached_property")
+    parent, proxy = _probe_family()
+    if not all(_made_by_django(model._base_manager) for model in (parent, proxy)):
         raise TypeError("a model without Meta.base_manager_name has no base manager of Django's")
+
+    class Standing(models.Manager[Any]):
+        pass
+
+    parent._meta.__class__ = _options_making(Standing)
+    del parent._meta.base_manager
+    made = parent._base_manager
+    if type(made) is not Standing or made.name != "_base_manager" or made.model is not parent:
+        raise TypeError("Options.base_manager is not what makes a model's base manager")
+    if not _made_by_django(proxy._base_manager):
+        raise TypeError("a proxy takes the base manager its parent's options make")
 
 
 def through_rows(manager: Any) -> models.QuerySet[Any, Any] | None:
@@ -528,3 +602,22 @@ def _probe_models() -> tuple[Any, Any]:
 
         _models = (Alone, Linked)
     return _models
+
+
+def _probe_family() -> tuple[Any, Any]:
+    """A model of a registry of its own (never migrated, never queried), and a proxy of it,
+    made anew for each call (a probe may change them)."""
+    registry = _probe_apps()
+
+    class Parent(models.Model):  # noqa: DJ008 - never shown
+        class Meta:
+            app_label = "realtime"
+            apps = registry
+
+    class Proxy(Parent):  # noqa: DJ008 - never shown
+        class Meta:
+            app_label = "realtime"
+            apps = registry
+            proxy = True
+
+    return Parent, Proxy

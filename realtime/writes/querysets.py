@@ -32,6 +32,7 @@ from django.db import models
 from realtime.compat.django_orm import (
     FetchingQuerySet,
     instance_hint,
+    replace_base_manager,
     replace_managers,
     through_rows,
 )
@@ -171,8 +172,10 @@ class RealtimeManager(models.Manager[_Model]):
 
 def install(model: type[models.Model]) -> None:
     """Put a ``RealtimeManager`` in place of each manager ``model`` declares whose class is
-    exactly Django's ``Manager`` (the ``objects`` Django adds included)."""
+    exactly Django's ``Manager`` (the ``objects`` Django adds included), and of the base
+    manager Django makes for it (where neither it nor a parent names one)."""
     replace_managers(model, RealtimeManager)
+    replace_base_manager(model, RealtimeManager)
 
 
 def unextended(model: type[models.Model]) -> list[tuple[str, Any]]:
