@@ -415,7 +415,7 @@ class _Matched:
     def announce(self, changed: list[str], values: dict[str, Any], moving: bool) -> None:
         options, db = self.options, self.db
         pks = [pk for pk, _ in self.rows]
-        known = None if moving else _known_after(options, values)
+        known = None if moving else _known_after(options, self.model, values)
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
             if known is not None:  # what the events carry is known already: no statement
                 rows: Any = [self._bare(pk, known) for pk in chunk]
@@ -539,20 +539,23 @@ def _matched(
     return _Matched(options, model, db, rows, befores)
 
 
-def _known_after(options: ModelOptions, values: dict[str, Any]) -> dict[str, Any] | None:
+def _known_after(
+    options: ModelOptions, model: type[models.Model], values: dict[str, Any]
+) -> dict[str, Any] | None:
     """What the events of an update writing ``values`` read of its rows, when that is known
     without reading them again: the columns it writes, as the database will hold them, plus
     the key and the scope (read before); ``None`` when an event reads anything else (a
     column not written, a value the database computes or converts, a generic relation, a
-    ``payload=``, an account path)."""
+    ``payload=``, an account path). ``model`` is the model written: a proxy or child of the
+    decorated one writes fields of its own too."""
     if options.payload is not None or options.user_field is not None:
         return None
-    meta = options.model._meta
     written = {
         str(getattr(field, "attname", name)): _as_stored(field, value)
         for name, value in values.items()
-        for field in [meta.get_field(name)]
+        for field in [model._meta.get_field(name)]
     }
+    meta = options.model._meta
     needed = {*options.field_attnames.values(), *options.filter_attnames.values()}
     for relation in options.relations:
         field = meta.get_field(relation)
