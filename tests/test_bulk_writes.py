@@ -22,6 +22,7 @@ from tests.helpers import events, forget_messages, returns_rows
 from tests.testapp.models import (
     Company,
     Contact,
+    Dog,
     Notification,
     Plain,
     PrivateNote,
@@ -391,6 +392,28 @@ def test_a_multi_table_child_updated_in_bulk_announces_as_its_parent(acme: Works
     (event,) = events()
     assert event["event_type"] == "contact.updated"
     assert event["data"]["name"] == "Bea"
+
+
+def dog(workspace: Workspace) -> Dog:
+    made = Dog.objects.create(workspace=workspace, name="Rex", breed="lab")
+    forget_messages()
+    return made
+
+
+def test_a_multi_table_child_moved_by_update_is_written_and_announced(
+    acme: Workspace, beta: Workspace
+) -> None:
+    rex = dog(acme)
+
+    # In autocommit: realtime's transaction around the move takes SQLite's write lock
+    # with a statement of its own, which must name a column of the child's own table.
+    assert Dog.objects.filter(pk=rex.pk).update(workspace=beta) == 1
+
+    assert Dog.objects.get(pk=rex.pk).workspace == beta
+    assert kinds() == [
+        ("animal.deleted", acme.pk, rex.pk),
+        ("animal.created", beta.pk, rex.pk),
+    ]
 
 
 # bulk_create ---------------------------------------------------------------------------------

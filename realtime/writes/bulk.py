@@ -326,11 +326,20 @@ def _locking(db: str, model: type[models.Model], moving: bool) -> Iterator[None]
     with transaction.atomic(using=db):
         connection = connections[db]
         if connection.vendor == "sqlite":
-            table = connection.ops.quote_name(model._meta.db_table)
-            column = connection.ops.quote_name(str(model._meta.concrete_fields[0].column))
+            table, column = _own_column(model)
+            table, column = connection.ops.quote_name(table), connection.ops.quote_name(column)
             with connection.cursor() as cursor:
                 cursor.execute(f"UPDATE {table} SET {column} = {column} WHERE 0")
         yield
+
+
+def _own_column(model: type[models.Model]) -> tuple[str, str]:
+    """A column of ``model``'s own table, with the table: the first of the columns the table
+    holds, not of the model's (a multi-table child's first is its parent's key, in the parent's
+    table)."""
+    concrete = model._meta.concrete_model or model
+    field = concrete._meta.local_concrete_fields[0]
+    return concrete._meta.db_table, str(field.column)
 
 
 # update() ------------------------------------------------------------------------------------

@@ -689,3 +689,21 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+@realtime_model(fields=["name"])
+class Animal(models.Model):
+    """Scoped, the parent of a multi-table child (``Dog``)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, null=True)
+    name = models.CharField(max_length=50)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Dog(Animal):
+    """A multi-table child of a decorated model: its own table holds ``breed`` and the key
+    pointing at its parent's row; it announces as ``animal``."""
+
+    breed = models.CharField(max_length=50, blank=True)
