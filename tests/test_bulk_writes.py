@@ -416,6 +416,29 @@ def test_a_multi_table_child_moved_by_update_is_written_and_announced(
     ]
 
 
+@pytest.mark.parametrize(
+    "values",
+    [{"breed": "pug"}, {"name": "Max", "breed": "pug"}, {"name": "Max"}],
+    ids=["own column", "own and parent's", "parent's column"],
+)
+def test_an_update_of_a_multi_table_child_is_announced_as_its_save_is(
+    acme: Workspace, values: dict[str, Any]
+) -> None:
+    rex = dog(acme)
+    for name, value in values.items():
+        setattr(rex, name, value)
+    rex.save()
+    saved = events()
+    with silent():
+        Dog.objects.filter(pk=rex.pk).update(name="Rex", breed="lab")
+    forget_messages()
+
+    assert Dog.objects.filter(pk=rex.pk).update(**values) == 1
+
+    assert saved[0]["event_type"] == "animal.updated"
+    assert events() == saved
+
+
 # bulk_create ---------------------------------------------------------------------------------
 
 

@@ -577,7 +577,7 @@ def _known_after(
     scope = options.scope_attname
     if scope is not None and scope in written:
         needed.add(scope)
-    known = {*(part.attname for part in key_fields(options.model)), scope} - set(written)
+    known = {*(part.attname for part in key_fields(model)), scope} - set(written)
     for attname in needed - known:
         if written.get(attname, _UNSURE) is _UNSURE:
             return None
