@@ -51,6 +51,7 @@ from tests.testapp.models import (
     Company,
     Contact,
     Crew,
+    Dog,
     Logbook,
     Plain,
     Room,
@@ -123,6 +124,33 @@ def test_an_update_of_any_queryset_django_can_update_is_announced(
     assert querysets[shape].update(text="edited") == 2
     announced = [(m["event_type"], m["data"]["id"], m["data"]["text"]) for m in events()]
     assert sorted(announced) == [("chat_line.updated", line.pk, "edited") for line in lines]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [ChatLine, Dog, Ticket],
+    ids=["account model", "multi-table child", "one table"],
+)
+def test_an_update_of_rows_selected_for_update_in_autocommit_is_announced(
+    model: type[models.Model], chat: tuple[Chat, Any, Any], workspace: Workspace
+) -> None:
+    # Django's UPDATE of one table takes no select_for_update(); realtime's read of the rows
+    # before it must not either (outside a transaction, a read FOR UPDATE raises).
+    made = {
+        ChatLine: lambda: ChatLine.objects.create(chat=chat[0], text="hi"),
+        Dog: lambda: Dog.objects.create(workspace=workspace, name="Rex"),
+        Ticket: lambda: Ticket.objects.create(workspace=workspace, title="one"),
+    }[model]()
+    field = {ChatLine: "text", Dog: "breed", Ticket: "title"}[model]  # the child's own
+    forget_messages()
+
+    rows = model._default_manager.select_for_update().filter(pk=made.pk)
+    assert rows.update(**{field: "edited"}) == 1
+
+    (event,) = events()
+    assert event["event_type"].endswith(".updated")
+    assert (event["data"]["id"], event["meta"]["changed"]) == (made.pk, [field])
+    assert getattr(model._default_manager.get(pk=made.pk), field) == "edited"
 
 
 # 2. Querysets and managers pickle, deep-copy and name their real classes ---------------------

@@ -38,6 +38,12 @@ each use here is checked by a self-test the first time a process relies on it, a
   receivers of a decorated model would stop that; a ``RealtimeQuerySet`` reads what it
   announces itself and asks Django's rule with those receivers left out. Fallback: Django's
   delete, row by row.
+* **The rows a write matches, read as realtime reads them** (``matching``): without the
+  caller's ``select_for_update()`` and ``select_related()`` (``Query.select_for_update``,
+  ``Query.select_related``), which change how a read runs but not which rows it matches;
+  Django's ``update()`` and one-statement delete take neither into their statements. Fallback:
+  realtime's read before a write keeps them (a ``select_for_update()`` read then fails outside
+  a transaction, and the write goes unannounced, logged).
 * **The rows a write changed, from its own statement** (``Returning``): on PostgreSQL and
   SQLite 3.35+, Django's ``update()`` of a model whose columns live in one table sends one
   ``UPDATE <table> SET ...`` statement, and its one-statement delete one ``DELETE FROM
@@ -82,6 +88,7 @@ THROUGH = "a many-to-many's count through its table (constrained_target, get_pre
 FAST_DELETE = "deleting a queryset without collecting (Collector.can_fast_delete, _raw_delete)"
 WRITE_ALIAS = "the alias of a queryset's write (QuerySet._db, _hints)"
 RETURNING = "the rows of an update() or delete() read from its statement (SQLUpdateCompiler)"
+MATCHING = "a queryset's rows read without its lock and joins (Query.select_for_update, ...)"
 Q_TREE = "a Q's connector, negation and children (tree.Node)"
 
 INSTEAD.update(
@@ -102,6 +109,10 @@ INSTEAD.update(
         WRITE_ALIAS: "a bulk write's reads go to router.db_for_write(model)",
         RETURNING: "update() and QuerySet.delete() read their rows in statements of their own",
         Q_TREE: "every guard is decided by the database: one subquery per account",
+        MATCHING: (
+            "realtime's reads before a bulk write keep the caller's select_for_update() and "
+            "select_related(): outside a transaction such a write is not announced"
+        ),
     }
 )
 
@@ -343,9 +354,7 @@ def fast_delete(
         return None
     if queryset._fields is not None:  # type: ignore[attr-defined]
         return None
-    doomed = queryset.using(using).order_by()
-    doomed.query.select_for_update = False
-    doomed.query.select_related = False
+    doomed = matching(queryset, using)
     collector = _Collector(using=using, origin=queryset)
     collector.ignoring = ignoring
     if not collector.can_fast_delete(doomed):
@@ -355,6 +364,27 @@ def fast_delete(
     with transaction.mark_for_rollback_on_error(using):
         count: int = doomed._raw_delete(using)
     return count
+
+
+def matching(queryset: models.QuerySet[Any, Any], using: str) -> models.QuerySet[Any, Any]:
+    """The rows ``queryset`` matches, for realtime to read before a write of them, on
+    ``using`` (the write's alias): unordered, and without what changes how the caller's read
+    runs but not which rows it matches, as Django's ``update()`` and one-statement delete
+    leave it out of their statements: ``select_for_update()`` (outside a transaction the read
+    would raise; inside, it would lock the rows of joined tables too), ``select_related()``'s
+    joins, ``prefetch_related()``'s reads."""
+    rows = queryset.using(using).order_by().prefetch_related(None)
+    if _fits(MATCHING, _probe_matching):
+        rows.query.select_for_update = False
+        rows.query.select_related = False
+    return rows
+
+
+def _probe_matching() -> None:
+    probe, _ = _probe_models()
+    query = models.QuerySet(probe).select_for_update().select_related().query
+    if query.select_for_update is not True or query.select_related is not True:
+        raise TypeError("Query keeps select_for_update() and select_related() elsewhere")
 
 
 class _Collector(Collector):

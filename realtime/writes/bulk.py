@@ -51,7 +51,13 @@ from realtime.audience import readers_of_rows
 from realtime.auth import readers_pool
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
-from realtime.compat.django_orm import Returning, can_return_rows, fast_delete, write_alias
+from realtime.compat.django_orm import (
+    Returning,
+    can_return_rows,
+    fast_delete,
+    matching,
+    write_alias,
+)
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
 from realtime.paths import key_fields, split_path, to_lookup
@@ -521,7 +527,7 @@ def _matched(
     rows, the rows locked by key and who could read the first ``REALTIME_BULK_LIMIT``."""
     model = queryset.model
     scope = options.scope_attname
-    caller = queryset.using(db).order_by()
+    caller = matching(queryset, db)
     if scope is not None:
         listed: list[tuple[Any, Any]] = list(caller.values_list("pk", scope))
     else:
