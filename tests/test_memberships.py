@@ -94,6 +94,21 @@ def test_clear_and_set_tell_exactly_who_left_and_who_came(ann: Any, bob: Any) ->
     assert heard() == [("room.deleted", (bob.pk,), room.pk, True)]
 
 
+def test_links_selected_for_update_and_deleted_in_autocommit_tell_their_accounts(
+    ann: Any, bob: Any
+) -> None:
+    room = Room.objects.create(name="r")
+    room.participants.add(ann, bob)
+    forget_messages()
+
+    # Django's delete takes no select_for_update(): neither does the read of the links before
+    # it (on PostgreSQL, outside a transaction, it raised and nobody was told).
+    links = Room.participants.through.objects.select_for_update().filter(user=bob)
+    assert links.delete()[0] == 1
+
+    assert heard() == [("room.deleted", (bob.pk,), room.pk, True)]
+
+
 def test_a_link_added_in_a_rolled_back_transaction_tells_nobody(ann: Any) -> None:
     room = Room.objects.create(name="r")
     forget_messages()
@@ -158,6 +173,21 @@ def test_seats_moved_in_bulk_tell_both_accounts(chat: Chat, ann: Any, bob: Any) 
     forget_messages()
 
     Seat.objects.filter(user=ann).update(user=bob)
+
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+
+
+def test_seats_selected_for_update_and_moved_in_autocommit_tell_both_accounts(
+    chat: Chat, ann: Any, bob: Any
+) -> None:
+    Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    # Django's UPDATE takes no select_for_update(): neither does the read of the seats before
+    # it (on PostgreSQL, outside a transaction, it raised and nobody was told).
+    assert Seat.objects.select_for_update().filter(user=ann).update(user=bob) == 1
 
     assert sorted(heard()) == sorted(
         lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)

@@ -39,6 +39,7 @@ from django.db.models import ForeignObjectRel
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from realtime.chunks import chunked
+from realtime.compat.django_orm import matching
 from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
@@ -239,7 +240,7 @@ def around_update(
         return run()
 
     def before() -> tuple[list[Any], dict[Watch, set[Pair]]]:
-        rows = list(queryset.order_by().values_list("pk", flat=True))
+        rows = list(matching(queryset, db).values_list("pk", flat=True))
         stored = model._base_manager.using(db)
         return rows, {w: _pairs_in(stored, rows, w) for w in watches}
 
@@ -268,7 +269,8 @@ def around_delete(
     def doomed() -> dict[Watch, tuple[set[Pair], list[Any]]]:
         found = {}
         for watch in _watches_of(model):
-            listed = list(queryset.order_by().values_list("pk", watch.owner, watch.account))
+            rows = matching(queryset, db).values_list("pk", watch.owner, watch.account)
+            listed = list(rows)
             pairs = {(normal_id(o), normal_id(a)) for _, o, a in listed}
             found[watch] = (pairs, [pk for pk, _, _ in listed])
         return found
