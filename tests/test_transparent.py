@@ -136,12 +136,13 @@ def test_an_update_of_rows_selected_for_update_in_autocommit_is_announced(
 ) -> None:
     # Django's UPDATE of one table takes no select_for_update(); realtime's read of the rows
     # before it must not either (outside a transaction, a read FOR UPDATE raises).
-    made = {
-        ChatLine: lambda: ChatLine.objects.create(chat=chat[0], text="hi"),
-        Dog: lambda: Dog.objects.create(workspace=workspace, name="Rex"),
-        Ticket: lambda: Ticket.objects.create(workspace=workspace, title="one"),
-    }[model]()
-    field = {ChatLine: "text", Dog: "breed", Ticket: "title"}[model]  # the child's own
+    made: models.Model
+    if model is ChatLine:
+        made, field = ChatLine.objects.create(chat=chat[0], text="hi"), "text"
+    elif model is Dog:  # a column of the child's own table
+        made, field = Dog.objects.create(workspace=workspace, name="Rex"), "breed"
+    else:
+        made, field = Ticket.objects.create(workspace=workspace, title="one"), "title"
     forget_messages()
 
     rows = model._default_manager.select_for_update().filter(pk=made.pk)
