@@ -154,6 +154,61 @@ def test_an_update_of_rows_selected_for_update_in_autocommit_is_announced(
     assert getattr(model._default_manager.get(pk=made.pk), field) == "edited"
 
 
+@pytest.mark.parametrize("shape", ["filter through a join", "multi-table child"])
+def test_a_move_django_refuses_for_rows_selected_for_update_in_autocommit_is_refused(
+    shape: str, workspace: Workspace
+) -> None:
+    # Django's UPDATE reads these rows with a SELECT (a subquery, the child's keys first)
+    # that keeps select_for_update(), and refuses to outside a transaction: realtime's own
+    # transaction around a move must not make it succeed.
+    there = Workspace.objects.create(name="There", slug="there")
+    company = Company.objects.create(workspace=workspace, name="Initech")
+    contact = Contact.objects.create(workspace=workspace, company=company, name="Ann")
+    rex = Dog.objects.create(workspace=workspace, name="Rex")
+    row: models.Model
+    rows: models.QuerySet[Any, Any]
+    if shape == "filter through a join":
+        row, rows = contact, Contact.objects.select_for_update().filter(company__name="Initech")
+    else:
+        row, rows = rex, Dog.objects.select_for_update().filter(pk=rex.pk)
+    forget_messages()
+
+    with silent():
+        plain = outcome(lambda: rows.all().update(workspace=there))
+    decorated = outcome(lambda: rows.all().update(workspace=there))
+
+    assert plain == decorated
+    if connection.features.has_select_for_update:  # SQLite ignores it
+        assert decorated == "TransactionManagementError"
+        row.refresh_from_db()
+        assert (row.workspace, events()) == (workspace, [])
+
+
+def outcome(write: Callable[[], int]) -> int | str:
+    """What ``write()`` returns, or the name of the class of what it raises."""
+    try:
+        return write()
+    except Exception as error:
+        return type(error).__name__
+
+
+def test_a_move_of_rows_selected_for_update_in_autocommit_is_written_and_announced(
+    chat: tuple[Chat, Any, Any],
+) -> None:
+    # Django's UPDATE of one table takes no select_for_update(), in autocommit or not.
+    room_chat, ann, bob = chat
+    elsewhere = Chat.objects.create(title="elsewhere")
+    Seat.objects.create(chat=elsewhere, user=ann)
+    line = ChatLine.objects.create(chat=room_chat, text="hi")
+    forget_messages()
+
+    rows = ChatLine.objects.select_for_update().filter(pk=line.pk)
+    assert rows.update(chat=elsewhere) == 1
+
+    told = {(m["event_type"], tuple(m["user_ids"])) for m in events("users")}
+    assert told == {("chat_line.deleted", (bob.pk,)), ("chat_line.updated", (ann.pk,))}
+
+
 # 2. Querysets and managers pickle, deep-copy and name their real classes ---------------------
 
 

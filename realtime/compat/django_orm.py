@@ -41,9 +41,11 @@ each use here is checked by a self-test the first time a process relies on it, a
 * **The rows a write matches, read as realtime reads them** (``matching``): without the
   caller's ``select_for_update()`` and ``select_related()`` (``Query.select_for_update``,
   ``Query.select_related``), which change how a read runs but not which rows it matches;
-  Django's ``update()`` and one-statement delete take neither into their statements. Fallback:
+  Django's ``update()`` of one table takes neither into its statement; and whether a queryset
+  asks ``select_for_update()`` (``selects_for_update``), for which realtime opens no
+  transaction of its own around an ``update()`` (Django refuses some outside one). Fallback:
   realtime's read before a write keeps them (a ``select_for_update()`` read then fails outside
-  a transaction, and the write goes unannounced, logged).
+  a transaction, and the write goes unannounced, logged), and no queryset is said to ask it.
 * **The rows a write changed, from its own statement** (``Returning``): on PostgreSQL and
   SQLite 3.35+, Django's ``update()`` of a model whose columns live in one table sends one
   ``UPDATE <table> SET ...`` statement, and its one-statement delete one ``DELETE FROM
@@ -378,6 +380,14 @@ def matching(queryset: models.QuerySet[Any, Any], using: str) -> models.QuerySet
         rows.query.select_for_update = False
         rows.query.select_related = False
     return rows
+
+
+def selects_for_update(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether ``queryset`` asks ``select_for_update()`` (``False`` where that cannot be
+    told)."""
+    if not _fits(MATCHING, _probe_matching):
+        return False
+    return bool(queryset.query.select_for_update)
 
 
 def _probe_matching() -> None:

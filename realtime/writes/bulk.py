@@ -6,17 +6,20 @@ coalescing, origin and views — in a bounded number of statements, never one pe
 database the write goes to (``realtime.compat.django_orm.write_alias``), never a replica:
 
 * ``update(**values)``: on PostgreSQL and SQLite, when the values written cannot change who
-  reads a row and the model's columns live in its own table, the ``UPDATE`` itself returns
-  the rows it changed (``RETURNING``, ``realtime.compat.django_orm.Returning``): no statement
-  is added, and exactly the rows written are announced, with the values they hold after it,
-  an ``F()`` expression's result included. Otherwise the keys of the rows the queryset
-  matches are read first, through the caller's own query (one statement); when the values
-  written may change who reads a row (its scope, a guard's column, the first hop of an
-  account or shared path), the rows are locked and their audience read by primary key
-  through the base manager — never through the caller's joins, which may hide readers, and
-  never locking a joined table's rows. After the write the rows are read again by key (one
-  statement per 500) unless their events carry only columns written as plain values;
-  ``changed`` is the names given. Django's own ``update()`` runs as it would without
+  reads a row and the model's columns live in its own table, the ``UPDATE`` itself returns the
+  rows it changed (``RETURNING``, ``realtime.compat.django_orm.Returning``): no statement is
+  added, and exactly the rows written are announced, with the values they hold after it, an
+  ``F()`` expression's result included. Otherwise the keys of the rows the queryset matches are
+  read first, through the caller's own query (one statement); when the values written may
+  change who reads a row (its scope, a guard's column, the first hop of an account or shared
+  path), the rows are locked and their audience read by primary key through the base manager —
+  never through the caller's joins, which may hide readers, and never locking a joined table's
+  rows (outside a transaction, in one of realtime's; for a queryset asking
+  ``select_for_update()``, whose ``update()`` Django may refuse outside one, in none,
+  unlocked). The caller's ``select_for_update()`` and ``select_related()`` are left out of
+  realtime's reads (``realtime.compat.django_orm.matching``). After the write the rows are read
+  again by key (one statement per 500) unless their events carry only columns written as plain
+  values; ``changed`` is the names given. Django's own ``update()`` runs as it would without
   realtime: a failing one fails, and leaves the transaction, exactly as without realtime.
 * ``bulk_create``: each row inserted is ``<model>.created``; rows an ``update_conflicts``
   insert found already there are ``<model>.updated``; where the database does not say which
@@ -56,6 +59,7 @@ from realtime.compat.django_orm import (
     can_return_rows,
     fast_delete,
     matching,
+    selects_for_update,
     write_alias,
 )
 from realtime.conf import conf
@@ -107,7 +111,7 @@ def update(
             count = run(**values)
         _announce_returned(options, queryset.model, db, returning, changed, written, count)
         return count
-    with _locking(db, queryset.model, moving):
+    with _locking(queryset, db, moving):
         matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, moving))
         count = run(**values)
         pks = None if matched is None else [pk for pk, _ in matched.rows]
@@ -320,19 +324,26 @@ def _options(queryset: models.QuerySet[Any, Any]) -> ModelOptions:
 
 
 @contextmanager
-def _locking(db: str, model: type[models.Model], moving: bool) -> Iterator[None]:
+def _locking(queryset: models.QuerySet[Any, Any], db: str, moving: bool) -> Iterator[None]:
     """Around an ``update()`` that may move rows, outside a transaction: a transaction of
     realtime's, so that the rows locked before it stay so until it is made. On SQLite it takes
     the write lock before the first read (SQLite refuses a transaction that read, then writes
     after another connection wrote: "database is locked"), with a write that changes no row.
-    Inside the application's transaction, or for an update that cannot move rows: nothing."""
-    if not moving or in_transaction(connections[db]):
+    Inside the application's transaction, or for an update that cannot move rows: nothing.
+    Nothing either for a queryset that asks ``select_for_update()``, on a database that
+    locks so: outside a transaction Django refuses its ``update()`` where the ``UPDATE``
+    reads the rows with a ``SELECT`` (a filter through a join, a multi-table child), and
+    realtime's transaction would make it succeed (the rows are then read unlocked)."""
+    connection = connections[db]
+    if not moving or in_transaction(connection):
+        yield
+        return
+    if connection.features.has_select_for_update and selects_for_update(queryset):
         yield
         return
     with transaction.atomic(using=db):
-        connection = connections[db]
         if connection.vendor == "sqlite":
-            table, column = _own_column(model)
+            table, column = _own_column(queryset.model)
             table, column = connection.ops.quote_name(table), connection.ops.quote_name(column)
             with connection.cursor() as cursor:
                 cursor.execute(f"UPDATE {table} SET {column} = {column} WHERE 0")
@@ -524,7 +535,8 @@ def _matched(
     """Read the rows ``queryset`` matches, before its update: their keys through the caller's
     query (with the scope, a column of the row itself: one statement), the accounts of an
     account path by key (the caller's joins would narrow them); when the update may move
-    rows, the rows locked by key and who could read the first ``REALTIME_BULK_LIMIT``."""
+    rows, the rows locked by key (in a transaction: ``_locking``) and who could read the
+    first ``REALTIME_BULK_LIMIT``."""
     model = queryset.model
     scope = options.scope_attname
     caller = matching(queryset, db)
@@ -534,7 +546,8 @@ def _matched(
         listed = [(pk, None) for pk in caller.values_list("pk", flat=True)]
     rows = sorted(dict(listed).items(), key=lambda row: id_order(row[0]))
     stored = model._base_manager.using(db)
-    if moving and connections[db].features.has_select_for_update:
+    connection = connections[db]
+    if moving and connection.features.has_select_for_update and in_transaction(connection):
         # Locked by key, the model's own rows only: they cannot change before the update.
         locked: list[Any] = []
         for chunk in chunked([pk for pk, _ in rows], READ_CHUNK):
