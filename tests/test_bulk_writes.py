@@ -381,7 +381,7 @@ def test_adding_rows_to_a_reverse_foreign_key_moves_them(acme: Workspace, beta: 
     ]
 
 
-def test_a_multi_table_child_updated_in_bulk_announces_as_its_parent(acme: Workspace) -> None:
+def test_a_proxy_updated_in_bulk_announces_as_its_model(acme: Workspace) -> None:
     from tests.testapp.models import VipContact
 
     contact = Contact.objects.create(workspace=acme, name="Ann")
