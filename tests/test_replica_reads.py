@@ -9,24 +9,41 @@ far behind as one can be. Any read realtime sent there would find nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import connections, router
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from realtime.audience import readers
-from realtime.auth import ScopeQuestion, get_auth, issue_token
+from realtime.auth import RealtimeAuth, ScopeQuestion, get_auth, issue_token
 from realtime.registry import options_for
 from realtime.sockets.live_queries import read_query, read_rows
-from tests.helpers import off_loop
+from tests.helpers import events, forget_messages, off_loop
 from tests.live import Clients, LiveServers
 from tests.live_lists import apply_frames, orm_answer, same_rows
 from tests.routers import ReadsFromTheReplica
 from tests.test_live_queries import marker_for
-from tests.testapp.models import Case, Membership, Workspace
+from tests.testapp.models import (
+    Attachment,
+    Case,
+    Chat,
+    ChatLine,
+    Contact,
+    GuardedTask,
+    Membership,
+    Message,
+    Project,
+    Report,
+    Seat,
+    Tag,
+    Task,
+    Thread,
+    Workspace,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other", "replica"])
 
@@ -107,3 +124,117 @@ def test_realtimes_own_reads_about_a_write_never_go_to_the_replica() -> None:
         assert [row["title"] for row in read_rows(shape, ann, [workspace.pk])] == ["ann's"]
     assert replica.captured_queries == []
     assert default.captured_queries
+
+
+class ReadersOnThePrimary(RealtimeAuth):
+    """``shared_readers`` as an application routing its hook's reads itself, to where the
+    links are written: the hook is the application's, and so is where it reads."""
+
+    def shared_readers(self, root: Any, scope_id: Any) -> list[Any]:
+        using = router.db_for_write(Project)
+        partners = Project.objects.using(using).filter(pk=root.pk).values("shared_with")
+        links = Membership.objects.using(using).filter(workspace__in=partners)
+        return list(links.values_list("user_id", flat=True))
+
+
+def replica_statements(write: Callable[[], Any]) -> list[str]:
+    """The statements ``write`` (and what realtime reads about it) sent to the replica."""
+    with (
+        override_settings(
+            DATABASE_ROUTERS=[ReadsFromTheReplica()],
+            REALTIME_AUTH=f"{__name__}.ReadersOnThePrimary",
+        ),
+        CaptureQueriesContext(connections["replica"]) as replica,
+    ):
+        write()
+    return [query["sql"] for query in replica.captured_queries]
+
+
+def saved(instance: Any, **values: Any) -> Callable[[], None]:
+    def save() -> None:
+        for name, value in values.items():
+            setattr(instance, name, value)
+        instance.save()
+
+    return save
+
+
+def test_no_write_sends_realtimes_reads_to_the_replica() -> None:
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    partner = Workspace.objects.create(name="Partner", slug="partner")
+    ann, bob = member(acme, "ann"), member(partner, "bob")
+    project = Project.objects.create(workspace=acme, name="Launch")
+    Task.objects.create(workspace=acme, project=project, title="plan")
+    hidden = GuardedTask.objects.create(workspace=acme, project=project, title="budget")
+    case = Case.objects.create(workspace=acme, title="ann's", private=True, assignee=ann)
+    report = Report.objects.create(workspace=acme, owner=ann, title="Q3")
+    contact = Contact.objects.create(workspace=acme, name="Cid")
+    Attachment.objects.create(workspace=acme, contact=contact, name="cv.pdf")
+    tag = Tag.objects.create(workspace=acme, name="vip")
+    thread = Thread.objects.create(title="talk")
+    Message.objects.create(thread=thread, text="hi")
+    chat = Chat.objects.create(title="chat")
+    ChatLine.objects.create(chat=chat, text="hello")
+    forget_messages()
+    writes: dict[str, Callable[[], Any]] = {
+        # many-to-many links of a shared root, from either side
+        "share": lambda: project.shared_with.add(partner),
+        "unshare": lambda: project.shared_with.remove(partner),
+        "share from the other side": lambda: partner.shared_projects.add(project),
+        "clear": lambda: project.shared_with.clear(),
+        # guarded saves: readers before and after
+        "guarded save": saved(case, assignee=bob),
+        "guarded save, public": saved(case, private=False),
+        "guarded save without guard_fields": saved(report, title="Q4"),
+        "guarded shared save": saved(hidden, secret=True),
+        # account paths: links and membership rows
+        "account path link": lambda: thread.members.add(ann),
+        "account path unlink": lambda: thread.members.remove(ann),
+        "membership row": lambda: Seat.objects.create(chat=chat, user=ann),
+        "membership rows deleted": lambda: Seat.objects.filter(chat=chat).delete(),
+        "scope membership": lambda: Membership.objects.create(workspace=partner, user=ann),
+        # relations and deletes
+        "relation link": lambda: contact.tags.add(tag),
+        "relation target deleted": lambda: tag.delete(),
+        "guarded delete": lambda: case.delete(),
+        "cascading delete": lambda: contact.delete(),
+        "guarded shared delete": lambda: hidden.delete(),
+        "queryset delete": lambda: Report.objects.filter(workspace=acme).delete(),
+        "root deleted": lambda: Project.objects.filter(pk=project.pk).delete(),
+    }
+    reached = {name: replica_statements(write) for name, write in writes.items()}
+    assert {name: found for name, found in reached.items() if found} == {}
+    kinds = {message.get("event_type") for message in events()}
+    heard = {"task.created", "task.deleted", "guarded_task.created", "case.deleted"}
+    assert heard | {"message.created", "chat_line.created"} <= kinds
+
+
+def test_a_shared_roots_readers_are_read_on_the_database_of_its_links() -> None:
+    """Links written to ``other`` (``using``, past any router): the roots' rows and members
+    are read there, not where the router would send the model's writes."""
+    acme = Workspace.objects.using("other").create(name="Acme", slug="acme")
+    partner = Workspace.objects.using("other").create(name="Partner", slug="partner")
+    bob = get_user_model().objects.db_manager("other").create_user(username="bob")
+    Membership.objects.using("other").create(workspace=partner, user=bob)
+    project = Project.objects.using("other").create(workspace=acme, name="Launch")
+    task = Task.objects.using("other").create(workspace=acme, project=project, title="plan")
+    with (
+        override_settings(REALTIME_AUTH=f"{__name__}.ReadersOnTheirDatabase"),
+        CaptureQueriesContext(connections["default"]) as default,
+    ):
+        project.shared_with.add(partner)
+        project.shared_with.remove(partner)
+    tables = [Task._meta.db_table, GuardedTask._meta.db_table, Project._meta.db_table]
+    assert [q["sql"] for q in default.captured_queries if any(t in q["sql"] for t in tables)] == []
+    told = [(m["event_type"], m["user_ids"], m["data"]["id"]) for m in events("users")]
+    assert told == [("task.created", [bob.pk], task.pk), ("task.deleted", [bob.pk], task.pk)]
+
+
+class ReadersOnTheirDatabase(RealtimeAuth):
+    """``shared_readers`` reading where the root was read."""
+
+    def shared_readers(self, root: Any, scope_id: Any) -> list[Any]:
+        using = root._state.db
+        partners = Project.objects.using(using).filter(pk=root.pk).values("shared_with")
+        links = Membership.objects.using(using).filter(workspace__in=partners)
+        return list(links.values_list("user_id", flat=True))

@@ -11,7 +11,8 @@ the same way, through ``row_events``.)
 
 Both frames carry ``"moved": true``. At most ``REALTIME_CASCADE_LIMIT`` rows are announced per
 change; past it one truncated event with no data tells the accounts to read again. The reads
-run in savepoints, and nothing here fails the write.
+run in savepoints, on the database the links are written to (never a read replica a router
+sends reads to: it may not have the write yet), and nothing here fails the write.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def _on_links_changed(
 ) -> None:
     label = f"the readers {sender._meta.label} links give"
     if action in ("pre_add", "pre_remove", "pre_clear"):
-        before = failsafe(label, using, True, lambda: _readers_of_roots(sender, instance, pk_set))
+        before = failsafe(
+            label, using, True, lambda: _readers_of_roots(sender, instance, pk_set, using)
+        )
         instance.__dict__[PENDING] = before or {}
         return
     if action not in ("post_add", "post_remove", "post_clear"):
@@ -74,8 +77,8 @@ def _on_links_changed(
     before = instance.__dict__.pop(PENDING, {})
 
     def changes() -> list[Event]:
-        after = _readers_of_roots(sender, instance, pk_set)
-        return _root_events(sender, before, after)
+        after = _readers_of_roots(sender, instance, pk_set, using)
+        return _root_events(sender, before, after, using)
 
     on_commit.add_all(failsafe(label, using, True, changes) or [], using)
 
@@ -87,7 +90,8 @@ def row_events(
     options: ModelOptions, rows: models.QuerySet[Any, Any], accounts: list[Any], entered: bool
 ) -> list[Event]:
     """Enter (or leave) events of ``rows`` for ``accounts``: at most the cascade limit, then
-    one truncated event."""
+    one truncated event. What an event reads besides the rows is read where they are
+    (``rows.db``: the caller binds them to the write's database)."""
     if not accounts:
         return []
     limit = conf.CASCADE_LIMIT
@@ -95,7 +99,9 @@ def row_events(
     action = "created" if entered else "deleted"
     events: list[Event] = []
     for row in found[:limit]:
-        event = read_event(options, row, action, scopeless=True, with_payload=entered)
+        event = read_event(
+            options, row, action, scopeless=True, using=rows.db, with_payload=entered
+        )
         if event is None:
             continue
         if not entered:  # a leaver may no longer read the row: its identity alone
@@ -115,37 +121,47 @@ Readers = dict[tuple[int, Any, Any], set[Any]]
 
 
 def _roots_changed(
-    through: type[models.Model], instance: models.Model, pk_set: set[Any] | None
+    through: type[models.Model], instance: models.Model, pk_set: set[Any] | None, using: str
 ) -> list[tuple[ModelOptions, models.Model]]:
+    """The roots whose links changed: ``instance``, or the rows of ``pk_set`` it was linked
+    to or from (read on ``using``, where the links are written)."""
     found = []
     for options, root_model in _roots.get(through, ()):
         if isinstance(instance, root_model):
             found.append((options, instance))
         else:
             found += [
-                (options, root) for root in root_model._base_manager.filter(pk__in=pk_set or ())
+                (options, root)
+                for root in root_model._base_manager.using(using).filter(pk__in=pk_set or ())
             ]
     return found
 
 
 def _readers_of_roots(
-    through: type[models.Model], instance: models.Model, pk_set: set[Any] | None
+    through: type[models.Model], instance: models.Model, pk_set: set[Any] | None, using: str
 ) -> Readers:
-    """For each root the change touches and each scope of its rows: its readers outside it."""
+    """For each root the change touches and each scope of its rows: its readers outside it.
+    The rows and the scopes' members are read on ``using``, the database of the write."""
     readers_by: Readers = {}
     auth = get_auth()
-    for index, (options, root) in enumerate(_roots_changed(through, instance, pk_set)):
-        rows = options.model._base_manager.filter(**{to_lookup(options.shared_via or ""): root.pk})
+    for index, (options, root) in enumerate(_roots_changed(through, instance, pk_set, using)):
+        rows = options.model._base_manager.using(using).filter(
+            **{to_lookup(options.shared_via or ""): root.pk}
+        )
         scopes = rows.values_list(options.scope_attname or "", flat=True).distinct()
         for scope in scopes[: conf.CASCADE_LIMIT]:
             if scope is not None:
                 outside = set(sorted_ids(account_ids(auth.shared_readers(root, scope))))
-                outside -= set(sorted_ids(member_ids(scope)))
+                outside -= set(sorted_ids(member_ids(scope, using)))
                 readers_by[(index, normal_id(root.pk), normal_id(scope))] = outside
     return readers_by
 
 
-def _root_events(through: type[models.Model], before: Readers, after: Readers) -> list[Event]:
+def _root_events(
+    through: type[models.Model], before: Readers, after: Readers, using: str
+) -> list[Event]:
+    """The enter and leave events of the rows of each root whose readers changed, read on
+    ``using``, the database of the write."""
     roots = {(index, root) for index, root, _ in {*before, *after}}
     options_of = [options for options, _ in _roots.get(through, ())]
     events: list[Event] = []
@@ -154,7 +170,7 @@ def _root_events(through: type[models.Model], before: Readers, after: Readers) -
         lookup = to_lookup(options.shared_via or "")
         for key in sorted({k for k in {*before, *after} if k[:2] == (index, root)}, key=str):
             was, now = before.get(key, set()), after.get(key, set())
-            rows = options.model._base_manager.filter(
+            rows = options.model._base_manager.using(using).filter(
                 **{lookup: root, options.scope_attname or "": key[2]}
             )
             for accounts, entered in ((was - now, False), (now - was, True)):
@@ -168,9 +184,10 @@ def _root_events(through: type[models.Model], before: Readers, after: Readers) -
 def _guarded_entries(
     options: ModelOptions, rows: models.QuerySet[Any, Any], accounts: set[Any]
 ) -> list[Event]:
-    """Enter events of guarded rows, each only to the accounts its guard admits."""
+    """Enter events of guarded rows, each only to the accounts its guard admits (asked
+    where ``rows`` are read)."""
     events: list[Event] = []
     for row in rows.order_by("pk")[: conf.CASCADE_LIMIT]:
-        admitted = sorted_ids(readers(options, row.pk, accounts)) if accounts else []
-        events += row_events(options, options.model._base_manager.filter(pk=row.pk), admitted, True)
+        admitted = sorted_ids(readers(options, row.pk, accounts, using=rows.db)) if accounts else []
+        events += row_events(options, rows.filter(pk=row.pk), admitted, True)
     return events
