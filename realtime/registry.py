@@ -98,6 +98,27 @@ class ModelOptions:
         )
 
     @cached_property
+    def event_attnames(self) -> frozenset[str]:
+        """The columns an event reads from its row: the declared fields, the ``filters``, the
+        scope, the keys of foreign-key and generic relations and the first hop of an account
+        path or a shared root. An instance loaded without some of them (``only()``,
+        ``defer()``) has them read before its event is (``realtime.writes.events``)."""
+        meta = self.model._meta
+        found = {*self.field_attnames.values(), *self.filter_attnames.values()}
+        if self.scope_attname is not None:
+            found.add(self.scope_attname)
+        paths = [path for path in (self.user_field, self.shared_via) if path]
+        hops = [path.replace("__", ".").split(".")[0] for path in paths]
+        for name in [*self.relations, *hops]:
+            generic = generic_fk(self.model, name)
+            parts = [generic.ct_field, generic.fk_field] if generic is not None else [name]
+            for part in parts:
+                field = meta.get_field(part)
+                if field.concrete and not field.many_to_many:
+                    found.add(str(field.attname))
+        return frozenset(found)
+
+    @cached_property
     def is_global(self) -> bool:
         """Whether the model is announced to every signed-in socket subscribed to its
         channels (``scope_field=None``, no ``user_field``), narrowed by its guard."""

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.db.models.deletion import Collector
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from realtime import announce, limits
 from realtime.auth import RealtimeAuth
@@ -181,18 +182,66 @@ class TestCreateUpdateDelete:
         (message,) = events()
         assert message["meta"] == {"changed": ["notes"]}
 
-    def test_deferred_fields_are_never_loaded_and_sent_as_null(
+    def test_deferred_fields_are_announced_as_the_row_holds_them_and_stay_deferred(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        born = datetime.datetime(2001, 2, 3, 4, 5, tzinfo=datetime.UTC)
+        contact = Contact.objects.create(
+            workspace=workspace, company=company, name="a", born=born, notes="long"
+        )
+        deferred = Contact.objects.only("id", "workspace", "score").get(pk=contact.pk)
+        left_out = deferred.get_deferred_fields()
+        forget_messages()
+        with (
+            django_capture_on_commit_callbacks(execute=True),
+            CaptureQueriesContext(connection) as queries,
+        ):
+            deferred.score = 3
+            deferred.save()
+        (message,) = events()
+        assert message["data"] == contact_data(
+            contact, born="2001-02-03T04:05:00+00:00", score=message["data"]["score"]
+        )
+        assert decimal.Decimal(str(message["data"]["score"])) == 3
+        # Django's save still writes only what the instance loaded; the instance still
+        # defers what it deferred; realtime read the three columns its event carries.
+        statements = [q["sql"] for q in queries.captured_queries]
+        (update,) = [sql for sql in statements if sql.startswith("UPDATE")]
+        assert '"score"' in update.split("WHERE")[0] or "`score`" in update
+        assert "name" not in update.split("WHERE")[0]
+        table = Contact._meta.db_table
+        (read,) = [sql for sql in statements if sql.startswith("SELECT") and "JOIN" not in sql]
+        assert table in read.split("FROM")[1]
+        assert all(column in read for column in ("name", "company_id", "born"))
+        assert "notes" not in read
+        assert "email" not in read
+        assert deferred.get_deferred_fields() == left_out
+
+    def test_a_deferred_scope_is_read_and_the_save_announced_in_it(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
     ) -> None:
         contact = Contact.objects.create(workspace=workspace, name="Ann")
-        deferred = Contact.objects.only("id", "workspace", "notes").get(pk=contact.pk)
+        deferred = Contact.objects.only("id", "name").get(pk=contact.pk)
         forget_messages()
         with django_capture_on_commit_callbacks(execute=True):
-            deferred.notes = "x"
-            deferred.save(update_fields=["notes"])
-        (message,) = events()
-        assert message["data"]["name"] is None
-        assert "name" not in deferred.__dict__
+            deferred.name = "Bea"
+            deferred.save()
+        assert [(m["event_type"], m["scope_id"], m["data"]["name"]) for m in events()] == [
+            ("contact.updated", workspace.pk, "Bea")
+        ]
+
+    def test_a_deferred_instance_deleted_announces_the_row_as_it_was(
+        self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, company=company, name="Ann")
+        expected = scope_event(
+            "contact.deleted", contact_data(contact), contact_channels(contact), workspace.pk
+        )
+        deferred = Contact.objects.only("id").get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            deferred.delete()
+        assert events() == [expected]
 
     def test_delete_announces_the_row_as_it_was(
         self, workspace: Workspace, company: Company, django_capture_on_commit_callbacks: Capture

@@ -175,6 +175,10 @@ def test_no_write_sends_realtimes_reads_to_the_replica() -> None:
     Message.objects.create(thread=thread, text="hi")
     chat = Chat.objects.create(title="chat")
     ChatLine.objects.create(chat=chat, text="hello")
+    kept = Contact.objects.create(workspace=acme, name="Dee")
+    partial = Contact.objects.only("id", "score").get(pk=kept.pk)
+    gone = Contact.objects.create(workspace=acme, name="Eve")
+    doomed = Contact.objects.only("id").get(pk=gone.pk)
     forget_messages()
     writes: dict[str, Callable[[], Any]] = {
         # many-to-many links of a shared root, from either side
@@ -193,6 +197,9 @@ def test_no_write_sends_realtimes_reads_to_the_replica() -> None:
         "membership row": lambda: Seat.objects.create(chat=chat, user=ann),
         "membership rows deleted": lambda: Seat.objects.filter(chat=chat).delete(),
         "scope membership": lambda: Membership.objects.create(workspace=partner, user=ann),
+        # an instance loaded without the columns its event carries
+        "deferred save": saved(partial, score=3),
+        "deferred delete": doomed.delete,
         # relations and deletes
         "relation link": lambda: contact.tags.add(tag),
         "relation target deleted": lambda: tag.delete(),
@@ -206,6 +213,8 @@ def test_no_write_sends_realtimes_reads_to_the_replica() -> None:
     assert {name: found for name, found in reached.items() if found} == {}
     kinds = {message.get("event_type") for message in events()}
     heard = {"task.created", "task.deleted", "guarded_task.created", "case.deleted"}
+    contacts = [m for m in events() if m.get("event_type", "").startswith("contact.")]
+    assert [m["data"]["name"] for m in contacts][:2] == ["Dee", "Eve"]  # read, not null
     assert heard | {"message.created", "chat_line.created"} <= kinds
 
 

@@ -31,7 +31,7 @@ from realtime.paths import split_path, values_on_path
 from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import tracking
-from realtime.writes.events import Before, Event, read_event
+from realtime.writes.events import Before, Event, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
 from realtime.writes.views import outside_recipients, recipients, shared_readers
 
@@ -259,7 +259,7 @@ def prepare_delete(options: ModelOptions, instance: models.Model, using: str) ->
     return failsafe(
         f"{options.name}:{instance.pk}",
         using,
-        delete_queries(options),
+        delete_queries(options) or bool(lacks_columns(options, instance)),
         lambda: delete_event(options, instance, using),
     )
 

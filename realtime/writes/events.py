@@ -1,11 +1,16 @@
 """A write read into an ``Event``, inside the write's transaction.
 
 Everything an announcement needs is read here, from the instance and the values written:
-``data`` (declared fields, foreign keys as ids, nothing lazy-loaded: a column the instance does
-not hold is ``None``; then the keys of the model's ``payload=``, below), the channels (the
-model's own, one per relation), the scope or the accounts, ``changed`` and ``origin``. What
-may cost a query — to-many relation channels, a multi-hop account path — costs at most one
-each, on the write's database.
+``data`` (declared fields, foreign keys as ids, nothing lazy-loaded; then the keys of the
+model's ``payload=``, below), the channels (the model's own, one per relation), the scope or
+the accounts, ``changed`` and ``origin``. What may cost a query — to-many relation channels, a
+multi-hop account path — costs at most one each, on the write's database.
+
+An instance loaded without some of the columns its event carries (``only()``, ``defer()``)
+holds no value for them: a client must not be told they are null. Those columns are read in
+one statement, on the write's database and in its transaction (``with_columns``), into a copy
+of the instance: the application's instance stays as Django left it (what it defers, and so
+what its next ``save()`` writes, does not change).
 
 **``payload=``**: ``data`` keys of the application's own. The callable is given the instance
 as its announcement reads it (after a save, the row as written; in ``pre_delete``, the row
@@ -27,6 +32,7 @@ announced). A callable that does not query costs no statement at all.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +47,7 @@ from realtime.encoding import jsonable, record_channel, row_key, strict_jsonable
 from realtime.logs import log_hook_failure
 from realtime.middleware import current_origin
 from realtime.paths import split_path, values_on_path
+from realtime.primary import primary
 from realtime.registry import ModelOptions, generic_fk, wire_name
 from realtime.writes.failsafe import savepoint_from_first_query
 
@@ -98,7 +105,7 @@ class Event:
     #: ``[source, number]``, or ``None`` when the write gave no such moment.
     order: list[Any] | None = None
     #: A queryable model's ``filters`` columns as the write left them (JSON forms), for live
-    #: queries; a column the instance did not hold (deferred) is left out: unknown.
+    #: queries; a column the row did not hold is left out: unknown.
     values: dict[str, Any] | None = None
 
     @property
@@ -148,6 +155,7 @@ def read_event(
     with its declared fields alone, and a create or update is ``leaves_only``, heard only by
     the readers it takes the row from. Nobody is sent a record without the payload's keys as
     if it were whole."""
+    instance = with_columns(options, instance, using)
     values = instance.__dict__
     pk = instance.pk
     scope_id = None
@@ -189,6 +197,39 @@ def read_event(
             if attname in values
         }
     return event
+
+
+def lacks_columns(options: ModelOptions, instance: models.Model) -> list[str]:
+    """The columns the event of ``instance`` reads that it was loaded without (``only()``,
+    ``defer()``); none for a row not saved yet."""
+    if instance.pk is None:
+        return []
+    deferred = instance.get_deferred_fields()
+    return sorted(options.event_attnames & deferred) if deferred else []
+
+
+def with_columns(
+    options: ModelOptions, instance: models.Model, using: str | None = None
+) -> models.Model:
+    """``instance``, or when it lacks columns its event reads, a copy holding them as the row
+    does: one ``SELECT`` of just those columns on ``using`` (else where the model's writes
+    go, never a read replica that may not have the write). The instance itself is left as
+    it is: what it defers stays deferred, as Django left it."""
+    missing = lacks_columns(options, instance)
+    if not missing:
+        return instance
+    model = type(instance)
+    stored = (
+        model._base_manager.using(using or primary(model))
+        .filter(pk=instance.pk)
+        .values(*missing)
+        .first()
+    )
+    if stored is None:  # the row is gone: nothing to read
+        return instance
+    whole = copy.copy(instance)
+    whole.__dict__.update(stored)
+    return whole
 
 
 def _column_of_path(instance: models.Model, path: str) -> Any:

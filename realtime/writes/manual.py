@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, models, router, transaction
 from realtime.registry import ACTIONS, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import prepare_delete
-from realtime.writes.events import Event, read_event, write_queries
+from realtime.writes.events import Event, lacks_columns, read_event, write_queries
 from realtime.writes.failsafe import failsafe
 
 
@@ -59,7 +59,7 @@ def announce(
             event = failsafe(
                 f"{options.name}:{instance.pk}",
                 alias,
-                write_queries(options, action),
+                write_queries(options, action) or bool(lacks_columns(options, instance)),
                 lambda: read_event(options, instance, action, fields, using=alias),  # noqa: B023
             )
         if event is not None:

@@ -32,7 +32,7 @@ from realtime.writes.audiences import (
     plan_before,
     take_before,
 )
-from realtime.writes.events import Before, read_event
+from realtime.writes.events import Before, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
 from realtime.writes.silence import silences
 
@@ -125,6 +125,7 @@ def on_post_save(
     if raw or options is None:
         return
     queries = options.create_queries if created else options.write_queries
+    queries = queries or bool(lacks_columns(options, instance))  # read before its event
     failsafe(
         _label(options, instance),
         using,
