@@ -43,6 +43,7 @@ from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, log_writes, only_on, vendor
 from tests.testapp.models import (
+    Article,
     Berth,
     CatalogItem,
     Chat,
@@ -54,8 +55,11 @@ from tests.testapp.models import (
     Dog,
     Logbook,
     Plain,
+    PlainArticle,
+    Project,
     Room,
     Seat,
+    Shelf,
     Tag,
     Ticket,
     TicketQuerySet,
@@ -607,6 +611,60 @@ def test_a_many_to_many_counts_through_its_table_alone(workspace: Workspace) -> 
         f'"{tag_table}"' not in q["sql"] and tag_table not in q["sql"].split("FROM")[1]
         for q in queries.captured_queries
     )
+
+
+def link_table_only(sql: str) -> bool:
+    """Whether ``sql`` reads one table (a many-to-many's links), joining none."""
+    return "JOIN" not in sql and "," not in sql.split("FROM")[1]
+
+
+def test_a_many_to_many_counts_through_its_table_as_django_does_for_its_manager(
+    workspace: Workspace,
+) -> None:
+    """A target whose default manager is realtime's stand-in for Django's ``Manager`` counts
+    on the link table alone, as a target with Django's ``Manager`` does."""
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    contact.tags.add(Tag.objects.create(workspace=workspace, name="vip"))
+    project = Project.objects.create(workspace=workspace, name="Launch")  # undecorated
+    project.shared_with.add(Workspace.objects.create(name="Partner", slug="partner"))
+    for manager in (contact.tags, project.shared_with):
+        with CaptureQueriesContext(connection) as queries:
+            assert manager.count() == 1
+            assert manager.exists()
+        assert all(link_table_only(q["sql"]) for q in queries.captured_queries)
+
+
+def as_articles(sql: str) -> str:
+    """``sql`` of ``PlainArticle``'s links as if of ``Article``'s, its decorated twin."""
+    return sql.replace("plain_articles", "articles").replace("plainarticle", "article")
+
+
+def test_a_filtering_default_manager_is_counted_through_as_django_counts_it() -> None:
+    """A many-to-many to a model whose default manager filters (``RealtimeManager`` extended
+    the documented way) counts and tests what ``all()`` holds, in the statements Django
+    sends for the same manager on ``Manager``: Django counts on the link table alone only
+    for ``Manager`` itself."""
+    shelf, drafts = Shelf.objects.create(name="new"), Shelf.objects.create(name="drafts")
+    shelf.articles.add(
+        Article.objects.create(title="out", published=True), Article.objects.create(title="wip")
+    )
+    shelf.plain_articles.add(
+        PlainArticle.objects.create(title="out", published=True),
+        PlainArticle.objects.create(title="wip"),
+    )
+    drafts.articles.add(Article.everything.get(title="wip"))
+    drafts.plain_articles.add(PlainArticle._base_manager.get(title="wip"))
+    answers, statements = {}, {}
+    for name in ("articles", "plain_articles"):
+        with CaptureQueriesContext(connection) as queries:
+            answers[name] = [
+                (len(getattr(s, name).all()), getattr(s, name).count(), getattr(s, name).exists())
+                for s in (shelf, drafts)
+            ]
+        statements[name] = [as_articles(q["sql"]) for q in queries.captured_queries]
+    assert answers["plain_articles"] == [(1, 1, True), (0, 0, False)]
+    assert answers["articles"] == answers["plain_articles"]
+    assert statements["articles"] == statements["plain_articles"]
 
 
 # 11. Settings and checks never break ---------------------------------------------------------

@@ -143,9 +143,11 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 class RealtimeManager(models.Manager[_Model]):
     """Django's ``Manager`` whose querysets are ``RealtimeQuerySet``s.
 
-    ``count()`` and ``exists()`` of a many-to-many's related manager go through its table
-    alone, as they do when the target's default manager is Django's ``Manager`` (which this
-    one stands for).
+    ``count()`` and ``exists()`` of a many-to-many's related manager derived from this class
+    itself go through its table alone, as Django's do when the target's default manager is
+    ``Manager`` itself (which this one stands for). Derived from a subclass (the
+    application's own, which may filter its rows in ``get_queryset()``), they count what
+    ``all()`` holds, as Django's do for a subclass of ``Manager``.
     """
 
     _queryset_class = RealtimeQuerySet
@@ -162,12 +164,21 @@ class RealtimeManager(models.Manager[_Model]):
         return id(self)
 
     def count(self) -> int:
-        rows = through_rows(self)
+        rows = self._links_alone()
         return rows.count() if rows is not None else super().count()
 
     def exists(self) -> bool:
-        rows = through_rows(self)
+        rows = self._links_alone()
         return rows.exists() if rows is not None else super().exists()
+
+    def _links_alone(self) -> models.QuerySet[Any, Any] | None:
+        """The many-to-many's links to count on, where Django would count on them alone: a
+        related manager Django derived from ``RealtimeManager`` itself, as it takes that
+        shortcut only for ``Manager`` itself (``superclass is Manager``). A subclass adds
+        what it adds (a filter in ``get_queryset()``): then the rows ``all()`` holds count."""
+        if RealtimeManager not in type(self).__bases__:
+            return None
+        return through_rows(self)
 
 
 def install(model: type[models.Model]) -> None:

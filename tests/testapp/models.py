@@ -707,3 +707,58 @@ class Dog(Animal):
     pointing at its parent's row; it announces as ``animal``."""
 
     breed = models.CharField(max_length=50, blank=True)
+
+
+class PublishedArticles(RealtimeManager["Article"]):
+    """A default manager of the application's own that filters its rows (``get_queryset``),
+    built the documented way: on ``RealtimeManager``."""
+
+    def get_queryset(self) -> RealtimeQuerySet[Any, Any]:
+        return super().get_queryset().filter(published=True)  # type: ignore[return-value]
+
+
+@realtime_model(scope_field=None, fields=["title", "published"])
+class Article(models.Model):
+    """Global, its default manager showing only the published articles."""
+
+    title = models.CharField(max_length=100)
+    published = models.BooleanField(default=False)
+
+    objects = PublishedArticles()
+    everything = RealtimeManager["Article"]()
+
+    class Meta:
+        base_manager_name = "everything"
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class PublishedPlainArticles(models.Manager["PlainArticle"]):
+    """``PublishedArticles`` as an undecorated model has it: on Django's ``Manager``."""
+
+    def get_queryset(self) -> models.QuerySet[PlainArticle]:
+        return super().get_queryset().filter(published=True)
+
+
+class PlainArticle(models.Model):
+    """``Article``'s undecorated twin: what Django alone does."""
+
+    title = models.CharField(max_length=100)
+    published = models.BooleanField(default=False)
+
+    objects = PublishedPlainArticles()
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Shelf(models.Model):
+    """Links to articles, decorated or not: related managers derived from a filtering one."""
+
+    name = models.CharField(max_length=100)
+    articles = models.ManyToManyField(Article, related_name="shelves", blank=True)
+    plain_articles = models.ManyToManyField(PlainArticle, related_name="shelves", blank=True)
+
+    def __str__(self) -> str:
+        return self.name
