@@ -22,6 +22,7 @@ from realtime.audience import readers
 from realtime.auth import RealtimeAuth, ScopeQuestion, get_auth, issue_token
 from realtime.registry import options_for
 from realtime.sockets.live_queries import read_query, read_rows
+from realtime.writes.events import read_event
 from tests.helpers import events, forget_messages, off_loop
 from tests.live import Clients, LiveServers
 from tests.live_lists import apply_frames, orm_answer, same_rows
@@ -108,9 +109,13 @@ def test_realtimes_own_reads_about_a_write_never_go_to_the_replica() -> None:
     workspace = Workspace.objects.create(name="Acme", slug="acme")
     ann = member(workspace, "ann")
     case = Case.objects.create(workspace=workspace, title="ann's", private=True, assignee=ann)
+    contact = Contact.objects.create(workspace=workspace, name="Cid")
+    tag = Tag.objects.create(workspace=workspace, name="vip")
+    contact.tags.add(tag)
     _, shape = read_query({"id": "q", "model": "case"})
-    auth, options = get_auth(), options_for(Case)
+    auth, options, contacts = get_auth(), options_for(Case), options_for(Contact)
     assert options is not None
+    assert contacts is not None
     with (
         override_settings(DATABASE_ROUTERS=[ReadsFromTheReplica()]),
         CaptureQueriesContext(connections["replica"]) as replica,
@@ -122,6 +127,9 @@ def test_realtimes_own_reads_about_a_write_never_go_to_the_replica() -> None:
         ]
         assert readers(options, case.pk, [ann.pk]) == [ann.pk]
         assert [row["title"] for row in read_rows(shape, ann, [workspace.pk])] == ["ann's"]
+        event = read_event(contacts, contact, "updated")  # no alias given: the model's writes'
+        assert event is not None
+        assert f"tag:{tag.pk}" in event.channels
     assert replica.captured_queries == []
     assert default.captured_queries
 

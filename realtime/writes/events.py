@@ -272,6 +272,9 @@ def relation_channels(
 def _channels_of(
     instance: models.Model, name: str, created: bool, using: str | None = None
 ) -> list[str]:
+    """The channels of one relation of ``instance``; what it reads, on ``using``, else where
+    the model's writes go (never where a router sends the application's reads)."""
+    using = using or primary(type(instance))
     generic = generic_fk(type(instance), name)
     values = instance.__dict__
     if generic is not None:
@@ -297,7 +300,7 @@ def _channels_of(
     if isinstance(relation, models.ForeignObjectRel):
         accessor = relation.get_accessor_name() or name
     manager = getattr(instance, accessor)
-    related = manager.using(using) if using is not None else manager.all()
+    related = manager.using(using)
     pks = related.order_by().values_list("pk", flat=True)[: limits.MAX_RELATION_CHANNELS + 1]
     return [record_channel(wire_name(target), pk) for pk in pks]
 
