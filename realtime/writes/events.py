@@ -202,10 +202,10 @@ def read_event(
 def lacks_columns(options: ModelOptions, instance: models.Model) -> list[str]:
     """The columns the event of ``instance`` reads that it was loaded without (``only()``,
     ``defer()``); none for a row not saved yet."""
-    if instance.pk is None:
-        return []
-    deferred = instance.get_deferred_fields()
-    return sorted(options.event_attnames & deferred) if deferred else []
+    # Django's ``get_deferred_fields()``, narrowed to these columns: an attribute not in
+    # the instance's dict (a new instance holds every column: nothing is missing).
+    missing = options.event_attnames.difference(instance.__dict__)
+    return sorted(missing) if missing else []
 
 
 def with_columns(
