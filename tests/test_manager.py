@@ -38,7 +38,7 @@ from django.test import override_settings
 from realtime import logs, signals
 from realtime.auth import RealtimeAuth, Scope
 from realtime.compat import daphne
-from realtime.messages import base_channel, scope_channel
+from realtime.messages import base_channel, mark_publication, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector, global_position
 from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
@@ -747,6 +747,35 @@ async def test_a_live_querys_diff_goes_before_a_later_messages_frame_to_its_sock
         plan = await manager.dispatcher.plan(message)
         assert plan is not None
         await manager.dispatcher.carry_out(plan)  # no flush between: the second forces it
+    await settle(manager)
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    assert [frame["type"] for frame in frames] == ["query.rows", "query.diff", "contact.updated"]
+
+
+async def test_a_live_querys_diff_goes_before_the_frames_of_a_later_publication_of_several(
+    manager: SocketManager,
+) -> None:
+    """Messages put in hand together: the diff of a write goes before the frame a later
+    publication sends the socket, even where that frame is not its publication's first (the
+    first reaches other sockets)."""
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    socket = await open_socket(manager, ann, scope, channels=["contact"])
+    await manager.dispatcher.live.start(socket, {"id": "acme", "model": "case"})
+    await settle(manager)
+    case = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="first")
+    channel = scope_channel(scope)
+    later = mark_publication(
+        [
+            (channel, json.dumps(scope_event(scope, channels=["nobody's"])).encode()),
+            (channel, json.dumps(scope_event(scope, channels=["contact"])).encode()),
+        ]
+    )
+    manager.dispatcher.ensure_running()
+    manager.on_message(channel, json.dumps(case_event(scope, case)).encode())
+    for _, payload in later:
+        manager.on_message(channel, payload)
+    await manager.dispatcher.quiet()
     await settle(manager)
     frames = [json.loads(frame) for frame in recorder(socket).frames]
     assert [frame["type"] for frame in frames] == ["query.rows", "query.diff", "contact.updated"]

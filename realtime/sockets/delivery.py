@@ -290,8 +290,12 @@ class Dispatcher:
                 continue
             channel, position, future, publication = taken
             continuing = publications.take(publication)
-            if self.live.due and not continuing and not future.done():
-                await self.flush_queries()  # the next message is still being planned
+            if self.live.due and not continuing and (publication or not future.done()):
+                # What earlier publications changed goes first: before a publication of
+                # several messages (a later one's frame to a socket owed a diff would pass
+                # it), and when the next message is still being planned. A message alone may
+                # join them (``carry_out`` sends them first to the sockets it reaches).
+                await self.flush_queries()
             try:
                 plan = await future
                 if plan is not None:
