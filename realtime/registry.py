@@ -67,11 +67,10 @@ class ModelOptions:
 
     @cached_property
     def field_attnames(self) -> dict[str, str]:
-        """Map each wire name to the attribute holding its value (``company`` -> ``company_id``)."""
-        return {
-            wire: self.model._meta.get_field(name).attname  # type: ignore[union-attr]
-            for wire, name in self.fields.items()
-        }
+        """Map each wire name to the attribute holding its value (``company`` -> ``company_id``;
+        ``pk``, and ``id`` where no field has that name: the primary key's)."""
+        meta = self.model._meta
+        return {wire: _column_attname(meta, name) for wire, name in self.fields.items()}
 
     @cached_property
     def filter_attnames(self) -> dict[str, str]:
@@ -312,3 +311,16 @@ def wire_name(model: type[models.Model]) -> str:
     """The name a model travels under: its declared name, else its default name."""
     options = options_for(model)
     return options.name if options is not None else default_name(model)
+
+
+def _column_attname(meta: Any, name: str) -> str:
+    """The attribute holding the column ``fields=`` names (the decorator accepts ``pk`` and
+    ``id`` for any model: the primary key's where no field is named so)."""
+    if name == "pk":
+        return str(meta.pk.attname)
+    try:
+        return str(meta.get_field(name).attname)
+    except FieldDoesNotExist:
+        if name == "id":
+            return str(meta.pk.attname)
+        raise

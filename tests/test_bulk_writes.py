@@ -23,6 +23,7 @@ from tests.testapp.models import (
     Company,
     Contact,
     Dog,
+    Membership,
     Notification,
     Plain,
     PrivateNote,
@@ -807,3 +808,66 @@ def test_to_many_channels_of_a_bulk_update_are_read_for_all_rows_at_once(
         return added
 
     assert run(10) == run(300)
+
+
+# Objects loaded with only() or defer() --------------------------------------------------------
+
+
+def test_bulk_update_of_deferred_objects_announces_their_rows_with_one_read(
+    acme: Workspace,
+) -> None:
+    for n in range(20):
+        Ticket.objects.create(workspace=acme, title=f"t{n}", done=bool(n % 2))
+    loaded = list(Ticket.objects.only("id", "points").order_by("pk"))
+    for obj in loaded:
+        obj.points = 5
+    forget_messages()
+    with CaptureQueriesContext(connection) as queries:
+        Ticket.objects.bulk_update(loaded, ["points"])
+    selects = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    assert len(selects) == 1  # the columns the events carry, of every object at once
+    sent = sorted(events(), key=lambda message: message["data"]["id"])
+    assert [(m["data"]["title"], m["data"]["done"], m["data"]["points"]) for m in sent] == [
+        (f"t{n}", bool(n % 2), 5) for n in range(20)
+    ]
+    assert all(obj.get_deferred_fields() == {"title", "done", "workspace_id"} for obj in loaded)
+
+
+@pytest.mark.parametrize("shape", ["guarded", "to-many"])
+def test_a_deferred_querysets_delete_announces_the_rows_as_they_were_at_no_extra_cost(
+    acme: Workspace, shape: str
+) -> None:
+    """Where the rows are read before they go (a guard's readers, a to-many relation's
+    targets), they are read whole, whatever the caller's ``only()`` left out, in as many
+    statements as a delete of the same rows loaded whole."""
+    ann = get_user_model().objects.create_user(username="ann")
+    model: Any = PrivateNote if shape == "guarded" else Contact
+
+    def rows(workspace: Workspace, prefix: str) -> Any:
+        Membership.objects.create(workspace=workspace, user=ann)
+        for n in range(20):
+            if shape == "guarded":
+                PrivateNote.objects.create(
+                    workspace=workspace, author=ann, title=f"{prefix}{n}", public=True
+                )
+            else:
+                Contact.objects.create(workspace=workspace, name=f"{prefix}{n}")
+        return model.objects.filter(workspace=workspace)
+
+    def delete(doomed: Any) -> tuple[int, list[str]]:
+        forget_messages()
+        with CaptureQueriesContext(connection) as queries:
+            doomed.delete()
+        said = sorted(
+            m["data"].get("title") or m["data"].get("name")
+            for m in events()
+            if m["event_type"].endswith(".deleted")
+        )
+        return sum(q["sql"].startswith("SELECT") for q in queries.captured_queries), said
+
+    whole = delete(rows(acme, "w"))
+    globex = Workspace.objects.create(name="Globex", slug="globex")
+    deferred = delete(rows(globex, "d").only("id"))
+    assert whole[1] == sorted(f"w{n}" for n in range(20))
+    assert deferred[1] == sorted(f"d{n}" for n in range(20))
+    assert deferred[0] == whole[0]

@@ -924,3 +924,34 @@ def test_a_bulk_write_through_the_base_manager_django_makes_is_announced() -> No
         with connection.schema_editor() as editor:
             for model in (child, base):
                 editor.delete_model(model)
+
+
+@isolate_apps("tests.testapp")
+def test_a_model_declaring_its_key_among_its_fields_saves_and_announces_it() -> None:
+    """``fields=["pk", ...]`` (and ``"id"`` where the key is named otherwise) is accepted by
+    the decorator: the event carries the key, and a save never raises for it."""
+
+    class Keyed(models.Model):  # noqa: DJ008 - never shown
+        code = models.CharField(max_length=10, primary_key=True)
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        name = models.CharField(max_length=20)
+
+        class Meta:
+            app_label = "testapp"
+
+    realtime_model(fields=["pk", "id", "name"])(Keyed)
+    with connection.schema_editor() as editor:
+        editor.create_model(Keyed)
+    try:
+        workspace = Workspace.objects.create(name="Acme", slug="acme")
+        forget_messages()
+        row = Keyed._default_manager.create(code="k1", workspace=workspace, name="first")
+        Keyed._default_manager.only("code", "workspace").get(pk="k1").delete()
+        sent = [(m["event_type"], m["data"]) for m in events()]
+        whole = {"model": "keyed", "id": "k1", "pk": "k1", "name": "first"}
+        assert sent == [("keyed.created", whole), ("keyed.deleted", whole)]
+        assert row.pk == "k1"
+    finally:
+        unregister(Keyed)
+        with connection.schema_editor() as editor:
+            editor.delete_model(Keyed)

@@ -75,7 +75,14 @@ from realtime.writes.audiences import (
     plan_before,
     take_before,
 )
-from realtime.writes.events import Before, Event, folded_event, read_event, to_many_of_rows
+from realtime.writes.events import (
+    Before,
+    Event,
+    folded_event,
+    read_event,
+    to_many_of_rows,
+    with_columns_of,
+)
 from realtime.writes.failsafe import failsafe
 
 logger = logging.getLogger(__name__)
@@ -740,13 +747,15 @@ def _announce_changes(
     audiences = []
     announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
     to_many = to_many_of_rows(options, options.model, announced, db)
+    # Objects loaded with only() or defer(): what their events carry is read in one go.
+    whole = with_columns_of(options, [obj for obj, _, _ in changes[: conf.BULK_LIMIT]], db)
     events = []
     for index, (obj, names, before) in enumerate(changes):
         tracking.saved(obj, tracking.written_attnames(obj, fields), db)
         if index >= conf.BULK_LIMIT:
             audiences.append(_audience_of(options, obj))
             continue
-        events.append(_updated_event(options, obj, names, before, to_many, db))
+        events.append(_updated_event(options, whole[index], names, before, to_many, db))
     _add_all(events, db)
     _fold(options, "updated", audiences, db)
 

@@ -46,7 +46,7 @@ from realtime.chunks import chunked
 from realtime.encoding import jsonable, record_channel, row_key, strict_jsonable
 from realtime.logs import log_hook_failure
 from realtime.middleware import current_origin
-from realtime.paths import split_path, values_on_path
+from realtime.paths import key_fields, split_path, values_on_path
 from realtime.primary import primary
 from realtime.registry import ModelOptions, generic_fk, wire_name
 from realtime.writes.failsafe import savepoint_from_first_query
@@ -203,8 +203,13 @@ def lacks_columns(options: ModelOptions, instance: models.Model) -> list[str]:
     """The columns the event of ``instance`` reads that it was loaded without (``only()``,
     ``defer()``); none for a row not saved yet."""
     # Django's ``get_deferred_fields()``, narrowed to these columns: an attribute not in
-    # the instance's dict (a new instance holds every column: nothing is missing).
-    missing = options.event_attnames.difference(instance.__dict__)
+    # the instance's dict (a new instance holds every column: nothing is missing). Asked
+    # outside realtime's guard of the write (``failsafe``), it never raises: what the columns'
+    # names may raise is the event's to report, where it is read.
+    try:
+        missing = options.event_attnames.difference(instance.__dict__)
+    except Exception:
+        return []
     return sorted(missing) if missing else []
 
 
@@ -215,19 +220,55 @@ def with_columns(
     does: one ``SELECT`` of just those columns on ``using`` (else where the model's writes
     go, never a read replica that may not have the write). The instance itself is left as
     it is: what it defers stays deferred, as Django left it."""
-    missing = lacks_columns(options, instance)
-    if not missing:
+    if not lacks_columns(options, instance):
+        return instance
+    (whole,) = with_columns_of(options, [instance], using)
+    return whole
+
+
+def with_columns_of(
+    options: ModelOptions, instances: Sequence[models.Model], using: str | None = None
+) -> list[models.Model]:
+    """``with_columns`` of many instances (a bulk write's), one ``SELECT`` per 500 of those
+    that lack columns, whatever each lacks."""
+    lacking = [instance for instance in instances if lacks_columns(options, instance)]
+    if not lacking:
+        return list(instances)
+    model = type(lacking[0])
+    if len(key_fields(model)) > 1:  # a composite key: read row by row, by its parts
+        stored = {id(i): _stored(model, i.pk, _missing(options, [i]), using) for i in lacking}
+    else:
+        missing = _missing(options, lacking)
+        alias = using or primary(model)
+        by_pk: dict[Any, dict[str, Any]] = {}
+        for chunk in chunked([instance.pk for instance in lacking], 500):
+            rows = model._base_manager.using(alias).filter(pk__in=chunk).values("pk", *missing)
+            by_pk.update((row.pop("pk"), row) for row in rows)
+        stored = {id(instance): by_pk.get(instance.pk) for instance in lacking}
+    return [_copy_with(instance, stored.get(id(instance))) for instance in instances]
+
+
+def _missing(options: ModelOptions, instances: Sequence[models.Model]) -> list[str]:
+    return sorted({name for instance in instances for name in lacks_columns(options, instance)})
+
+
+def _stored(
+    model: type[models.Model], pk: Any, columns: list[str], using: str | None
+) -> dict[str, Any] | None:
+    rows = model._base_manager.using(using or primary(model)).filter(pk=pk).values(*columns)
+    return rows.first()
+
+
+def _copy_with(instance: models.Model, stored: dict[str, Any] | None) -> models.Model:
+    """A copy of ``instance`` holding ``stored`` too (``None``: the row is gone, nothing to
+    read: the instance itself). Made by hand rather than by ``copy.copy``, which goes through
+    pickling's path and so through the global registry of models."""
+    if not stored:
         return instance
     model = type(instance)
-    stored = (
-        model._base_manager.using(using or primary(model))
-        .filter(pk=instance.pk)
-        .values(*missing)
-        .first()
-    )
-    if stored is None:  # the row is gone: nothing to read
-        return instance
-    whole = copy.copy(instance)
+    whole = model.__new__(model)
+    whole.__dict__.update(instance.__dict__)
+    whole._state = copy.copy(instance._state)
     whole.__dict__.update(stored)
     return whole
 
