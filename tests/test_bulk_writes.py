@@ -824,7 +824,12 @@ def test_bulk_update_of_deferred_objects_announces_their_rows_with_one_read(
     forget_messages()
     with CaptureQueriesContext(connection) as queries:
         Ticket.objects.bulk_update(loaded, ["points"])
-    selects = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    table = Ticket._meta.db_table
+    selects = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith("SELECT") and table in q["sql"]  # not MySQL's publish lock
+    ]
     assert len(selects) == 1  # the columns the events carry, of every object at once
     sent = sorted(events(), key=lambda message: message["data"]["id"])
     assert [(m["data"]["title"], m["data"]["done"], m["data"]["points"]) for m in sent] == [
