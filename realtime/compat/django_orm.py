@@ -19,13 +19,12 @@ each use here is checked by a self-test the first time a process relies on it, a
   creation order and flags: migrations see the same managers. Fallback: none is replaced
   (bulk writes through them are not announced; the system check names them).
 * **The base manager Django makes** (``replace_base_manager``): where neither a model nor its
-  parents name a base manager, ``Options.base_manager`` (a ``cached_property``, read through
-  ``Model._base_manager``) makes a ``Manager`` named ``_base_manager``; Django reads related
-  rows, refreshes instances and moves rows between related managers (``add()``) through it.
-  A decorated model's options keep realtime's manager there instead (same name, model and
-  flags), and their own ``FORWARD_PROPERTIES`` (what ``Options._expire_cache`` drops) leave
-  it out. Its proxies and children make their own, and are given theirs in turn; migrations
-  see nothing. Naming a manager of the model instead (``base_manager_name``) would not do: its
+  parents name a base manager, ``Options.base_manager`` (a ``cached_property``, made again
+  whenever the options' caches expire) makes a ``Manager`` named ``_base_manager``; Django
+  reads related rows, refreshes instances and moves rows between related managers (``add()``)
+  through it. A decorated model's options are of a subclass of ``Options`` that makes realtime's
+  manager there instead, with the same name, model and flags, and leaves every other answer
+  Django's. Naming a manager of the model instead (``base_manager_name``) would not do: its
   proxies and children would take their own manager of that name as their base manager, and
   migrations would record it. Fallback: the base manager stays Django's (bulk writes through
   it are not announced, rows it reads keep nothing; the system check names it).
@@ -66,24 +65,27 @@ each use here is checked by a self-test the first time a process relies on it, a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connections, models, router, transaction
 from django.db.models import sql
 from django.db.models.base import ModelState
 from django.db.models.deletion import Collector
 from django.db.models.manager import ManagerDescriptor
+from django.db.models.options import Options
 from django.db.models.query import ModelIterable
 from django.db.models.signals import post_delete, pre_delete
+from django.utils.functional import cached_property
 
 from realtime.compat.django import INSTEAD, _fits, _probe_apps
 
 FETCH = "the instances a queryset fetch builds (QuerySet._fetch_all, _result_cache)"
 STATE = "an attribute of realtime's on a ModelState"
 REPLACE = "replacing a model's managers (Options.local_managers, _expire_cache)"
-BASE = "the base manager Django makes (Options.base_manager, FORWARD_PROPERTIES)"
+BASE = "the base manager Django makes (Options.base_manager)"
 THROUGH = "a many-to-many's count through its table (constrained_target, get_prefetch_cache)"
 FAST_DELETE = "deleting a queryset without collecting (Collector.can_fast_delete, _raw_delete)"
 WRITE_ALIAS = "the alias of a queryset's write (QuerySet._db, _hints)"
@@ -243,29 +245,44 @@ def replace_base_manager(
     model: type[models.Model], make: Callable[[], models.Manager[Any]]
 ) -> bool:
     """Have ``make()`` stand for the base manager Django makes for ``model`` (where neither
-    it nor a parent names one), with its name, model and flags; whether ``model``'s base
-    manager is realtime's.
+    it nor a parent names one), with its name, model and flags; whether ``model`` has it so.
 
-    ``Options.base_manager`` is a cached property, made again whenever the options' caches
-    expire (``Options._expire_cache``, which drops the names of ``FORWARD_PROPERTIES``, as
-    each model registered after this one makes it). The options keep realtime's manager there
-    instead, and their own ``FORWARD_PROPERTIES`` leave it out: what Django makes depends on
-    the model's ``Meta`` and parents alone, fixed once its class is made. The name
-    ``_base_manager`` says Django made it, so proxies and children make their own (and
-    realtime gives them theirs when they are prepared); migrations, which record only the
-    managers a model declares, see nothing new."""
+    Django makes that manager again each time the options' caches expire, so the options
+    make realtime's instead: they become of a subclass of Django's ``Options`` that changes
+    nothing else. A proxy or child still gets a base manager of its own, as from Django (the
+    name of this one says Django made it)."""
     if not _fits(BASE, _probe_base):
         return False
     meta = model._meta
-    djangos = meta.base_manager
-    if _made_by_django(djangos):
-        _keep_base_manager(meta, _realtime(djangos, make))
-    return not _made_by_django(meta.base_manager)
+    if type(meta) is Options:
+        meta.__class__ = _options_making(make)
+        if "base_manager" in vars(meta):
+            del meta.base_manager  # made again, by the subclass
+    return isinstance(meta, BaseManagerOptions)
 
 
-def _keep_base_manager(meta: Any, manager: models.Manager[Any]) -> None:
-    meta.FORWARD_PROPERTIES = frozenset(meta.FORWARD_PROPERTIES) - {"base_manager"}
-    meta.__dict__["base_manager"] = manager
+if TYPE_CHECKING:
+    _Options = Options[Any]
+else:
+    _Options = Options  # generic for type checkers only
+
+
+class BaseManagerOptions(_Options):
+    """A model's ``Options`` whose base manager, where Django would make its own ``Manager``,
+    is ``make_base_manager()`` standing for it (a subclass per ``make``: ``_options_making``)."""
+
+    make_base_manager: Callable[[], models.Manager[Any]]
+
+    @cached_property
+    def base_manager(self) -> Any:
+        djangos = super().base_manager
+        return _realtime(djangos, self.make_base_manager) if _made_by_django(djangos) else djangos
+
+
+@functools.cache
+def _options_making(make: Callable[[], models.Manager[Any]]) -> type[BaseManagerOptions]:
+    """The ``BaseManagerOptions`` whose base manager stands ``make()`` for Django's."""
+    return type("BaseManagerOptions", (BaseManagerOptions,), {"make_base_manager": make})
 
 
 def _made_by_django(manager: models.Manager[Any]) -> bool:
@@ -276,6 +293,8 @@ def _made_by_django(manager: models.Manager[Any]) -> bool:
 
 
 def _probe_base() -> None:
+    if not isinstance(vars(Options).get("base_manager"), cached_property):
+        raise TypeError("Options.base_manager is no cached_property")
     parent, proxy = _probe_family()
     if not all(_made_by_django(model._base_manager) for model in (parent, proxy)):
         raise TypeError("a model without Meta.base_manager_name has no base manager of Django's")
@@ -283,15 +302,13 @@ def _probe_base() -> None:
     class Standing(models.Manager[Any]):
         pass
 
-    _keep_base_manager(parent._meta, _realtime(parent._base_manager, Standing))
-    parent._meta._expire_cache()
+    parent._meta.__class__ = _options_making(Standing)
+    del parent._meta.base_manager
     made = parent._base_manager
     if type(made) is not Standing or made.name != "_base_manager" or made.model is not parent:
-        raise TypeError("Options.base_manager is not what a model's base manager is read from")
+        raise TypeError("Options.base_manager is not what makes a model's base manager")
     if not _made_by_django(proxy._base_manager):
-        raise TypeError("a proxy takes the base manager its parent's options keep")
-    if "managers" in vars(parent._meta):
-        raise TypeError("Options._expire_cache() does not read FORWARD_PROPERTIES")
+        raise TypeError("a proxy takes the base manager its parent's options make")
 
 
 def through_rows(manager: Any) -> models.QuerySet[Any, Any] | None:
