@@ -109,9 +109,21 @@ def classes_assigned(path: Path) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda path: path.name)
-def test_no_module_gives_an_object_another_class(path: Path) -> None:
+@pytest.mark.parametrize("path", modules_outside_the_seams(), ids=lambda path: path.name)
+def test_no_module_outside_the_seams_gives_an_object_another_class(path: Path) -> None:
+    """Only a compat module may, checked there by a self-test: the options of a decorated
+    model (``Options.base_manager``, ``realtime.compat.django_orm``) are the one use, and
+    never a class of the application's."""
     assert classes_assigned(path) == []
+
+
+def test_the_seams_give_only_django_options_another_class() -> None:
+    assigned = [found for path in sorted(SEAMS.rglob("*.py")) for found in classes_assigned(path)]
+    assert [found.split(":")[0] for found in assigned] == ["django_orm.py"] * len(assigned)
+    source = (SEAMS / "django_orm.py").read_text().splitlines()
+    for found in assigned:
+        line = source[int(found.split(":")[1]) - 1]
+        assert "__class__ = _options_making(" in line, line
 
 
 def test_the_check_sees_a_class_assigned(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections, models, transaction
+from django.db import NotSupportedError, connections, models, transaction
 
 from realtime.audience import readers_of_rows
 from realtime.auth import readers_pool
@@ -290,6 +290,16 @@ def _returned(
     return sorted(built, key=lambda row: id_order(row.pk)), rest
 
 
+def _whole(doomed: models.QuerySet[Any, Any]) -> models.QuerySet[Any, Any]:
+    """The rows a delete is about to remove, read with every column whatever the caller's
+    ``only()`` or ``defer()`` left out (the events carry them: no statement per row to read
+    what they lack); as they are where Django refuses to defer."""
+    try:
+        return doomed.defer(None)
+    except (TypeError, NotSupportedError):
+        return doomed
+
+
 def _doomed_events(
     options: ModelOptions, doomed: models.QuerySet[Any, Any], db: str
 ) -> list[Event]:
@@ -299,7 +309,7 @@ def _doomed_events(
     events: list[Event] = []
 
     def read() -> None:
-        rows = list(doomed.order_by("pk")[: limit + 1])
+        rows = list(_whole(doomed).order_by("pk")[: limit + 1])
         for row in rows[:limit]:
             event = delete_event(options, row, db)
             if event is not None:

@@ -88,8 +88,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             return memberships.around_delete(self, super().delete)
         if not _announcing(self):
             return super().delete()
-        whole = _whole_rows(self)
-        return bulk.deleted(whole, super(RealtimeQuerySet, whole).delete)
+        return bulk.deleted(self, super().delete)
 
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
@@ -180,17 +179,6 @@ class RealtimeManager(models.Manager[_Model]):
         if RealtimeManager not in type(self).__bases__:
             return None
         return through_rows(self)
-
-
-def _whole_rows(queryset: RealtimeQuerySet[Any, Any]) -> RealtimeQuerySet[Any, Any]:
-    """``queryset`` loading every column, whatever its ``only()`` or ``defer()`` left out:
-    the rows a delete collects one by one are announced as they were, with no statement per
-    row to read what they lack. One Django refuses to defer (``values()``) is left for its
-    ``delete()`` to refuse."""
-    try:
-        return queryset.defer(None)
-    except TypeError:
-        return queryset
 
 
 def install(model: type[models.Model]) -> None:
