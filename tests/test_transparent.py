@@ -955,3 +955,25 @@ def test_a_model_declaring_its_key_among_its_fields_saves_and_announces_it() -> 
         unregister(Keyed)
         with connection.schema_editor() as editor:
             editor.delete_model(Keyed)
+
+
+def test_a_fetch_asks_the_routers_once_as_django_does() -> None:
+    """Keeping what a fetch loaded asks no router which database it came from: Django set
+    each instance's ``_state.db`` (a second ``db_for_read`` is what Django's own
+    ``multiple_database`` tests catch)."""
+
+    class Counting:
+        def __init__(self) -> None:
+            self.asked: list[Any] = []
+
+        def db_for_read(self, model: Any, **hints: Any) -> None:
+            self.asked.append(model)
+
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    list(Contact.objects.all())  # realtime's own first-use checks, asked once per process
+    router = Counting()
+    with override_settings(DATABASE_ROUTERS=[router]):
+        list(Contact.objects.filter(pk=contact.pk))
+        contact.refresh_from_db()
+    assert router.asked == [Contact, Contact]

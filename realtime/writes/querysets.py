@@ -62,8 +62,11 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
     """
 
     def fetched(self, instances: list[Any]) -> None:
-        if self._tracked():
-            tracking.loaded(self.db, instances, refreshing=instance_hint(self))
+        # The database the rows came from is each instance's ``_state.db``, as Django set it:
+        # asking ``self.db`` would ask the routers a second time.
+        if instances and self._tracked():
+            db = instances[0]._state.db
+            tracking.loaded(db, instances, refreshing=instance_hint(self))
 
     def _tracked(self) -> bool:
         options = options_for(self.model)
