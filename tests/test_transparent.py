@@ -36,7 +36,14 @@ from django.db.migrations.graph import MigrationGraph
 from django.db.migrations.state import ModelState, ProjectState
 from django.db.models import Count, F, Q, Value
 from django.db.models.functions import Concat
-from django.db.models.signals import m2m_changed, post_init
+from django.db.models.signals import (
+    m2m_changed,
+    post_delete,
+    post_init,
+    post_save,
+    pre_delete,
+    pre_save,
+)
 from django.test.utils import CaptureQueriesContext, isolate_apps, override_settings
 
 from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry, silent
@@ -949,16 +956,79 @@ def test_a_model_declaring_its_key_among_its_fields_saves_and_announces_it() -> 
         Keyed._default_manager.only("code", "workspace").get(pk="k1").delete()
         sent = [(m["event_type"], m["data"]) for m in events("scope")]
         whole = {"model": "keyed", "id": "k1", "pk": "k1", "name": "first"}
-        # What this test is about: the key is carried, the save and delete do not raise.
-        # (A CI run once saw the create announced twice here, which no other run showed:
-        # the closing note of that session records it; the count is not what is tested.)
-        assert [sent[0], sent[-1]] == [("keyed.created", whole), ("keyed.deleted", whole)]
-        assert {event for event, _ in sent} == {"keyed.created", "keyed.deleted"}
+        assert sent == [("keyed.created", whole), ("keyed.deleted", whole)]
         assert row.pk == "k1"
     finally:
         unregister(Keyed)
         with connection.schema_editor() as editor:
             editor.delete_model(Keyed)
+
+
+@isolate_apps("tests.testapp")
+def test_forgetting_a_model_disconnects_the_subclasses_that_announced_like_it() -> None:
+    """A proxy or child declared after its decorated parent is connected to announce like it;
+    forgetting the parent disconnects them too. A receiver left behind outlives its class, and
+    on Django 5.2 fires again for a class later made at the same address (a CI run saw a
+    create announced twice that way)."""
+
+    class Parent(models.Model):  # noqa: DJ008 - never shown
+        class Meta:
+            app_label = "testapp"
+
+    realtime_model(scope_field=None, name="forgotten_parent")(Parent)
+
+    class Shown(Parent):  # noqa: DJ008 - never shown
+        class Meta:
+            app_label = "testapp"
+            proxy = True
+
+    class Child(Parent):  # noqa: DJ008 - never shown
+        class Meta:
+            app_label = "testapp"
+
+    signals = (pre_save, post_save, pre_delete, post_delete)
+    models_ = (Parent, Shown, Child)
+    assert all(signal.has_listeners(model) for signal in signals for model in models_)
+    unregister(Parent)
+    assert not any(signal.has_listeners(model) for signal in signals for model in models_)
+
+
+def test_a_class_made_where_a_forgotten_decorated_class_was_is_connected_once() -> None:
+    """Django 5.2 keeps a connection whose sender class is gone, keyed by the class's
+    ``id()``; a class made later at the same address is connected once all the same (it
+    used to get both receivers, and each save was announced twice). Twenty decorated
+    classes are dropped unforgotten, then 200 are made: on Django 5.2 about a tenth land on
+    a dropped one's address."""
+
+    def declare(name: str) -> type[models.Model]:
+        model = type(
+            name,
+            (models.Model,),
+            {"__module__": __name__, "Meta": type("Meta", (), {"app_label": "testapp"})},
+        )
+        return realtime_model(scope_field=None, name=name.lower())(model)
+
+    def connections_of(model: type[models.Model]) -> int:
+        return sum(1 for key, *_ in post_save.receivers if key[1] == id(model))
+
+    @isolate_apps("tests.testapp")
+    def dropped(number: int) -> None:
+        declare(f"Dropped{number}")  # never forgotten
+
+    for number in range(20):
+        dropped(number)
+    gc.collect()
+    counts = []
+
+    @isolate_apps("tests.testapp")
+    def made(number: int) -> None:
+        model = declare(f"Made{number}")
+        counts.append(connections_of(model))
+        unregister(model)
+
+    for number in range(200):
+        made(number)
+    assert set(counts) == {1}
 
 
 def test_a_fetch_asks_the_routers_once_as_django_does() -> None:

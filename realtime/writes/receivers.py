@@ -42,32 +42,36 @@ PENDING_BEFORE = "_realtime_audience_before"
 PENDING_KNOWN = "_realtime_known"
 
 
+#: One key for every model: Django keys a connection by it and the sender's ``id()``, so a
+#: connection left for a class that is gone (Django 5.2 keeps it) is taken over, not doubled,
+#: by a class later made at its address.
+UID = "realtime:announce"
+
+
 def connect(model: type[models.Model]) -> None:
     """Connect the receivers of a decorated model (or of a subclass announcing like it)."""
-    uid = f"realtime:{model._meta.label}"
-    pre_save.connect(on_pre_save, sender=model, dispatch_uid=uid)
-    post_save.connect(on_post_save, sender=model, dispatch_uid=uid)
-    pre_delete.connect(on_pre_delete, sender=model, dispatch_uid=uid)
-    post_delete.connect(on_post_delete, sender=model, dispatch_uid=uid)
+    pre_save.connect(on_pre_save, sender=model, dispatch_uid=UID)
+    post_save.connect(on_post_save, sender=model, dispatch_uid=UID)
+    pre_delete.connect(on_pre_delete, sender=model, dispatch_uid=UID)
+    post_delete.connect(on_post_delete, sender=model, dispatch_uid=UID)
     for field in model._meta.local_many_to_many:
         m2m_changed.connect(
             on_m2m_changed,
             sender=_through(model, field),
-            dispatch_uid=f"{uid}:{field.name}",
+            dispatch_uid=f"realtime:{model._meta.label}:{field.name}",
             apps=model._meta.apps,
         )
 
 
 def disconnect(model: type[models.Model]) -> None:
-    uid = f"realtime:{model._meta.label}"
-    pre_save.disconnect(sender=model, dispatch_uid=uid)
-    post_save.disconnect(sender=model, dispatch_uid=uid)
-    pre_delete.disconnect(sender=model, dispatch_uid=uid)
-    post_delete.disconnect(sender=model, dispatch_uid=uid)
+    pre_save.disconnect(sender=model, dispatch_uid=UID)
+    post_save.disconnect(sender=model, dispatch_uid=UID)
+    pre_delete.disconnect(sender=model, dispatch_uid=UID)
+    post_delete.disconnect(sender=model, dispatch_uid=UID)
     for field in model._meta.local_many_to_many:
         m2m_changed.disconnect(
             sender=_through(model, field),
-            dispatch_uid=f"{uid}:{field.name}",
+            dispatch_uid=f"realtime:{model._meta.label}:{field.name}",
             apps=model._meta.apps,
         )
 
