@@ -8,6 +8,7 @@ realtime goes on the public way, which is checked too.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -93,55 +94,43 @@ def test_without_the_fetch_or_the_state_a_save_lists_every_column(
     assert len([e for e in errors if "does not fit" in e]) == 1
 
 
-def test_django_managers_of_a_decorated_model_become_realtimes() -> None:
+@contextlib.contextmanager
+def decorated_shelf(**attrs: Any) -> Iterator[Any]:
+    """An isolated ``Shelf`` model (``attrs`` added to its class), decorated for the block."""
     with isolate_apps("tests.testapp"):
-
-        class Shelf(models.Model):
-            objects = models.Manager()
-
-            class Meta:
-                app_label = "testapp"
-
-            def __str__(self) -> str:
-                return "shelf"
-
-        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
+        meta = type("Meta", (), {"app_label": "testapp"})
+        body = {"__module__": __name__, "Meta": meta, "__str__": lambda self: "shelf", **attrs}
+        shelf = type("Shelf", (models.Model,), body)
+        realtime_model(scope_field=None, name="compat_shelf")(shelf)
         try:
-            assert type(Shelf._default_manager) is RealtimeManager
-            assert type(Shelf._base_manager) is RealtimeManager
+            yield shelf
         finally:
-            unregister(Shelf)
+            unregister(shelf)
+
+
+def test_django_managers_of_a_decorated_model_become_realtimes() -> None:
+    with decorated_shelf(objects=models.Manager()) as shelf:
+        assert type(shelf._default_manager) is RealtimeManager
+        assert type(shelf._base_manager) is RealtimeManager
     assert django_compat._verdicts[django_orm.REPLACE] is True
 
 
 def test_the_base_manager_django_makes_becomes_realtimes_for_a_model_and_its_proxy() -> None:
-    with isolate_apps("tests.testapp"):
+    with decorated_shelf() as shelf:
 
-        class Shelf(models.Model):
-            class Meta:
-                app_label = "testapp"
-
-            def __str__(self) -> str:
-                return "shelf"
-
-        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
-
-        class Narrow(Shelf):
-            objects = models.Manager()
+        class Narrow(shelf):  # type: ignore[misc,valid-type]
+            objects: models.Manager[Any] = models.Manager()
 
             class Meta:
                 app_label = "testapp"
                 proxy = True
 
-        try:
-            for model in (Shelf, Narrow):
-                made = model._base_manager
-                assert type(made) is RealtimeManager
-                assert (made.name, made.auto_created, made.model) == ("_base_manager", True, model)
-            Shelf._meta.apps.clear_cache()  # Django makes the base manager again
-            assert type(Shelf._base_manager) is RealtimeManager
-        finally:
-            unregister(Shelf)
+        for model in (shelf, Narrow):
+            made = model._base_manager
+            assert type(made) is RealtimeManager
+            assert (made.name, made.auto_created, made.model) == ("_base_manager", True, model)
+        shelf._meta.apps.clear_cache()  # Django makes the base manager again
+        assert type(shelf._base_manager) is RealtimeManager
     assert django_compat._verdicts[django_orm.BASE] is True
 
 
@@ -149,26 +138,14 @@ def test_without_the_base_manager_it_stays_djangos_and_is_named(
     monkeypatch: pytest.MonkeyPatch, errors: list[str]
 ) -> None:
     failing(monkeypatch, "_probe_base")
-    with isolate_apps("tests.testapp"):
+    with decorated_shelf() as shelf:
+        assert type(shelf._base_manager) is models.Manager
+        assert type(shelf._default_manager) is RealtimeManager
+        from realtime.checks.declarations import check_models
 
-        class Shelf(models.Model):
-            class Meta:
-                app_label = "testapp"
-
-            def __str__(self) -> str:
-                return "shelf"
-
-        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
-        try:
-            assert type(Shelf._base_manager) is models.Manager
-            assert type(Shelf._default_manager) is RealtimeManager
-            from realtime.checks.declarations import check_models
-
-            (named,) = [m for m in check_models() if m.obj is Shelf]
-            assert named.msg.startswith("testapp.Shelf._base_manager:")
-            assert 'base_manager_name = "objects"' in (named.hint or "")
-        finally:
-            unregister(Shelf)
+        (named,) = [m for m in check_models() if m.obj is shelf]
+        assert named.msg.startswith("testapp.Shelf._base_manager:")
+        assert 'base_manager_name = "objects"' in (named.hint or "")
     assert [e for e in errors if "does not fit" in e] != []
 
 
@@ -176,24 +153,12 @@ def test_without_replacing_managers_they_stay_djangos_and_are_named(
     monkeypatch: pytest.MonkeyPatch, errors: list[str]
 ) -> None:
     failing(monkeypatch, "_probe_replace")
-    with isolate_apps("tests.testapp"):
+    with decorated_shelf() as shelf:
+        assert type(shelf._default_manager) is models.Manager
+        from realtime.checks.declarations import check_models
 
-        class Shelf(models.Model):
-            class Meta:
-                app_label = "testapp"
-
-            def __str__(self) -> str:
-                return "shelf"
-
-        realtime_model(scope_field=None, name="compat_shelf")(Shelf)
-        try:
-            assert type(Shelf._default_manager) is models.Manager
-            from realtime.checks.declarations import check_models
-
-            named = [m.msg.split(":")[0] for m in check_models() if m.obj is Shelf]
-            assert "testapp.Shelf.objects" in named
-        finally:
-            unregister(Shelf)
+        named = [m.msg.split(":")[0] for m in check_models() if m.obj is shelf]
+        assert "testapp.Shelf.objects" in named
     assert [e for e in errors if "does not fit" in e] != []
 
 
