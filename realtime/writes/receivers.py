@@ -42,9 +42,10 @@ PENDING_BEFORE = "_realtime_audience_before"
 PENDING_KNOWN = "_realtime_known"
 
 
-#: One key for every model: Django keys a connection by it and the sender's ``id()``, so a
-#: connection left for a class that is gone (Django 5.2 keeps it) is taken over, not doubled,
-#: by a class later made at its address.
+#: One key for every sender (a model, a many-to-many's through model): Django keys a
+#: connection by it and the sender's ``id()``, so a connection left for a class that is gone
+#: (Django 5.2 keeps it) is taken over, not doubled, by a class later made at its address.
+#: The receivers tell what they are about from what Django sends them.
 UID = "realtime:announce"
 
 
@@ -58,7 +59,7 @@ def connect(model: type[models.Model]) -> None:
         m2m_changed.connect(
             on_m2m_changed,
             sender=_through(model, field),
-            dispatch_uid=f"realtime:{model._meta.label}:{field.name}",
+            dispatch_uid=UID,
             apps=model._meta.apps,
         )
 
@@ -71,7 +72,7 @@ def disconnect(model: type[models.Model]) -> None:
     for field in model._meta.local_many_to_many:
         m2m_changed.disconnect(
             sender=_through(model, field),
-            dispatch_uid=f"realtime:{model._meta.label}:{field.name}",
+            dispatch_uid=UID,
             apps=model._meta.apps,
         )
 
