@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from realtime import metrics
+from realtime import logs, metrics
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user, broadcast_to_users
 from realtime.checks.database import check_outbox_databases
@@ -232,6 +232,26 @@ class TableAway:
     def __exit__(self, *exc: object) -> None:
         with connection.cursor() as cursor:
             cursor.execute("ALTER TABLE realtime_test_away RENAME TO firm_channel_messages")
+
+
+@pytest.mark.usefixtures("durable_transport")
+def test_publishes_failing_on_every_write_log_within_the_operation_budget_and_lose_nothing(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An outage fails every write's publish: its lines (the failure, the rows kept) come
+    within realtime's budget of operation lines, not one traceback per write, and every
+    announcement is kept for a sweep all the same."""
+    writes = logs.OPERATION_LINES_PER_MINUTE  # two lines each: twice the budget
+    forget_messages()
+    with TableAway(), caplog.at_level(logging.WARNING, "realtime"):
+        for number in range(writes):
+            Company.objects.create(workspace=workspace, name=f"during {number}")
+        assert len(outbox()) == writes
+    lines = [r for r in caplog.records if r.name.startswith("realtime")]
+    assert len(lines) == logs.OPERATION_LINES_PER_MINUTE
+    assert logs.operation_budget.suppressed == writes * 2 - len(lines)
+    assert Sweeper(grace=0.0).sweep() == writes
+    assert len(names()) == writes
 
 
 @pytest.mark.usefixtures("durable_transport")

@@ -49,6 +49,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
 from realtime.compat.django import callbacks_released, in_transaction
+from realtime.logs import log_operation
 from realtime.transports import get_transport
 from realtime.writes import order, outbox, outbox_form
 from realtime.writes.publish import publish
@@ -224,8 +225,13 @@ class _Held:
                 return
             if not in_transaction(self.connection):
                 self._flush()
-        except Exception:
-            logger.exception("realtime: publishing held announcements failed")
+        except Exception as exc:
+            log_operation(
+                logger,
+                logging.ERROR,
+                "realtime: publishing held announcements failed",
+                exc_info=exc,
+            )
 
     def _flush(self) -> None:
         held = sorted(self.held, key=lambda entry: entry.seq)
@@ -253,11 +259,14 @@ def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
     def relayed() -> None:
         try:
             outbox.delete(using, [row.id for row in rows])
-        except Exception:
-            logger.exception(
+        except Exception as exc:
+            log_operation(
+                logger,
+                logging.ERROR,
                 "realtime: deleting %d relayed row(s) of the outbox failed; a worker will "
                 "relay them again",
                 len(rows),
+                exc_info=exc,
             )
 
     publish(
@@ -293,14 +302,19 @@ def _keep_unsent(using: str, txn: str, items: list[tuple[int, Any]]) -> None:
         rows = [(seq, outbox_form.dump(item)) for seq, item in items]
         with transaction.atomic(using=using):
             outbox.insert(using, txn, rows)
-    except Exception:
-        logger.exception(
+    except Exception as exc:
+        log_operation(
+            logger,
+            logging.ERROR,
             "realtime: %d announcement(s) of a committed write could not be kept in "
             "realtime_outbox after their publish failed: they are lost",
             len(items),
+            exc_info=exc,
         )
         return
-    logger.warning(
+    log_operation(
+        logger,
+        logging.WARNING,
         "realtime: %d announcement(s) of a committed write were kept in realtime_outbox "
         "after their publish failed: a worker relays them",
         len(items),

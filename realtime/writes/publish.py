@@ -27,6 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections,
 
 from realtime.compat.django import in_transaction
 from realtime.encoding import sorted_ids
+from realtime.logs import log_hook_failure, log_operation
 from realtime.messages import mark_publication
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
@@ -66,8 +67,14 @@ def publish(
             _send(transport, messages, using, txn, relayed, unsent)
         elif relayed is not None:
             relayed()
-    except Exception:
-        logger.exception("realtime: publishing %d announcement(s) failed", len(items))
+    except Exception as exc:
+        log_operation(
+            logger,
+            logging.ERROR,
+            "realtime: publishing %d announcement(s) failed",
+            len(items),
+            exc_info=exc,
+        )
         if unsent is not None:
             unsent()
 
@@ -86,8 +93,11 @@ def build(items: Iterable[Event | Announcement], budget: int | None) -> list[tup
                 messages += event_messages(item, budget)
             else:
                 messages += item.messages(budget)
-        except Exception:
-            logger.exception("realtime: preparing %s failed; it is not announced", _label(item))
+        except Exception as exc:
+            # An audience hook's failure, most often: a traceback per place, within its budget.
+            log_hook_failure(
+                logger, "realtime: preparing %s failed; it is not announced", exc, _label(item)
+            )
     if rechecks:
         messages += recheck_messages(rechecks, budget)
     return mark_publication(messages, budget)
@@ -163,8 +173,14 @@ def _publish_aside(
                 time.sleep(0.05)
         if relayed is not None:
             relayed()
-    except Exception:
-        logger.exception("realtime: publishing %d message(s) failed", len(messages))
+    except Exception as exc:
+        log_operation(
+            logger,
+            logging.ERROR,
+            "realtime: publishing %d message(s) failed",
+            len(messages),
+            exc_info=exc,
+        )
         if unsent is not None:
             unsent()
     finally:
