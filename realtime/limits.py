@@ -24,6 +24,10 @@ RESUME_SCAN_PER_FRAME: Final = 50
 #: 100,000 rows holds the log's publish lock (table, pg_notify) or runs a Lua call on Redis
 #: (which blocks every client of that server) for one chunk at a time, not for all of them.
 PUBLISH_CHUNK: Final = 500
+#: Rows of realtime's outbox one call of a relay carries at most (``realtime.writes.publish``:
+#: a relay made again covers the same rows per call), so that a call is one chunk while each
+#: row comes to two messages or fewer.
+RELAY_ROWS: Final = PUBLISH_CHUNK // 2
 #: Rows of the outbox one sweep reads to find the transactions whose writers did not relay
 #: them (the oldest first).
 OUTBOX_ROWS_PER_SWEEP: Final = 1000

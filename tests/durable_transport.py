@@ -23,7 +23,7 @@ from django.db import connections
 from realtime.transports.redis import RedisTransport
 from realtime.transports.table import TableTransport
 from realtime.writes import order, outbox, outbox_form
-from realtime.writes.publish import build
+from realtime.writes.publish import RECHECKS, Built, build
 
 
 class DurableTableTransport(TableTransport):
@@ -52,32 +52,45 @@ class RoundTripTransport(DurableTableTransport):
         super().publish(messages, txn=txn)
 
     def check(self, messages: Sequence[tuple[str, bytes]], key: str) -> None:
-        txn, first, count = key.split(".")
-        items = []
+        relay, _, run = key.partition("/")  # one run of a relay (``run_key``)
+        txn, first, count = relay.split(".")
+        items, seqs = [], []
         for alias in settings.DATABASES:
             try:
                 if not outbox.holds_outbox(alias):
                     continue
                 with connections[alias].cursor() as cursor:
                     cursor.execute(
-                        "SELECT id, item FROM realtime_outbox WHERE txn = %s AND seq >= %s "
+                        "SELECT id, seq, item FROM realtime_outbox WHERE txn = %s AND seq >= %s "
                         "ORDER BY seq LIMIT %s",
                         [txn, int(first), int(count)],
                     )
                     rows = cursor.fetchall()
             except AssertionError:  # Django's DatabaseOperationForbidden
                 continue  # a test that uses one database only
-            for id_, raw in rows:
+            for id_, seq, raw in rows:
                 item = outbox_form.load(bytes(raw))
                 order.relayed(item, alias, id_)  # as a relay loads it
                 items.append(item)
+                seqs.append(seq)
         if not items:
             return  # an autocommit write's key: its rows are written only if it fails
-        rebuilt = build(items, self.max_message_bytes)
+        rebuilt = run_of(build(items, self.max_message_bytes, seqs), run)
         if comparable(rebuilt) != comparable(messages):
             self.mismatches.append((key, comparable(messages), comparable(rebuilt)))
             raise AssertionError(f"outbox rows {key} rebuild other messages: {rebuilt!r}")
         self.checked.append(key)
+
+
+def run_of(built: Built, run: str) -> list[tuple[str, bytes]]:
+    """The messages of one run of ``built``, named as its key names it (``""``: the first)."""
+    wanted = 0 if not run else RECHECKS if run == "r" else int(run)
+    start = 0
+    for number, count in built.runs:
+        if number == wanted:
+            return built.messages[start : start + count]
+        start += count
+    return []
 
 
 def comparable(messages: Sequence[tuple[str, bytes]]) -> list[tuple[str, Any]]:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import pytest
+import redis as redis_client
 from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 
@@ -25,6 +26,8 @@ from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user
 from realtime.messages import scope_channel
 from realtime.models import OutboxItem
+from realtime.transports import redis as redis_transport
+from realtime.transports.redis_calls import call_each
 from realtime.transports.redis_keys import stream_key
 from realtime.writes.relay import Sweeper
 from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
@@ -231,3 +234,42 @@ def test_a_late_relay_of_a_row_deleted_since_announces_nothing(
     assert outbox_rows("default") == 0
     # Relayed as written, the update would show a deleted row again.
     assert said(redis_alone, acme) == [("ticket.deleted", "v1")]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_relay_cut_halfway_and_made_again_after_a_row_changed_loses_and_repeats_nothing(
+    redis_alone: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One transaction announces 600 rows, more than one Redis call carries; the writer's
+    second call is cut, so only the first part lands. Before the sweeper relays the rows
+    again, a row of that first part is written again: relayed as it is now, its old version
+    is left out, so the sweeper builds fewer messages than the writer did. The rows a call
+    carries, not how many messages came before, decide what Redis already took: every other
+    row is told once, none twice, none lost."""
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    tickets = Ticket.objects.bulk_create(
+        [Ticket(workspace=acme, title=f"t{number}") for number in range(600)]
+    )
+    taken = len(said(redis_alone, acme))
+    calls = 0
+
+    def second_cut(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise redis_client.ConnectionError("cut")
+        return call_each(*args, **kwargs)
+
+    monkeypatch.setattr(redis_transport, "call_each", second_cut)
+    with transaction.atomic():
+        Ticket.objects.filter(workspace=acme).update(points=7)
+    assert outbox_rows("default") == 600  # the relay failed: every row stays
+    Ticket.objects.filter(pk=tickets[3].pk).update(points=8)  # published at once
+    assert Sweeper(grace=0.0).sweep() == 600
+    told: dict[int, list[int]] = {}
+    for _, fields in redis_alone.entries(stream_key(scope_channel(acme.pk)))[taken:]:
+        message = json.loads(fields[b"p"])
+        told.setdefault(message["data"]["id"], []).append(message["data"]["points"])
+    assert told[tickets[3].pk] == [7, 8]  # the writer's first call had told it
+    rest = {pk: points for pk, points in told.items() if pk != tickets[3].pk}
+    assert rest == {ticket.pk: [7] for ticket in tickets if ticket.pk != tickets[3].pk}

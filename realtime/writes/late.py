@@ -31,9 +31,10 @@ from realtime.writes.events import Event, read_event
 logger = logging.getLogger(__name__)
 
 
-def as_now(items: Sequence[Any], using: str) -> list[Any]:
+def as_now(items: Sequence[Any], using: str) -> list[Any | None]:
     """``items`` (announcements loaded from the outbox of ``using``) with each created or
-    updated row read again: announced as it is now, or not at all if it is gone."""
+    updated row read again: announced as it is now, or not at all (``None`` in its place)
+    if it is gone or was written since."""
     wanted: dict[type[models.Model], set[Any]] = {}
     for item in items:
         if _rereadable(item):
@@ -47,15 +48,14 @@ def as_now(items: Sequence[Any], using: str) -> list[Any]:
             # Relayed as written (late, as before) rather than not at all.
             unread.add(model)
             log_hook_failure(logger, "realtime: reading %s rows again to relay failed", exc, model)
-    out: list[Any] = []
+    out: list[Any | None] = []
     for item in items:
         if not _rereadable(item) or item.options.model in unread:
             out.append(item)
             continue
         row = now.get((item.options.model, row_key(item.pk)))
-        fresh = None if row is None else _fresh(item, row, using)
-        if fresh is not None:
-            out.append(fresh)  # a row gone since is not announced: its delete tells the rest
+        # A row gone since is not announced: its delete tells the rest.
+        out.append(None if row is None else _fresh(item, row, using))
     return out
 
 

@@ -252,7 +252,7 @@ def _publish(entries: Sequence[_Entry], using: str) -> None:
 def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
     items = [item for entry in entries for item in entry.items]
     rows = [row for entry in entries for row in entry.rows if row is not None]
-    if not rows:
+    if not rows:  # no outbox here (each add() writes a row for every item it holds, or none)
         publish(items, using)
         return
 
@@ -269,12 +269,8 @@ def _publish_rows(entries: Sequence[_Entry], using: str) -> None:
                 exc_info=exc,
             )
 
-    publish(
-        items,
-        using,
-        txn=relay_key(rows[0].txn, [row.seq for row in rows]),
-        relayed=relayed,
-    )
+    seqs = [row.seq for row in rows]
+    publish(items, using, txn=relay_key(rows[0].txn, seqs), seqs=seqs, relayed=relayed)
 
 
 def _publish_committed(items: list[Any], using: str) -> None:
@@ -291,6 +287,7 @@ def _publish_committed(items: list[Any], using: str) -> None:
         items,
         using,
         txn=relay_key(txn, seqs),
+        seqs=seqs,
         unsent=lambda: _keep_unsent(using, txn, list(zip(seqs, items, strict=True))),
     )
 

@@ -8,9 +8,10 @@ updated+updated one ``updated`` whose ``changed`` is the union, anything+deleted
 reaches the write that committed: failures are logged, and cost only what failed.
 
 Announcements relayed from realtime's outbox (durable transports) carry the key of their rows
-(``txn``), handed to the transport, and a ``relayed`` callback that deletes the rows once the
-transport took the messages, in whichever thread published them; a sweeper relaying rows
-later builds their messages with ``build`` and publishes them with ``send_now``.
+(``txn``), handed to the transport (a call per range of rows: see ``Built``), and a
+``relayed`` callback that deletes the rows once the transport took the messages, in
+whichever thread published them; a sweeper relaying rows later builds their messages with
+``build`` and publishes them with ``send_now``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections, connections
 
+from realtime import limits
 from realtime.compat.django import in_transaction
 from realtime.encoding import sorted_ids
 from realtime.logs import log_hook_failure, log_operation
@@ -52,19 +54,21 @@ def publish(
     using: str = DEFAULT_DB_ALIAS,
     *,
     txn: str | None = None,
+    seqs: Sequence[int] | None = None,
     relayed: Relayed | None = None,
     unsent: Unsent | None = None,
 ) -> None:
-    """Publish committed announcements of writes on ``using`` in one transport call, in write
-    order; never raise. ``txn`` keys the outbox rows they came from (the transport may drop a
-    relay it has seen); ``relayed`` runs once the transport took the messages, ``unsent``
-    if it did not."""
+    """Publish committed announcements of writes on ``using`` in one transport call (a relay
+    of many outbox rows: one per run of ``Built``), in write order; never raise. ``txn``
+    keys the outbox rows they came from, ``seqs`` their places (the transport may drop a
+    relay it has seen); ``relayed`` runs once the transport took the messages, ``unsent`` if
+    it did not."""
     items = list(items)
     try:
         transport = get_transport()
-        messages = build(items, transport.max_message_bytes)
-        if messages:
-            _send(transport, messages, using, txn, relayed, unsent)
+        built = build(items, transport.max_message_bytes, seqs)
+        if built.messages:
+            _send(transport, built, using, txn, relayed, unsent)
         elif relayed is not None:
             relayed()
     except Exception as exc:
@@ -79,50 +83,120 @@ def publish(
             unsent()
 
 
-def build(items: Iterable[Event | Announcement], budget: int | None) -> list[tuple[str, bytes]]:
+#: The run of the messages that came from no row (see ``Built``).
+RECHECKS = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """The messages of a publication, and which outbox rows each came from.
+
+    A relay of outbox rows goes to the transport in runs: the messages of the rows whose
+    places (``seq``) share a range of ``limits.RELAY_ROWS``, each run under a key of its own
+    (``run_key``), the announcements of no row (rechecks) last under theirs. A relay made
+    again (a sweeper's, after the writer's failed halfway) builds its messages afresh: rows
+    written or deleted since are left out (``realtime.writes.late``), audiences asked again.
+    Keyed by rows, not by how many messages came before, each run covers the same rows both
+    times: a transport that took a run drops it again, and one that did not takes it whole.
+    """
+
+    messages: list[tuple[str, bytes]]
+    #: ``(run, count)``: the next ``count`` messages came from the rows of range ``run``
+    #: (``RECHECKS``: from no row).
+    runs: list[tuple[int, int]]
+
+
+def run_key(txn: str, run: int) -> str:
+    """The key of one run of a relay keyed ``txn``: ``txn`` itself for the first."""
+    if run == 0:
+        return txn
+    return f"{txn}/r" if run == RECHECKS else f"{txn}/{run}"
+
+
+def build(
+    items: Sequence[Event | Announcement],
+    budget: int | None,
+    seqs: Sequence[int] | None = None,
+) -> Built:
     """The messages of committed announcements, in write order: each row's events coalesced,
-    the audiences asked now. An announcement that fails costs only its own messages (logged)."""
+    the audiences asked now. An announcement that fails costs only its own messages (logged).
+    ``seqs``: the places of the outbox rows ``items`` came from, one each."""
     messages: list[tuple[str, bytes]] = []
+    runs: list[tuple[int, int]] = []
     rechecks: set[Any] = set()
-    for item in coalesce(items):
+    for item, last in coalesce(items):
         if isinstance(item, Recheck):
             rechecks.update(item.user_ids)
             continue
         try:
-            if isinstance(item, Event):
-                messages += event_messages(item, budget)
-            else:
-                messages += item.messages(budget)
+            made = (
+                event_messages(item, budget) if isinstance(item, Event) else item.messages(budget)
+            )
         except Exception as exc:
             # An audience hook's failure, most often: a traceback per place, within its budget.
             log_hook_failure(
                 logger, "realtime: preparing %s failed; it is not announced", exc, _label(item)
             )
+            continue
+        _extend(messages, runs, made, 0 if seqs is None else seqs[last] // limits.RELAY_ROWS)
     if rechecks:
-        messages += recheck_messages(rechecks, budget)
-    return mark_publication(messages, budget)
+        _extend(messages, runs, recheck_messages(rechecks, budget), RECHECKS)
+    return Built(mark_publication(messages, budget), runs)
+
+
+def _extend(
+    messages: list[tuple[str, bytes]],
+    runs: list[tuple[int, int]],
+    made: list[tuple[str, bytes]],
+    run: int,
+) -> None:
+    if not made:
+        return
+    messages += made
+    if runs and runs[-1][0] == run:
+        runs[-1] = (run, runs[-1][1] + len(made))
+    else:
+        runs.append((run, len(made)))
 
 
 def send_now(
-    transport: Transport, messages: Sequence[tuple[str, bytes]], txn: str | None = None
+    transport: Transport, built: Built, txn: str | None = None, locked_until: float = 0.0
 ) -> None:
-    """``transport.publish``, with ``txn`` only when there is one (a transport of the
-    application's written before the keyword existed keeps working)."""
+    """``transport.publish``, one call, or with ``txn`` one call per run, each with its key
+    (a transport of the application's written before the keyword existed keeps working
+    without one). A call that finds SQLite's database locked (it wrote nothing) is made again
+    until the monotonic time ``locked_until``."""
     if txn is None:
-        transport.publish(messages)
-    else:
-        transport.publish(messages, txn=txn)
+        _call(transport.publish, locked_until, built.messages)
+        return
+    start = 0
+    for run, count in built.runs:
+        part = built.messages[start : start + count]
+        _call(transport.publish, locked_until, part, txn=run_key(txn, run))
+        start += count
+
+
+def _call(publish: Callable[..., None], locked_until: float, *args: Any, **kwargs: Any) -> None:
+    while True:
+        try:
+            publish(*args, **kwargs)
+            return
+        except OperationalError as exc:
+            # Only SQLite's "database is locked" is known to have written nothing.
+            if "locked" not in str(exc) or time.monotonic() > locked_until:
+                raise
+            time.sleep(0.05)
 
 
 def _send(
     transport: Transport,
-    messages: list[tuple[str, bytes]],
+    built: Built,
     using: str,
     txn: str | None,
     relayed: Relayed | None,
     unsent: Unsent | None,
 ) -> None:
-    """``transport.publish(messages)``, never inside a transaction realtime did not open.
+    """``send_now(built)``, never inside a transaction realtime did not open.
 
     A write on one database (``using``) can commit while the application holds a transaction
     open on the database the transport writes to (several databases, nested atomic blocks).
@@ -144,33 +218,24 @@ def _send(
             direct = False
             _aside_pending[0] += 1
     if direct:
-        send_now(transport, messages, txn)
+        send_now(transport, built, txn)
         if relayed is not None:
             relayed()
     else:
-        _aside().submit(_publish_aside, transport, messages, txn, relayed, unsent)
+        _aside().submit(_publish_aside, transport, built, txn, relayed, unsent)
 
 
 def _publish_aside(
     transport: Transport,
-    messages: list[tuple[str, bytes]],
+    built: Built,
     txn: str | None,
     relayed: Relayed | None,
     unsent: Unsent | None,
 ) -> None:
     """Publish on realtime's thread; a database still locked by the application's open
     transaction (SQLite) is waited for, within ``ASIDE_WAIT`` seconds."""
-    deadline = time.monotonic() + ASIDE_WAIT
     try:
-        while True:
-            try:
-                send_now(transport, messages, txn)
-                break
-            except OperationalError as exc:
-                # Only SQLite's "database is locked" is known to have written nothing.
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        send_now(transport, built, txn, time.monotonic() + ASIDE_WAIT)
         if relayed is not None:
             relayed()
     except Exception as exc:
@@ -178,7 +243,7 @@ def _publish_aside(
             logger,
             logging.ERROR,
             "realtime: publishing %d message(s) failed",
-            len(messages),
+            len(built.messages),
             exc_info=exc,
         )
         if unsent is not None:
@@ -209,24 +274,26 @@ def _label(item: Any) -> str:
     return item.event_type if isinstance(item, Event) else type(item).__name__
 
 
-def coalesce(items: Iterable[Any]) -> list[Any]:
-    """Merge the events of one row (see the module docstring); other items pass through."""
-    result: list[Any] = []
+def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
+    """Merge the events of one row (see the module docstring); other items pass through.
+    Each comes with the index in ``items`` of its last write."""
+    result: list[tuple[Any, int]] = []
+    merged_away: set[int] = set()
     position: dict[tuple[str, Any], int] = {}
-    for item in items:
+    for index, item in enumerate(items):
         if not isinstance(item, Event) or item.folded or item.accounts is not None:
-            result.append(item)
+            result.append((item, index))
             continue
         earlier = position.pop(item.key, None)
         if earlier is not None:
-            merged = _merge(result[earlier], item)
-            result[earlier] = None
+            merged_away.add(earlier)
+            merged = _merge(result[earlier][0], item)
             if merged is None:
                 continue
             item = merged
         position[item.key] = len(result)
-        result.append(item)
-    return [item for item in result if item is not None]
+        result.append((item, index))
+    return [entry for at, entry in enumerate(result) if at not in merged_away]
 
 
 def _merge(first: Event, then: Event) -> Event | None:

@@ -114,6 +114,7 @@ class Sweeper:
     def _relay(self, alias: str, rows: list[outbox.Row]) -> None:
         """Publish the announcements of one transaction's rows, then delete the rows."""
         items: list[Any] = []
+        seqs: list[int] = []
         for row in rows:
             try:
                 item = outbox_form.load(row.item)
@@ -123,11 +124,19 @@ class Sweeper:
                 continue
             order.relayed(item, alias, row.id)
             items.append(item)
+            seqs.append(row.seq)
         if items:
             transport = get_transport()
-            messages = build(as_now(items, alias), transport.max_message_bytes)
-            if messages:
-                send_now(transport, messages, relay_key(rows[0].txn, [r.seq for r in rows]))
+            now = [
+                (item, seq)
+                for item, seq in zip(as_now(items, alias), seqs, strict=True)
+                if item is not None
+            ]
+            built = build(
+                [item for item, _ in now], transport.max_message_bytes, [s for _, s in now]
+            )
+            if built.messages:
+                send_now(transport, built, relay_key(rows[0].txn, [r.seq for r in rows]))
         outbox.delete(alias, [row.id for row in rows])
         self.seen.get(alias, {}).pop(rows[0].txn, None)
 
