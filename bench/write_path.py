@@ -210,7 +210,7 @@ def views_off() -> Iterator[None]:
 
     models_ = [options.model for options in registry.all_options()]
     for model in models_:
-        pre_save.disconnect(sender=model, dispatch_uid=f"realtime:{model._meta.label}")
+        pre_save.disconnect(sender=model, dispatch_uid=receivers.UID)
     for through in list(shared_roots._roots):
         m2m_changed.disconnect(sender=through, dispatch_uid=shared_roots.UID)
     watches = dict(memberships._watches)
@@ -219,9 +219,7 @@ def views_off() -> Iterator[None]:
         yield
     finally:
         for model in models_:
-            pre_save.connect(
-                receivers.on_pre_save, sender=model, dispatch_uid=f"realtime:{model._meta.label}"
-            )
+            pre_save.connect(receivers.on_pre_save, sender=model, dispatch_uid=receivers.UID)
         shared_roots.connect()
         memberships._watches.update(watches)
 

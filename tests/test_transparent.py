@@ -47,7 +47,7 @@ from django.db.models.signals import (
 from django.test.utils import CaptureQueriesContext, isolate_apps, override_settings
 
 from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry, silent
-from realtime.writes.decorator import unregister
+from realtime.writes.decorator import register, unregister
 from tests.helpers import events, forget_messages, log_writes, only_on, vendor
 from tests.testapp.models import (
     Article,
@@ -967,9 +967,9 @@ def test_a_model_declaring_its_key_among_its_fields_saves_and_announces_it() -> 
 @isolate_apps("tests.testapp")
 def test_forgetting_a_model_disconnects_the_subclasses_that_announced_like_it() -> None:
     """A proxy or child declared after its decorated parent is connected to announce like it;
-    forgetting the parent disconnects them too. A receiver left behind outlives its class, and
-    on Django 5.2 fires again for a class later made at the same address (a CI run saw a
-    create announced twice that way)."""
+    forgetting the parent disconnects them too, recording it again connects them again. A
+    receiver left behind outlives its class, and on Django 5.2 fires again for a class later
+    made at the same address (a CI run saw a create announced twice that way)."""
 
     class Parent(models.Model):  # noqa: DJ008 - never shown
         class Meta:
@@ -989,8 +989,54 @@ def test_forgetting_a_model_disconnects_the_subclasses_that_announced_like_it() 
     signals = (pre_save, post_save, pre_delete, post_delete)
     models_ = (Parent, Shown, Child)
     assert all(signal.has_listeners(model) for signal in signals for model in models_)
+    options = registry.options_for(Parent)
+    assert options is not None
     unregister(Parent)
     assert not any(signal.has_listeners(model) for signal in signals for model in models_)
+    register(options)  # as a benchmark turning realtime off and on again does
+    try:
+        assert all(signal.has_listeners(model) for signal in signals for model in models_)
+    finally:
+        unregister(Parent)
+
+
+@isolate_apps("tests.testapp")
+def test_a_through_model_two_decorated_models_share_is_connected_once_while_either_is() -> None:
+    """Two many-to-many fields through one model: one connection serves both (the receiver
+    tells the field from what Django sends; two would announce each change twice), and it
+    stays while either model is decorated."""
+
+    class Left(models.Model):  # noqa: DJ008 - never shown
+        rights = models.ManyToManyField("Right", through="Link", related_name="+")
+
+        class Meta:
+            app_label = "testapp"
+
+    class Right(models.Model):  # noqa: DJ008 - never shown
+        lefts = models.ManyToManyField(Left, through="Link", related_name="+")
+
+        class Meta:
+            app_label = "testapp"
+
+    class Link(models.Model):  # noqa: DJ008 - never shown
+        left = models.ForeignKey(Left, on_delete=models.CASCADE)
+        right = models.ForeignKey(Right, on_delete=models.CASCADE)
+
+        class Meta:
+            app_label = "testapp"
+
+    def connections() -> int:
+        return sum(1 for key, *_ in m2m_changed.receivers if key[1] == id(Link))
+
+    realtime_model(scope_field=None, name="left")(Left)
+    realtime_model(scope_field=None, name="right")(Right)
+    try:
+        assert connections() == 1
+        unregister(Left)
+        assert connections() == 1
+    finally:
+        unregister(Right)
+    assert connections() == 0
 
 
 def test_a_class_made_where_a_forgotten_decorated_class_was_is_connected_once() -> None:

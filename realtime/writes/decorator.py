@@ -147,29 +147,30 @@ def _unknown(label: str, kind: str, name: Any, choices: set[str], purpose: str) 
     return f"{label} has no {kind} {name!r}{purpose}.{hint} Choices are: {', '.join(names)}."
 
 
+#: The proxies and multi-table children defined after a decorated ancestor, which announce
+#: like it: forgetting the ancestor disconnects them, recording it again connects them again.
+_subclasses: weakref.WeakSet[type[models.Model]] = weakref.WeakSet()
+
+
 def register(options: ModelOptions) -> None:
-    """Record ``options`` and connect its model's receivers."""
+    """Record ``options`` and connect its model's receivers (and its subclasses')."""
     registry.record(options)
     receivers.connect(options.model)
     querysets.install(options.model)
-
-
-#: The proxies and multi-table children connected for a decorated ancestor, so that
-#: forgetting the ancestor disconnects them too.
-_subclasses: weakref.WeakSet[type[models.Model]] = weakref.WeakSet()
+    for subclass in list(_subclasses):
+        if issubclass(subclass, options.model) and not registry.is_recorded(subclass):
+            receivers.connect(subclass)  # connected once, however often it is asked
 
 
 def unregister(model: type[models.Model]) -> None:
     """Forget a decorated model and disconnect it and the subclasses that announced like it
-    (tests declare models of their own). A receiver left connected outlives its class: on
+    (tests and benchmarks turn models off). A receiver left connected outlives its class: on
     Django 5.2 it then fires for a class later made at the same address as well."""
-    options = registry.forget(model)
-    if options is None:
+    if registry.forget(model) is None:
         return
     receivers.disconnect(model)
     for subclass in list(_subclasses):
         if issubclass(subclass, model) and registry.options_for(subclass) is None:
-            _subclasses.discard(subclass)
             receivers.disconnect(subclass)
 
 

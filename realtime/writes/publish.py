@@ -134,8 +134,13 @@ def build(
             )
         except Exception as exc:
             # An audience hook's failure, most often: a traceback per place, within its budget.
+            label = _label(item)
             log_hook_failure(
-                logger, "realtime: preparing %s failed; it is not announced", exc, _label(item)
+                logger,
+                "realtime: preparing %s failed; it is not announced",
+                exc,
+                label,
+                place=label,
             )
             continue
         _extend(messages, runs, made, 0 if seqs is None else seqs[last] // limits.RELAY_ROWS)

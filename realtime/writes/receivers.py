@@ -23,7 +23,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 
 from realtime.conf import conf
 from realtime.paths import source_key, split_path
-from realtime.registry import ModelOptions, options_for
+from realtime.registry import ModelOptions, all_options, options_for
 from realtime.writes import deletes, on_commit, tracking
 from realtime.writes.audiences import (
     Past,
@@ -70,11 +70,20 @@ def disconnect(model: type[models.Model]) -> None:
     pre_delete.disconnect(sender=model, dispatch_uid=UID)
     post_delete.disconnect(sender=model, dispatch_uid=UID)
     for field in model._meta.local_many_to_many:
-        m2m_changed.disconnect(
-            sender=_through(model, field),
-            dispatch_uid=UID,
-            apps=model._meta.apps,
-        )
+        through = _through(model, field)
+        if not _through_watched_elsewhere(model, through):
+            m2m_changed.disconnect(sender=through, dispatch_uid=UID, apps=model._meta.apps)
+
+
+def _through_watched_elsewhere(model: type[models.Model], through: Any) -> bool:
+    """Whether another decorated model has a many-to-many through ``through`` (one
+    connection serves them all)."""
+    return any(
+        _through(options.model, field) == through
+        for options in all_options()
+        if options.model is not model
+        for field in options.model._meta.local_many_to_many
+    )
 
 
 def _through(model: type[models.Model], field: Any) -> type[models.Model] | str:
