@@ -26,6 +26,7 @@ import difflib
 import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -40,8 +41,8 @@ from realtime.auth import RealtimeAuth, Scope
 from realtime.compat import daphne
 from realtime.messages import base_channel, mark_publication, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector, global_position
+from realtime.sockets import live_queries, protocol
 from realtime.sockets import manager as manager_module
-from realtime.sockets import protocol
 from realtime.sockets.connection import STALL_BYTES, Send, Socket
 from realtime.sockets.cursors import position_of, read_cursor
 from realtime.sockets.delivery import Plan
@@ -666,6 +667,44 @@ async def test_writes_carried_together_reach_a_live_query_in_one_diff(
     frames = [json.loads(frame) for frame in recorder(socket).frames]
     assert [frame["type"] for frame in frames] == ["query.rows", "query.diff"]
     assert [row["id"] for row in frames[1]["data"]["enter"]] == [first.pk, second.pk]
+
+
+async def test_a_live_query_read_while_a_recheck_takes_a_scope_shows_none_of_its_rows(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first read of a live query runs off the event loop; a recheck taking one of the
+    scopes it reads from the socket meanwhile makes it read again: no row of that scope is
+    ever sent, not even in a ``query.rows`` superseded a moment later."""
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    other = await off_loop(Workspace.objects.create, name="Other", slug="other")
+    kept = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="kept")
+    lost = await off_loop(Case.objects.create, workspace=other, title="lost")
+    socket = await open_socket(manager, ann, int(workspace.pk), int(other.pk))
+    reading, go = threading.Event(), threading.Event()
+    first_read = live_queries.read_rows
+
+    def held_read(*args: Any) -> Any:
+        rows = first_read(*args)
+        if not reading.is_set():
+            reading.set()
+            assert go.wait(WAIT)
+        return rows
+
+    monkeypatch.setattr(live_queries, "read_rows", held_read)
+    started = asyncio.ensure_future(
+        manager.dispatcher.live.start(socket, {"id": "all", "model": "case"})
+    )
+    assert await off_loop(reading.wait, WAIT)
+    await manager.set_scopes(socket, [Scope(int(workspace.pk), "acme")], keep_channels=True)
+    go.set()
+    await started
+    await settle(manager)
+
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    shown = {row["id"] for frame in frames for row in frame["data"].get("rows", ())}
+    shown |= {row["id"] for frame in frames for row in frame["data"].get("enter", ())}
+    assert shown == {kept.pk}
+    assert lost.pk not in shown
 
 
 async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_account(
@@ -1420,6 +1459,25 @@ async def test_a_watch_that_changes_the_scopes_drops_every_subscription(
     ]
     await deliver(manager, scope_event(3, channels=None))
     assert len(recorder(socket).frames) == 1
+
+
+async def test_a_message_planned_before_a_recheck_took_its_scope_is_not_sent_after_it(
+    manager: SocketManager,
+) -> None:
+    """Messages are planned ahead of the one being sent: a recheck that takes a scope away
+    in between leaves the socket out of the frame (and of the live change) at sending."""
+    socket = await open_socket(manager, ANN, 1, 2, channels=["contact"])
+    neighbour = await open_socket(manager, BOB, 1, channels=["contact"])
+    plan = await manager.dispatcher.plan(scope_event(1, channels=["contact"]))
+    assert plan is not None
+    assert plan.targets == {socket, neighbour}
+
+    await manager.set_scopes(socket, [Scope(2, "scope-2")], keep_channels=True)
+    await manager.dispatcher.carry_out(plan)
+    await settle(manager)
+
+    assert heard(socket) == [[]]
+    assert len(recorder(neighbour).frames) == 1
 
 
 async def test_a_watch_naming_the_scopes_already_read_keeps_the_subscriptions(

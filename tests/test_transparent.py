@@ -1007,13 +1007,13 @@ def test_a_through_model_two_decorated_models_share_is_connected_once_while_eith
     stays while either model is decorated."""
 
     class Left(models.Model):  # noqa: DJ008 - never shown
-        rights = models.ManyToManyField("Right", through="Link", related_name="+")
+        rights: Any = models.ManyToManyField("Right", through="Link", related_name="+")
 
         class Meta:
             app_label = "testapp"
 
     class Right(models.Model):  # noqa: DJ008 - never shown
-        lefts = models.ManyToManyField(Left, through="Link", related_name="+")
+        lefts: Any = models.ManyToManyField(Left, through="Link", related_name="+")
 
         class Meta:
             app_label = "testapp"

@@ -204,15 +204,20 @@ class Socket:
         return floor is not None and position is not None and floor.covers(position)
 
     def reads(self, held: Held) -> bool:
-        """Whether a frame held during a recheck is still for this socket: one addressed to
-        a scope it no longer reads, or of channels it no longer hears there (unsubscribed,
-        or refused by that recheck's ``may_subscribe``), is not."""
-        scope_id = held.scope_id
+        """Whether a frame held during a recheck is still for this socket (``reads_event``)."""
+        return self.reads_event(held.scope_id, held.channels)
+
+    def reads_event(self, scope_id: Any, channels: Iterable[str] | None) -> bool:
+        """Whether the frame of an event addressed to ``scope_id`` (``None``: to no scope) on
+        ``channels`` is still for this socket: one of a scope it no longer reads, or of
+        channels it no longer hears there (unsubscribed, or refused by a recheck's
+        ``may_subscribe``), is not. Asked again as each frame goes out: a recheck may take a
+        scope away between a message's planning and its sending."""
         if scope_id is None:
             return True
         if scope_id not in self.scopes:
             return False
-        return held.channels is None or bool(self.hears(scope_id, held.channels))
+        return channels is None or bool(self.hears(scope_id, channels))
 
     def backlog(self) -> int:
         """Bytes not yet sent on the network."""

@@ -537,8 +537,11 @@ class Dispatcher:
             self._delivered(plan)
         if plan.query_change is not None:
             name = _model_of(plan.event_type)
+            # A socket whose scope a recheck took since the planning has its queries read
+            # again already: the change is no longer its to see.
+            queried = {s for s in plan.queried or () if s.reads_event(plan.scope_id, None)}
             try:
-                self.live.carry(name, plan.queried or set(), plan.query_change, plan.query_asked)
+                self.live.carry(name, queried, plan.query_change, plan.query_asked)
             except Exception:
                 # The event's frames went out: a live query's failure is its own.
                 logger.exception("realtime: a live query could not follow a %s", plan.event_type)
@@ -575,8 +578,8 @@ class Dispatcher:
         alone = None if position is None else Vector.of([position])
         streamed = position is not None and position.stream != GLOBAL
         for count, socket in enumerate(targets, 1):
-            if socket.closed:
-                continue  # dropped since this message was planned
+            if socket.closed or not socket.reads_event(scope_id, channels):
+                continue  # dropped, or its scope or channels taken, since this was planned
             out = message
             if socket.resumable:
                 if socket.has_heard(position):

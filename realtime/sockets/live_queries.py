@@ -896,6 +896,9 @@ class Queries:
                 return
             if query.stopped:
                 return
+            if rows is None:
+                query.again = True  # read again, in the scopes it reads now: nothing is sent
+                return
             query.load(rows)
             heard, query.pending = query.pending, None
             settled = all(
@@ -929,12 +932,18 @@ class Queries:
                 query.afresh = True
             await self._load(query)
 
-    async def _read(self, query: LiveQuery, refill: bool = False) -> list[dict[str, Any]]:
+    async def _read(self, query: LiveQuery, refill: bool = False) -> list[dict[str, Any]] | None:
         """The query's rows: its first read on realtime's pool, a refill on the threads of
-        the delivery path (frames of later writes wait for it)."""
+        the delivery path (frames of later writes wait for it). ``None`` when a recheck took
+        one of the scopes it read from its socket meanwhile: rows of that scope are not to
+        be shown."""
         socket = query.socket
         run = run_for_delivery if refill else run_blocking
-        return await run(read_rows, query.shape, socket.user, list(socket.scopes))
+        scopes = list(socket.scopes)
+        rows = await run(read_rows, query.shape, socket.user, scopes)
+        if any(scope_id not in socket.scopes for scope_id in scopes):
+            return None
+        return rows
 
     async def _send_rows(self, query: LiveQuery) -> None:
         query.shown_whole()
@@ -1032,14 +1041,26 @@ class Queries:
 
     async def _refill(self, stale: Sequence[LiveQuery]) -> None:
         """Read the rows of the ``stale`` queries again: once for each shape and reader."""
+        for _ in range(LOAD_TRIES):
+            stale = await self._refill_once(stale)
+            if not stale:
+                return
+
+    async def _refill_once(self, stale: Sequence[LiveQuery]) -> list[LiveQuery]:
+        """``_refill``; the queries whose read a recheck cut short by taking a scope from the
+        socket read for (each then reads by what it reads now)."""
         by_reader: dict[tuple[Any, ...], list[LiveQuery]] = {}
         for query in stale:
             by_reader.setdefault(_reader(query), []).append(query)
+        cut: list[LiveQuery] = []
         for queries in by_reader.values():
             try:
                 rows = await self._read(queries[0], refill=True)
             except Exception:
                 logger.exception("realtime: reading the rows of a live query again failed")
+                continue
+            if rows is None:
+                cut += queries
                 continue
             first = queries[0]
             entries = [entry_of(first.options, row) for row in rows[: first.capacity]]
@@ -1047,6 +1068,7 @@ class Queries:
             for query in queries:
                 if not query.stopped:
                     query.take(kept, len(rows) > query.capacity)
+        return cut
 
     async def _send_changes(self, query: LiveQuery) -> None:
         diff = query.changes()
