@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import Exists, Model, OuterRef
+from django.db.models import Exists, Model, OuterRef, QuerySet
 
 from realtime import limits
 from realtime.chunks import chunked
@@ -60,10 +60,8 @@ def readers_of_rows(
     model = options.model
     using = using or primary(model)  # read where the row was written, not on a replica
     accounts = get_user_model()._default_manager.db_manager(using).filter(pk__in=user_ids)
-    if active_only and _has_field(accounts.model, "is_active"):
-        # Checked at delivery too, not only by rechecks: an account made inactive by an
-        # ``update()`` (which sends no signal) reads no guarded row from then on.
-        accounts = accounts.filter(is_active=True)
+    if active_only:
+        accounts = active(accounts)
     users = list(accounts.order_by("pk"))
     here: list[tuple[Any, Check]] = []  # decided in process
     asked: list[tuple[Any, Any]] = []  # left to the database
@@ -103,6 +101,15 @@ def readers_of_rows(
 
 #: Rows asked about in one statement.
 ROWS_PER_STATEMENT = 500
+
+
+def active(accounts: QuerySet[Any, Any]) -> QuerySet[Any, Any]:
+    """``accounts`` without the inactive ones, where the account model has ``is_active``.
+    Checked wherever guarded rows are decided, not only by rechecks: an account made
+    inactive by an ``update()`` (which sends no signal) reads no guarded row from then on."""
+    if _has_field(accounts.model, "is_active"):
+        return accounts.filter(is_active=True)
+    return accounts
 
 
 def _has_field(model: type[Model], name: str) -> bool:

@@ -707,6 +707,26 @@ async def test_a_live_query_read_while_a_recheck_takes_a_scope_shows_none_of_its
     assert lost.pk not in shown
 
 
+async def test_a_live_query_reads_its_guarded_rows_for_the_account_as_it_is_now(
+    manager: SocketManager,
+) -> None:
+    """A guard is decided for the account as it is when the rows are read, as delivery
+    decides guarded rows, not as it was at the socket's handshake: an account made inactive
+    since (by an ``update()``, which no recheck hears) lists no guarded row."""
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    await off_loop(Case.objects.create, workspace=workspace, company=acme, title="open")
+    socket = await open_socket(manager, ann, int(workspace.pk))
+    live = manager.dispatcher.live
+    await live.start(socket, {"id": "before", "model": "case"})
+    await off_loop(lambda: get_user_model().objects.filter(pk=ann.pk).update(is_active=False))
+    await live.start(socket, {"id": "after", "model": "case"})
+    await settle(manager)
+
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    listed = {frame["data"]["id"]: len(frame["data"]["rows"]) for frame in frames}
+    assert listed == {"before": 1, "after": 0}
+
+
 async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_account(
     manager: SocketManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,10 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connections, models
 from django.utils import timezone
 
+from realtime.audience import active
 from realtime.blocking import run_blocking, run_for_delivery
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
@@ -671,12 +673,20 @@ def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QueryS
     elif options.scope_attname is not None:
         rows = rows.filter(**{f"{options.scope_attname}__in": list(scope_ids)})
     if options.guard is not None:
-        rows = rows.filter(options.guard(user))
+        account = _account_now(user)
+        rows = rows.none() if account is None else rows.filter(options.guard(account))
     ordering = []
     for name, descending in shape.order:
         attname = "pk" if name == "pk" else options.filter_attnames[name]
         ordering.append(f"-{attname}" if descending else attname)
     return rows.order_by(*ordering)
+
+
+def _account_now(user: Any) -> Any:
+    """The account as it is now, for a guard (which may read its attributes: a team, a
+    flag), as delivery decides guarded rows: ``None`` when it is gone or inactive. The
+    socket's own object is as it was at its handshake."""
+    return active(on_primary(get_user_model()).filter(pk=user.pk)).first()
 
 
 def read_rows(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> list[dict[str, Any]]:
