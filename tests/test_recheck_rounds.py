@@ -317,3 +317,59 @@ async def test_a_round_goes_anyway_after_a_bounded_wait_for_a_gap_in_delivery(
     assert auth.calls == ["bearers", "scopes"]
     auth.audience_gate.opened.set()
     await heard(socket, 3)
+
+
+async def test_a_recheck_asked_during_a_round_is_not_answered_by_that_round(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    """A round under way may have read the memberships before the write that asks for a
+    recheck committed: its answer does not release the frames held since; the next round's
+    does."""
+    sockets, round_ = await round_held_at_its_first_step(manager, auth)
+    asked = sockets[0]
+    manager.request_recheck([asked.user_id])  # the write that asks committed meanwhile
+    publish(manager, 1)
+    await heard(sockets[1], 1)
+    auth.rounds.opened.set()
+    await asyncio.wait_for(round_, WAIT)
+
+    assert asked.held is not None
+    assert [json.loads(frame)["data"]["id"] for frame in asked._send.frames] == []  # type: ignore[attr-defined]
+    auth.rounds.closed.clear()
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+    await heard(asked, 1)
+
+
+class FailingScopes(MemoryAuth):
+    """The scopes hook raises until ``works`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.works = False
+
+    def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+        if not self.works:
+            raise RuntimeError("the memberships cannot be read")
+        return super().scopes_of_many(questions)
+
+
+async def test_a_requested_recheck_whose_hooks_fail_keeps_the_frames_held_until_one_answers(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Errors inside a recheck are retried next round; a socket whose recheck was asked for
+    (a membership removed, say) does not get the frames held meanwhile on the strength of a
+    failure: they wait for an answer."""
+    failing = FailingScopes()
+    monkeypatch.setattr(auth_module, "_auth", failing)
+    socket, beside = await open_sockets(manager, 2)
+    manager.dispatcher.ensure_running()
+    manager.request_recheck([socket.user_id])
+    publish(manager, 1)
+    await heard(beside, 1)  # carried: held for the socket rechecked
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+
+    assert socket.held is not None
+    assert socket._send.frames == []  # type: ignore[attr-defined]
+    failing.works = True
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+    await heard(socket, 1)

@@ -106,6 +106,9 @@ class SocketManager:
         self._beside_tasks: set[asyncio.Task[None]] = set()
         #: Taken by the socket whose backlog of held frames is going out (one at a time).
         self._releasing = asyncio.Lock()
+        #: The sockets of the recheck batch under way: its answers may have been read before
+        #: a recheck asked for them meanwhile.
+        self._in_batch: set[Socket] = set()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
         self.resumer = Resumer(self.dispatcher, self.transport)
         #: One bound method for every socket's ``on_failure`` (not one per socket).
@@ -488,6 +491,9 @@ class SocketManager:
                 if socket.held is None:
                     socket.held = deque()
                     socket.rechecking = True
+                    # A batch under way may have read its memberships before the write that
+                    # asks: its answer does not end the hold.
+                    socket.recheck_asked = socket in self._in_batch
                 else:  # held for its handshake, or for a recheck that may have asked already
                     socket.recheck_asked = True
         self._wake_up()
@@ -548,6 +554,22 @@ class SocketManager:
             deadline = 0.0
         between = functools.partial(self._behind_delivery, deadline)
         auth = get_auth()
+        self._in_batch.update(due)
+        try:
+            await self._act_on(due, versions, auth, questions, between)
+        finally:
+            self._in_batch.difference_update(due)
+
+    async def _act_on(
+        self,
+        due: list[Socket],
+        versions: list[int],
+        auth: RealtimeAuth,
+        questions: list[tuple[Any, str, Any, list[Any]]],
+        between: Callable[[], None],
+    ) -> None:
+        """Ask the batch's questions and act on the answers (the batch's sockets are in
+        ``_in_batch`` throughout)."""
         answers = await run_in_background(access.recheck, auth, questions, between)
         channels = await self._recheck_channels(auth, due, answers, between)
         for socket, version, answer in zip(due, versions, answers, strict=True):
@@ -573,7 +595,12 @@ class SocketManager:
                     socket.next_recheck = 0.0
                     self._wake_up()
             if socket.rechecking:
-                # Could not tell (FAILED): the socket goes on as it was, like any recheck.
+                if answer is access.FAILED:
+                    # Could not tell: a recheck was asked for (a membership removed, say), so
+                    # its frames stay held, and it is asked again at the next round (a
+                    # failure that lasts fills the hold: the socket is then closed 1012).
+                    socket.next_recheck = 0.0
+                    continue
                 await self.go_live(socket)
 
     async def _recheck_channels(
