@@ -373,3 +373,32 @@ async def test_a_requested_recheck_whose_hooks_fail_keeps_the_frames_held_until_
     failing.works = True
     await asyncio.wait_for(manager.recheck_due(), WAIT)
     await heard(socket, 1)
+
+
+async def test_a_recheck_asked_while_a_handshake_read_the_account_holds_the_socket_s_frames(
+    manager: SocketManager, auth: MemoryAuth
+) -> None:
+    """A recheck asked for an account whose socket is still in its handshake (its account
+    and memberships read, the socket not registered yet) is owed to that socket: its frames
+    stay held until a recheck answers, as for a socket asked about while live."""
+    (beside,) = await open_sockets(manager, 1)
+    manager.dispatcher.ensure_running()
+    socket = Socket(
+        consumer=None,
+        send=TellingSend(),
+        user=Account(7),
+        token="t7",
+        ask=protocol.read_scopes({}),
+        scopes={SCOPE: f"scope-{SCOPE}"},
+        read_from=time.monotonic(),  # its handshake reads the account now...
+    )
+    manager.request_recheck([socket.user_id])  # ...a membership of it is removed...
+    await manager.register(socket, ["contact"])  # ...and it registers with what it read
+    await manager.go_live(socket)
+    publish(manager, 1)
+    await heard(beside, 1)
+
+    assert socket.held is not None
+    assert socket._send.frames == []  # type: ignore[attr-defined]
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+    await heard(socket, 1)

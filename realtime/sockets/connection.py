@@ -103,6 +103,7 @@ class Socket:
         "next_recheck",
         "on_failure",
         "queries",
+        "read_from",
         "recheck_asked",
         "rechecking",
         "resumable",
@@ -126,8 +127,12 @@ class Socket:
         scopes: dict[Any, str],
         link: Link | None = None,
         resumable: bool = False,
+        read_from: float | None = None,
     ) -> None:
         self.consumer = consumer
+        #: When its handshake began reading the account and its memberships (monotonic): a
+        #: recheck asked for the account since then is owed to it once it is registered.
+        self.read_from = time.monotonic() if read_from is None else read_from
         self._send = send
         #: The server's connection (``link.find_link``); without one, known only through send.
         self.link = link if link is not None else Link()

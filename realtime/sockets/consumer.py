@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -150,6 +151,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             # No bearer holds a NUL or a lone surrogate; no hook is asked about one.
             return await self._refuse(Refusal.TOKEN, "it holds a NUL or a lone surrogate")
         ask = protocol.read_scopes(frame.data)
+        read_from = time.monotonic()
         try:
             user, scopes = await self.inbox.watching(get_manager().handshakes.ask((token, ask)))
         except (ClientGoneError, OverLimitError):
@@ -166,7 +168,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             return await self._refuse(Refusal.TOO_MANY)
         try:
             await self._start_listening()
-            if not await self._open(user, token, ask, scopes, frame.data):
+            if not await self._open(user, token, ask, scopes, frame.data, read_from):
                 return False
         finally:
             manager.release(user.pk)
@@ -174,7 +176,13 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         return True
 
     async def _open(
-        self, user: Any, token: str, ask: ScopeAsk, scopes: list[Scope], data: dict[str, Any]
+        self,
+        user: Any,
+        token: str,
+        ask: ScopeAsk,
+        scopes: list[Scope],
+        data: dict[str, Any],
+        read_from: float,
     ) -> bool:
         """Register the socket (subscribed to ``authenticate.channels``, following its scopes,
         its frames held), work out how it starts, then say ``auth_success`` and let the
@@ -198,6 +206,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             scopes={normal_id(s.id): s.slug for s in scopes},
             link=self.link,
             resumable=resume.opted,
+            read_from=read_from,
         )
         if subscriptions.hooked(get_auth()):
             socket.allowed = {}

@@ -38,7 +38,7 @@ import functools
 import logging
 import random
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -66,6 +66,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between housekeeping rounds (due rechecks, stalled sockets).
 TICK = 1.0
+#: Seconds a recheck asked for an account is remembered for its sockets still in their
+#: handshake (which takes far less).
+ASKED_MEMORY = 60.0
 #: Ticks between two observations of every socket by the stall watch; in between, it
 #: observes only those handed a frame since they were last seen with nothing on the way
 #: (watching 5,000 idle sockets every tick cost a third of the idle worker's CPU).
@@ -109,6 +112,9 @@ class SocketManager:
         #: The sockets of the recheck batch under way: its answers may have been read before
         #: a recheck asked for them meanwhile.
         self._in_batch: set[Socket] = set()
+        #: When a recheck was last asked for each account, for ``ASKED_MEMORY`` seconds: a
+        #: socket whose handshake read its account before then is owed one.
+        self._asked: OrderedDict[Any, float] = OrderedDict()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
         self.resumer = Resumer(self.dispatcher, self.transport)
         #: One bound method for every socket's ``on_failure`` (not one per socket).
@@ -201,6 +207,12 @@ class SocketManager:
         are held (its handshake is not over, see ``Socket.held``).
         """
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL * random.uniform(0.5, 1.0)
+        asked = self._asked.get(socket.user_id)
+        if asked is not None and asked >= socket.read_from:
+            # Asked while its handshake was reading: its frames, held for the handshake, stay
+            # held until that recheck answers (``go_live``).
+            socket.recheck_asked = True
+            socket.next_recheck = 0.0
         socket.on_failure = self._on_failure
         socket.watch = self._unsettled
         self.index.add(socket)
@@ -485,7 +497,11 @@ class SocketManager:
         the recheck (an account deactivated, a membership removed) is sent after this, so
         holding here means none of them reaches a socket the recheck is about to refuse.
         """
+        now = time.monotonic()
+        asked = self._asked
         for user_id in user_ids:
+            asked[user_id] = now
+            asked.move_to_end(user_id)
             for socket in self.index.by_user.get(user_id, ()):
                 socket.next_recheck = 0.0
                 if socket.held is None:
@@ -496,6 +512,8 @@ class SocketManager:
                     socket.recheck_asked = socket in self._in_batch
                 else:  # held for its handshake, or for a recheck that may have asked already
                     socket.recheck_asked = True
+        while asked and next(iter(asked.values())) < now - ASKED_MEMORY:
+            asked.popitem(last=False)
         self._wake_up()
 
     def _wake_up(self) -> None:
