@@ -572,54 +572,45 @@ class SocketManager:
             deadline = 0.0
         between = functools.partial(self._behind_delivery, deadline)
         auth = get_auth()
+        # Its sockets are in ``_in_batch`` until it has acted on every answer.
         self._in_batch.update(due)
         try:
-            await self._act_on(due, versions, auth, questions, between)
+            answers = await run_in_background(access.recheck, auth, questions, between)
+            channels = await self._recheck_channels(auth, due, answers, between)
+            for socket, version, answer in zip(due, versions, answers, strict=True):
+                if socket.closed or socket not in self.index.sockets:
+                    continue
+                if answer is None:
+                    # Beside the round: the client may not be reading its auth_error.
+                    self.index.remove(socket)
+                    self._beside(self._refuse(socket))
+                    continue
+                applied = answer is not access.FAILED and socket.scope_version == version
+                asked = channels.get(socket)
+                if asked is not None and (
+                    applied or set(_reads(socket)) == set(asked[0].scope_ids)
+                ):
+                    # Before the scopes change: a scope given back enters with what it allows.
+                    self.index.reallow(socket, asked[0].channels, asked[1].allowed)
+                if applied:
+                    gained = any(normal_id(scope.id) not in socket.scopes for scope in answer)
+                    await self.set_scopes(socket, answer, keep_channels=True)
+                    unasked = socket.channels.difference(asked[0].channels if asked else ())
+                    if gained and unasked and socket.allowed is not None:
+                        # Subscribed while this recheck asked: not heard in the scopes it gave
+                        # until the hook is asked there, by the next recheck, due now.
+                        socket.next_recheck = 0.0
+                        self._wake_up()
+                if socket.rechecking:
+                    if answer is access.FAILED:
+                        # Could not tell: a recheck was asked for (a membership removed, say), so
+                        # its frames stay held, and it is asked again at the next round (a
+                        # failure that lasts fills the hold: the socket is then closed 1012).
+                        socket.next_recheck = 0.0
+                        continue
+                    await self.go_live(socket)
         finally:
             self._in_batch.difference_update(due)
-
-    async def _act_on(
-        self,
-        due: list[Socket],
-        versions: list[int],
-        auth: RealtimeAuth,
-        questions: list[tuple[Any, str, Any, list[Any]]],
-        between: Callable[[], None],
-    ) -> None:
-        """Ask the batch's questions and act on the answers (the batch's sockets are in
-        ``_in_batch`` throughout)."""
-        answers = await run_in_background(access.recheck, auth, questions, between)
-        channels = await self._recheck_channels(auth, due, answers, between)
-        for socket, version, answer in zip(due, versions, answers, strict=True):
-            if socket.closed or socket not in self.index.sockets:
-                continue
-            if answer is None:
-                # Beside the round: the client may not be reading its auth_error.
-                self.index.remove(socket)
-                self._beside(self._refuse(socket))
-                continue
-            applied = answer is not access.FAILED and socket.scope_version == version
-            asked = channels.get(socket)
-            if asked is not None and (applied or set(_reads(socket)) == set(asked[0].scope_ids)):
-                # Before the scopes change: a scope given back enters with what it allows.
-                self.index.reallow(socket, asked[0].channels, asked[1].allowed)
-            if applied:
-                gained = any(normal_id(scope.id) not in socket.scopes for scope in answer)
-                await self.set_scopes(socket, answer, keep_channels=True)
-                unasked = socket.channels.difference(asked[0].channels if asked else ())
-                if gained and unasked and socket.allowed is not None:
-                    # Subscribed while this recheck asked: not heard in the scopes it gave
-                    # until the hook is asked there, by the next recheck, due now.
-                    socket.next_recheck = 0.0
-                    self._wake_up()
-            if socket.rechecking:
-                if answer is access.FAILED:
-                    # Could not tell: a recheck was asked for (a membership removed, say), so
-                    # its frames stay held, and it is asked again at the next round (a
-                    # failure that lasts fills the hold: the socket is then closed 1012).
-                    socket.next_recheck = 0.0
-                    continue
-                await self.go_live(socket)
 
     async def _recheck_channels(
         self,
