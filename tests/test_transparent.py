@@ -70,6 +70,7 @@ from tests.testapp.models import (
     Tag,
     Ticket,
     TicketQuerySet,
+    Twin,
     Workspace,
 )
 
@@ -1097,3 +1098,134 @@ def test_a_fetch_asks_the_routers_once_as_django_does() -> None:
         list(Contact.objects.filter(pk=contact.pk))
         contact.refresh_from_db()
     assert router.asked == [Contact, Contact]
+
+
+# 9. Copies, duplicates, the application's own receivers and wrappers ------------------------
+
+
+def test_a_copy_saved_as_a_new_row_leaves_the_originals_next_change_announced(
+    workspace: Workspace,
+) -> None:
+    original = Twin.objects.create(workspace=workspace, name="original")
+    copied = copy.copy(original)  # shares what the original knows of its row
+    copied.pk = None
+    copied.name = "copied"
+    copied.save()
+    forget_messages()
+    original.name = "copied"
+    original.save()
+    Twin.objects.bulk_update([copied], ["name"])  # nothing changes: nothing announced
+    assert [(m["event_type"], m["data"]["id"], m["meta"]["changed"]) for m in events()] == [
+        ("twin.updated", original.pk, ["name"])
+    ]
+
+
+def test_a_bulk_update_naming_a_row_twice_announces_what_django_stored(
+    workspace: Workspace,
+) -> None:
+    row = Twin.objects.create(workspace=workspace, name="before")
+    first, second = Twin.objects.get(pk=row.pk), Twin.objects.get(pk=row.pk)
+    first.name, second.name = "first", "second"
+    forget_messages()
+    Twin.objects.bulk_update([first, second], ["name"])
+    stored = Twin.objects.get(pk=row.pk).name
+    assert [(m["event_type"], m["data"]["name"]) for m in events()] == [("twin.updated", stored)]
+    again = Twin.objects.get(pk=row.pk)
+    again.name = "first" if stored == "second" else "second"
+    forget_messages()
+    again.save()
+    assert [m["data"]["name"] for m in events()] == [again.name]
+
+
+def test_a_row_moved_by_a_pre_save_receiver_of_the_application_leaves_its_old_scope(
+    workspace: Workspace,
+) -> None:
+    other = Workspace.objects.create(name="Other", slug="other")
+
+    def move(sender: Any, instance: Any, **kwargs: Any) -> None:
+        instance.workspace = other
+
+    row = Twin.objects.get(pk=Twin.objects.create(workspace=workspace, name="row").pk)
+    pre_save.connect(move, sender=Twin, weak=False)  # after realtime's receiver
+    try:
+        forget_messages()
+        row.name = "moved"
+        row.save()
+    finally:
+        pre_save.disconnect(move, sender=Twin)
+    told = [(m["scope_id"], m["event_type"], m.get("meta")) for m in events()]
+    assert sorted(told, key=str) == sorted(
+        [
+            (workspace.pk, "twin.deleted", {"moved": True}),
+            (other.pk, "twin.created", {"moved": True}),
+        ],
+        key=str,
+    )
+
+
+def test_the_applications_receivers_see_no_realtime_state_on_the_instance(
+    workspace: Workspace,
+) -> None:
+    seen: list[list[str]] = []
+
+    def look(sender: Any, instance: Any, **kwargs: Any) -> None:
+        seen.append(sorted(key for key in instance.__dict__ if key.startswith("_realtime")))
+        copy.deepcopy(instance)
+        pickle.dumps(instance)
+
+    contact = Contact.objects.create(workspace=workspace, name="c")
+    signals = (pre_save, post_save, pre_delete, post_delete)
+    for signal in signals:
+        signal.connect(look, sender=Contact, weak=False)
+    try:
+        contact.name = "renamed"
+        contact.save()
+        contact.delete()
+    finally:
+        for signal in signals:
+            signal.disconnect(look, sender=Contact)
+    assert seen == [[]] * 4
+
+
+def test_a_delete_the_application_refuses_leaves_the_instance_as_django_does(
+    workspace: Workspace,
+) -> None:
+    def refuse(sender: Any, instance: Any, **kwargs: Any) -> None:
+        raise PermissionError("kept")
+
+    contact = Contact.objects.create(workspace=workspace, name="c")
+    pre_delete.connect(refuse, sender=Contact, weak=False)
+    try:
+        with pytest.raises(PermissionError):
+            contact.delete()
+    finally:
+        pre_delete.disconnect(refuse, sender=Contact)
+    assert pickle.loads(pickle.dumps(contact)).pk == contact.pk  # noqa: S301 - our own bytes
+    forget_messages()
+    contact.name = "still here"
+    contact.save()
+    assert kinds() == [("contact.updated", contact.pk)]
+
+
+@pytest.mark.parametrize("model", [Plain, Twin])
+def test_a_queryset_delete_forgets_the_rows_it_fetched(model: Any, workspace: Workspace) -> None:
+    model.objects.create(workspace=workspace, name="row")
+    rows = model.objects.filter(workspace=workspace)
+    assert len(rows) == 1
+    assert rows.delete()[0] == 1
+    assert list(rows) == []
+
+
+def test_writes_under_a_wrapper_ending_statements_with_a_comment_are_announced(
+    workspace: Workspace,
+) -> None:
+    row = Twin.objects.create(workspace=workspace, name="row")
+
+    def tag(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        return execute(f"{sql} -- app=tagged", params, many, context)
+
+    forget_messages()
+    with connection.execute_wrapper(tag):
+        assert Twin.objects.filter(pk=row.pk).update(name="renamed") == 1
+        assert Twin.objects.filter(pk=row.pk).delete()[0] == 1
+    assert kinds() == [("twin.updated", row.pk), ("twin.deleted", row.pk)]

@@ -363,8 +363,9 @@ def fast_delete(
         return None
     if before is not None:
         before(doomed)
-    with transaction.mark_for_rollback_on_error(using):
+    with transaction.atomic(using=using, savepoint=False):  # as Django's Collector.delete()
         count: int = doomed._raw_delete(using)
+    queryset._result_cache = None  # as QuerySet.delete(): the queryset may be used again
     return count
 
 
@@ -475,13 +476,16 @@ class Returning:
         quote = connection.ops.quote_name
         table = quote(model._meta.db_table)
         self.prefix = f"UPDATE {table} SET " if verb == "UPDATE" else f"DELETE FROM {table}"
-        self.clause = " RETURNING " + ", ".join(quote(field.column) for field in fields)
+        # On a line of its own: a wrapper may end the statement with a ``--`` comment (a tag).
+        self.clause = "\nRETURNING " + ", ".join(quote(field.column) for field in fields)
         self.fields = list(fields)
         self.table = model._meta.db_table
         self.using = using
         self.keep = keep
         self.rest_at = list(rest)
         self.seen = False
+        #: Whether the statement, seen, returned no rows at all (its ``RETURNING`` lost).
+        self.lost = False
         #: The start of a write that went by without being recognised (for the error).
         self.other: str | None = None
         self.count = 0
@@ -497,6 +501,9 @@ class Returning:
         clause = self.clause if params is None else self.clause.replace("%", "%%")
         result = execute(sql_ + clause, params, many, context)
         cursor = context["cursor"]
+        if cursor.description is None:  # fetching would raise (psycopg): the write stands
+            self.lost = True
+            return result
         rest_at = self.rest_at
         while batch := cursor.fetchmany(RETURNED_BATCH):
             room = self.keep - len(self.rows)
@@ -513,7 +520,7 @@ class Returning:
         space."""
         start = _LEADING_COMMENTS.match(sql_)
         text = sql_[start.end() :] if start else sql_
-        if not text.startswith(self.prefix):
+        if not text.startswith(self.prefix) or sql_.rstrip().endswith(";"):
             if self.other is None and text[:6].upper() in ("UPDATE", "DELETE"):
                 self.other = text[:120]
             return False

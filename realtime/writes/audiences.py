@@ -148,6 +148,35 @@ def plan_before(
     return Plan(past, queries=queries, readers=guard_asks)
 
 
+def planned_attnames(options: ModelOptions) -> tuple[str, ...]:
+    """The columns ``plan_before`` looks at: the first hop of the account path and of
+    ``shared_via``, the scope, the declared foreign keys, and what a guard may read."""
+    model = options.model
+    names = [options.scope_attname] if options.scope_attname is not None else []
+    for path in (options.user_field, options.shared_via):
+        hop = _first_hop(model, path)
+        if hop is not None:
+            names.append(hop.attname)
+    if options.guard is not None:
+        guarded = guard_attnames(options)
+        names += guarded if guarded is not None else [f.attname for f in model._meta.fields]
+    names += [field.attname for field in _foreign_keys(options, model)]
+    return tuple(dict.fromkeys(names))
+
+
+#: ``planned_attnames`` by the ``id()`` of the options they are of (kept with them).
+_planned: dict[int, tuple[ModelOptions, tuple[str, ...]]] = {}
+
+
+def audience_inputs(options: ModelOptions, instance: models.Model) -> tuple[Any, ...]:
+    """The values of ``planned_attnames`` as ``instance`` holds them now."""
+    kept = _planned.get(id(options))
+    if kept is None or kept[0] is not options:
+        kept = _planned[id(options)] = (options, planned_attnames(options))
+    values = instance.__dict__
+    return tuple(values.get(attname) for attname in kept[1])
+
+
 def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> Before | None:
     """Who could read the row before the save about to run, as ``plan`` says; ``None`` when
     the stored row shows nothing can differ (``always``: taken even then, for a bulk write
@@ -209,7 +238,7 @@ def guard_attnames(options: ModelOptions) -> frozenset[str] | None:
     return options.guard_attnames
 
 
-def _foreign_keys(options: ModelOptions, instance: models.Model) -> list[Any]:
+def _foreign_keys(options: ModelOptions, instance: models.Model | type[models.Model]) -> list[Any]:
     """The declared relations that are foreign keys on the row (their channels are columns)."""
     fields = []
     for name in options.relations:

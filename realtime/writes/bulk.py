@@ -78,6 +78,7 @@ from realtime.writes.audiences import (
 from realtime.writes.events import (
     Before,
     Event,
+    as_stored,
     folded_event,
     read_event,
     to_many_of_rows,
@@ -199,7 +200,7 @@ def updated(
     changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
     count = run()
     if changes is not None:
-        failsafe(what, db, True, lambda: _announce_changes(options, changes, fields, db))
+        failsafe(what, db, True, lambda: _announce_changes(options, changes, objs, fields, db))
     return count
 
 
@@ -277,6 +278,13 @@ def _returned(
 ) -> tuple[list[models.Model], list[tuple[Any, ...]]]:
     """The rows ``returning`` kept, as instances in key order, and what it kept of the rest;
     raises when a write that changed ``count`` rows went by without the statement it reads."""
+    if count and returning.lost:
+        raise RuntimeError(
+            f"{count} rows of {model._meta.label} were written by a statement that returned "
+            "nothing where realtime asked it to return them; they are not announced. An "
+            "execute wrapper that rewrites statements may add comments, not other text; "
+            "realtime.announce() announces such writes"
+        )
     if count and not returning.seen:
         raise RuntimeError(
             f"{count} rows of {model._meta.label} were written by a statement realtime did not "
@@ -732,42 +740,76 @@ def _attname(model: type[models.Model], name: str) -> str:
 def _changes(
     options: ModelOptions, objs: Sequence[models.Model], fields: Sequence[str], db: str
 ) -> list[tuple[models.Model, list[str], Before | None]]:
-    """For each object whose listed fields differ from what its row holds: the fields, and
-    who could read it before when that may change (taken now, before the write)."""
-    changes = []
-    for index, obj in enumerate(objs):
+    """For each row whose listed fields an object changes: its object (the first, when several
+    objects name the row), the fields, and who could read it before when that may change
+    (taken now, before the write)."""
+    changes: dict[Any, tuple[models.Model, list[str], Before | None]] = {}
+    for obj in objs:
         changed = tracking.changed_fields(obj, None)
         names = sorted({obj._meta.get_field(name).name for name in fields} & set(changed))
         if not names:
             continue
-        before = None
-        if index < conf.BULK_LIMIT:
+        first, known, before = changes.get(obj.pk, (obj, [], None))
+        if before is None and len(changes) < conf.BULK_LIMIT:
             plan = plan_before(options, obj, names, db)
             before = None if plan is None else take_before(options, plan)
-        changes.append((obj, names, before))
-    return changes
+        changes[obj.pk] = (first, sorted({*known, *names}), before)
+    return list(changes.values())
 
 
 def _announce_changes(
     options: ModelOptions,
     changes: list[tuple[models.Model, list[str], Before | None]],
+    objs: Sequence[models.Model],
     fields: Sequence[str],
     db: str,
 ) -> None:
     audiences = []
+    duplicated = _duplicated_keys(objs)
     announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
     to_many = to_many_of_rows(options, options.model, announced, db)
-    # Objects loaded with only() or defer(): what their events carry is read in one go.
+    # Objects loaded with only() or defer(): what their events carry is read in one go; of a
+    # queryable model, the columns the write left as the row holds them.
     whole = with_columns_of(options, [obj for obj, _, _ in changes[: conf.BULK_LIMIT]], db)
+    whole = as_stored(options, whole, tracking.written_attnames(objs[0], fields), db)
+    stored = _stored_rows(options.model, duplicated, db)
     events = []
     for index, (obj, names, before) in enumerate(changes):
-        tracking.saved(obj, tracking.written_attnames(obj, fields), db)
-        if index >= conf.BULK_LIMIT:
-            audiences.append(_audience_of(options, obj))
+        if obj.pk in duplicated:
+            row = stored.get(obj.pk)
+        else:
+            tracking.saved(obj, tracking.written_attnames(obj, fields), db)
+            row = whole[index] if index < conf.BULK_LIMIT else obj
+        if row is None:
             continue
-        events.append(_updated_event(options, whole[index], names, before, to_many, db))
+        if index >= conf.BULK_LIMIT:
+            audiences.append(_audience_of(options, row))
+            continue
+        events.append(_updated_event(options, row, names, before, to_many, db))
+    if duplicated:
+        attnames = tracking.written_attnames(objs[0], fields)
+        tracking.bulk_written(options.model, duplicated, attnames, db)
     _add_all(events, db)
     _fold(options, "updated", audiences, db)
+
+
+def _duplicated_keys(objs: Sequence[models.Model]) -> set[Any]:
+    """The keys several of ``objs`` share: ``bulk_update`` stores one of them per row (the
+    first of its batch, which depends on the batch size the database allows)."""
+    seen: set[Any] = set()
+    duplicated: set[Any] = set()
+    for obj in objs:
+        (duplicated if obj.pk in seen else seen).add(obj.pk)
+    return duplicated
+
+
+def _stored_rows(model: type[models.Model], keys: set[Any], db: str) -> dict[Any, models.Model]:
+    """The rows of ``keys`` as the write left them, by key (those whose objects disagree on
+    what it wrote)."""
+    rows: dict[Any, models.Model] = {}
+    for chunk in chunked(list(keys), 500):
+        rows.update((row.pk, row) for row in model._base_manager.using(db).filter(pk__in=chunk))
+    return rows
 
 
 # Shared ----------------------------------------------------------------------------------------

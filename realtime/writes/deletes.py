@@ -39,7 +39,7 @@ from realtime.compat.django import in_transaction
 from realtime.conf import conf
 from realtime.encoding import id_order, record_channel
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
-from realtime.writes import on_commit
+from realtime.writes import on_commit, pending
 from realtime.writes.audiences import delete_event
 from realtime.writes.events import Event, folded_event, read_event
 from realtime.writes.failsafe import failsafe, never_raises
@@ -109,13 +109,13 @@ def _on_parent_pre_delete(
         lambda: _children_events(sender, instance, using),
     )
     if events:
-        instance.__dict__[PENDING_CASCADE] = events
+        pending.put(instance, PENDING_CASCADE, events)
 
 
 def _on_parent_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    on_commit.add_all(instance.__dict__.pop(PENDING_CASCADE, []), using)
+    on_commit.add_all(pending.take(instance, PENDING_CASCADE, []), using)
 
 
 def _children_events(parent: type[models.Model], instance: models.Model, using: str) -> list[Event]:
@@ -211,27 +211,28 @@ def _on_target_deleting(
         return found
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
-    pending = instance.__dict__[PENDING_UNLINKED] = failsafe(label, using, True, read) or []
-    unlinking(_pairs(pending), True)
+    unlinked = failsafe(label, using, True, read) or []
+    pending.put(instance, PENDING_UNLINKED, unlinked)
+    unlinking(_pairs(unlinked), True)
 
 
-def _pairs(pending: list[Any]) -> list[tuple[Any, str]]:
-    return [(options.model._meta.concrete_model, field.name) for options, field, *_ in pending]
+def _pairs(unlinked: list[Any]) -> list[tuple[Any, str]]:
+    return [(options.model._meta.concrete_model, field.name) for options, field, *_ in unlinked]
 
 
 @never_raises
 def _on_target_deleted(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    pending = instance.__dict__.pop(PENDING_UNLINKED, [])
-    if not pending:
+    unlinked = pending.take(instance, PENDING_UNLINKED, [])
+    if not unlinked:
         return
-    unlinking(_pairs(pending), False)
+    unlinking(_pairs(unlinked), False)
     target_channel = record_channel(wire_name(sender), instance.pk)
 
     def read() -> list[Event]:
         events: list[Event] = []
-        for options, field, ids, surplus in pending:
+        for options, field, ids, surplus in unlinked:
             # Read as the delete left them: the new value of the key, whatever set it.
             stored = options.model._base_manager.using(using)
             for child in stored.filter(pk__in=ids).order_by("pk"):

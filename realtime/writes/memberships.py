@@ -43,7 +43,7 @@ from realtime.compat.django_orm import matching
 from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
-from realtime.writes import on_commit
+from realtime.writes import on_commit, pending
 from realtime.writes.events import Event
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.shared_roots import row_events
@@ -194,14 +194,14 @@ def _on_pre_save(
         stored = sender._base_manager.using(using).filter(pk=instance.pk)
         return {watch: _pairs_of(stored, watch) for watch in _watches_of(sender)}
 
-    instance.__dict__[PENDING] = failsafe(_label(sender), using, True, old)
+    pending.put(instance, PENDING, failsafe(_label(sender), using, True, old))
 
 
 @never_raises
 def _on_post_save(
     sender: type[models.Model], instance: models.Model, raw: bool, using: str, **kwargs: Any
 ) -> None:
-    before = instance.__dict__.pop(PENDING, None)
+    before = pending.take(instance, PENDING)
     if raw or before is None:
         return
     for watch in _watches_of(sender):
@@ -214,14 +214,14 @@ def _on_post_save(
 def _on_pre_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    instance.__dict__[PENDING] = {watch: {_pair(instance, watch)} for watch in _watches_of(sender)}
+    pending.put(instance, PENDING, {w: {_pair(instance, w)} for w in _watches_of(sender)})
 
 
 @never_raises
 def _on_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    before = instance.__dict__.pop(PENDING, None) or {}
+    before = pending.take(instance, PENDING) or {}
     for watch, pairs in before.items():
         _changed(watch, using, {p for p in pairs if None not in p}, set(), [instance.pk])
 

@@ -24,15 +24,16 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from realtime.conf import conf
 from realtime.paths import source_key, split_path
 from realtime.registry import ModelOptions, all_options, options_for
-from realtime.writes import deletes, on_commit, tracking
+from realtime.writes import deletes, on_commit, pending, tracking
 from realtime.writes.audiences import (
     Past,
     Plan,
+    audience_inputs,
     delete_event,
     plan_before,
     take_before,
 )
-from realtime.writes.events import Before, lacks_columns, read_event
+from realtime.writes.events import Before, as_stored, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
 from realtime.writes.silence import silences
 
@@ -107,11 +108,12 @@ def on_pre_save(
     """Who could read the row before this save, when the save may change it: read now,
     while the database still holds the row."""
     options = options_for(sender)
+    pending.drop(instance, PENDING_BEFORE)  # a save that failed after its pre_save left it
     if raw or options is None:
         return
     label = _label(options, instance)
     known = failsafe(label, using, False, lambda: tracking.known(instance))
-    instance.__dict__[PENDING_KNOWN] = known
+    pending.put(instance, PENDING_KNOWN, (known, audience_inputs(options, instance)))
     plan = failsafe(
         label, using, False, lambda: plan_before(options, instance, update_fields, using, known)
     )
@@ -120,7 +122,7 @@ def on_pre_save(
             _label(options, instance), using, plan.queries, lambda: take_before(options, plan)
         )
         if before is not None:
-            instance.__dict__[PENDING_BEFORE] = before
+            pending.put(instance, PENDING_BEFORE, before)
 
 
 def on_post_save(
@@ -134,17 +136,18 @@ def on_post_save(
 ) -> None:
     """What the save changed, read into an event in its transaction, for the outbox."""
     options = options_for(sender)
-    before = instance.__dict__.pop(PENDING_BEFORE, None)
-    known = instance.__dict__.pop(PENDING_KNOWN, None)
+    before = pending.take(instance, PENDING_BEFORE)
+    known, inputs = pending.take(instance, PENDING_KNOWN) or (None, None)
     if raw or options is None:
         return
     queries = options.create_queries if created else options.write_queries
     queries = queries or bool(lacks_columns(options, instance))  # read before its event
+    queries = queries or (update_fields is not None and bool(options.filters))
     failsafe(
         _label(options, instance),
         using,
         queries,
-        lambda: _saved(options, instance, created, using, update_fields, before, known),
+        lambda: _saved(options, instance, created, using, update_fields, before, known, inputs),
     )
 
 
@@ -156,17 +159,47 @@ def _saved(
     update_fields: Iterable[str] | None,
     before: Before | None,
     known: dict[str, Any] | None,
+    inputs: tuple[Any, ...] | None,
 ) -> None:
+    if before is None and not created and inputs not in (None, audience_inputs(options, instance)):
+        before = _taken_late(options, instance, update_fields, using, known)
     changed = None if created else tracking.changed_fields(instance, update_fields, known)
     tracking.saved(instance, tracking.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
     moving = before is not None and not created
-    event = read_event(options, instance, action, changed, scopeless=moving, using=using)
+    row = instance
+    if update_fields is not None:
+        written = tracking.written_attnames(instance, update_fields)
+        (row,) = as_stored(options, [instance], written, using)
+    event = read_event(options, row, action, changed, scopeless=moving, using=using)
     if event is not None:
         event.before = before if moving else None
         on_commit.add(event, using)
+
+
+def _taken_late(
+    options: ModelOptions,
+    instance: models.Model,
+    update_fields: Iterable[str] | None,
+    using: str,
+    known: dict[str, Any] | None,
+) -> Before | None:
+    """Who could read the row before a save whose ``pre_save`` receivers of the application,
+    run after realtime's, changed what decides it (its scope, a guarded column): from what the
+    row held, as realtime knew it; raises where that would need the row as stored, gone now."""
+    plan = plan_before(options, instance, update_fields, using, known)
+    if plan is None:
+        return None
+    if plan.queries:
+        raise RuntimeError(
+            f"a pre_save receiver run after realtime's changed what decides who reads "
+            f"{options.model._meta.label}:{instance.pk}, and who could read it before is no "
+            "longer stored; the readers it leaves are not told. Set those fields before "
+            "save() (or in the model's own save())"
+        )
+    return take_before(options, plan)
 
 
 def on_pre_delete(
@@ -178,6 +211,7 @@ def on_pre_delete(
 ) -> None:
     """The event of a delete and who may read the row, decided while it still exists."""
     options = options_for(sender)
+    pending.drop(instance, PENDING_DELETE)  # a delete that failed after its pre_delete left it
     if options is None or "deleted" not in options.actions or silences(origin):
         return
 
@@ -187,7 +221,7 @@ def on_pre_delete(
         else:
             event = delete_event(options, instance, using)
         if event is not None:
-            instance.__dict__[PENDING_DELETE] = event
+            pending.put(instance, PENDING_DELETE, event)
 
     failsafe(_label(options, instance), using, True, prepare)
 
@@ -196,7 +230,7 @@ def on_post_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
     """The row is gone: its event to the outbox."""
-    event = instance.__dict__.pop(PENDING_DELETE, None)
+    event = pending.take(instance, PENDING_DELETE)
     if event is not None:
         failsafe(
             f"a deleted {sender._meta.label}", using, False, lambda: on_commit.add(event, using)
@@ -228,7 +262,7 @@ def on_m2m_changed(
         return
     if options.user_field is not None and split_path(options.user_field)[0] == field.name:
         return  # the accounts it adds or removes are told by realtime.writes.memberships
-    pending = f"_realtime_m2m_{field.name}"
+    key = f"_realtime_m2m_{field.name}"
     links = f"{options.name} {field.name} links"
     if not action.startswith("post_"):
         # clear() sends no ids: read the links it is about to remove; a guard that may read
@@ -241,9 +275,9 @@ def on_m2m_changed(
             owners = _owners(field, instance, reverse, pk_set, using, clearing)
             return owners, _readers_before(options, owners, using) if guarded else {}
 
-        instance.__dict__[pending] = failsafe(links, using, True, read)
+        pending.put(instance, key, failsafe(links, using, True, read))
         return
-    owners, befores = instance.__dict__.pop(pending, None) or ([], {})
+    owners, befores = pending.take(instance, key) or ([], {})
 
     def announce() -> None:
         found: list[models.Model] = owners

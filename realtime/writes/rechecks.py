@@ -33,7 +33,7 @@ from django.dispatch import Signal
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
 from realtime.paths import resolve_path, values_on_path
-from realtime.writes import on_commit
+from realtime.writes import on_commit, pending
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.items import Recheck
 
@@ -170,17 +170,17 @@ def _on_account_saving(
     if stored is not None and any(
         attname in values and values[attname] != stored[attname] for attname in attnames
     ):
-        instance.__dict__[PENDING] = [instance.pk]
+        pending.put(instance, PENDING, [instance.pk])
 
 
 @never_raises
 def _on_account_saved(sender: type[models.Model], instance: Any, using: str, **kwargs: Any) -> None:
-    request(instance.__dict__.pop(PENDING, []), using)
+    request(pending.take(instance, PENDING, []), using)
 
 
 @never_raises
 def _on_account_deleting(sender: type[models.Model], instance: Any, **kwargs: Any) -> None:
-    instance.__dict__[PENDING] = [instance.pk]
+    pending.put(instance, PENDING, [instance.pk])
 
 
 @never_raises
@@ -193,7 +193,7 @@ def _on_scope_deleting(
         True,
         lambda: list(member_ids(instance.pk, using)),
     )
-    instance.__dict__[PENDING] = members or []
+    pending.put(instance, PENDING, members or [])
 
 
 @never_raises
@@ -202,12 +202,12 @@ def _on_watched_deleting(
 ) -> None:
     watched = _watched.get(sender)
     if watched is not None:
-        instance.__dict__[PENDING] = watched.accounts(instance, using)
+        pending.put(instance, PENDING, watched.accounts(instance, using))
 
 
 @never_raises
 def _on_deleted(sender: type[models.Model], instance: Any, using: str, **kwargs: Any) -> None:
-    request(instance.__dict__.pop(PENDING, []), using)
+    request(pending.take(instance, PENDING, []), using)
 
 
 @never_raises
@@ -222,7 +222,7 @@ def _on_watched_saving(
         return
     label = f"the accounts {sender._meta.label}:{instance.pk} named"
     before = failsafe(label, using, True, lambda: watched.accounts_before(instance, using))
-    instance.__dict__[BEFORE] = before or []
+    pending.put(instance, BEFORE, before or [])
 
 
 @never_raises
@@ -230,7 +230,7 @@ def _on_watched_saved(
     sender: type[models.Model], instance: Any, using: str, raw: bool = False, **kwargs: Any
 ) -> None:
     watched = _watched.get(sender)
-    before = instance.__dict__.pop(BEFORE, [])
+    before = pending.take(instance, BEFORE, [])
     if watched is not None and not raw:
         request([*before, *watched.accounts(instance, using)], using)
 
@@ -248,7 +248,7 @@ def _on_links_changed(
     user_model = get_user_model()
     if action == "pre_clear":
         if isinstance(instance, user_model):
-            instance.__dict__[PENDING] = [instance.pk]
+            pending.put(instance, PENDING, [instance.pk])
         else:
             members = failsafe(
                 f"the members of scope {instance.pk}",
@@ -256,8 +256,8 @@ def _on_links_changed(
                 True,
                 lambda: list(member_ids(instance.pk, using)),
             )
-            instance.__dict__[PENDING] = members or []
+            pending.put(instance, PENDING, members or [])
     elif action == "post_clear":
-        request(instance.__dict__.pop(PENDING, []), using)
+        request(pending.take(instance, PENDING, []), using)
     elif action in ("post_add", "post_remove"):
         request([instance.pk] if isinstance(instance, user_model) else list(pk_set or ()), using)

@@ -28,7 +28,7 @@ from realtime.conf import conf
 from realtime.encoding import normal_id, sorted_ids
 from realtime.paths import path_target, to_lookup
 from realtime.registry import ModelOptions, all_options
-from realtime.writes import on_commit
+from realtime.writes import on_commit, pending
 from realtime.writes.events import Event, read_event
 from realtime.writes.failsafe import failsafe, never_raises
 
@@ -70,11 +70,11 @@ def _on_links_changed(
         before = failsafe(
             label, using, True, lambda: _readers_of_roots(sender, instance, pk_set, using)
         )
-        instance.__dict__[PENDING] = before or {}
+        pending.put(instance, PENDING, before or {})
         return
     if action not in ("post_add", "post_remove", "post_clear"):
         return
-    before = instance.__dict__.pop(PENDING, {})
+    before = pending.take(instance, PENDING, {})
 
     def changes() -> list[Event]:
         after = _readers_of_roots(sender, instance, pk_set, using)

@@ -483,8 +483,10 @@ def _overlay(
     pk: Any,
 ) -> None:
     """Apply to ``values``, in order, the writes of the row made after ``since``: the
-    instance's ``own``, and those this thread noted (another instance's, a bulk write's)."""
-    found = {id(write): write for write in own}
+    instance's ``own``, and those this thread noted (another instance's, a bulk write's).
+    An own write of another row is left out: ``copy.copy()`` of an instance shares its
+    snapshot with the copy, which may be saved as a new row."""
+    found = {id(write): write for write in own if write.pks is None or pk in write.pks}
     if since >= _log.horizon:
         try:
             noted = _log.rows.get((db, concrete, pk), ())
