@@ -24,9 +24,10 @@ SIGNING_SETTINGS = {"SECRET_KEY", "SECRET_KEY_FALLBACKS"}
 def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting.startswith(PREFIX):
         from realtime.auth import reset_auth
-        from realtime.transports import reset_transport
+        from realtime.transports import TRANSPORT_SETTINGS, reset_transport
 
-        reset_transport()
+        if setting.removeprefix(PREFIX) in TRANSPORT_SETTINGS:
+            reset_transport()
         reset_auth()
     if setting in SIGNING_SETTINGS:
         from realtime.tokens import forget_checked_tokens

@@ -3,15 +3,18 @@ transport built from settings, dropped when a ``REALTIME_*`` setting changes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from realtime import transports
 from realtime.conf import PREFIX, conf, defaults, raw
-from realtime.transports import get_transport, reset_transport
+from realtime.transports import TRANSPORT_SETTINGS, get_transport, reset_transport
 from realtime.transports.table import TableTransport
 
 DOCUMENTED: dict[str, Any] = {
@@ -171,6 +174,21 @@ def test_transport_is_kept_when_a_non_realtime_setting_changes() -> None:
     with override_settings(USE_I18N=False):
         assert get_transport() is before
     assert get_transport() is before
+
+
+@pytest.mark.usefixtures("fresh_transport")
+def test_transport_and_its_sockets_are_kept_when_a_setting_it_does_not_read_changes() -> None:
+    before = get_transport()
+    with override_settings(REALTIME_CASCADE_LIMIT=5, REALTIME_MAX_SOCKETS_PER_USER=3):
+        assert get_transport() is before
+    assert get_transport() is before
+
+
+def test_every_setting_the_transports_read_drops_the_transport_when_it_changes() -> None:
+    read: set[str] = set()
+    for source in (Path(transports.__file__).parent).glob("*.py"):
+        read |= set(re.findall(r"\bconf\.([A-Z_]+)", source.read_text()))
+    assert read == TRANSPORT_SETTINGS
 
 
 @pytest.mark.usefixtures("fresh_transport")

@@ -194,6 +194,10 @@ def test_a_model_without_filters_publishes_as_before() -> None:
             {"id": "q", "model": "case", "where": {"private__isnull": "yes"}},
             "Invalid value for private__isnull",
         ),
+        (  # JSON's 1e999 and Infinity, read as float("inf")
+            {"id": "q", "model": "case", "where": {"priority__gte": float("inf")}},
+            "Invalid value for priority__gte",
+        ),
         (
             {"id": "q", "model": "case", "where": {"priority__in": list(range(101))}},
             "Invalid value for priority__in",

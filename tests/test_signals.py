@@ -47,6 +47,27 @@ async def test_frames_of_other_types_reach_frame_received() -> None:
     assert call["data"] == {"x": 1}
 
 
+async def test_frame_received_reads_a_data_that_is_not_an_object_as_empty() -> None:
+    user = await in_thread(member)
+    heard: list[Any] = []
+    arrived = asyncio.Event()
+
+    async def receiver(sender: Any, **kwargs: Any) -> None:
+        heard.append(kwargs["data"])
+        if len(heard) == 3:
+            arrived.set()
+
+    frame_received.connect(receiver)
+    try:
+        async with realtime_client(user, scope="acme") as client:
+            for data in ([1, 2], "text", None):
+                await client.send("app.ping", data)
+            await asyncio.wait_for(arrived.wait(), 5)
+    finally:
+        frame_received.disconnect(receiver)
+    assert heard == [{}, {}, {}]
+
+
 async def test_a_failing_receiver_is_logged_and_the_socket_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -33,6 +33,7 @@ from realtime.blocking import run_blocking
 from realtime.compat import daphne
 from realtime.conf import conf
 from realtime.encoding import normal_id, storable
+from realtime.logs import describe, log_operation
 from realtime.sockets import live_queries, protocol, subscriptions
 from realtime.sockets.access import resolve_scopes
 from realtime.sockets.connection import Socket
@@ -253,7 +254,13 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             raise
         except Exception as exc:
             # The socket is closed 1012 (see ``_open``); housekeeping retries the listener.
-            log_own_failure("realtime: the listener did not start in time", exc)
+            # One WARNING (decision 13): the client reconnects, nothing is lost.
+            log_operation(
+                logger,
+                logging.WARNING,
+                "realtime: the listener did not start in time (%s); the socket is closed 1012",
+                describe(exc),
+            )
 
     async def _refuse(self, reason: Refusal, cause: str | None = None) -> bool:
         """Refuse the handshake: ``auth_error`` with ``reason``, then 1008. ``cause`` goes to
@@ -319,7 +326,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
                     consumer=self,
                     user=self.user,
                     event_type=frame.type,
-                    data=frame.raw_data,
+                    data=frame.data,
                 )
 
     async def _on_watch(self, frame: Frame) -> None:

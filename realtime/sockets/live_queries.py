@@ -227,7 +227,7 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
                 raise invalid
             return Term(name, "isnull", True)
         return Term(name, lookup, read_value(field, _rounded(field, lookup, value)))
-    except (ValidationError, TypeError, ValueError) as exc:
+    except (ValidationError, TypeError, ValueError, ArithmeticError) as exc:
         raise invalid from exc
 
 
@@ -649,7 +649,7 @@ def entry_of(options: ModelOptions, row: dict[str, Any]) -> Entry | None:
     try:
         fields = options.filter_fields
         typed = {name: read_value(field, row[name]) for name, field in fields.items()}
-    except (ValidationError, TypeError, ValueError, KeyError):
+    except (ValidationError, TypeError, ValueError, ArithmeticError, KeyError):
         return None
     return (row_key(row["id"]), typed, row)
 

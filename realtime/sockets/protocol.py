@@ -59,7 +59,6 @@ class FrameError(ValueError):
 class Frame:
     type: str | None
     data: dict[str, Any]
-    raw_data: Any
 
 
 def parse_frame(text: Any) -> Frame:
@@ -80,7 +79,6 @@ def parse_frame(text: Any) -> Frame:
     return Frame(
         type=type_ if isinstance(type_, str) else None,
         data=raw if isinstance(raw, dict) else {},
-        raw_data=raw,
     )
 
 

@@ -1,9 +1,10 @@
 """The transport of this process, built from ``REALTIME_TRANSPORT`` on first use.
 
 ``"table"``, ``"pg_notify"`` and ``"redis"`` name the built-in transports; anything else is
-the dotted path of a ``Transport`` subclass. The instance is dropped when a ``REALTIME_*``
-setting changes (``realtime.apps`` wires that), so tests can switch transports with
-``override_settings``.
+the dotted path of a ``Transport`` subclass. The instance is dropped when a setting the
+transports read changes (``TRANSPORT_SETTINGS``; ``realtime.apps`` wires that), so tests can
+switch transports with ``override_settings``. Other ``REALTIME_*`` settings leave it, and the
+sockets hearing it, as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +22,33 @@ BUILTIN = {
     "pg_notify": "realtime.transports.pg_notify.PgNotifyTransport",
     "redis": "realtime.transports.redis.RedisTransport",
 }
+
+#: The settings the transports read (without ``REALTIME_``): a change drops the transport.
+TRANSPORT_SETTINGS = frozenset(
+    {
+        "AUTO_TRIM",
+        "COMMIT_GRACE",
+        "HEARTBEAT_INTERVAL",
+        "HEARTBEAT_TIMEOUT",
+        "LISTEN_DATABASE",
+        "MAX_PAYLOAD",
+        "MESSAGE_RETENTION",
+        "NOTIFY_QUEUE_SIZE",
+        "PG_NOTIFY_LOG",
+        "POLLING_INTERVAL",
+        "RECONNECT_BACKOFF_MAX",
+        "RECONNECT_BACKOFF_START",
+        "REDIS_URL",
+        "RESUME_MAX_FRAMES",
+        "RESUME_WINDOW",
+        "SUPERVISE_INTERVAL",
+        "TCP_KEEPCNT",
+        "TCP_KEEPIDLE",
+        "TCP_KEEPINTVL",
+        "TRANSPORT",
+        "TRIM_BATCH_SIZE",
+    }
+)
 
 _lock = threading.Lock()
 _transport: Transport | None = None
