@@ -63,6 +63,7 @@ from tests.testapp.models import (
     Logbook,
     Plain,
     PlainArticle,
+    PrivateNote,
     Project,
     Room,
     Seat,
@@ -1229,3 +1230,32 @@ def test_writes_under_a_wrapper_ending_statements_with_a_comment_are_announced(
         assert Twin.objects.filter(pk=row.pk).update(name="renamed") == 1
         assert Twin.objects.filter(pk=row.pk).delete()[0] == 1
     assert kinds() == [("twin.updated", row.pk), ("twin.deleted", row.pk)]
+
+
+def test_a_guarded_row_moved_by_a_pre_save_receiver_is_reported_and_still_announced(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture, quiet_preparation_failures: None
+) -> None:
+    other = Workspace.objects.create(name="Other", slug="other")
+    author = account("author")
+
+    def move(sender: Any, instance: Any, **kwargs: Any) -> None:
+        instance.workspace = other
+
+    note = PrivateNote.objects.create(workspace=workspace, author=author, title="n", public=True)
+    note = PrivateNote.objects.get(pk=note.pk)
+    pre_save.connect(move, sender=PrivateNote, weak=False)
+    try:
+        forget_messages()
+        note.title = "moved"
+        note.save()
+    finally:
+        pre_save.disconnect(move, sender=PrivateNote)
+    assert [(m["scope_id"], m["event_type"]) for m in events()] == [
+        (other.pk, "private_note.updated")
+    ]
+    (line,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert line.getMessage().startswith(
+        "realtime: preparing the announcement of the readers private_note:"
+    )
+    assert line.exc_info is not None
+    assert "pre_save receiver run after realtime's" in str(line.exc_info[1])

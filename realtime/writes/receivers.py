@@ -162,7 +162,13 @@ def _saved(
     inputs: tuple[Any, ...] | None,
 ) -> None:
     if before is None and not created and inputs not in (None, audience_inputs(options, instance)):
-        before = _taken_late(options, instance, update_fields, using, known)
+        # Its own failure (reported) leaves the readers the row has now their announcement.
+        before = failsafe(
+            f"the readers {_label(options, instance)} left",
+            using,
+            False,
+            lambda: _taken_late(options, instance, update_fields, using, known),
+        )
     changed = None if created else tracking.changed_fields(instance, update_fields, known)
     tracking.saved(instance, tracking.written_attnames(instance, update_fields), using)
     action = "created" if created else "updated"
