@@ -332,6 +332,12 @@ test('decimals come as text and sort by value; keys sort as the server sorts the
   const codes = [{ id: '9' }, { id: '10' }, { id: 3 }];
   await deliver(server, recorder, [diff(keys.id, { enter: codes })]);
   assert.deepEqual(ids(keys), [3, '10', '9']);
+  // The primary key by its field's name (a `code` key): the rows carry it as `id` alone.
+  const named = realtime.liveQuery({ model: 'bin', orderBy: ['-code'] });
+  await server.until(() => received(server, 'query').length === 3);
+  await deliver(server, recorder, [rows(named.id, [])]);
+  await deliver(server, recorder, [diff(named.id, { enter: [{ id: 'c' }, { id: 'b' }, { id: 'd' }] })]);
+  assert.deepEqual(ids(named), ['d', 'c', 'b']);
 });
 
 test('compare: where rows go, for values the client cannot order (durations as text)', async () => {

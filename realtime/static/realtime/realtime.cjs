@@ -170,9 +170,10 @@ function compareField(a, b, nullsLargest) {
 }
 
 /**
- * The order of `order_by`: each field ascending (`-field` descending), `pk` and `id` naming
- * the row's `id` (numbers before text, as the server orders keys), and the primary key
- * ascending as the last tie-breaker.
+ * The order of `order_by`: each field ascending (`-field` descending), `pk`, `id` and any
+ * name the rows do not carry naming the row's `id` (the server orders by filters, which every
+ * row carries, or by the primary key under any of its names; numbers before text, as the
+ * server orders keys), and the primary key ascending as the last tie-breaker.
  */
 function rowOrder(orderBy, nullsLargest) {
   const fields = orderBy.map((field) =>
@@ -181,7 +182,7 @@ function rowOrder(orderBy, nullsLargest) {
   return (a, b) => {
     for (const [field, sign] of fields) {
       const order =
-        field === 'pk' || field === 'id'
+        field === 'pk' || field === 'id' || !(field in a || field in b)
           ? compareValues(a.id, b.id)
           : compareField(a[field], b[field], nullsLargest);
       if (order !== 0) return sign * order;
