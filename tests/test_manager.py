@@ -52,7 +52,7 @@ from realtime.sockets.refresh import cursor_answer
 from realtime.transports.table import TableTransport
 from realtime.writes.packing import recheck_messages, scope_messages, users_messages
 from tests.helpers import WAIT, off_loop
-from tests.testapp.models import Case, Company, PrivateNote, Workspace
+from tests.testapp.models import Case, Company, Job, PrivateNote, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -764,6 +764,59 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
     for frames in heard(*sockets):
         diff = json.loads(frames[-1])["data"]
         assert (diff["leave"], [row["title"] for row in diff["enter"]]) == ([top.pk], ["next"])
+
+
+async def test_a_window_whose_refill_fails_closes_its_socket_1012_to_ask_again(
+    manager: SocketManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A list that could not be read again after a row left it may be short or stale: its
+    socket reconnects and asks again rather than keep it (the table is away: a real
+    failure of the database's, not a stand-in)."""
+    workspace, (ann, _), _, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    socket = await open_socket(manager, ann, scope)
+    top = await off_loop(Job.objects.create, workspace=workspace, title="top", priority=9)
+    reserve = await off_loop(Job.objects.create, workspace=workspace, title="held", priority=5)
+    await off_loop(Job.objects.create, workspace=workspace, title="next", priority=1)
+    ask: dict[str, Any] = {"id": "top", "model": "job", "where": {"status": "open"}}
+    ask |= {"order_by": ["-priority"], "limit": 1}
+    await manager.dispatcher.live.start(socket, ask)
+    reserve.status = "closed"
+    await off_loop(reserve.save)
+    await deliver(manager, job_event(scope, reserve))  # the reserve goes: no read
+    top.status = "closed"
+    await off_loop(top.save)
+    table = Job._meta.db_table
+    await off_loop(rename_table, table, f"{table}_away")
+    try:
+        with caplog.at_level(logging.ERROR, logger="realtime"):
+            await deliver(manager, job_event(scope, top))  # its window is read again: fails
+            await settle(manager)
+    finally:
+        await off_loop(rename_table, f"{table}_away", table)
+    assert recorder(socket).closes == [1012]
+    assert any("closed 1012 to reconnect and ask again" in r.getMessage() for r in caplog.records)
+
+
+def job_event(scope: int, job: Job) -> Message:
+    """A ``job.updated`` message as a publication of ``job`` builds it."""
+    data = {"model": "job", "id": job.pk, "title": job.title}
+    data |= {"status": job.status, "priority": job.priority}
+    return scope_event(
+        scope,
+        "job.updated",
+        data,
+        channels=["job", f"job:{job.pk}"],
+        meta={"filters": {"status": job.status, "priority": job.priority}},
+        about={"model": "job", "id": job.pk},
+    )
+
+
+def rename_table(old: str, new: str) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {old} RENAME TO {new}")
 
 
 async def test_a_row_a_query_comes_to_hold_after_a_message_about_it_was_planned_is_followed(

@@ -141,7 +141,7 @@ class Dispatcher:
         #: Each row's versions in commit order: a version superseded before it came is dropped.
         self.order = RecordOrder()
         #: The live queries of this worker's sockets, kept exact by what is carried out.
-        self.live = Queries(self.send_query_frame)
+        self.live = Queries(self.send_query_frame, host.restart)
         self._queue: asyncio.Queue[Queued] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: The ``event_delivered`` signals being sent (at most ``REALTIME_NOTIFY_QUEUE_SIZE``).

@@ -795,8 +795,11 @@ def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
 class Queries:
     """Every live query of the worker's sockets, by model name, and what keeps them exact."""
 
-    def __init__(self, deliver: Deliver) -> None:
+    def __init__(self, deliver: Deliver, restart: Callable[[Any], None]) -> None:
         self.deliver = deliver
+        #: Closes a socket 1012 (it reconnects and asks again): what a read that failed left
+        #: in its lists may no longer be exact.
+        self.restart = restart
         self.by_model: dict[str, ModelQueries] = {}
         #: The queries messages changed since the last ``flush`` (a dict: in order).
         self._due: dict[LiveQuery, None] = {}
@@ -900,8 +903,15 @@ class Queries:
             try:
                 rows = await self._read(query)
             except Exception:
-                logger.exception("realtime: reading the rows of a live query failed")
-                await self._refuse(query.socket, query.id, QueryRefusedError("Invalid query"))
+                if query.listed:  # read again (a scope changed): its list may be wrong now
+                    logger.exception(
+                        "realtime: reading the rows of a live query again failed; its socket "
+                        "is closed 1012 to reconnect and ask again"
+                    )
+                    self.restart(query.socket)
+                else:
+                    logger.exception("realtime: reading the rows of a live query failed")
+                    await self._refuse(query.socket, query.id, QueryRefusedError("Invalid query"))
                 self.stop(query.socket, query.id)
                 return
             if query.stopped:
@@ -1067,7 +1077,13 @@ class Queries:
             try:
                 rows = await self._read(queries[0], refill=True)
             except Exception:
-                logger.exception("realtime: reading the rows of a live query again failed")
+                logger.exception(
+                    "realtime: reading the rows of %d live query(ies) again failed; their "
+                    "sockets are closed 1012 to reconnect and ask again",
+                    len(queries),
+                )
+                for socket in {query.socket: None for query in queries}:
+                    self.restart(socket)
                 continue
             if rows is None:
                 cut += queries
