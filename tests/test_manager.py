@@ -586,6 +586,51 @@ class AskedAudience(RealtimeAuth):
         return super().audience(scope_id, event_type, data, user_ids, about)
 
 
+class UnknowableAudience(RealtimeAuth):
+    """The default auth service, but its audience check fails for a row titled
+    ``unknowable`` (as a hook reading a database that is away would)."""
+
+    def audience(
+        self,
+        scope_id: Any,
+        event_type: str,
+        data: Any,
+        user_ids: Iterable[Any],
+        about: dict[str, Any] | None,
+    ) -> Iterable[Any]:
+        if isinstance(data, dict) and data.get("title") == "unknowable":
+            raise RuntimeError("who may read it is not known")
+        return super().audience(scope_id, event_type, data, user_ids, about)
+
+
+async def test_a_live_list_stays_exact_when_who_may_read_a_written_row_cannot_be_told(
+    manager: SocketManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody hears the event whose audience check failed; the live queries it may change
+    read their rows again with their own permissions, rather than drop a row they list."""
+    workspace, (ann, _), acme, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    socket = await open_socket(manager, ann, scope)
+    case = await off_loop(Case.objects.create, workspace=workspace, company=acme, title="x")
+    await manager.dispatcher.live.start(
+        socket, {"id": "open", "model": "case", "where": {"status": "open"}}
+    )
+    case.title = "unknowable"
+    await off_loop(case.save)
+    with (
+        override_settings(REALTIME_AUTH=f"{__name__}.UnknowableAudience"),
+        caplog.at_level(logging.ERROR, logger="realtime"),
+    ):
+        await deliver(manager, case_event(scope, case))
+        await settle(manager)
+    frames = [json.loads(frame) for frame in recorder(socket).frames]
+    assert [frame["type"] for frame in frames] == ["query.rows", "query.diff"]
+    diff = frames[-1]["data"]
+    assert (diff["leave"], diff["enter"]) == ([], [])
+    assert [(row["id"], row["title"]) for row in diff["update"]] == [(case.pk, "unknowable")]
+    assert any("audience() failed" in r.getMessage() for r in caplog.records)
+
+
 def case_event(scope: int, case: Case) -> Message:
     """A ``case.created`` message as a publication of ``case`` builds it: the guard's
     ``about``, the ``filters`` values in ``meta``."""

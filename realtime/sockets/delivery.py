@@ -66,7 +66,7 @@ from realtime.sockets.connection import Held, Socket
 from realtime.sockets.cursors import cursor_for
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure
-from realtime.sockets.live_queries import Queries
+from realtime.sockets.live_queries import UNREAD, Queries
 from realtime.sockets.publications import Publications
 from realtime.sockets.record_order import RecordOrder
 from realtime.transports.base import Transport
@@ -460,19 +460,25 @@ class Dispatcher:
             targets = {s for s in targets if s.user_id in only}
         event_type, data = message.get("event_type"), message.get("data")
         auth = get_auth()
+        #: The sockets whose queries hear it, where not those of ``targets``.
+        reread: set[Socket] | None = None
         if targets and (message.get("about") is not None or _overrides_audience(auth)):
             asked = sorted({s.user_id for s in targets}, key=id_order)
-            allowed = set(
-                await run_for_delivery(
-                    _audience, auth, scope_id, event_type, data, asked, message.get("about")
-                )
+            answer = await run_for_delivery(
+                _audience, auth, scope_id, event_type, data, asked, message.get("about")
             )
+            if answer is None and change is not None:
+                # Who may read the row is not known: nobody hears the event, and the live
+                # queries it may change read their rows again, with their own permissions.
+                reread, change = targets & queried, UNREAD
+            allowed = set(answer or ())
             targets = {s for s in targets if s.user_id in allowed}
         frame = protocol.event_frame(event_type, data, message.get("meta"), scope_id)
         channels = message.get("channels")
         plan = Plan(targets & listed, frame, event_type, data, channels, scope_id=scope_id)
         if change is not None:
-            plan.queried, plan.query_change = targets & queried, change
+            plan.queried = targets & queried if reread is None else reread
+            plan.query_change = change
             plan.query_asked = queried
         return plan
 
@@ -730,11 +736,12 @@ def _overrides_audience(auth: RealtimeAuth) -> bool:
 
 def _audience(
     auth: RealtimeAuth, scope_id: Any, event_type: Any, data: Any, user_ids: list[Any], about: Any
-) -> list[Any]:
-    """``auth.audience``'s answer, normalised (``account_ids``); nobody when the hook fails
-    (logged with its traceback, limited per place: it may fail on every event)."""
+) -> list[Any] | None:
+    """``auth.audience``'s answer, normalised (``account_ids``); ``None`` when the hook fails
+    (nobody hears the event; logged with its traceback, limited per place: it may fail on
+    every event)."""
     try:
         return account_ids(auth.audience(scope_id, event_type, data, user_ids, about))
     except Exception as exc:
         log_hook_failure("realtime: audience() failed for %s; nobody hears it", exc, event_type)
-        return []
+        return None
