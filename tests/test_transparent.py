@@ -1138,6 +1138,12 @@ def test_a_bulk_update_naming_a_row_twice_announces_what_django_stored(
     assert [m["data"]["name"] for m in events()] == [again.name]
 
 
+def test_a_bulk_update_of_no_objects_updates_nothing_as_django_does(workspace: Workspace) -> None:
+    forget_messages()
+    assert Twin.objects.bulk_update([], ["name"]) == 0
+    assert events() == []
+
+
 def test_a_row_moved_by_a_pre_save_receiver_of_the_application_leaves_its_old_scope(
     workspace: Workspace,
 ) -> None:

@@ -764,6 +764,8 @@ def _announce_changes(
     fields: Sequence[str],
     db: str,
 ) -> None:
+    if not changes:
+        return
     audiences = []
     duplicated = _duplicated_keys(objs)
     announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
