@@ -34,7 +34,9 @@ from typing import Any, ClassVar
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from realtime import logs, signals
 from realtime.auth import RealtimeAuth, Scope
@@ -781,6 +783,15 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
     top = await off_loop(Case.objects.create, workspace=workspace, title="top", priority=9)
     reserve = await off_loop(Case.objects.create, workspace=workspace, title="held", priority=5)
     await off_loop(Case.objects.create, workspace=workspace, title="next", priority=1)
+    # A private row only ann may read, below the rows every account reads.
+    await off_loop(
+        Case.objects.create,
+        workspace=workspace,
+        title="ann's",
+        priority=0,
+        private=True,
+        assignee=ann,
+    )
     ask: dict[str, Any] = {"id": "top", "model": "case", "where": {"status": "open"}}
     ask |= {"order_by": ["-priority"], "limit": 1}
     live = manager.dispatcher.live
@@ -790,25 +801,93 @@ async def test_windows_refilled_for_one_message_are_read_once_per_shape_and_acco
     reserve.status = "closed"
     await off_loop(reserve.save)
     await deliver(manager, case_event(scope, reserve))
-    reads: list[Any] = []
-    read = live._read
+    statements: list[int] = []
+    shared = live_queries.read_shared_rows
 
-    async def counted(query: Any, refill: bool = False) -> Any:
-        assert refill  # read on the delivery path's threads
-        reads.append(query.socket.user.pk)
-        return await read(query, refill)
+    def counted(*args: Any) -> Any:
+        with CaptureQueriesContext(connection) as queries:
+            found = shared(*args)
+        statements.append(len(queries.captured_queries))
+        return found
 
-    monkeypatch.setattr(live, "_read", counted)
+    monkeypatch.setattr(live_queries, "read_shared_rows", counted)
     top.status = "closed"
     await off_loop(top.save)
     await deliver(manager, case_event(scope, top))
     # The top row left every full window, which holds no other row now: the rows after it
-    # are read once for ann's three sockets and once for bob's two (the guard makes the
-    # answer an account's own).
-    assert sorted(reads) == sorted([ann.pk, bob.pk])
+    # are read once for ann's three sockets and bob's two, in two statements (the accounts
+    # as they are now, then the rows), each account's guard decided on them here.
+    assert statements == [2]
     for frames in heard(*sockets):
         diff = json.loads(frames[-1])["data"]
         assert (diff["leave"], [row["title"] for row in diff["enter"]]) == ([top.pk], ["next"])
+
+
+async def test_accounts_sharing_a_guarded_shape_get_each_the_rows_their_guard_lets_them_read(
+    manager: SocketManager,
+) -> None:
+    """One read serves the accounts of a guarded shape; each window is refilled with the
+    rows its account may read, as the ORM lists them for it. Bob's is not filled by the rows
+    that read holds (ann's private rows come first): it is read for him alone."""
+    workspace, (ann, bob), _, _ = await off_loop(make_case_readers)
+    scope = int(workspace.pk)
+    sockets = {user.pk: await open_socket(manager, user, scope) for user in (ann, bob)}
+    ask: dict[str, Any] = {"id": "open", "model": "case", "where": {"status": "open"}}
+    ask |= {"order_by": ["-priority"], "limit": 2}
+
+    def make() -> list[Case]:
+        made = [
+            Case(workspace=workspace, title=f"ann's {n}", priority=n, private=True, assignee=ann)
+            for n in range(100, 125)
+        ]
+        made += [Case(workspace=workspace, title=f"shared {n}", priority=n) for n in range(1, 6)]
+        return Case.objects.bulk_create(made)
+
+    rows = await off_loop(make)
+    live = manager.dispatcher.live
+    for socket in sockets.values():
+        await live.start(socket, ask)
+    # Each window and its reserve leave together: both are read again, in one flush.
+    leaving = [row for row in rows if row.priority >= 121 or 2 <= row.priority <= 5]
+    await off_loop(
+        lambda: Case.objects.filter(pk__in=[row.pk for row in leaving]).update(status="closed")
+    )
+    for row in leaving:
+        row.status = "closed"
+        plan = await manager.dispatcher.plan(case_event(scope, row))
+        if plan is not None:
+            await manager.dispatcher.carry_out(plan)
+    await manager.dispatcher.flush_queries()
+    await settle(manager)
+    assert listed(sockets[ann.pk], "open") == ["ann's 120", "ann's 119"]
+    assert listed(sockets[bob.pk], "open") == ["shared 1"]
+    for user in (ann, bob):
+        assert listed(sockets[user.pk], "open") == await off_loop(orm_titles, ask, user, scope)
+
+
+def orm_titles(ask: dict[str, Any], user: Any, scope: int) -> list[str]:
+    _, shape = live_queries.read_query(ask)
+    rows = live_queries.queryset(shape, user, [scope])[: shape.limit]
+    return [row.title for row in rows]
+
+
+def listed(socket: Socket, query_id: str) -> list[str]:
+    """The titles a client holds for ``query_id`` after the frames ``socket`` was sent, in
+    the order of the query (``-priority``)."""
+    held: dict[Any, dict[str, Any]] = {}
+    for text in recorder(socket).frames:
+        frame = json.loads(text)
+        data = frame["data"]
+        if data.get("id") != query_id:
+            continue
+        if frame["type"] == "query.rows":
+            held = {row["id"]: row for row in data["rows"]}
+        elif frame["type"] == "query.diff":
+            for key in data["leave"]:
+                held.pop(key, None)
+            for row in [*data["enter"], *data["update"]]:
+                held[row["id"]] = row
+    return [row["title"] for row in sorted(held.values(), key=lambda row: -row["priority"])]
 
 
 async def test_a_window_whose_refill_fails_closes_its_socket_1012_to_ask_again(

@@ -51,6 +51,7 @@ from realtime.audience import active
 from realtime.blocking import run_blocking, run_for_delivery
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
+from realtime.guard_checks import in_process
 from realtime.paths import column_values_field, key_fields, to_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
@@ -657,9 +658,11 @@ def entry_of(options: ModelOptions, row: dict[str, Any]) -> Entry | None:
 # Reading from the database --------------------------------------------------------------------
 
 
-def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QuerySet[Any, Any]:
+def queryset(
+    shape: Shape, user: Any, scope_ids: Iterable[Any], *, guarded: bool = True
+) -> models.QuerySet[Any, Any]:
     """The rows of ``shape`` the account ``user`` may read in ``scope_ids``, in order: the
-    ORM's answer a live query's list equals."""
+    ORM's answer a live query's list equals (``guarded=False``: whatever the guard says)."""
     options = shape.options
     model = options.model
     rows = on_primary(model).all()
@@ -672,7 +675,7 @@ def queryset(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> models.QueryS
         rows = rows.filter(pk__in=reached)
     elif options.scope_attname is not None:
         rows = rows.filter(**{f"{options.scope_attname}__in": list(scope_ids)})
-    if options.guard is not None:
+    if options.guard is not None and guarded:
         account = _account_now(user)
         rows = rows.none() if account is None else rows.filter(options.guard(account))
     ordering = []
@@ -692,13 +695,59 @@ def _account_now(user: Any) -> Any:
 def read_rows(shape: Shape, user: Any, scope_ids: Iterable[Any]) -> list[dict[str, Any]]:
     """The first ``capacity + 1`` rows of the query (blocking: the ORM): one more than a
     window holds says whether more rows match."""
-    options = shape.options
+    # Values, not instances: the rows of 1,000 sockets' queries read again after a deploy are
+    # made in Python while live frames wait.
+    found = queryset(shape, user, scope_ids).values(*_columns(shape.options))
+    return _rows(shape.options, found[: capacity(shape) + 1])
+
+
+def read_shared_rows(
+    shape: Shape, users: Sequence[Any], scope_ids: Iterable[Any]
+) -> dict[Any, list[dict[str, Any]]]:
+    """``read_rows`` of a guarded shape for each of ``users`` (by key), in two statements
+    however many they are, where the guard is one ``realtime.guard_checks`` decides: the
+    accounts as they are now, then the shape's rows whatever the guard says
+    (``SHARED_READ`` windows' worth), each account's guard checked here on them. An account
+    whose window they do not fill, or whose guard needs the database, is read alone."""
+    options, scope_ids = shape.options, list(scope_ids)
+    ids = [user.pk for user in users]
+    accounts = {a.pk: a for a in active(on_primary(get_user_model()).filter(pk__in=ids))}
+    found: dict[Any, list[dict[str, Any]]] = {}
+    checks: dict[Any, Any] = {}
+    for user in users:
+        account = accounts.get(user.pk)
+        if account is None:
+            found[user.pk] = []  # gone or inactive: no guarded row
+            continue
+        decided = in_process(options.model, options.guard(account))  # type: ignore[misc]
+        if decided is not None:
+            checks[user.pk] = decided
+    if checks:
+        read = [*_columns(options), *(name for _, names in checks.values() for name in names)]
+        wanted = capacity(shape) + 1
+        most = wanted * SHARED_READ
+        rows = queryset(shape, None, scope_ids, guarded=False).values(*dict.fromkeys(read))
+        candidates = list(rows[:most])
+        for pk, (check, _) in checks.items():
+            passed = [values for values in candidates if check(values)][:wanted]
+            if len(passed) == wanted or len(candidates) < most:
+                found[pk] = _rows(options, passed)
+    for user in users:
+        if user.pk not in found:
+            found[user.pk] = read_rows(shape, user, scope_ids)
+    return found
+
+
+def _columns(options: ModelOptions) -> list[str]:
+    """The columns a query's row is made of: the key's, the declared fields, the filters."""
     key = [str(field.attname) for field in key_fields(options.model)]
     declared = [*options.field_attnames.values(), *options.filter_attnames.values()]
-    columns = dict.fromkeys([*key, *declared])
-    # Values, not instances: the rows of 1,000 sockets' queries read again after a deploy are
-    # made in Python while live frames wait. A composite key is put together from its parts.
-    found = queryset(shape, user, scope_ids).values(*columns)[: capacity(shape) + 1]
+    return list(dict.fromkeys([*key, *declared]))
+
+
+def _rows(options: ModelOptions, found: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Query rows of ``values()`` rows (a composite key put together from its parts)."""
+    key = [str(field.attname) for field in key_fields(options.model)]
     if len(key) == 1:
         return [row_of_values(options, values[key[0]], values) for values in found]
     return [row_of_values(options, tuple(values[part] for part in key), values) for values in found]
@@ -712,6 +761,9 @@ Deliver = Callable[[Any, str], Awaitable[None]]
 YIELD_EVERY = 100
 #: Times a query's first rows are read again when writes it heard meanwhile cannot be applied.
 LOAD_TRIES = 3
+#: Windows' worth of rows read once for the accounts sharing a guarded shape
+#: (``read_shared_rows``).
+SHARED_READ = 4
 #: Stands for a message that does not say enough: the query is read again.
 UNREAD: Any = object()
 #: Stands for a bulk write past ``REALTIME_BULK_LIMIT``: the query's rows are sent afresh.
@@ -1075,7 +1127,7 @@ class Queries:
         cut: list[LiveQuery] = []
         for queries in by_reader.values():
             try:
-                rows = await self._read(queries[0], refill=True)
+                read = await self._read_again(queries)
             except Exception:
                 logger.exception(
                     "realtime: reading the rows of %d live query(ies) again failed; their "
@@ -1085,16 +1137,36 @@ class Queries:
                 for socket in {query.socket: None for query in queries}:
                     self.restart(socket)
                 continue
-            if rows is None:
-                cut += queries
-                continue
-            first = queries[0]
-            entries = [entry_of(first.options, row) for row in rows[: first.capacity]]
-            kept = [entry for entry in entries if entry is not None]
-            for query in queries:
+            made: dict[int, list[Entry]] = {}  # accounts sharing a shape may share rows
+            for query, rows in zip(queries, read, strict=True):
+                if rows is None:
+                    cut.append(query)
+                    continue
+                kept = made.get(id(rows))
+                if kept is None:
+                    entries = [entry_of(query.options, row) for row in rows[: query.capacity]]
+                    kept = made[id(rows)] = [entry for entry in entries if entry is not None]
                 if not query.stopped:
                     query.take(kept, len(rows) > query.capacity)
         return cut
+
+    async def _read_again(self, queries: Sequence[LiveQuery]) -> list[list[dict[str, Any]] | None]:
+        """The rows of ``queries`` (one shape, one reader: ``_reader``), each query's, read
+        on the delivery path's threads: once for them all, and for a guarded shape once for
+        all their accounts (``read_shared_rows``). ``None`` for a query whose socket a
+        recheck took a scope read from meanwhile."""
+        first = queries[0]
+        users = {query.socket.user.pk: query.socket.user for query in queries}
+        if first.options.guard is None or len(users) == 1:
+            return [await self._read(first, refill=True)] * len(queries)
+        scopes = list(first.socket.scopes)
+        shared = await run_for_delivery(read_shared_rows, first.shape, list(users.values()), scopes)
+        return [
+            None
+            if any(scope_id not in query.socket.scopes for scope_id in scopes)
+            else shared[query.socket.user.pk]
+            for query in queries
+        ]
 
     async def _send_changes(self, query: LiveQuery) -> None:
         diff = query.changes()
@@ -1119,12 +1191,12 @@ class Queries:
 
 
 def _reader(query: LiveQuery) -> tuple[Any, ...]:
-    """What a query's rows depend on besides its shape: the account (a guard, an account
-    model), the scopes its socket reads (a scope's model)."""
+    """What a query's rows depend on besides its shape, that one read serves: the account of
+    an account model, the scopes its socket reads for a scope's model (a guarded shape's
+    accounts share a read, ``read_shared_rows``)."""
     options, shape, socket = query.options, query.shape, query.socket
-    personal = options.guard is not None or options.user_field is not None
     scopes = None if options.user_field is not None else frozenset(socket.scopes)
-    account = socket.user.pk if personal else None
+    account = socket.user.pk if options.user_field is not None else None
     return (options.name, shape.terms, shape.order, shape.limit, account, scopes)
 
 
