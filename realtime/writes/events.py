@@ -215,16 +215,7 @@ def as_stored(
     columns = sorted(options.event_attnames.difference(written))
     if not columns:
         return list(instances)
-    model = type(instances[0])
-    alias = using or primary(model)
-    if len(key_fields(model)) > 1:  # a composite key: read row by row, by its parts
-        stored = {id(i): _stored(model, i.pk, columns, alias) for i in instances}
-    else:
-        by_pk: dict[Any, dict[str, Any]] = {}
-        for chunk in chunked([instance.pk for instance in instances], 500):
-            rows = model._base_manager.using(alias).filter(pk__in=chunk).values("pk", *columns)
-            by_pk.update((row.pop("pk"), row) for row in rows)
-        stored = {id(instance): by_pk.get(instance.pk) for instance in instances}
+    stored = _read_columns(instances, columns, using)
     return [_copy_with(instance, stored.get(id(instance))) for instance in instances]
 
 
@@ -263,22 +254,29 @@ def with_columns_of(
     lacking = [instance for instance in instances if lacks_columns(options, instance)]
     if not lacking:
         return list(instances)
-    model = type(lacking[0])
-    if len(key_fields(model)) > 1:  # a composite key: read row by row, by its parts
-        stored = {id(i): _stored(model, i.pk, _missing(options, [i]), using) for i in lacking}
-    else:
-        missing = _missing(options, lacking)
-        alias = using or primary(model)
-        by_pk: dict[Any, dict[str, Any]] = {}
-        for chunk in chunked([instance.pk for instance in lacking], 500):
-            rows = model._base_manager.using(alias).filter(pk__in=chunk).values("pk", *missing)
-            by_pk.update((row.pop("pk"), row) for row in rows)
-        stored = {id(instance): by_pk.get(instance.pk) for instance in lacking}
+    stored = _read_columns(lacking, _missing(options, lacking), using)
     return [_copy_with(instance, stored.get(id(instance))) for instance in instances]
 
 
 def _missing(options: ModelOptions, instances: Sequence[models.Model]) -> list[str]:
     return sorted({name for instance in instances for name in lacks_columns(options, instance)})
+
+
+def _read_columns(
+    instances: Sequence[models.Model], columns: list[str], using: str | None
+) -> dict[int, dict[str, Any] | None]:
+    """``columns`` of the rows of ``instances`` as stored, by the ``id()`` of each instance
+    (``None``: its row is gone): one ``SELECT`` per 500 rows on ``using`` (else where the
+    model's writes go); row by row, by its parts, for a composite key."""
+    model = type(instances[0])
+    alias = using or primary(model)
+    if len(key_fields(model)) > 1:
+        return {id(i): _stored(model, i.pk, columns, alias) for i in instances}
+    by_pk: dict[Any, dict[str, Any]] = {}
+    for chunk in chunked([instance.pk for instance in instances], 500):
+        rows = model._base_manager.using(alias).filter(pk__in=chunk).values("pk", *columns)
+        by_pk.update((row.pop("pk"), row) for row in rows)
+    return {id(instance): by_pk.get(instance.pk) for instance in instances}
 
 
 def _stored(
