@@ -15,7 +15,7 @@ import io
 import pickle
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -1144,22 +1144,30 @@ def test_a_bulk_update_of_no_objects_updates_nothing_as_django_does(workspace: W
     assert events() == []
 
 
+@contextlib.contextmanager
+def moved_by_a_receiver(model: type[models.Model], to: Workspace) -> Iterator[None]:
+    """A ``pre_save`` receiver of the application, connected after realtime's, moves each
+    saved row of ``model`` to the workspace ``to``."""
+
+    def move(sender: Any, instance: Any, **kwargs: Any) -> None:
+        instance.workspace = to
+
+    pre_save.connect(move, sender=model, weak=False)
+    try:
+        yield
+    finally:
+        pre_save.disconnect(move, sender=model)
+
+
 def test_a_row_moved_by_a_pre_save_receiver_of_the_application_leaves_its_old_scope(
     workspace: Workspace,
 ) -> None:
     other = Workspace.objects.create(name="Other", slug="other")
-
-    def move(sender: Any, instance: Any, **kwargs: Any) -> None:
-        instance.workspace = other
-
     row = Twin.objects.get(pk=Twin.objects.create(workspace=workspace, name="row").pk)
-    pre_save.connect(move, sender=Twin, weak=False)  # after realtime's receiver
-    try:
+    with moved_by_a_receiver(Twin, other):
         forget_messages()
         row.name = "moved"
         row.save()
-    finally:
-        pre_save.disconnect(move, sender=Twin)
     told = [(m["scope_id"], m["event_type"], m.get("meta")) for m in events()]
     assert sorted(told, key=str) == sorted(
         [
@@ -1243,19 +1251,12 @@ def test_a_guarded_row_moved_by_a_pre_save_receiver_is_reported_and_still_announ
 ) -> None:
     other = Workspace.objects.create(name="Other", slug="other")
     author = account("author")
-
-    def move(sender: Any, instance: Any, **kwargs: Any) -> None:
-        instance.workspace = other
-
     note = PrivateNote.objects.create(workspace=workspace, author=author, title="n", public=True)
     note = PrivateNote.objects.get(pk=note.pk)
-    pre_save.connect(move, sender=PrivateNote, weak=False)
-    try:
+    with moved_by_a_receiver(PrivateNote, other):
         forget_messages()
         note.title = "moved"
         note.save()
-    finally:
-        pre_save.disconnect(move, sender=PrivateNote)
     assert [(m["scope_id"], m["event_type"]) for m in events()] == [
         (other.pk, "private_note.updated")
     ]

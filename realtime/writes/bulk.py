@@ -773,14 +773,15 @@ def _announce_changes(
     # Objects loaded with only() or defer(): what their events carry is read in one go; of a
     # queryable model, the columns the write left as the row holds them.
     whole = with_columns_of(options, [obj for obj, _, _ in changes[: conf.BULK_LIMIT]], db)
-    whole = as_stored(options, whole, tracking.written_attnames(objs[0], fields), db)
+    written = tracking.written_attnames(objs[0], fields)  # the same columns of every object
+    whole = as_stored(options, whole, written, db)
     stored = _stored_rows(options.model, duplicated, db)
     events = []
     for index, (obj, names, before) in enumerate(changes):
         if obj.pk in duplicated:
             row = stored.get(obj.pk)
         else:
-            tracking.saved(obj, tracking.written_attnames(obj, fields), db)
+            tracking.saved(obj, written, db)
             row = whole[index] if index < conf.BULK_LIMIT else obj
         if row is None:
             continue
@@ -789,8 +790,7 @@ def _announce_changes(
             continue
         events.append(_updated_event(options, row, names, before, to_many, db))
     if duplicated:
-        attnames = tracking.written_attnames(objs[0], fields)
-        tracking.bulk_written(options.model, duplicated, attnames, db)
+        tracking.bulk_written(options.model, duplicated, written, db)
     _add_all(events, db)
     _fold(options, "updated", audiences, db)
 

@@ -170,14 +170,14 @@ def _saved(
             lambda: _taken_late(options, instance, update_fields, using, known),
         )
     changed = None if created else tracking.changed_fields(instance, update_fields, known)
-    tracking.saved(instance, tracking.written_attnames(instance, update_fields), using)
+    written = tracking.written_attnames(instance, update_fields)
+    tracking.saved(instance, written, using)
     action = "created" if created else "updated"
     if action not in options.actions or changed == []:
         return
     moving = before is not None and not created
     row = instance
-    if update_fields is not None:
-        written = tracking.written_attnames(instance, update_fields)
+    if update_fields is not None:  # else every column was written: nothing to read
         (row,) = as_stored(options, [instance], written, using)
     event = read_event(options, row, action, changed, scopeless=moving, using=using)
     if event is not None:
