@@ -223,6 +223,21 @@ class TestCaptureOnCommitCallbacks(TestCase):
         assert announced() == [("contact.created", "v2")]
         assert count == [1]
 
+    def test_a_save_registers_one_callback_and_a_bulk_update_two(self) -> None:
+        workspace = Workspace.objects.create(name="Acme", slug="acme")
+        contacts = [Contact.objects.create(workspace=workspace, name=f"c{n}") for n in range(3)]
+        run: Callable[..., Any] = self.captureOnCommitCallbacks
+        with run() as saved:
+            contacts[0].name = "renamed"
+            contacts[0].save()
+        with run() as unchanged:
+            contacts[0].save()  # announces nothing: the note of what committed alone
+        for contact in contacts:
+            contact.name = f"bulk {contact.pk}"
+        with run() as bulk:
+            Contact.objects.bulk_update(contacts, ["name"])
+        assert (len(saved), len(unchanged), len(bulk)) == (1, 1, 2)
+
 
 def test_no_error_is_logged_by_a_normal_transaction(
     workspace: Workspace, caplog: pytest.LogCaptureFixture

@@ -158,8 +158,9 @@ def created(
         if action == "created":
             tracking.inserted(exact, db)
         else:  # rows that may have been there, known to other instances
+            made = tracking.fate(db)
             for obj in exact:
-                tracking.saved(obj, tracking.written_attnames(obj, None), db)
+                tracking.saved(obj, tracking.written_attnames(obj, None), db, made)
         if action not in options.actions:
             return
         changed = None
@@ -777,11 +778,12 @@ def _announce_changes(
     whole = as_stored(options, whole, written, db)
     stored = _stored_rows(options.model, duplicated, db)
     events = []
+    made = tracking.fate(db)  # the rows of one statement share their fate
     for index, (obj, names, before) in enumerate(changes):
         if obj.pk in duplicated:
             row = stored.get(obj.pk)
         else:
-            tracking.saved(obj, written, db)
+            tracking.saved(obj, written, db, made)
             row = whole[index] if index < conf.BULK_LIMIT else obj
         if row is None:
             continue

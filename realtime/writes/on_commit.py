@@ -53,6 +53,7 @@ from realtime.logs import log_operation
 from realtime.transports import get_transport
 from realtime.writes import order, outbox, outbox_form
 from realtime.writes.publish import publish
+from realtime.writes.tracking import Fate
 
 logger = logging.getLogger(__name__)
 
@@ -103,16 +104,20 @@ class _Entry:
 
 
 class _Callback:
-    """What Django holds; it holds its ``_Held`` weakly, which so dies with its connection."""
+    """What Django holds; it holds its ``_Held`` weakly, which so dies with its connection.
+    It also marks the fate of the write it announces, if given one (``tracking``)."""
 
-    __slots__ = ("__weakref__", "entry", "held", "using")
+    __slots__ = ("__weakref__", "entry", "fate", "held", "using")
 
-    def __init__(self, held: _Held, entry: _Entry) -> None:
+    def __init__(self, held: _Held, entry: _Entry, fate: Fate | None) -> None:
         self.held = weakref.ref(held)
         self.entry = entry
+        self.fate = fate
         self.using = held.using
 
     def __call__(self) -> None:
+        if self.fate is not None:
+            self.fate.ran = True
         held = self.held()
         if held is None:
             _publish([self.entry], self.using)
@@ -150,9 +155,10 @@ class _Held:
         self.txn = ""
         self.next_row = 0
 
-    def add(self, items: Sequence[Any]) -> None:
+    def add(self, items: Sequence[Any], fate: Fate | None = None) -> None:
         """Hold ``items`` (announcements of the transaction under way, in write order);
-        outside a transaction, publish them at once, in one call."""
+        outside a transaction, publish them at once, in one call. Their callback tells
+        ``fate`` too, when it registers one."""
         if not in_transaction(self.connection):
             _publish_committed(list(items), self.using)
             return
@@ -162,8 +168,10 @@ class _Held:
         rows = self._write(items)
         order.stamp(items, self.using, [None if row is None else row.id for row in rows])
         entry = _Entry(list(items), rows)
-        callback = _Callback(self, entry)
+        callback = _Callback(self, entry, fate)
         entry.callback = weakref.ref(callback, self._released)
+        if fate is not None:
+            fate.told_by(callback)
         self.entries.append(entry)
         try:
             transaction.on_commit(callback, using=self.using, robust=True)
@@ -344,12 +352,14 @@ _held_by_connection: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Held] = (
 )
 
 
-def add(item: Any, using: str) -> None:
-    """Publish ``item`` after the current transaction on ``using`` commits (now, outside one)."""
-    add_all([item], using)
+def add(item: Any, using: str, fate: Fate | None = None) -> None:
+    """Publish ``item`` after the current transaction on ``using`` commits (now, outside one).
+    ``fate``: the write's, told by the same callback (one ``on_commit`` callback a save);
+    left unregistered when no callback is (the caller registers it)."""
+    add_all([item], using, fate)
 
 
-def add_all(items: Iterable[Any], using: str) -> None:
+def add_all(items: Iterable[Any], using: str, fate: Fate | None = None) -> None:
     """``add`` each of ``items``, in order: durable, their rows cost one statement."""
     items = list(items)
     if not items:
@@ -358,4 +368,4 @@ def add_all(items: Iterable[Any], using: str) -> None:
     held = _held_by_connection.get(connection)
     if held is None:
         held = _held_by_connection[connection] = _Held(using, connection)
-    held.add(items)
+    held.add(items, fate)

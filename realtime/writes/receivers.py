@@ -171,18 +171,23 @@ def _saved(
         )
     changed = None if created else tracking.changed_fields(instance, update_fields, known)
     written = tracking.written_attnames(instance, update_fields)
-    tracking.saved(instance, written, using)
-    action = "created" if created else "updated"
-    if action not in options.actions or changed == []:
-        return
-    moving = before is not None and not created
-    row = instance
-    if update_fields is not None:  # else every column was written: nothing to read
-        (row,) = as_stored(options, [instance], written, using)
-    event = read_event(options, row, action, changed, scopeless=moving, using=using)
-    if event is not None:
-        event.before = before if moving else None
-        on_commit.add(event, using)
+    # Told by the announcement's callback; by one of its own where none is registered.
+    made = tracking.fate(using, register=False)
+    try:
+        tracking.saved(instance, written, using, made)
+        action = "created" if created else "updated"
+        if action not in options.actions or changed == []:
+            return
+        moving = before is not None and not created
+        row = instance
+        if update_fields is not None:  # else every column was written: nothing to read
+            (row,) = as_stored(options, [instance], written, using)
+        event = read_event(options, row, action, changed, scopeless=moving, using=using)
+        if event is not None:
+            event.before = before if moving else None
+            on_commit.add(event, using, made)
+    finally:
+        tracking.register(made)
 
 
 def _taken_late(

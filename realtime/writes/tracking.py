@@ -23,11 +23,12 @@ may over-report, never under-report what this thread knows the row held. What an
 or raw SQL wrote since is not known here: a save that overwrites it says what changed from
 what this thread last read or wrote.
 
-A **fate** is an ``on_commit`` callback of realtime's own, held by Django alone: it has run
-(committed), is still held (stands so far) or was released unrun (rolled back) — known at
-once, because Django drops a discarded callback when it discards it (checked once per process:
-``realtime.compat.django.callbacks_released``; where it does not hold, a pending fate is
-undecided, and a column it wrote is unknown).
+A **fate** is told by an ``on_commit`` callback of realtime's own, held by Django alone: it
+has run (committed), is still held (stands so far) or was released unrun (rolled back) — known
+at once, because Django drops a discarded callback when it discards it (checked once per
+process: ``realtime.compat.django.callbacks_released``; where it does not hold, a pending fate
+is undecided, and a column it wrote is unknown). A save's fate is told by the callback of its
+announcement (one callback a save, not two); the rows of one bulk write share one.
 
 The log is bounded (``LOG_ROWS`` rows, ``LOG_BULK`` bulk writes per model): past it, it starts
 afresh, and whatever was loaded before then is known no more (every column counts as changed).
@@ -42,7 +43,7 @@ import itertools
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from django.db import connections, models, transaction
@@ -131,21 +132,30 @@ class Fate:
     def __init__(self, using: str) -> None:
         self.using = using
         self.ran = False
-        self._callback: weakref.ref[_Callback] | None = None
+        #: The callback Django holds for it, weakly (``_unregistered`` until there is one).
+        self._callback: Callable[[], object | None] = _unregistered
 
     def stands(self) -> bool | None:
         """``True``: committed or still held; ``False``: rolled back; ``None``: cannot tell."""
         if self.ran:
             return True
-        callback = self._callback
-        if callback is None or callback() is None:
+        if self._callback() is None:
             return False
         return True if callbacks_released(connections[self.using]) else None
 
     def settled(self) -> bool:
         """Whether its fate is final: run, or released unrun."""
-        callback = self._callback
-        return self.ran or callback is None or callback() is None
+        return self.ran or self._callback() is None
+
+    def told_by(self, callback: Callable[[], None]) -> None:
+        """``callback``, which marks this fate run when it runs, is about to be registered
+        with ``on_commit`` (a save's announcement carries its fate: one callback, not two)."""
+        self._callback = weakref.ref(callback)
+
+
+def _unregistered() -> object:
+    """What a fate's callback is before it is registered: still held."""
+    return _unregistered
 
 
 class _Callback:
@@ -160,16 +170,28 @@ class _Callback:
         self.fate.ran = True
 
 
-def fate(using: str) -> Fate:
-    """The fate of a write made now on ``using`` (committed at once outside a transaction)."""
+def fate(using: str, register: bool = True) -> Fate:
+    """The fate of a write made now on ``using`` (committed at once outside a transaction);
+    ``register=False``: one to be told by an announcement's callback, or ``register``ed."""
     made = Fate(using)
+    if register:
+        _register(made)
+    return made
+
+
+def register(made: Fate) -> None:
+    """Register the callback of ``made``, unless an announcement's callback tells it."""
+    if made._callback is _unregistered:
+        _register(made)
+
+
+def _register(made: Fate) -> None:
     callback = _Callback(made)
     made._callback = weakref.ref(callback)
     try:
-        transaction.on_commit(callback, using=using, robust=True)
+        transaction.on_commit(callback, using=made.using, robust=True)
     except TransactionManagementError:  # manual transaction management: nothing to await
         made.ran = True
-    return made
 
 
 # Snapshots --------------------------------------------------------------------------------------
@@ -410,8 +432,9 @@ def inserted(instances: Sequence[models.Model], using: str) -> None:
     if len({type(instance) for instance in instances}) == 1:
         loaded(using, instances)
     else:
+        made = fate(using)
         for instance in instances:
-            saved(instance, written_attnames(instance, None), using)
+            saved(instance, written_attnames(instance, None), using, made)
 
 
 def _refreshed(instance: models.Model, snapshot: Loaded, db: str) -> None:
@@ -503,16 +526,19 @@ def _overlay(
             values[attname] = value if stands else UNKNOWN
 
 
-def saved(instance: models.Model, attnames: Iterable[str], using: str) -> None:
+def saved(
+    instance: models.Model, attnames: Iterable[str], using: str, made: Fate | None = None
+) -> None:
     """A save wrote ``attnames`` of ``instance``'s row on ``using``: the instance knows it
-    from now on, and this thread's log notes it for the row's other instances."""
+    from now on, and this thread's log notes it for the row's other instances. ``made``: the
+    write's fate, where the caller has one (the rows of one ``bulk_update`` share theirs)."""
     state = instance._state
     pk = instance.pk
     shape = _shape(type(instance))
     values = instance.__dict__
     written = {attname: _frozen(values[attname]) for attname in attnames if attname in values}
     try:
-        write = Write(written, fate(using), frozenset([pk]))
+        write = Write(written, fate(using) if made is None else made, frozenset([pk]))
         _log.note((using, shape.concrete, pk), shape.concrete, write, bulk=False)
     except TypeError:  # a key that cannot be hashed: the instance knows nothing
         keep_on_state([state], None)
