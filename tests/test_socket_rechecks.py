@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.test import override_settings
 
 from realtime.auth import RealtimeAuth, issue_token
-from realtime.broadcast import recheck_users
+from realtime.broadcast import broadcast_to_users, recheck_users
 from realtime.sockets.manager import get_manager
 from realtime.testing import in_thread, realtime_client
 from tests.live import Clients, LiveServers, sockets_of, wait_for_socket
@@ -61,6 +62,45 @@ async def test_a_deleted_membership_leaves_the_scope_but_keeps_the_socket(
     frame = await client.wait_for(lambda f: f["type"] == "notification.created")
     assert frame["data"]["id"] == note.pk
     assert [f["type"] for f in client.received] == ["auth_success", "notification.created"]
+
+
+def remove_then_write(user: Any, workspace: Workspace) -> int:
+    """A member removed, then a write in the scope she left: one transaction."""
+    with transaction.atomic():
+        Membership.objects.filter(user=user, workspace=workspace).delete()
+        return Company.objects.create(workspace=workspace, name="After ann left").pk
+
+
+def deactivate_then_write(user: Any, workspace: Workspace) -> None:
+    with transaction.atomic():
+        user.is_active = False
+        user.save()
+        Company.objects.create(workspace=workspace, name="After ann was deactivated")
+
+
+async def test_a_write_in_the_transaction_that_removed_a_member_never_reaches_her(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    ann, ann_token, (acme,) = await in_thread(setup_member, "ann", "acme")
+    bob, bob_token, _ = await in_thread(setup_member, "bob", "acme")
+    server = live_servers.get()
+    ann_client = await ws.authenticated(server, ann_token, scope="acme", channels=["company"])
+    bob_client = await ws.authenticated(server, bob_token, scope="acme", channels=["company"])
+    pk = await in_thread(remove_then_write, ann, acme)
+    await in_thread(broadcast_to_users, [ann.pk, bob.pk], "test.marker", None)
+    bob_heard = await bob_client.frames_until("test.marker")
+    assert [f["data"]["id"] for f in bob_heard if f["type"] == "company.created"] == [pk]
+    assert await ann_client.frames_until("test.marker") == []
+
+
+async def test_a_write_in_the_transaction_that_deactivated_an_account_never_reaches_it(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    ann, token, (acme,) = await in_thread(setup_member, "ann", "acme")
+    client = await ws.authenticated(live_servers.get(), token, scope="acme", channels=["company"])
+    await in_thread(deactivate_then_write, ann, acme)
+    assert await client.closed_with() == 1008
+    assert [frame["type"] for frame in client.received] == ["auth_success", "auth_error"]
 
 
 async def test_a_renamed_slug_keeps_the_socket_in_its_scope(

@@ -93,7 +93,7 @@ class Built:
 
     A relay of outbox rows goes to the transport in runs: the messages of the rows whose
     places (``seq``) share a range of ``limits.RELAY_ROWS``, each run under a key of its own
-    (``run_key``), the announcements of no row (rechecks) last under theirs. A relay made
+    (``run_key``), the announcements of no row (rechecks) first under theirs. A relay made
     again (a sweeper's, after the writer's failed halfway) builds its messages afresh: rows
     written or deleted since are left out (``realtime.writes.late``), audiences asked again.
     Keyed by rows, not by how many messages came before, each run covers the same rows both
@@ -123,10 +123,17 @@ def build(
     ``seqs``: the places of the outbox rows ``items`` came from, one each."""
     messages: list[tuple[str, bytes]] = []
     runs: list[tuple[int, int]] = []
-    rechecks: set[Any] = set()
-    for item, last in coalesce(items):
+    coalesced = list(coalesce(items))
+    # Rechecks first: a worker holds the frames of an account's sockets from its recheck on,
+    # so none of the transaction's events reaches a member it removed (or an account it
+    # deactivated). What the recheck reads is the committed state, the events' own.
+    rechecks = {
+        user_id for item, _ in coalesced if isinstance(item, Recheck) for user_id in item.user_ids
+    }
+    if rechecks:
+        _extend(messages, runs, recheck_messages(rechecks, budget), RECHECKS)
+    for item, last in coalesced:
         if isinstance(item, Recheck):
-            rechecks.update(item.user_ids)
             continue
         try:
             made = (
@@ -144,8 +151,6 @@ def build(
             )
             continue
         _extend(messages, runs, made, 0 if seqs is None else seqs[last] // limits.RELAY_ROWS)
-    if rechecks:
-        _extend(messages, runs, recheck_messages(rechecks, budget), RECHECKS)
     return Built(mark_publication(messages, budget), runs)
 
 
