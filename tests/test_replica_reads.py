@@ -39,6 +39,7 @@ from tests.testapp.models import (
     Message,
     Project,
     Report,
+    Room,
     Seat,
     Tag,
     Task,
@@ -158,6 +159,15 @@ def replica_statements(write: Callable[[], Any]) -> list[str]:
     return [query["sql"] for query in replica.captured_queries]
 
 
+def bulk_updated(instance: Any, **values: Any) -> Callable[[], None]:
+    def bulk_update() -> None:
+        for name, value in values.items():
+            setattr(instance, name, value)
+        type(instance).objects.bulk_update([instance], list(values))
+
+    return bulk_update
+
+
 def saved(instance: Any, **values: Any) -> Callable[[], None]:
     def save() -> None:
         for name, value in values.items():
@@ -183,6 +193,9 @@ def test_no_write_sends_realtimes_reads_to_the_replica() -> None:
     Message.objects.create(thread=thread, text="hi")
     chat = Chat.objects.create(title="chat")
     ChatLine.objects.create(chat=chat, text="hello")
+    handed = Seat.objects.create(chat=chat, user=bob)
+    room = Room.objects.create(name="room")
+    room.participants.add(bob)
     kept = Contact.objects.create(workspace=acme, name="Dee")
     partial = Contact.objects.only("id", "score").get(pk=kept.pk)
     gone = Contact.objects.create(workspace=acme, name="Eve")
@@ -203,6 +216,10 @@ def test_no_write_sends_realtimes_reads_to_the_replica() -> None:
         "account path link": lambda: thread.members.add(ann),
         "account path unlink": lambda: thread.members.remove(ann),
         "membership row": lambda: Seat.objects.create(chat=chat, user=ann),
+        "membership rows in bulk": lambda: Seat.objects.bulk_create([Seat(chat=chat, user=ann)]),
+        "membership row handed on in bulk": bulk_updated(handed, user=ann),
+        "membership rows updated": lambda: Seat.objects.filter(pk=handed.pk).update(user=bob),
+        "link rows deleted": lambda: Room.participants.through.objects.filter(room=room).delete(),
         "membership rows deleted": lambda: Seat.objects.filter(chat=chat).delete(),
         "scope membership": lambda: Membership.objects.create(workspace=partner, user=ann),
         # an instance loaded without the columns its event carries

@@ -39,7 +39,7 @@ from django.db.models import ForeignObjectRel
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from realtime.chunks import chunked
-from realtime.compat.django_orm import matching
+from realtime.compat.django_orm import matching, write_alias
 from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
@@ -234,7 +234,7 @@ def around_update(
 ) -> int:
     """Run an ``update()`` (or ``bulk_update``) of membership rows, and tell the accounts whose
     rows it changed: the rows' pairs read before it, and again after it by primary key."""
-    model, db = queryset.model, queryset.db
+    model, db = queryset.model, write_alias(queryset)  # never a replica
     watches = [w for w in _watches_of(model) if {w.owner, w.account} & set(written)]
     if not watches:
         return run()
@@ -264,7 +264,7 @@ def around_delete(
     """Run a ``QuerySet.delete()`` of the rows of an auto-created through table (the
     many-to-many manager's ``remove()`` and ``clear()``, or the application's own), for which
     Django sends no delete signal, and tell the accounts whose links went."""
-    model, db = queryset.model, queryset.db
+    model, db = queryset.model, write_alias(queryset)  # never a replica
 
     def doomed() -> dict[Watch, tuple[set[Pair], list[Any]]]:
         found = {}

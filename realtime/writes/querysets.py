@@ -35,6 +35,7 @@ from realtime.compat.django_orm import (
     replace_base_manager,
     replace_managers,
     through_rows,
+    write_alias,
 )
 from realtime.registry import options_for
 from realtime.writes import bulk, deletes, memberships, tracking
@@ -101,10 +102,11 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         if not (links or _announcing(self)):
             return super().bulk_create(objs, *args, **kwargs)
         objs = list(objs)
-        existing = memberships.existing_pairs(self.model, objs, self.db) if links else {}
+        db = write_alias(self)  # never a replica: the pairs there may be behind
+        existing = memberships.existing_pairs(self.model, objs, db) if links else {}
         created = super().bulk_create(objs, *args, **kwargs)
         if links:
-            memberships.created_in_bulk(self.model, created, self.db, existing)
+            memberships.created_in_bulk(self.model, created, db, existing)
         if _announcing(self):
             given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
             bulk.created(self, created, given)
@@ -126,7 +128,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
                 _updating.reset(token)
 
         if links:
-            rows = self.model._base_manager.using(self.db).filter(pk__in=[o.pk for o in objs])
+            rows = self.model._base_manager.using(write_alias(self))
+            rows = rows.filter(pk__in=[o.pk for o in objs])
             written = _attnames(self.model, dict.fromkeys(fields))
             plain = run
 
