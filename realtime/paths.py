@@ -58,6 +58,15 @@ def path_target(model: type[models.Model], path: str) -> type[models.Model] | No
     return related if isinstance(related, type) else None
 
 
+def key_lookup(model: type[models.Model], path: str) -> str:
+    """The lookup reading the primary keys of the rows ``path`` reaches from ``model``: with
+    ``__pk`` where it ends on a model, since a key declared with ``to_field`` (in a foreign
+    key or a through model) holds another column's values. Django leaves out the join to the
+    last table where the key is the primary one."""
+    lookup = to_lookup(path)
+    return lookup if path_target(model, path) is None else f"{lookup}__pk"
+
+
 def values_on_path(instance: models.Model, path: str, using: str | None = None) -> list[Any]:
     """The ids ``path`` reaches from ``instance``, sorted: a one-hop foreign key is read from
     the row, a longer path costs one query (on ``using``, else where its writes go); an
@@ -68,9 +77,7 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     if len(parts) == 1 and direct and first.target_field.primary_key:
         value = instance.__dict__.get(first.attname)
         return [] if value is None else [value]
-    lookup = to_lookup(path)
-    if direct and not first.target_field.primary_key and len(parts) == 1:
-        lookup = f"{lookup}__pk"  # the key holds another field's value (to_field)
+    lookup = key_lookup(type(instance), path)
     ids = (
         on_primary(type(instance), using, base=True)
         .filter(pk=instance.pk)

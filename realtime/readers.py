@@ -27,7 +27,7 @@ from realtime.auth import account_ids, get_auth, member_ids
 from realtime.chunks import id_chunks
 from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.logs import log_hook_failure
-from realtime.paths import path_target, to_lookup, values_on_path
+from realtime.paths import key_lookup, path_target, values_on_path
 from realtime.primary import on_primary
 from realtime.registry import ModelOptions, options_named
 
@@ -176,7 +176,7 @@ def load_root(options: ModelOptions, pk: Any, root_pk: Any = None, using: str | 
         root_pk = (
             on_primary(options.model, using, base=True)
             .filter(pk=pk)
-            .values_list(to_lookup(path), flat=True)
+            .values_list(key_lookup(options.model, path), flat=True)
             .first()
         )
     if root_pk is None:

@@ -605,6 +605,27 @@ def test_links_kept_by_other_keys_than_the_primary_ones_are_announced() -> None:
     assert all(m["data"]["id"] == log.pk for m in events("users"))
 
 
+def test_writes_of_a_row_read_through_other_keys_are_addressed_to_account_ids() -> None:
+    ann, bob = account("ann"), account("bob")
+    ones, twos = (Crew.objects.create(code=code, name=code) for code in ("C-1", "C-2"))
+    Berth.objects.create(crew=ones, mate=ann)
+    Berth.objects.create(crew=twos, mate=bob)
+    forget_messages()
+    log = Logbook.objects.create(crew=ones, text="set sail")
+    log.crew = twos
+    log.save()
+    Logbook.objects.update(text="anchored")
+    Logbook.objects.bulk_create([Logbook(crew=ones, text="ashore")])
+    told = [(m["event_type"], m["user_ids"]) for m in events("users")]
+    assert told == [
+        ("logbook.created", [ann.pk]),
+        ("logbook.deleted", [ann.pk]),
+        ("logbook.created", [bob.pk]),
+        ("logbook.updated", [bob.pk]),
+        ("logbook.created", [ann.pk]),
+    ]
+
+
 # 10. Related managers count and test through the link table ----------------------------------
 
 

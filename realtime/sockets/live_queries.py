@@ -52,7 +52,7 @@ from realtime.blocking import run_blocking, run_for_delivery
 from realtime.conf import conf
 from realtime.encoding import id_order, jsonable, row_key
 from realtime.guard_checks import in_process
-from realtime.paths import column_values_field, key_fields, to_lookup
+from realtime.paths import column_values_field, key_fields, key_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
 from realtime.sockets.index import discard
@@ -670,7 +670,7 @@ def queryset(
         attname = options.filter_attnames[term.name]
         rows = rows.filter(**term.lookup_kwargs(attname))
     if options.user_field is not None:
-        path = to_lookup(options.user_field)
+        path = key_lookup(model, options.user_field)
         reached = on_primary(model, base=True).filter(**{path: user.pk}).values("pk")
         rows = rows.filter(pk__in=reached)
     elif options.scope_attname is not None:

@@ -64,7 +64,7 @@ from realtime.compat.django_orm import (
 )
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
-from realtime.paths import key_fields, split_path, to_lookup
+from realtime.paths import key_fields, key_lookup, split_path
 from realtime.registry import ModelOptions, is_generic_fk, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import (
@@ -679,7 +679,7 @@ def _accounts_of_rows(
     options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
 ) -> list[tuple[Any, Any]]:
     """(key, the accounts its path reaches) of each row, read by key (one statement per 500)."""
-    lookup = to_lookup(options.user_field or "")
+    lookup = key_lookup(options.model, options.user_field or "")
     merged: dict[Any, list[Any]] = {pk: [] for pk in pks}
     for chunk in chunked(pks, READ_CHUNK):
         for pk, account in stored.filter(pk__in=chunk).values_list("pk", lookup):
@@ -717,7 +717,7 @@ def _scoped_befores(
 def _audience_column(options: ModelOptions) -> str | None:
     """The lookup naming a row's audience: its scope, or the accounts of its path."""
     if options.user_field is not None:
-        return to_lookup(options.user_field)
+        return key_lookup(options.model, options.user_field)
     return options.scope_attname
 
 

@@ -146,7 +146,7 @@ def _readers_of_roots(
     auth = get_auth()
     for index, (options, root) in enumerate(_roots_changed(through, instance, pk_set, using)):
         rows = options.model._base_manager.using(using).filter(
-            **{to_lookup(options.shared_via or ""): root.pk}
+            **{to_lookup(options.shared_via or ""): root}
         )
         scopes = rows.values_list(options.scope_attname or "", flat=True).distinct()
         for scope in scopes[: conf.CASCADE_LIMIT]:
