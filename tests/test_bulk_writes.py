@@ -580,6 +580,27 @@ def test_bulk_update_announces_once_though_django_runs_updates_inside(acme: Work
 # The limit -----------------------------------------------------------------------------------
 
 
+def test_a_delete_through_a_to_many_filter_counts_each_row_once_against_the_limit(
+    acme: Workspace, settings: Any
+) -> None:
+    from tests.testapp.models import Membership
+
+    settings.REALTIME_BULK_LIMIT = 3
+    ann = get_user_model().objects.create(username="ann")
+    Membership.objects.create(workspace=acme, user=ann)
+    notes = [
+        PrivateNote.objects.create(workspace=acme, author=ann, title=f"n{n}", public=True)
+        for n in range(3)
+    ]
+    forget_messages()
+
+    # Each note matches once per public note of its workspace: three times.
+    PrivateNote.objects.filter(workspace__privatenote__public=True).delete()
+
+    heard = [(e["event_type"], e["data"]["id"], e["meta"].get("truncated")) for e in events()]
+    assert heard == [("private_note.deleted", note.pk, None) for note in notes]
+
+
 def test_past_the_bulk_limit_the_rest_folds_into_one_event_per_scope(
     acme: Workspace, beta: Workspace, settings: Any
 ) -> None:

@@ -313,12 +313,16 @@ def _doomed_events(
     options: ModelOptions, doomed: models.QuerySet[Any, Any], db: str
 ) -> list[Event]:
     """The events of the rows a delete is about to remove: the first ``REALTIME_BULK_LIMIT``
-    one by one (one statement), the rest folded by scope (one more)."""
+    one by one (one statement), the rest folded by scope (one more). A filter across a
+    to-many relation matches a row once per related row: each is counted once."""
     limit = conf.BULK_LIMIT
     events: list[Event] = []
 
     def read() -> None:
-        rows = list(_whole(doomed).order_by("pk")[: limit + 1])
+        whole = _whole(doomed).order_by("pk")
+        rows = list(whole[: limit + 1])
+        if len({row.pk for row in rows}) < len(rows):  # read once per related row
+            rows = list(whole.distinct()[: limit + 1])
         for row in rows[:limit]:
             event = delete_event(options, row, db)
             if event is not None:
