@@ -577,7 +577,50 @@ def test_bulk_update_announces_once_though_django_runs_updates_inside(acme: Work
     assert sorted(e["data"]["id"] for e in events()) == sorted(t.pk for t in made)
 
 
+def test_a_partial_write_is_heard_where_the_row_is_not_where_its_object_says(
+    acme: Workspace, beta: Workspace
+) -> None:
+    (saved, bulk) = tickets(acme, 2)
+    for ticket in (saved, bulk):
+        ticket.workspace = beta  # set, never written: the rows stay in acme
+        ticket.title = f"acme's own {ticket.pk}"
+    saved.save(update_fields=["title"])
+    Ticket.objects.bulk_update([bulk], ["title"])
+    hand_built = Ticket(pk=saved.pk, workspace=beta, title="by hand", points=0)
+    hand_built.save(update_fields=["title"])
+
+    heard = [(e["event_type"], e["scope_id"], e["data"]["title"]) for e in events()]
+    assert heard == [
+        ("ticket.updated", acme.pk, f"acme's own {saved.pk}"),
+        ("ticket.updated", acme.pk, f"acme's own {bulk.pk}"),
+        ("ticket.updated", acme.pk, "by hand"),
+    ]
+
+
+def test_a_partial_write_of_a_loaded_row_reads_nothing_more(acme: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+    ticket = Ticket.objects.get(pk=ticket.pk)
+    ticket.title = "renamed"
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        ticket.save(update_fields=["title"])
+    assert len(queries.captured_queries) == 1  # the UPDATE alone
+
+
 # The limit -----------------------------------------------------------------------------------
+
+
+def test_a_bulk_update_moving_rows_past_the_limit_tells_the_scope_they_left(
+    acme: Workspace, beta: Workspace, settings: Any
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 1
+    made = tickets(acme, 3)
+    for ticket in made:
+        ticket.workspace = beta
+
+    Ticket.objects.bulk_update(made, ["workspace"])
+
+    folded = [(e["scope_id"], e["meta"].get("truncated")) for e in events() if e["data"] is None]
+    assert sorted(folded) == sorted([(acme.pk, True), (beta.pk, True)])
 
 
 def test_a_delete_through_a_to_many_filter_counts_each_row_once_against_the_limit(

@@ -170,11 +170,37 @@ _planned: dict[int, tuple[ModelOptions, tuple[str, ...]]] = {}
 
 def audience_inputs(options: ModelOptions, instance: models.Model) -> tuple[Any, ...]:
     """The values of ``planned_attnames`` as ``instance`` holds them now."""
+    values = instance.__dict__
+    return tuple(values.get(attname) for attname in _planned_of(options))
+
+
+def _planned_of(options: ModelOptions) -> tuple[str, ...]:
+    """``planned_attnames(options)``, worked out once."""
     kept = _planned.get(id(options))
     if kept is None or kept[0] is not options:
         kept = _planned[id(options)] = (options, planned_attnames(options))
-    values = instance.__dict__
-    return tuple(values.get(attname) for attname in kept[1])
+    return kept[1]
+
+
+def unsure_attnames(
+    options: ModelOptions,
+    instances: Iterable[tuple[models.Model, dict[str, Any] | None]],
+    written: Iterable[str],
+) -> set[str]:
+    """Of the columns that decide who reads a row (``planned_attnames``), those a partial
+    write (``update_fields``, ``bulk_update``) left as stored where an instance holds a value
+    this thread does not know its row to hold (set and not saved, or never loaded): each
+    ``(instance, what the thread knew its row held)``. An event is addressed by the row."""
+    left = set(_planned_of(options)).difference(written)
+    unsure: set[str] = set()
+    for instance, known in instances:
+        values = instance.__dict__
+        for attname in left - unsure:
+            if attname in values and (known is None or tracking.differs(values, known, attname)):
+                unsure.add(attname)
+        if unsure == left:
+            break
+    return unsure
 
 
 def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> Before | None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import NotSupportedError, connections, models, transaction
@@ -74,6 +75,7 @@ from realtime.writes.audiences import (
     moves_audience,
     plan_before,
     take_before,
+    unsure_attnames,
 )
 from realtime.writes.events import (
     Before,
@@ -742,44 +744,72 @@ def _attname(model: type[models.Model], name: str) -> str:
 # bulk_update() -------------------------------------------------------------------------------
 
 
+@dataclass
+class _Changes:
+    """What a ``bulk_update`` is about to change, read before it runs."""
+
+    #: For each row whose listed fields an object changes: its object (the first, when
+    #: several objects name the row), the fields, and who could read it before when that may
+    #: change (for the first ``REALTIME_BULK_LIMIT`` rows).
+    rows: list[tuple[models.Model, list[str], Before | None]]
+    #: The unwritten columns deciding who reads a row that an object holds other values of
+    #: than the row may (``unsure_attnames``): read from the rows after the write.
+    unsure: set[str]
+    #: Where the rows past the limit were heard, when the write may move them (``_folded``).
+    left: list[Any]
+
+
 def _changes(
     options: ModelOptions, objs: Sequence[models.Model], fields: Sequence[str], db: str
-) -> list[tuple[models.Model, list[str], Before | None]]:
-    """For each row whose listed fields an object changes: its object (the first, when several
-    objects name the row), the fields, and who could read it before when that may change
-    (taken now, before the write)."""
+) -> _Changes:
+    """What the write of ``fields`` of ``objs`` changes, and who could read it (``_Changes``)."""
     changes: dict[Any, tuple[models.Model, list[str], Before | None]] = {}
+    knowns = []
     for obj in objs:
-        changed = tracking.changed_fields(obj, None)
+        known = tracking.known(obj)
+        knowns.append((obj, known))
+        changed = tracking.changed_fields(obj, None, known)
         names = sorted({obj._meta.get_field(name).name for name in fields} & set(changed))
         if not names:
             continue
-        first, known, before = changes.get(obj.pk, (obj, [], None))
+        first, given, before = changes.get(obj.pk, (obj, [], None))
         if before is None and len(changes) < conf.BULK_LIMIT:
             plan = plan_before(options, obj, names, db)
             before = None if plan is None else take_before(options, plan)
-        changes[obj.pk] = (first, sorted({*known, *names}), before)
-    return list(changes.values())
+        changes[obj.pk] = (first, sorted({*given, *names}), before)
+    rows = list(changes.values())
+    written = tracking.written_attnames(objs[0], fields) if objs else []
+    left = []
+    surplus = [obj.pk for obj, _, _ in rows[conf.BULK_LIMIT :]]
+    if surplus and _first_hop_attname(options) in written:  # they may leave their audience
+        stored = options.model._base_manager.using(db)
+        for chunk in chunked(surplus, READ_CHUNK):
+            left += _audiences_of(options, stored.filter(pk__in=chunk))
+    return _Changes(rows, unsure_attnames(options, knowns, written), left)
 
 
 def _announce_changes(
     options: ModelOptions,
-    changes: list[tuple[models.Model, list[str], Before | None]],
+    found: _Changes,
     objs: Sequence[models.Model],
     fields: Sequence[str],
     db: str,
 ) -> None:
+    changes = found.rows
     if not changes:
         return
-    audiences = []
+    audiences = list(found.left)
     duplicated = _duplicated_keys(objs)
     announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
     to_many = to_many_of_rows(options, options.model, announced, db)
-    # Objects loaded with only() or defer(): what their events carry is read in one go; of a
-    # queryable model, the columns the write left as the row holds them.
+    # Objects loaded with only() or defer(): what their events carry is read in one go; the
+    # columns the write left that decide who hears the rows, and of a queryable model those
+    # its events carry, as the rows hold them.
     whole = with_columns_of(options, [obj for obj, _, _ in changes[: conf.BULK_LIMIT]], db)
     written = tracking.written_attnames(objs[0], fields)  # the same columns of every object
-    whole = as_stored(options, whole, written, db)
+    whole = as_stored(options, whole, written, db, found.unsure)
+    surplus = [obj for obj, _, _ in changes[conf.BULK_LIMIT :]]
+    surplus = as_stored(options, surplus, written, db, found.unsure) if found.unsure else surplus
     stored = _stored_rows(options.model, duplicated, db)
     events = []
     made = tracking.fate(db)  # the rows of one statement share their fate
@@ -788,7 +818,7 @@ def _announce_changes(
             row = stored.get(obj.pk)
         else:
             tracking.saved(obj, written, db, made)
-            row = whole[index] if index < conf.BULK_LIMIT else obj
+            row = whole[index] if index < conf.BULK_LIMIT else surplus[index - conf.BULK_LIMIT]
         if row is None:
             continue
         if index >= conf.BULK_LIMIT:

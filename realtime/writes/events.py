@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,18 +204,23 @@ def as_stored(
     instances: Sequence[models.Model],
     written: Sequence[str],
     using: str | None = None,
+    unsure: Iterable[str] = (),
 ) -> list[models.Model]:
     """``instances`` after a write of only the columns ``written`` (a save with
-    ``update_fields``, a ``bulk_update``), each holding the other columns its event reads as
-    the row holds them when its model is queryable: the instance's may be stale (another
-    request wrote them), and live queries place the row by them. One ``SELECT`` of just those
-    columns per 500 rows, in the write's transaction; the instances themselves unchanged."""
-    if not options.filters or not instances:
+    ``update_fields``, a ``bulk_update``), each holding as the row holds them: the columns
+    ``unsure`` (what decides who reads the row, where an instance holds a value the row may
+    not: it is addressed by the row), and when its model is queryable the other columns its
+    event reads (the instance's may be stale: another request wrote them, and live queries
+    place the row by them). One ``SELECT`` of just those columns per 500 rows, in the write's
+    transaction; the instances themselves unchanged."""
+    if not instances:
         return list(instances)
-    columns = sorted(options.event_attnames.difference(written))
-    if not columns:
+    wanted = set(unsure).difference(written)
+    if options.filters:
+        wanted |= options.event_attnames.difference(written)
+    if not wanted:
         return list(instances)
-    stored = _read_columns(instances, columns, using)
+    stored = _read_columns(instances, sorted(wanted), using)
     return [_copy_with(instance, stored.get(id(instance))) for instance in instances]
 
 

@@ -32,6 +32,7 @@ from realtime.writes.audiences import (
     delete_event,
     plan_before,
     take_before,
+    unsure_attnames,
 )
 from realtime.writes.events import Before, as_stored, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
@@ -142,7 +143,7 @@ def on_post_save(
         return
     queries = options.create_queries if created else options.write_queries
     queries = queries or bool(lacks_columns(options, instance))  # read before its event
-    queries = queries or (update_fields is not None and bool(options.filters))
+    queries = queries or update_fields is not None  # the row's columns it did not write
     failsafe(
         _label(options, instance),
         using,
@@ -181,7 +182,8 @@ def _saved(
         moving = before is not None and not created
         row = instance
         if update_fields is not None:  # else every column was written: nothing to read
-            (row,) = as_stored(options, [instance], written, using)
+            unsure = unsure_attnames(options, [(instance, known)], written)
+            (row,) = as_stored(options, [instance], written, using, unsure)
         event = read_event(options, row, action, changed, scopeless=moving, using=using)
         if event is not None:
             event.before = before if moving else None
