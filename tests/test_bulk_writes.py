@@ -521,6 +521,53 @@ def test_bulk_create_updating_conflicts_announces_updates(acme: Workspace) -> No
     assert event["meta"] == {"changed": ["points"]}
 
 
+@pytest.mark.skipif(
+    "not __import__('django.db').db.connection.features.supports_update_conflicts",
+    reason="needs update_conflicts",
+)
+def test_an_upsert_announces_the_row_as_stored_where_it_is_heard(
+    acme: Workspace, beta: Workspace
+) -> None:
+    (ticket,) = tickets(acme, 1, done=True)
+    target: dict[str, Any] = {"unique_fields": ["title"]}
+    if not connection.features.supports_update_conflicts_with_target:
+        target = {}  # MySQL and MariaDB update on any unique key
+    stranger = Ticket(workspace=beta, title=ticket.title, points=7, done=False)
+
+    Ticket.objects.bulk_create(
+        [stranger], update_conflicts=True, update_fields=["points"], **target
+    )
+
+    heard = [(e["event_type"], e["scope_id"], e["data"]) for e in events()]
+    assert heard == [("ticket.updated", acme.pk, ticket_data(ticket, points=7))]
+    forget_messages()
+    stranger.save()  # the object's own values, every column: the row moves to beta
+    assert [(e["event_type"], e["scope_id"]) for e in events()] == [
+        ("ticket.deleted", acme.pk),
+        ("ticket.created", beta.pk),
+    ]
+
+
+@pytest.mark.skipif(
+    "not __import__('django.db').db.connection.features.supports_update_conflicts_with_target",
+    reason="needs update_conflicts with unique_fields",
+)
+def test_an_upsert_moving_a_row_tells_the_scope_it_left(acme: Workspace, beta: Workspace) -> None:
+    (ticket,) = tickets(acme, 1)
+
+    Ticket.objects.bulk_create(
+        [Ticket(workspace=beta, title=ticket.title)],
+        update_conflicts=True,
+        unique_fields=["title"],
+        update_fields=["workspace"],
+    )
+
+    assert [(e["event_type"], e["scope_id"]) for e in events()] == [
+        ("ticket.deleted", acme.pk),
+        ("ticket.created", beta.pk),
+    ]
+
+
 def test_bulk_create_with_positional_batch_size_is_announced(acme: Workspace) -> None:
     Ticket.objects.bulk_create([Ticket(workspace=acme, title=f"t{i}") for i in range(3)], 2)
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import NotSupportedError, connections, models, transaction
+from django.db.models import Q
 
 from realtime.audience import readers_of_rows
 from realtime.auth import readers_pool
@@ -74,6 +75,7 @@ from realtime.writes.audiences import (
     delete_event,
     moves_audience,
     plan_before,
+    planned_attnames,
     take_before,
     unsure_attnames,
 )
@@ -145,40 +147,111 @@ def _refused(queryset: models.QuerySet[Any, Any]) -> bool:
     return bool(queryset.query.is_sliced or queryset.query.combinator)
 
 
-def created(
-    queryset: models.QuerySet[Any, Any], objs: Sequence[models.Model], kwargs: dict[str, Any]
+def _upserted(
+    options: ModelOptions,
+    exact: list[models.Model],
+    objs: Sequence[models.Model],
+    kwargs: dict[str, Any],
+    befores: dict[Any, Before],
+    db: str,
 ) -> None:
-    """Announce the rows ``bulk_create`` wrote (``kwargs``: the options it was given)."""
+    """Announce an upsert's rows as they are now: a row that was there kept the columns
+    ``update_fields`` leave out (its scope among them, unless listed), whatever the object
+    holds. What the objects know of their rows: the columns every row got from them."""
+    model = options.model
+    meta = model._meta
+    unique = [meta.pk.name if name == "pk" else name for name in kwargs.get("unique_fields") or ()]
+    written = [_attname(model, name) for name in [*kwargs["update_fields"], *unique]]
+    made = tracking.fate(db)
+    for obj in exact:
+        tracking.saved(obj, written, db, made)
+    if "updated" not in options.actions:
+        return
+    changed = sorted({meta.get_field(name).name for name in kwargs["update_fields"]})
+    announced = exact[: conf.BULK_LIMIT]
+    rows = _stored_rows(model, {obj.pk for obj in announced}, db)
+    to_many = to_many_of_rows(options, model, list(rows), db)
+    _add_all(
+        (
+            _updated_event(options, rows[obj.pk], changed, befores.get(obj.pk), to_many, db)
+            for obj in announced
+            if obj.pk in rows
+        ),
+        db,
+    )
+    surplus = [obj.pk for obj in exact[conf.BULK_LIMIT :]]
+    moved = set(surplus)
+    audiences = [_past_audience(options, b) for pk, b in befores.items() if pk in moved]
+    stored = model._base_manager.using(db)
+    for chunk in chunked(surplus, READ_CHUNK):
+        audiences += _audiences_of(options, stored.filter(pk__in=chunk))
+    told = {id(obj) for obj in exact}
+    audiences += [_audience_of(options, obj) for obj in objs if id(obj) not in told]
+    _fold(options, "updated", audiences, db)
+
+
+def before_upsert(
+    queryset: models.QuerySet[Any, Any], objs: Sequence[models.Model], kwargs: dict[str, Any]
+) -> dict[Any, Before]:
+    """Who could read each row a ``bulk_create(update_conflicts=True)`` may update, where its
+    ``update_fields`` may move rows (a column that decides who reads them): the rows its
+    ``unique_fields`` match, read before the write (one statement per 100 objects). Empty
+    for any other ``bulk_create``, and where the rows cannot be matched so (MySQL names no
+    ``unique_fields``)."""
+    if not kwargs.get("update_conflicts") or not kwargs.get("unique_fields"):
+        return {}
+    options = _options(queryset)
+    model, db = queryset.model, write_alias(queryset)
+    meta = model._meta
+    written = {meta.get_field(name).attname for name in kwargs.get("update_fields") or ()}
+    if "updated" not in options.actions or not written & set(planned_attnames(options)):
+        return {}
+    unique = [meta.pk if name == "pk" else meta.get_field(name) for name in kwargs["unique_fields"]]
+
+    def read() -> dict[Any, Before]:
+        stored = model._base_manager.using(db)
+        pks: list[Any] = []
+        for chunk in chunked(list(objs), 100):
+            matched = Q()
+            for obj in chunk:
+                matched |= Q(**{field.attname: getattr(obj, field.attname) for field in unique})
+            pks += stored.filter(matched).values_list("pk", flat=True)
+        return _scoped_befores(options, stored, pks)
+
+    return failsafe(f"a bulk create of {options.name}", db, True, read) or {}
+
+
+def created(
+    queryset: models.QuerySet[Any, Any],
+    objs: Sequence[models.Model],
+    kwargs: dict[str, Any],
+    befores: dict[Any, Before],
+) -> None:
+    """Announce the rows ``bulk_create`` wrote (``kwargs``: the options it was given;
+    ``befores``: who could read the rows an upsert may have moved, ``before_upsert``)."""
     options = _options(queryset)
     db = write_alias(queryset)
 
     def announce() -> None:
         # ignore_conflicts: which rows went in is not known. update_conflicts: whether a row
-        # went in or was there is not told apart; all are updated.
-        action = "updated" if kwargs.get("update_conflicts") else "created"
-        exact = [] if kwargs.get("ignore_conflicts") else [o for o in objs if o.pk is not None]
-        if action == "created":
-            tracking.inserted(exact, db)
-        else:  # rows that may have been there, known to other instances
-            made = tracking.fate(db)
-            for obj in exact:
-                tracking.saved(obj, tracking.written_attnames(obj, None), db, made)
-        if action not in options.actions:
+        # went in or was there is not told apart; all are updated, as the rows are now.
+        if kwargs.get("update_conflicts"):
+            _upserted(options, [o for o in objs if o.pk is not None], objs, kwargs, befores, db)
             return
-        changed = None
-        if action == "updated":
-            meta = queryset.model._meta
-            changed = sorted({meta.get_field(name).name for name in kwargs["update_fields"]})
+        exact = [] if kwargs.get("ignore_conflicts") else [o for o in objs if o.pk is not None]
+        tracking.inserted(exact, db)
+        if "created" not in options.actions:
+            return
         _add_all(
             (
-                read_event(options, obj, action, changed, using=db)
+                read_event(options, obj, "created", None, using=db)
                 for obj in exact[: conf.BULK_LIMIT]
             ),
             db,
         )
         told = {id(obj) for obj in exact}
         rest = [*exact[conf.BULK_LIMIT :], *(obj for obj in objs if id(obj) not in told)]
-        _fold(options, action, [_audience_of(options, obj) for obj in rest], db)
+        _fold(options, "created", [_audience_of(options, obj) for obj in rest], db)
 
     failsafe(f"a bulk create of {options.name}", db, True, announce)
 
@@ -860,6 +933,11 @@ def _audience_of(options: ModelOptions, obj: models.Model) -> Any:
 
         return read_accounts(options, obj)
     return obj.__dict__.get(options.scope_attname or "")
+
+
+def _past_audience(options: ModelOptions, before: Before) -> Any:
+    """Where a row was heard before a write, as ``_audience_of`` says where it is heard."""
+    return before.accounts or [] if options.user_field is not None else before.scope_id
 
 
 def _fold(options: ModelOptions, action: str, audiences: Iterable[Any], db: str) -> None:

@@ -104,12 +104,13 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         objs = list(objs)
         db = write_alias(self)  # never a replica: the pairs there may be behind
         existing = memberships.existing_pairs(self.model, objs, db) if links else {}
+        given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
+        befores = bulk.before_upsert(self, objs, given) if _announcing(self) else {}
         created = super().bulk_create(objs, *args, **kwargs)
         if links:
             memberships.created_in_bulk(self.model, created, db, existing)
         if _announcing(self):
-            given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
-            bulk.created(self, created, given)
+            bulk.created(self, created, given, befores)
         return created
 
     def bulk_update(
