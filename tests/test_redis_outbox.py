@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ from realtime.writes.relay import Sweeper
 from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
 from tests.live import Clients, LiveServers
 from tests.redis_server import RedisServer
-from tests.testapp.models import Company, Membership, Ticket, Workspace
+from tests.testapp.models import Company, Contact, Membership, Ticket, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -234,6 +235,41 @@ def test_a_late_relay_of_a_row_deleted_since_announces_nothing(
     assert outbox_rows("default") == 0
     # Relayed as written, the update would show a deleted row again.
     assert said(redis_alone, acme) == [("ticket.deleted", "v1")]
+
+
+@pytest.mark.parametrize(
+    "written",
+    [{"score": Decimal("9.9")}, {"score": 10}, {"company_id": "company"}],
+    ids=["decimal-of-fewer-places", "integer-in-a-decimal", "foreign-key-as-text"],
+)
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_late_relay_of_a_row_written_in_another_form_than_stored_is_announced(
+    redis_alone: RedisServer, written: dict[str, Any]
+) -> None:
+    """The announcement holds what the instance held: ``Decimal("9.9")`` stored ``9.90``,
+    ``10`` read back ``10.00``, a foreign key set from a form's text. Nothing wrote the row
+    since: equal in another form is the same value, and the row is announced."""
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    company = Company.objects.create(workspace=acme, name="Initech")
+    if written.get("company_id") == "company":
+        written = {"company_id": str(company.pk)}  # as request.POST gives it
+    redis_alone.stop()  # the writer's relay fails: its row stays in the outbox
+    try:
+        with transaction.atomic():
+            contact = Contact.objects.create(workspace=acme, name="Ann", **written)
+        assert outbox_rows("default") == 1
+    finally:
+        redis_alone.start()
+    assert Sweeper(grace=0.0).sweep() == 1
+    assert outbox_rows("default") == 0
+    entries = redis_alone.entries(stream_key(scope_channel(acme.pk)))  # a new server's
+    (told,) = [json.loads(fields[b"p"]) for _, fields in entries]
+    stored = Contact.objects.values("score", "company_id").get(pk=contact.pk)
+    assert told["event_type"] == "contact.created"
+    assert told["data"]["id"] == contact.pk
+    # Announced as the row is now, in the forms the database gives.
+    score = None if stored["score"] is None else str(stored["score"])
+    assert (told["data"]["score"], told["data"]["company"]) == (score, stored["company_id"])
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])

@@ -13,15 +13,28 @@ delete was, or will be. A row as it was written is announced as it is now, its c
 accounts and readers taken afresh (the audience is asked after commit, as for every
 publish); ``before`` and the order are kept. Deletes, account moves, folded bulk events and
 announcements that are not a model's pass as written.
+
+"Differ" is judged as each field reads the values (``to_python``), not by their JSON forms:
+the announcement holds what the writer's instance held, which need not be the form the
+database gives back — ``Decimal("9.9")`` in a field of two places is stored ``9.90``, ``10``
+comes back ``10.00``, a foreign key set from a form's text ``"5"`` comes back ``5``, a naive
+datetime is stored in the default time zone. Taken for a later write, such a row would be
+announced by nobody. A decimal given more places than its field keeps is rounded by the
+database, each its own way: it is the same if it lies within half a unit of the last place
+kept. A value its field cannot read is compared as it is.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from realtime.encoding import row_key
 from realtime.logs import log_hook_failure
@@ -89,8 +102,46 @@ def _fresh(item: Event, row: models.Model, using: str) -> Event | None:
 
 def _written_since(item: Event, fresh: Event) -> bool:
     """Whether the row read again differs from what ``item`` says of it: in a declared field
-    or its scope (what the application's own ``payload=`` adds may change without a write)."""
-    declared = item.options.fields
-    return fresh.scope_id != item.scope_id or any(
-        fresh.data.get(wire) != item.data.get(wire) for wire in declared
+    or its scope (what the application's own ``payload=`` adds may change without a write),
+    each compared as its field reads it."""
+    options = item.options
+    meta = options.model._meta
+    scope = meta.get_field(options.scope_attname) if options.scope_attname else None
+    if not _same(scope, fresh.scope_id, item.scope_id):
+        return True
+    return any(
+        not _same(meta.get_field(attname), fresh.data.get(wire), item.data.get(wire))
+        for wire, attname in options.field_attnames.items()
     )
+
+
+def _same(field: Any, stored: Any, written: Any) -> bool:
+    """Whether ``written`` (as the writer held it) is the value ``stored`` as ``field`` reads
+    both."""
+    if stored == written:
+        return True
+    if field is None or stored is None or written is None:
+        return False
+    stored, written = _read(field, stored), _read(field, written)
+    if isinstance(field, models.DecimalField) and all(
+        isinstance(value, decimal.Decimal) for value in (stored, written)
+    ):
+        places = field.decimal_places
+        if places is not None and written.is_finite() and stored.is_finite():
+            return bool(abs(stored - written) <= decimal.Decimal(5).scaleb(-places - 1))
+    return bool(stored == written)
+
+
+def _read(field: Any, value: Any) -> Any:
+    """``value`` as ``field`` reads it, a naive datetime in the default time zone as Django
+    stores it (``value`` itself when the field cannot read it)."""
+    try:
+        value = field.to_python(value)
+    except Exception:
+        return value
+    if isinstance(value, datetime.datetime) and settings.USE_TZ and timezone.is_naive(value):
+        try:
+            return timezone.make_aware(value, timezone.get_default_timezone())
+        except Exception:
+            return value
+    return value
