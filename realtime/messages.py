@@ -26,7 +26,9 @@ transaction): 32 hex digits, the publish time in microseconds since the epoch (1
 then 19 random ones (``new_mid``). The time gives the socket side its commit→frame lag
 (``published_at``); an id of another form (a UUID's hex, from a publisher of an earlier
 version) reads as a time years away, and is taken as none. ``meta`` holds ``origin``,
-``changed`` and ``truncated`` when they apply.
+``changed`` and ``truncated`` when they apply, and a model event's ``order``: ``[source,
+number]``, or ``[source, number, "links"]`` (``LINKS``) for an event of a row's many-to-many
+links alone (``realtime.writes.order``, ``realtime.sockets.record_order``).
 
 The messages of one publication (one transaction's, published together) of two or more
 begin with ``"pub": [id, rest, channels]`` (``mark_publication``): the publication's id, how
@@ -53,6 +55,10 @@ SCOPE: Final = "scope"
 GLOBAL: Final = "global"
 USERS: Final = "users"
 RECHECK: Final = "recheck"
+
+
+#: The third part of the ``order`` of an event of a row's many-to-many links alone.
+LINKS = "links"
 
 
 def scope_channel(scope_id: Any) -> str:

@@ -9,7 +9,11 @@ before it arrived, and delivering it would leave sockets showing the older one. 
 one write (its scope's message, its accounts', its leavers') share a number and all pass.
 
 Events with no order (an autocommit write, an application's own event, a row entering an
-account's view) pass and change nothing. A clock number from a writer whose clock is ahead
+account's view) pass and change nothing. An event of a row's many-to-many links alone
+(``[source, number, "links"]``: no write of the row, which it did not hold) tells the row's
+identity alone, which no later version contradicts: it passes whatever came before, but for
+the row's delete with a greater number (the delete waited for its links), and changes
+nothing. A clock number from a writer whose clock is ahead
 of this worker's by more than ``ORDER_CLOCK_AHEAD`` is not trusted (it would hold back every
 other writer's events of that row): its event passes, unremembered, and one WARNING says so.
 """
@@ -23,6 +27,7 @@ from collections import OrderedDict
 from typing import Any
 
 from realtime import limits, metrics
+from realtime.messages import LINKS
 
 logger = logging.getLogger(__name__)
 
@@ -34,25 +39,33 @@ class RecordOrder:
 
     def __init__(self, size: int = limits.ORDER_MEMORY) -> None:
         self.size = size
-        self._last: OrderedDict[tuple[str, str, Any], int] = OrderedDict()
+        #: The greatest number let through, and whether it deleted the row (not a leave).
+        self._last: OrderedDict[tuple[str, str, Any], tuple[int, bool]] = OrderedDict()
         self._warned = False
 
     def superseded(self, message: dict[str, Any]) -> bool:
         """Whether ``message`` tells a version of a row older than one already let through
         (remember its number otherwise)."""
-        key, number = _order_of(message)
+        key, number, links = _order_of(message)
         if key is None:
             return False
         if key[0].endswith(":clock") and number > time.time_ns() + _AHEAD_NS:
             self._warn_ahead(key[0], number)
             return False
         last = self._last.get(key)
-        if last is not None:
-            if number < last:
+        if links:
+            if last is not None and last[1] and number < last[0]:
                 metrics.superseded()
                 return True
+            return False
+        gone = _deletes(message)
+        if last is not None:
+            if number < last[0]:
+                metrics.superseded()
+                return True
+            gone = gone or (number == last[0] and last[1])  # another message of that delete
             self._last.move_to_end(key)
-        self._last[key] = number
+        self._last[key] = (number, gone)
         if len(self._last) > self.size:
             self._last.popitem(last=False)
         return False
@@ -69,13 +82,25 @@ class RecordOrder:
             )
 
 
-def _order_of(message: dict[str, Any]) -> tuple[tuple[str, str, Any] | None, int]:
-    """The row ``message`` tells of, as ``(source, model, id)``, and its order number;
-    ``(None, 0)`` for a message without an order."""
+def _deletes(message: dict[str, Any]) -> bool:
+    """Whether ``message`` tells its row deleted (not leaving some readers' view)."""
+    event_type = message.get("event_type")
+    meta = message.get("meta")
+    moved = isinstance(meta, dict) and meta.get("moved")
+    return isinstance(event_type, str) and event_type.endswith(".deleted") and not moved
+
+
+def _order_of(message: dict[str, Any]) -> tuple[tuple[str, str, Any] | None, int, bool]:
+    """The row ``message`` tells of, as ``(source, model, id)``, its order number and
+    whether it tells the row's links alone; ``(None, 0, False)`` for a message without an
+    order."""
     meta = message.get("meta")
     order = meta.get("order") if isinstance(meta, dict) else None
     data = message.get("data")
     event_type = message.get("event_type")
+    links = isinstance(order, list) and len(order) == 3 and order[2] == LINKS
+    if links and isinstance(order, list):
+        order = order[:2]
     if not (
         isinstance(order, list)
         and len(order) == 2
@@ -84,10 +109,10 @@ def _order_of(message: dict[str, Any]) -> tuple[tuple[str, str, Any] | None, int
         and isinstance(data, dict)
         and isinstance(event_type, str)
     ):
-        return None, 0
+        return None, 0, False
     row = data.get("id")
     if row is None:
-        return None, 0
+        return None, 0, False
     if not isinstance(row, (int, str)):
         row = json.dumps(row, sort_keys=True)  # a composite key's list
-    return (order[0], event_type.rpartition(".")[0], row), order[1]
+    return (order[0], event_type.rpartition(".")[0], row), order[1], links
