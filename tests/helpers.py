@@ -239,7 +239,8 @@ def without_mid(message: dict[str, Any]) -> dict[str, Any]:
     stripped = {key: value for key, value in message.items() if key not in ("mid", "pub")}
     meta = message.get("meta")
     if isinstance(meta, dict) and "order" in meta:
-        source, number = meta["order"]
+        source, number, *links = meta["order"]
+        assert links in ([], ["links"])
         assert isinstance(source, str)
         assert isinstance(number, int)
         stripped["meta"] = {key: value for key, value in meta.items() if key != "order"}

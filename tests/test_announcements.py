@@ -473,6 +473,27 @@ class TestManyToMany:
         assert message["event_type"] == "contact.updated"
         assert message["meta"] == {"changed": ["tags"]}
         assert message["channels"] == ["contact", f"contact:{contact.pk}", f"tag:{blue.pk}"]
+        # The row was not written: its fields as this instance holds them may be older than
+        # a write of it told before (see tests.test_record_order).
+        assert message["data"] == {"model": "contact", "id": contact.pk}
+        ((_, raw),) = published()
+        assert raw["meta"]["order"][2:] == ["links"]
+
+    def test_links_changed_where_their_row_is_written_are_told_with_the_write(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        red = Tag.objects.create(workspace=workspace, name="red")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            contact.name = "Ann B."
+            contact.save()  # holds the row: its order stands for the links too
+            contact.tags.add(red)
+        ((_, raw),) = published()
+        assert raw["meta"]["changed"] == ["name", "tags"]
+        assert raw["data"]["name"] == "Ann B."
+        assert len(raw["meta"]["order"]) == 2
+        assert raw["channels"] == ["contact", f"contact:{contact.pk}", f"tag:{red.pk}"]
 
     def test_links_added_from_the_other_side_announce_each_owner(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture

@@ -261,7 +261,9 @@ def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_le
     removed = [(m["event_type"], m.get("only"), m["data"]) for m in events("scope")]
     assert removed == [
         ("board.deleted", [ann.pk], {"model": "board", "id": board.pk}),
-        ("board.updated", [bob.pk], {"model": "board", "id": board.pk, "name": "b"}),
+        # Its links changed, not the row: who keeps it hears its identity alone (the fields
+        # this instance holds may be older than a write of the row told before).
+        ("board.updated", [bob.pk], {"model": "board", "id": board.pk}),
     ]
 
 

@@ -16,22 +16,32 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope
 from realtime.models import OutboxItem
 from realtime.sockets.record_order import RecordOrder
-from tests.helpers import ROOT, WAIT, go_together, off_loop, subprocess_env
+from tests.helpers import (
+    ROOT,
+    WAIT,
+    forget_messages,
+    go_together,
+    off_loop,
+    only_on,
+    published,
+    subprocess_env,
+)
 from tests.live import Client, Clients, LiveServers, Server
 from tests.proxy import Proxy
 from tests.redis_server import RedisServer
-from tests.testapp.models import Membership, Ticket, Workspace
+from tests.testapp.models import Contact, Membership, Tag, Ticket, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,6 +191,56 @@ async def race_through_a_cut(
     await off_loop(assert_in_commit_order, await reading, WRITES * 2)
 
 
+# Links changed beside a write of their row ----------------------------------------------------
+
+
+@only_on("postgresql")  # SQLite: one writer at a time; MySQL's foreign key check locks the row
+@pytest.mark.parametrize(
+    "transport",
+    ["table", "tests.durable_transport.DurableTableTransport"],
+    ids=["clock", "outbox"],
+)
+def test_links_added_while_another_transaction_writes_their_row_are_heard_and_undo_nothing(
+    transport: str, settings: Any, live_servers: LiveServers
+) -> None:
+    """``tags.add`` takes its number without holding the contact (PostgreSQL's foreign key
+    check takes ``FOR KEY SHARE``, which an ``UPDATE`` does not wait for): a rename committed
+    meanwhile takes a greater one and is published first. The links are still heard, after
+    it, and tell the contact's identity alone: the name their instance held is the old one."""
+    live_servers.stop_all()  # a worker on a durable transport would sweep the outbox too
+    settings.REALTIME_TRANSPORT = transport
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    contact = Contact.objects.create(workspace=acme, name="Ann")
+    tag = Tag.objects.create(workspace=acme, name="vip")
+    forget_messages()
+
+    def rename() -> None:
+        try:
+            with transaction.atomic():
+                again = Contact.objects.get(pk=contact.pk)
+                again.name = "Ann B."
+                again.save()
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        contact.tags.add(tag)
+        other = threading.Thread(target=rename)
+        other.start()
+        other.join(WAIT)  # not waiting for this transaction: it holds no lock on the row
+        assert not other.is_alive()
+
+    heard = [m for _, m in published() if m.get("event_type") == "contact.updated"]
+    assert [m["meta"]["changed"] for m in heard] == [["name"], ["tags"]]
+    assert heard[0]["meta"]["order"][1] > heard[1]["meta"]["order"][1]
+    memory = RecordOrder()
+    delivered = [(m["meta"]["changed"], m["data"]) for m in heard if not memory.superseded(m)]
+    assert delivered == [
+        (["name"], {**delivered[0][1], "name": "Ann B."}),
+        (["tags"], {"model": "contact", "id": contact.pk}),
+    ]
+
+
 # A worker's memory of each row's last version -----------------------------------------------
 
 
@@ -224,3 +284,23 @@ def test_a_writer_clock_ahead_of_the_worker_s_is_not_trusted(
         assert not order.superseded(told(ahead, source="default:clock"))
         assert not order.superseded(told(time.time_ns(), source="default:clock"))
     assert "a writer's clock (default:clock) is 60.0 s ahead of this worker's" in caplog.text
+
+
+def links(number: int, *, row: Any = 1) -> dict[str, Any]:
+    return {**told(number, row=row), "meta": {"order": ["default:outbox", number, "links"]}}
+
+
+def test_links_alone_pass_whatever_came_before_but_the_row_s_delete() -> None:
+    order = RecordOrder()
+    assert not order.superseded(told(7))
+    assert not order.superseded(links(5))  # the row written since: its identity still holds
+    assert not order.superseded(links(9))
+    assert not order.superseded(told(8))  # links are not remembered
+    assert order.superseded(told(6))
+    moved = {"order": ["default:outbox", 9], "moved": True}
+    assert not order.superseded({**told(9), "event_type": "ticket.deleted", "meta": moved})
+    assert not order.superseded(links(8))  # it left some readers' view: still there
+    assert not order.superseded({**told(10), "event_type": "ticket.deleted"})
+    assert order.superseded(links(9))  # the delete waited for those links: they came before
+    assert not order.superseded(links(11))
+    assert not order.superseded(links(1, row=2))  # a row never seen

@@ -45,6 +45,7 @@ from realtime.audience import ROWS_PER_STATEMENT
 from realtime.chunks import chunked
 from realtime.encoding import jsonable, record_channel, row_key, strict_jsonable
 from realtime.logs import log_hook_failure
+from realtime.messages import LINKS
 from realtime.middleware import current_origin
 from realtime.paths import key_fields, split_path, values_on_path
 from realtime.primary import primary
@@ -107,6 +108,9 @@ class Event:
     #: A queryable model's ``filters`` columns as the write left them (JSON forms), for live
     #: queries; a column the row did not hold is left out: unknown.
     values: dict[str, Any] | None = None
+    #: The row's many-to-many links changed, not the row (``realtime.writes.order``): its
+    #: readers who keep it are told its identity alone, and its order marks it.
+    links_only: bool = False
 
     @property
     def event_type(self) -> str:
@@ -115,6 +119,15 @@ class Event:
     @property
     def key(self) -> tuple[str, Any]:
         return (self.options.name, self.pk)
+
+    @property
+    def kept(self) -> dict[str, Any]:
+        """The data of a frame to readers who read the row before and still do: ``data``,
+        or for ``links_only`` the identity alone (its fields may be older than a write of
+        the row told before it)."""
+        if self.links_only:
+            return {"model": self.options.name, "id": self.data["id"]}
+        return self.data
 
     def meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {}
@@ -127,7 +140,7 @@ class Event:
         if self.accounts is not None and not self.folded:
             meta["moved"] = True
         if self.order is not None:
-            meta["order"] = self.order
+            meta["order"] = [*self.order, LINKS] if self.links_only else self.order
         if self.options.filters and not self.folded:
             # Also on a delete (null): it marks a model's event for live queries, which an
             # application's broadcast of the same name never is.

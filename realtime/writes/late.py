@@ -92,8 +92,10 @@ def _fresh(item: Event, row: models.Model, using: str) -> Event | None:
         scopeless=item.before is not None,
         using=using,
     )
-    if fresh is None or _written_since(item, fresh):
+    if fresh is None or (not item.links_only and _written_since(item, fresh)):
         return None
+    if item.links_only:  # its data may be older than the row: readers hear its identity
+        fresh.links_only, fresh.values = True, None
     fresh.origin = item.origin
     fresh.before = item.before
     fresh.order = item.order

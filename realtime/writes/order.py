@@ -27,6 +27,20 @@ one, for two more round trips and the savepoints realtime's reads need inside a 
 about 0.7 ms on PostgreSQL, measured, so it is not opened). So do events of rows that enter
 or leave an account's view without a write of their own (``accounts``), and the rows an
 autocommit publish kept in the outbox after it failed.
+
+A many-to-many ``add()``, ``remove()`` or ``clear()`` writes the link table alone: it holds
+no lock on the owner row (PostgreSQL's foreign key check takes ``FOR KEY SHARE``, which an
+``UPDATE`` does not wait for; a ``remove()`` takes nothing), so a transaction updating the row
+meanwhile may take a greater number and commit first. Locking the row would change what
+Django locks (a ``FOR UPDATE`` blocks writers, and can deadlock where Django does not), so the
+owner's ``updated`` event of a link change (``Event.links_only``) is told so that its place
+does not matter: its readers who keep the row hear its identity alone (the fields its
+instance holds may be older than a write told before it), live queries read the row again,
+and its order carries a third part, ``"links"``. A worker delivers it whatever came before
+and remembers nothing of it, but drops it after the row's delete with a greater number: a
+delete of the row waits for the transaction that changed its links (the link rows it removes,
+or the foreign key check's lock on the row), so the links came first. The same event
+coalesced with a write of the row in its transaction is that write's: its data and its order.
 """
 
 from __future__ import annotations

@@ -157,6 +157,7 @@ def _dump_event(event: Event) -> dict[str, Any]:
         "accounts": event.accounts,
         "leaves_only": event.leaves_only,
         "order": event.order,
+        "links_only": event.links_only,
     }
 
 
@@ -190,6 +191,7 @@ def _load_event(body: dict[str, Any]) -> Event:
         accounts=body["accounts"],
         leaves_only=bool(body["leaves_only"]),
         order=body.get("order"),
+        links_only=bool(body.get("links_only")),
     )
 
 

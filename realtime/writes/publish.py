@@ -309,6 +309,13 @@ def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
 def _merge(first: Event, then: Event) -> Event | None:
     if then.action == "deleted":
         return None if first.action == "created" else then
+    if then.links_only and not first.links_only:
+        # The row's own write tells it, in its order; the links add their name and channels.
+        if first.action == "created":
+            return replace(first, channels=then.channels)
+        changed = sorted({*(first.changed or ()), *(then.changed or ())})
+        before = first.before if first.before is not None else then.before
+        return replace(first, changed=changed, before=before, channels=then.channels)
     if first.action == "created":
         return replace(then, action="created", changed=None, before=None)
     if first.action == "updated" and then.action == "updated":
@@ -326,7 +333,7 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
             return []
         return view_messages(event, budget)[0]
     if event.accounts is not None:
-        data = None if event.folded else event.data
+        data = None if event.folded else event.kept
         return users_messages(
             event.accounts,
             event.event_type,
@@ -342,7 +349,7 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
             messages += _outside_messages(event, reached, budget)
         return messages
     options = event.options
-    data = None if event.folded else event.data
+    data = None if event.folded else event.kept
     common: dict[str, Any] = {
         "channels": event.channels,
         "meta": event.meta(),
@@ -385,7 +392,7 @@ def _outside_messages(
     return users_messages(
         outside,
         event.event_type,
-        event.data,
+        event.kept,
         channels=event.channels,
         meta=event.meta(),
         skip_scope=event.scope_id,

@@ -303,6 +303,7 @@ def on_m2m_changed(
             )
             if event is not None:
                 event.before = before
+                event.links_only, event.values = True, None  # see realtime.writes.order
                 on_commit.add(event, using)
 
     failsafe(links, using, True, announce)

@@ -90,7 +90,7 @@ def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -
     return [
         *leaves,
         *users_messages(after - before, f"{name}.created", event.data, meta=moved, **common),
-        *users_messages(after & before, event.event_type, event.data, meta=meta, **common),
+        *users_messages(after & before, event.event_type, event.kept, meta=meta, **common),
     ]
 
 
@@ -130,14 +130,14 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
         return []
     if not guarded or before.readers is None:
         return place_messages(
-            options.is_global, now_scope, event.event_type, event.data, meta=meta, **here
+            options.is_global, now_scope, event.event_type, event.kept, meta=meta, **here
         )
     now = set(sorted_ids(readers(options, event.pk, readers_pool(options, event.scope_id))))
     was = set(before.readers)
     kinds = (
         (was - now, f"{name}.deleted", identity, moved, left),
         (now - was, f"{name}.created", event.data, moved, here),
-        (now & was, event.event_type, event.data, meta, here),
+        (now & was, event.event_type, event.kept, meta, here),
     )
     for accounts, event_type, data, frame_meta, where in kinds[:1] if event.leaves_only else kinds:
         if accounts:
