@@ -479,6 +479,20 @@ class TestManyToMany:
         ((_, raw),) = published()
         assert raw["meta"]["order"][2:] == ["links"]
 
+    def test_a_link_change_tells_the_links_it_names_and_not_the_rows_other_fields(
+        self,
+    ) -> None:
+        from realtime.registry import options_for
+        from realtime.writes.events import Event
+
+        options = options_for(Contact)
+        assert options is not None
+        data = {"model": "contact", "id": 1, "name": "as the instance held it", "tags": [2, 3]}
+        event = Event(options, "updated", 1, data, ["contact"], changed=["tags"])
+        assert event.kept == data
+        event.links_only = True
+        assert event.kept == {"model": "contact", "id": 1, "tags": [2, 3]}
+
     def test_links_changed_where_their_row_is_written_are_told_with_the_write(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
     ) -> None:

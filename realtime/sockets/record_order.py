@@ -11,9 +11,9 @@ one write (its scope's message, its accounts', its leavers') share a number and 
 Events with no order (an autocommit write, an application's own event, a row entering an
 account's view) pass and change nothing. An event of a row's many-to-many links alone
 (``[source, number, "links"]``: no write of the row, which it did not hold) tells the row's
-identity alone, which no later version contradicts: it passes whatever came before, but for
-the row's delete with a greater number (the delete waited for its links), and changes
-nothing. A clock number from a writer whose clock is ahead
+identity and those links, not the fields a later version may contradict: it passes
+whatever came before, but for the row's delete with a greater number (the delete waited
+for its links), and changes nothing. A clock number from a writer whose clock is ahead
 of this worker's by more than ``ORDER_CLOCK_AHEAD`` is not trusted (it would hold back every
 other writer's events of that row): its event passes, unremembered, and one WARNING says so.
 """

@@ -109,7 +109,7 @@ class Event:
     #: queries; a column the row did not hold is left out: unknown.
     values: dict[str, Any] | None = None
     #: The row's many-to-many links changed, not the row (``realtime.writes.order``): its
-    #: readers who keep it are told its identity alone, and its order marks it.
+    #: readers who keep it are told its identity and the links it names; its order marks it.
     links_only: bool = False
 
     @property
@@ -123,10 +123,12 @@ class Event:
     @property
     def kept(self) -> dict[str, Any]:
         """The data of a frame to readers who read the row before and still do: ``data``,
-        or for ``links_only`` the identity alone (its fields may be older than a write of
-        the row told before it)."""
+        or for ``links_only`` the identity and the links it names in ``changed``, as its
+        transaction left them (the row's other fields, as its instance held them, may be
+        older than a write of the row told before it)."""
         if self.links_only:
-            return {"model": self.options.name, "id": self.data["id"]}
+            links = {name: self.data[name] for name in self.changed or () if name in self.data}
+            return {"model": self.options.name, "id": self.data["id"], **links}
         return self.data
 
     def meta(self) -> dict[str, Any]:

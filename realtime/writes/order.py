@@ -34,12 +34,12 @@ no lock on the owner row (PostgreSQL's foreign key check takes ``FOR KEY SHARE``
 meanwhile may take a greater number and commit first. Locking the row would change what
 Django locks (a ``FOR UPDATE`` blocks writers, and can deadlock where Django does not), so the
 owner's ``updated`` event of a link change (``Event.links_only``) is told so that its place
-does not matter: its readers who keep the row hear its identity alone (the fields its
-instance holds may be older than a write told before it), live queries read the row again,
-and its order carries a third part, ``"links"``. A worker delivers it whatever came before
-and remembers nothing of it, but drops it after the row's delete with a greater number: a
-delete of the row waits for the transaction that changed its links (the link rows it removes,
-or the foreign key check's lock on the row), so the links came first. The same event
+does not matter: its readers who keep the row hear its identity and the links it names (the
+other fields its instance holds may be older than a write told before it), live queries read
+the row again, and its order carries a third part, ``"links"``. A worker delivers it whatever
+came before and remembers nothing of it, but drops it after the row's delete with a greater
+number: a delete of the row waits for the transaction that changed its links (the link rows it
+removes, or the foreign key check's lock on the row), so the links came first. The same event
 coalesced with a write of the row in its transaction is that write's: its data and its order.
 """
 
