@@ -394,6 +394,15 @@ def test_retention_as_long_as_the_resume_window_passes() -> None:
     assert ids(REALTIME_MESSAGE_RETENTION=300, REALTIME_RESUME_WINDOW=300) == []
 
 
+def test_retention_is_not_checked_where_no_log_is_trimmed_by_it() -> None:
+    short = {"REALTIME_MESSAGE_RETENTION": 60, "REALTIME_RESUME_WINDOW": 300}
+    redis = {"REALTIME_TRANSPORT": "redis", "REALTIME_REDIS_URL": "redis://127.0.0.1:6379/0"}
+    assert "realtime.E013" not in ids(**short, **redis)
+    unlogged = {"REALTIME_TRANSPORT": "pg_notify", "REALTIME_PG_NOTIFY_LOG": False}
+    assert "realtime.E013" not in ids(**short, **unlogged)
+    assert "realtime.E013" in ids(**short, REALTIME_TRANSPORT="pg_notify")
+
+
 # E014: the cap on unauthenticated sockets per address
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+import sys
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -334,10 +335,13 @@ def _check_listen_database() -> list[checks.CheckMessage]:
 
 
 def _check_resume_window() -> list[checks.CheckMessage]:
-    """The log must keep a message at least as long as a cursor may ask for it."""
+    """The log must keep a message at least as long as a cursor may ask for it (where there
+    is one that ``REALTIME_MESSAGE_RETENTION`` trims: Redis keeps its streams by the window)."""
     retention, window = raw("MESSAGE_RETENTION"), raw("RESUME_WINDOW")
     if not (_positive_number(retention) and _positive_number(window)) or retention >= window:
         return []  # E007 reports a value that is no positive number
+    if not _keeps_message_log():
+        return []
     hint = (
         f"Keep messages at least as long as a resume may reach back: raise "
         f"{PREFIX}MESSAGE_RETENTION to {window} or more, or lower {PREFIX}RESUME_WINDOW."
@@ -350,6 +354,32 @@ def _check_resume_window() -> list[checks.CheckMessage]:
             hint,
         )
     ]
+
+
+def _keeps_message_log() -> bool:
+    """Whether the transport keeps its messages in ``firm_channel_messages``: the table
+    transport, and pg_notify with its log (an unknown transport: ``realtime.E001`` says)."""
+    from realtime.transports import transport_class
+    from realtime.transports.table import TableTransport
+
+    value = raw("TRANSPORT")
+    try:
+        chosen = transport_class(value) if isinstance(value, str) else None
+    except ImproperlyConfigured:
+        return False
+    if chosen is None:
+        return False
+    if issubclass(chosen, TableTransport):
+        return True
+    # A subclass of these has its module imported; neither is imported for nothing (each
+    # needs its driver).
+    redis = sys.modules.get("realtime.transports.redis")
+    if redis is not None and issubclass(chosen, redis.RedisTransport):
+        return False
+    pg_notify = sys.modules.get("realtime.transports.pg_notify")
+    if pg_notify is not None and issubclass(chosen, pg_notify.PgNotifyTransport):
+        return raw("PG_NOTIFY_LOG") is not False
+    return True  # a transport of the application's: it may keep the table
 
 
 def _positive_number(value: Any) -> bool:
