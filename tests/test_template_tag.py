@@ -73,9 +73,20 @@ def test_values_cannot_end_the_script_elements() -> None:
     assert html.count("</script>") == 2
 
 
+class CspRequest:
+    """A request as django-csp's middleware leaves it."""
+
+    csp_nonce = "n0nce"
+
+
 @pytest.mark.urls(__name__)
-def test_the_context_s_csp_nonce_is_put_on_the_module_script() -> None:
-    html = render('{% realtime_script "contact" %}', csp_nonce="n0nce")
+@pytest.mark.parametrize(
+    "context",
+    [{"csp_nonce": "n0nce"}, {"CSP_NONCE": "n0nce"}, {"request": CspRequest()}],
+    ids=["django", "django-csp context processor", "django-csp middleware"],
+)
+def test_the_request_s_csp_nonce_is_put_on_the_module_script(context: dict[str, Any]) -> None:
+    html = render('{% realtime_script "contact" %}', **context)
     assert '<script type="module" nonce="n0nce">' in html
 
 

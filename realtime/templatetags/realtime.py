@@ -10,7 +10,7 @@ a partial with the user's session, which is permission-exact by construction (do
 
 The page's values go in a JSON ``<script>`` element (``json_script``), and the module script
 that reads them is the same text on every page that uses the same ``element_id``: a Content
-Security Policy can allow it by its hash, or by the ``csp_nonce`` the context holds.
+Security Policy can allow it by its hash, or by the request's nonce (``_csp_nonce``).
 """
 
 from __future__ import annotations
@@ -72,12 +72,23 @@ def realtime_script(
     }
     # The script's one value, the element's id, is a JavaScript literal that cannot end it.
     script = mark_safe(CONNECT % _js_string(element_id))  # noqa: S308
-    nonce = context.get("csp_nonce")
+    nonce = _csp_nonce(context)
     if nonce:
         tag = format_html('<script type="module" nonce="{}">{}</script>', nonce, script)
     else:
         tag = format_html('<script type="module">{}</script>', script)
     return format_html("{}\n{}", json_script(config, element_id), tag)
+
+
+def _csp_nonce(context: Any) -> Any:
+    """The request's Content Security Policy nonce, as the project's CSP puts it in the
+    context: ``csp_nonce`` (Django's own, from 6.0), ``CSP_NONCE`` (django-csp's context
+    processor), or on the request (django-csp's middleware, with no context processor)."""
+    for name in ("csp_nonce", "CSP_NONCE"):
+        nonce = context.get(name)
+        if nonce:
+            return nonce
+    return getattr(context.get("request"), "csp_nonce", None)
 
 
 def _token_url() -> str:
