@@ -109,3 +109,33 @@ def test_a_forged_stream_entry_reads_as_nothing() -> None:
     cursor = cursor_for(5, Vector({"realtime_12": ("AbCdEfGhIjKl", 7)}))
     kind, entries, stamp, signature = cursor.split(".")
     assert read_cursor(5, f"{kind}.{entries}0.{stamp}.{signature}", STREAMS) is None
+
+
+def test_a_global_log_cursor_names_the_scopes_its_socket_heard() -> None:
+    cursor = cursor_for(5, at(46_656), now=time.time(), heard=["realtime_12", "realtime_13"])
+    where = cursor.split(".")[0]
+    assert where.split("~")[0] == "1000"
+    assert len(where.split("~")) == 3
+    # Read back by a socket hearing those scopes or fewer (a scope lost while away).
+    assert read_cursor(5, cursor, heard=["realtime_12", "realtime_13"]) == at(46_656)
+    assert read_cursor(5, cursor, heard=["realtime_13"]) == at(46_656)
+    assert read_cursor(5, cursor) == at(46_656)
+    # Not by one hearing a scope the cursor does not name (joined while away, asked for now).
+    assert read_cursor(5, cursor, heard=["realtime_12", "realtime_14"]) is None
+    assert read_cursor(5, cursor_for(5, at(7)), heard=["realtime_12"]) is None
+
+
+def test_a_forged_scope_of_a_global_log_cursor_reads_as_nothing() -> None:
+    cursor = cursor_for(5, at(7), heard=["realtime_12"])
+    where, stamp, signature = cursor.split(".")
+    added = cursor_for(5, at(7), heard=["realtime_12", "realtime_14"]).split(".")[0]
+    assert read_cursor(5, f"{added}.{stamp}.{signature}", heard=["realtime_14"]) is None
+    assert read_cursor(5, f"{where}~abc.{stamp}.{signature}") is None
+
+
+def test_a_global_log_cursor_naming_too_many_scopes_for_the_limit_names_no_position() -> None:
+    heard = [f"realtime_{n}" for n in range(60)]
+    cursor = cursor_for(5, at(7), heard=heard)
+    assert len(cursor) <= MAX_LENGTH
+    assert cursor.startswith("-.")
+    assert read_cursor(5, cursor, heard=heard) is None

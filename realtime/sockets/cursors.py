@@ -10,7 +10,12 @@ nothing. ``SECRET_KEY_FALLBACKS`` still verify cursors signed before a rotation.
 ``where`` takes one of two forms (``realtime.positions``):
 
 * a transport with one global log (table, pg_notify): the log id of the last message the
-  socket was handed, base 36, or ``-`` when there is none;
+  socket was handed, base 36, or ``-`` when there is none; then ``~<stream key>`` for each
+  channel of a scope the socket heard when the cursor was handed out (the key below). One
+  log id is a place in every channel: it is one in a scope's only if the socket heard that
+  scope then. A socket that comes back hearing a scope its cursor does not name (gained
+  while away, or asked for now) is not resumed: what that scope said before was not its to
+  hear. A cursor of the form without keys names no scope;
 * a transport with a stream per channel (Redis): ``2.<entry>~<entry>…``, one entry per stream
   the socket hears, each ``<stream key><epoch><offset>``: 4 characters of the stream name's
   SHA-256 (URL-safe base64), the first ``EPOCH_CHARS`` characters of its epoch and the offset
@@ -18,6 +23,9 @@ nothing. ``SECRET_KEY_FALLBACKS`` still verify cursors signed before a rotation.
   comes back (two of them with one key make no cursor). Where the entries would make a cursor
   longer than ``MAX_LENGTH``, the cursor names no position: such a socket keeps its frames but
   is not resumed.
+
+Either way, two channels a socket hears with one key make no cursor, and a socket that comes
+back hearing two channels of one key is not resumed: a key must name one channel.
 
 Signing costs one HMAC per frame of a resumable socket (per account and frame on a global
 log), with the account's key cached.
@@ -52,21 +60,30 @@ STREAM_KEY_CHARS: Final = 4
 ENTRY_SEPARATOR: Final = "~"
 
 
-def cursor_for(user_id: Any, where: Vector | None, now: float | None = None) -> str:
-    """The cursor of ``where`` for the account ``user_id`` (normalised id)."""
+def cursor_for(
+    user_id: Any, where: Vector | None, now: float | None = None, *, heard: Collection[str] = ()
+) -> str:
+    """The cursor of ``where`` for the account ``user_id`` (normalised id); ``heard``: the
+    channels of the scopes the socket hears (named by a cursor of a global log)."""
     stamp = _base36(int(time.time() if now is None else now))
-    message = f"{_where(where)}.{stamp}"
+    message = f"{_where(where, heard)}.{stamp}"
     if len(message) + 23 > MAX_LENGTH:  # the signature and its dot
         message = f"{NO_POSITION}.{stamp}"
     return f"{message}.{_signature(settings.SECRET_KEY, user_id, message)}"
 
 
 def read_cursor(
-    user_id: Any, cursor: Any, streams: Collection[str] = (GLOBAL,), now: float | None = None
+    user_id: Any,
+    cursor: Any,
+    streams: Collection[str] = (GLOBAL,),
+    now: float | None = None,
+    *,
+    heard: Collection[str] = (),
 ) -> Vector | None:
     """Where a cursor says the socket of ``user_id`` was, among ``streams`` (those it hears
     now: a stream's entry is found by its key); ``None`` for anything that is not a valid,
-    unexpired cursor of that account with a position.
+    unexpired cursor of that account with a position, and for a cursor of a global log that
+    does not name each of ``heard`` (the channels of the scopes the socket hears now).
 
     The epochs of a stream vector's entries are what the cursor kept of them: compare them
     with ``same_epoch``."""
@@ -79,7 +96,7 @@ def read_cursor(
         return None
     try:
         handed_out = int(stamp, 36)
-        vector = _vector(where, streams)
+        vector = _vector(where, streams, heard)
     except ValueError:
         return None
     age = (time.time() if now is None else now) - handed_out
@@ -97,6 +114,11 @@ def position_of(user_id: Any, cursor: Any, now: float | None = None) -> int | No
     return None if entry is None else entry[1]
 
 
+def stamp_of(cursor: str) -> int:
+    """When a cursor ``read_cursor`` accepted was handed out (seconds)."""
+    return int(cursor.rpartition(".")[0].rpartition(".")[2], 36)
+
+
 def same_epoch(epoch: str, kept: str) -> bool:
     """Whether ``kept``, an epoch as a cursor gave it back, is ``epoch``."""
     return kept == epoch or kept == _epoch_prefix(epoch)
@@ -107,13 +129,16 @@ def _epoch_prefix(epoch: str) -> str:
     return f"{epoch[:EPOCH_CHARS]:_<{EPOCH_CHARS}}"
 
 
-def _where(where: Vector | None) -> str:
+def _where(where: Vector | None, heard: Collection[str]) -> str:
     if not where:
         return NO_POSITION
     if set(where) == {GLOBAL}:
         epoch, offset = where[GLOBAL]
         if not epoch:
-            return _base36(offset)
+            named = {stream_key(channel) for channel in heard}
+            if len(named) < len(set(heard)):
+                return NO_POSITION  # two channels of one key: see the module docstring
+            return "".join([_base36(offset), *(f"{ENTRY_SEPARATOR}{k}" for k in sorted(named))])
     keys = [stream_key(stream) for stream in where]
     if len(set(keys)) < len(keys):
         return NO_POSITION  # two streams of one key: a cursor could not tell them apart
@@ -124,7 +149,7 @@ def _where(where: Vector | None) -> str:
     return f"{STREAMS}.{ENTRY_SEPARATOR.join(sorted(entries))}"
 
 
-def _vector(where: str, streams: Collection[str]) -> Vector | None:
+def _vector(where: str, streams: Collection[str], heard: Collection[str]) -> Vector | None:
     """Raises ``ValueError`` for what is not a ``where``."""
     if where == NO_POSITION:
         return None
@@ -132,7 +157,13 @@ def _vector(where: str, streams: Collection[str]) -> Vector | None:
     if not kind:
         if "." in where:
             raise ValueError(where)
-        return Vector({GLOBAL: ("", _number(where))})
+        log_id, *named = where.split(ENTRY_SEPARATOR)
+        if any(len(key) != STREAM_KEY_CHARS for key in named):
+            raise ValueError(where)
+        keys = {stream_key(channel) for channel in heard}
+        if len(keys) < len(set(heard)) or not keys <= set(named):
+            return None  # a scope heard now that the socket did not hear then
+        return Vector({GLOBAL: ("", _number(log_id))})
     if kind != STREAMS:
         raise ValueError(where)
     by_key: dict[str, str] = {}

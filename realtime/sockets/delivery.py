@@ -23,8 +23,9 @@ A frame is encoded once per event and handed to every target's ``Socket.send_fra
 never waits for the network (see ``connection``): the sender goes on to the next message while
 slow sockets' writers catch up. A socket that is not reading is dropped at once and closed
 1011 beside delivery, by the manager; the others hear the event now. A socket that opted in to
-resume gets the frame with its cursor (one per account and event on a global log; per
-account, event and place in the other streams it hears otherwise, see ``cursor_vector``); one
+resume gets the frame with its cursor (one per account, scopes read and event on a global
+log; per account, event and place in the other streams it hears otherwise, see
+``cursor_vector``); one
 still finishing its handshake has its frames held, with their positions, until it goes live.
 
 ``plan`` also serves resuming sockets (``resume``): planned ``among`` a few sockets only, a
@@ -579,8 +580,9 @@ class Dispatcher:
         ``channels``: how its event was addressed, kept with it where it is held."""
         message = {"type": "websocket.send", "text": frame}
         timeout = conf.SEND_TIMEOUT
-        #: The frame with each cursor of the sockets that opted in to resume.
-        cursored: dict[tuple[Any, Vector | None], dict[str, Any]] = {}
+        #: The frame with each cursor of the sockets that opted in to resume (a cursor names
+        #: the scopes its socket reads).
+        cursored: dict[tuple[Any, Vector | None, frozenset[Any]], dict[str, Any]] = {}
         alone = None if position is None else Vector.of([position])
         streamed = position is not None and position.stream != GLOBAL
         for count, socket in enumerate(targets, 1):
@@ -593,9 +595,9 @@ class Dispatcher:
                 where = alone
                 if streamed and position is not None:
                     where = self.cursor_vector(socket, position)
-                key = (socket.user_id, where)
+                key = (socket.user_id, where, frozenset(socket.scopes))
                 out = cursored.get(key) or cursored.setdefault(
-                    key, with_cursor(frame, socket.user_id, where)
+                    key, with_cursor(frame, socket, where)
                 )
                 socket.handed = where
             if socket.held is not None:
@@ -693,13 +695,20 @@ def read_message(payload: bytes) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-def with_cursor(frame: str, user_id: Any, where: Vector | None) -> dict[str, Any]:
-    """The ``websocket.send`` message of ``frame`` with the cursor of ``where`` for the
-    account ``user_id``."""
-    return {
-        "type": "websocket.send",
-        "text": protocol.with_cursor(frame, cursor_for(user_id, where)),
-    }
+def with_cursor(frame: str, socket: Socket, where: Vector | None) -> dict[str, Any]:
+    """The ``websocket.send`` message of ``frame`` with ``socket``'s cursor of ``where``."""
+    return {"type": "websocket.send", "text": protocol.with_cursor(frame, cursor_of(socket, where))}
+
+
+def cursor_of(socket: Socket, where: Vector | None, now: float | None = None) -> str:
+    """``socket``'s cursor of ``where``: signed for its account, naming the scopes it hears
+    now (see ``realtime.sockets.cursors``)."""
+    return cursor_for(socket.user_id, where, now, heard=scope_channels(socket))
+
+
+def scope_channels(socket: Socket) -> list[str]:
+    """The transport channels of the scopes ``socket`` reads."""
+    return [scope_channel(scope_id) for scope_id in socket.scopes]
 
 
 def streams_heard(socket: Socket, transport: Transport) -> frozenset[str]:

@@ -718,7 +718,7 @@ def restamped(socket: Socket, entry: Held) -> dict[str, Any]:
     if now == where:
         return entry.message
     socket.handed = now if socket.handed is None else socket.handed.merged(now)
-    return with_cursor(entry.frame, socket.user_id, now)
+    return with_cursor(entry.frame, socket, now)
 
 
 def _reads(socket: Socket) -> list[Any]:

@@ -62,8 +62,7 @@ from __future__ import annotations
 
 from realtime.positions import Vector
 from realtime.sockets.connection import Socket
-from realtime.sockets.cursors import cursor_for
-from realtime.sockets.delivery import Dispatcher
+from realtime.sockets.delivery import Dispatcher, cursor_of
 from realtime.sockets.protocol import cursor_frame
 
 
@@ -84,4 +83,4 @@ def cursor_answer(socket: Socket, dispatcher: Dispatcher) -> str | None:
     if position is None:
         return None
     socket.handed = position
-    return cursor_frame(cursor_for(socket.user_id, position))
+    return cursor_frame(cursor_of(socket, position))

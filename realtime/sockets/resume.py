@@ -10,11 +10,14 @@ the message were published now. The missed frames go out after ``auth_success``,
 held live frames the read did not already cover.
 
 The history is one global log (table, pg_notify) or a stream per channel (Redis); either way
-a cursor says where the socket was in each stream it heard (``realtime.positions``). It is
-covered when, in every stream it names that the socket still hears, the epoch is the same and
-nothing after its offset was trimmed. A stream the socket hears now that the cursor does not
-name (a scope gained while away) is not read: what it held before the socket came back was
-not the socket's, and what came since reaches it live (held meanwhile).
+a cursor says where the socket was in each stream it heard (``realtime.positions``), and on a
+global log which scopes it heard there (``realtime.sockets.cursors``). It is covered when, in
+every stream it names that the socket still hears, the epoch is the same and nothing after
+its offset was trimmed. A socket that hears now a stream, or on a global log a scope, that its
+cursor does not name (a scope gained while away, or asked for now) is not resumed
+(``resumed: false``): what that scope said before the socket came back was not the socket's
+to hear — the account may have joined it only while away — and where the socket was in it is
+unknown.
 
 Within a stream, every message up to the highest position read was there when it was read
 (publishers serialize on the log; a Redis stream appends dense offsets atomically): a held
@@ -60,8 +63,15 @@ from realtime.positions import StreamPos, Vector
 from realtime.readers import Ask, readers_now_many, row_of
 from realtime.sockets.batcher import SLICE
 from realtime.sockets.connection import Held, Socket
-from realtime.sockets.cursors import cursor_for, read_cursor, same_epoch
-from realtime.sockets.delivery import Dispatcher, read_message, streams_heard, with_cursor
+from realtime.sockets.cursors import read_cursor, same_epoch, stamp_of
+from realtime.sockets.delivery import (
+    Dispatcher,
+    cursor_of,
+    read_message,
+    scope_channels,
+    streams_heard,
+    with_cursor,
+)
 from realtime.sockets.limits import log_own_failure
 from realtime.sockets.protocol import ResumeAsk
 from realtime.sockets.record_order import RecordOrder
@@ -184,8 +194,13 @@ class Resumer:
                 _settle(request, _afresh(request, top))
             else:
                 assert request.after is not None
+                assert request.ask.cursor is not None
                 floor = top.merged(read).only(request.after)
-                _settle(request, Resumed(request.ask.cursor, True, request.frames, floor))
+                # The cursor given, made again for the scopes the socket reads now (the same
+                # string when they are those it names): one naming a scope lost while away
+                # would have a later resume replay that scope from before the loss.
+                cursor = cursor_of(request.socket, request.after, stamp_of(request.ask.cursor))
+                _settle(request, Resumed(cursor, True, request.frames, floor))
             if count % SLICE == 0:
                 await asyncio.sleep(0)  # the sockets answered go on before the next are
 
@@ -274,7 +289,7 @@ class Resumer:
                 socket = request.socket
                 if socket in plan.targets:
                     request.at = request.at.advanced(position)
-                    frame = with_cursor(plan.frame, socket.user_id, request.at)
+                    frame = with_cursor(plan.frame, socket, request.at)
                     request.frames.append(Held(None, frame, plan.scope_id, plan.channels))
                     if len(request.frames) > most:
                         _refuse(request)
@@ -358,11 +373,15 @@ def _covered(request: _Request, bounds: dict[str, StreamBounds], base_stream: st
     one that does not was made for another shape of history (a cursor of the Redis transport
     brought to the table transport, or the other way round). And it must name every stream
     the socket hears now: where it was in a stream it does not name (a scope gained since,
-    or asked for now) is unknown, and starting that stream anywhere could skip frames."""
+    or asked for now) is unknown, and starting that stream anywhere could skip frames. On a
+    global log the one position is a place in every channel, but the cursor must name every
+    scope the socket reads now all the same: what a scope it did not hear then said since
+    was not the socket's (its account may have joined it only while away)."""
     cursor = request.ask.cursor
     if cursor is None:
         return None
-    said = read_cursor(request.socket.user_id, cursor, request.streams)
+    socket = request.socket
+    said = read_cursor(socket.user_id, cursor, request.streams, heard=scope_channels(socket))
     if said is None or base_stream not in said or not request.streams <= said.keys():
         return None
     after = {}
@@ -381,7 +400,7 @@ def _afresh(request: _Request, top: Vector | None) -> Resumed:
     """Start from now (``top``; ``None``: the history is unknown): nothing is replayed."""
     resumed = None if request.ask.cursor is None else False
     floor = None if top is None else top.only(request.streams)
-    return Resumed(cursor_for(request.socket.user_id, floor), resumed, [], floor)
+    return Resumed(cursor_of(request.socket, floor), resumed, [], floor)
 
 
 def _unreadable(requests: list[_Request], top: Vector | None, error: BaseException) -> None:
