@@ -530,6 +530,78 @@ async def test_a_guarded_row_is_replayed_only_to_those_who_may_read_it_now(
     assert await heard(bob_back, bob) == []
 
 
+async def test_a_row_that_enters_a_view_while_away_replays_its_enter_not_its_unreadable_past(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, _ = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+
+    def while_away() -> int:
+        note = PrivateNote.objects.create(workspace=acme, author=bob, title="draft")
+        note.title = "salaries"
+        note.save()
+        note.title, note.public = "announcement", True
+        note.save()  # ann may read it from here: it enters her view
+        return note.pk
+
+    note = await off_loop(while_away)
+    back, answer = await resuming(ws, server, token, cursor, scope="acme")
+
+    assert answer["data"]["resumed"] is True
+    missed = await heard(back, ann)
+    assert [(f["type"], f["data"]["title"], f.get("moved")) for f in missed] == [
+        ("private_note.created", "announcement", True)
+    ]
+    assert kinds(missed) == [("private_note.created", note)]
+
+
+async def test_a_row_that_leaves_a_view_and_enters_again_replays_what_a_connected_socket_heard(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    author, _ = await resuming(ws, server, bob_token, scope="acme")
+    stayed, _ = await resuming(ws, server, token, scope="acme")
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    await stayed.frames_until(MARKER)  # the marker that gave the cursor
+    note = await off_loop(
+        PrivateNote.objects.create, workspace=acme, author=bob, title="v1", public=True
+    )
+    await author.next_frame()
+    # Each write is heard by its author before the next is made: the guard a connected
+    # socket's frame was decided by is the one of its write.
+    for title, public in [
+        ("v2", True),
+        ("v2", False),
+        ("private", False),
+        ("v3", True),
+        ("v4", True),
+    ]:
+        note.title, note.public = title, public  # leaves ann's view, then enters it again
+        await off_loop(note.save)
+        await author.next_frame()
+
+    back, _ = await resuming(ws, server, token, cursor, scope="acme")
+
+    def seen(frames: list[Frame]) -> list[tuple[str, Any]]:
+        return [(f["type"], f["data"].get("title")) for f in frames]
+
+    live = seen(await heard(stayed, ann))
+    assert live == [
+        ("private_note.created", "v1"),
+        ("private_note.updated", "v2"),
+        ("private_note.deleted", None),
+        ("private_note.created", "v3"),
+        ("private_note.updated", "v4"),
+    ]
+    assert seen(await back.frames_until(MARKER)) == live
+
+
 async def test_account_frames_of_another_account_are_never_replayed(
     live_servers: LiveServers, ws: Clients
 ) -> None:

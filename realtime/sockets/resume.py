@@ -19,6 +19,11 @@ cursor does not name (a scope gained while away, or asked for now) is not resume
 to hear — the account may have joined it only while away — and where the socket was in it is
 unknown.
 
+Today's guard lets a replayed event of a guarded row through when the row is readable now,
+which it may not have been when the event was published. Where the replay holds the frame
+that brought the row into the account's view (an enter frame, carrying the whole row), the
+earlier frames of that row since it was last out of that view are dropped (``_Request.add``).
+
 Within a stream, every message up to the highest position read was there when it was read
 (publishers serialize on the log; a Redis stream appends dense offsets atomically): a held
 frame at or below it was read too (if it was this socket's), one above it was not. That is
@@ -56,7 +61,7 @@ from typing import Any, Final
 from realtime.blocking import run_blocking
 from realtime.chunks import chunked
 from realtime.conf import conf
-from realtime.encoding import normal_id, sorted_ids
+from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.limits import RESUME_SCAN_PER_FRAME
 from realtime.messages import USERS, addressed_to, base_channel, scope_channel
 from realtime.positions import StreamPos, Vector
@@ -109,6 +114,10 @@ class _Request:
     #: Where the frames replayed so far take it (the cursor of its next replayed frame).
     at: Vector = field(default_factory=Vector)
     frames: list[Held] = field(default_factory=list)
+    #: Indexes in ``frames`` of the frames a later enter frame of their row dropped, and, per
+    #: row, those a later one would drop (see ``add``).
+    dropped: set[int] = field(default_factory=set)
+    since_left: dict[Any, list[int]] = field(default_factory=dict)
     refused: bool = False
     #: The transport channels it hears (its scopes' and the base channel), and their streams.
     channels: frozenset[str] = frozenset()
@@ -116,6 +125,40 @@ class _Request:
     #: Messages of its scopes it may still have read before it is refused (the account
     #: events of the deployment are counted a page at a time: see ``_replay``).
     scan_left: int = 0
+
+    def add(self, frame: Held, row: Any, view: str | None) -> None:
+        """Add a replayed frame about ``row`` (``None``: no row's); ``view``: ``"enter"``
+        for an enter frame (``<model>.created`` with ``moved``: the row entered the
+        account's view), ``"leave"`` for a frame that took the row out of it (any
+        ``<model>.deleted``).
+
+        An enter frame says the account could not read the row just before, and carries
+        the whole row: the frames of that row replayed since the last that took it out of
+        the account's view (since the cursor, when none did) are dropped. Live, the account
+        heard none of them; replayed, they passed because the row is readable now, and
+        would tell versions it never could read. Frames before a leave were heard live and
+        stay. Nothing is sent before the whole history is read, so an enter on a later page
+        drops frames of earlier ones."""
+        index = len(self.frames)
+        self.frames.append(frame)
+        if row is None:
+            return
+        since = self.since_left.setdefault(row, [])
+        if view == "enter":
+            self.dropped.update(since)
+            since.clear()
+        if view == "leave":
+            since.clear()
+        else:
+            since.append(index)
+
+    def count(self) -> int:
+        """The frames to replay."""
+        return len(self.frames) - len(self.dropped)
+
+    def replayed(self) -> list[Held]:
+        """The frames to replay, in order."""
+        return [frame for index, frame in enumerate(self.frames) if index not in self.dropped]
 
 
 class Resumer:
@@ -200,7 +243,7 @@ class Resumer:
                 # string when they are those it names): one naming a scope lost while away
                 # would have a later resume replay that scope from before the loss.
                 cursor = cursor_of(request.socket, request.after, stamp_of(request.ask.cursor))
-                _settle(request, Resumed(cursor, True, request.frames, floor))
+                _settle(request, Resumed(cursor, True, request.replayed(), floor))
             if count % SLICE == 0:
                 await asyncio.sleep(0)  # the sockets answered go on before the next are
 
@@ -284,14 +327,15 @@ class Resumer:
         if plan is None or plan.frame is None:
             return
         most = conf.RESUME_MAX_FRAMES
+        row, view = _view_change(message, plan.event_type, plan.data)
         for part in chunked(planned, SLICE):
             for request in part:
                 socket = request.socket
                 if socket in plan.targets:
                     request.at = request.at.advanced(position)
                     frame = with_cursor(plan.frame, socket, request.at)
-                    request.frames.append(Held(None, frame, plan.scope_id, plan.channels))
-                    if len(request.frames) > most:
+                    request.add(Held(None, frame, plan.scope_id, plan.channels), row, view)
+                    if request.count() > most:
                         _refuse(request)
             await asyncio.sleep(0)  # a slice: live delivery goes on between them
 
@@ -359,9 +403,27 @@ async def _readers_of_page(page: _Page) -> dict[int, list[Any]]:
     return dict(zip(asks.keys(), answers, strict=True))
 
 
+def _view_change(message: dict[str, Any], event_type: Any, data: Any) -> tuple[Any, str | None]:
+    """The row a replayed frame tells of (``None``: none, for a frame that is no model's
+    event about a row), and what it does to the row's place in the view of those who get it
+    (see ``_Request.add``)."""
+    if not isinstance(event_type, str) or not isinstance(data, dict) or "id" not in data:
+        return None, None
+    name, _, action = event_type.rpartition(".")
+    try:
+        row = (name, row_key(data["id"]))
+        hash(row)
+    except (TypeError, ValueError):
+        return None, None
+    meta = message.get("meta")
+    if action == "created" and isinstance(meta, dict) and meta.get("moved"):
+        return row, "enter"
+    return row, "leave" if action == "deleted" else None
+
+
 def _refuse(request: _Request) -> None:
     request.refused = True
-    request.frames = []
+    request.frames, request.dropped, request.since_left = [], set(), {}
 
 
 def _covered(request: _Request, bounds: dict[str, StreamBounds], base_stream: str) -> Vector | None:
