@@ -203,10 +203,17 @@ def before_upsert(
     options = _options(queryset)
     model, db = queryset.model, write_alias(queryset)
     meta = model._meta
-    written = {meta.get_field(name).attname for name in kwargs.get("update_fields") or ()}
+    try:
+        written = {_attname(model, name) for name in kwargs.get("update_fields") or ()}
+        unique = [
+            meta.pk if name == "pk" else meta.get_field(name) for name in kwargs["unique_fields"]
+        ]
+    except Exception:
+        return {}  # bulk_create raises its own error
+    if not all(field.concrete for field in unique):
+        return {}  # and so for fields it cannot match by
     if "updated" not in options.actions or not written & set(planned_attnames(options)):
         return {}
-    unique = [meta.pk if name == "pk" else meta.get_field(name) for name in kwargs["unique_fields"]]
 
     def read() -> dict[Any, Before]:
         stored = model._base_manager.using(db)
@@ -267,10 +274,11 @@ def updated(
     if "updated" not in options.actions:
         return run()
     try:
-        for name in fields:
-            queryset.model._meta.get_field(name)
+        named = [queryset.model._meta.get_field(name) for name in fields]
     except Exception:
         return run()  # bulk_update raises its own error
+    if any(not f.concrete or f.many_to_many or f.primary_key for f in named):
+        return run()  # and so for fields it cannot write
     db = write_alias(queryset)
     what = f"a bulk update of {options.name}"
     changes = failsafe(what, db, True, lambda: _changes(options, objs, fields, db))
