@@ -496,6 +496,20 @@ def test_an_update_refused_before_its_statement_leaves_the_transaction_usable(
         assert model._default_manager.count() == 1
 
 
+def test_bulk_writes_django_refuses_raise_django_s_own_errors(workspace: Workspace) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    with pytest.raises(ValueError, match="only be used with concrete fields"):
+        Contact.objects.bulk_update([contact], ["attachments"])
+    if connection.features.supports_update_conflicts_with_target:
+        with pytest.raises(FieldDoesNotExist):
+            Contact.objects.bulk_create(
+                [Contact(workspace=workspace, name="Bea")],
+                update_conflicts=True,
+                unique_fields=["id"],
+                update_fields=["no_such_field"],
+            )
+
+
 def test_a_caught_integrity_error_leaves_the_transaction_as_django_leaves_it(
     workspace: Workspace,
 ) -> None:
