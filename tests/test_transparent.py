@@ -498,6 +498,9 @@ def test_an_update_refused_before_its_statement_leaves_the_transaction_usable(
 
 def test_bulk_writes_django_refuses_raise_django_s_own_errors(workspace: Workspace) -> None:
     contact = Contact.objects.create(workspace=workspace, name="Ann")
+    for model in (Plain, Company):
+        with pytest.raises(TypeError, match=r"^QuerySet.bulk_create\(\) got an unexpected"):
+            model._default_manager.bulk_create([], bogus=True)
     with pytest.raises(ValueError, match="only be used with concrete fields"):
         Contact.objects.bulk_update([contact], ["attachments"])
     if connection.features.supports_update_conflicts_with_target:

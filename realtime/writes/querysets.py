@@ -104,7 +104,10 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         objs = list(objs)
         db = write_alias(self)  # never a replica: the pairs there may be behind
         existing = memberships.existing_pairs(self.model, objs, db) if links else {}
-        given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
+        try:
+            given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
+        except TypeError:  # arguments Django refuses, with its own message
+            return super().bulk_create(objs, *args, **kwargs)
         befores = bulk.before_upsert(self, objs, given) if _announcing(self) else {}
         created = super().bulk_create(objs, *args, **kwargs)
         if links:
