@@ -500,12 +500,12 @@ def test_bulk_writes_django_refuses_raise_django_s_own_errors(workspace: Workspa
     contact = Contact.objects.create(workspace=workspace, name="Ann")
     for model in (Plain, Company):
         with pytest.raises(TypeError, match=r"^QuerySet.bulk_create\(\) got an unexpected"):
-            model._default_manager.bulk_create([], bogus=True)
+            model._default_manager.bulk_create([], bogus=True)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="only be used with concrete fields"):
-        Contact.objects.bulk_update([contact], ["attachments"])
+        Contact.objects.bulk_update([contact], ["attachments"])  # type: ignore[misc]
     if connection.features.supports_update_conflicts_with_target:
         with pytest.raises(FieldDoesNotExist):
-            Contact.objects.bulk_create(
+            Contact.objects.bulk_create(  # type: ignore[misc]
                 [Contact(workspace=workspace, name="Bea")],
                 update_conflicts=True,
                 unique_fields=["id"],
