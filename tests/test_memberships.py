@@ -267,6 +267,26 @@ def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_le
     ]
 
 
+def test_an_account_a_link_lets_in_hears_the_row_as_stored_not_as_the_instance_held_it(
+    ann: Any, bob: Any
+) -> None:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    for user in (ann, bob):
+        Membership.objects.create(workspace=workspace, user=user)
+    board = Board.objects.create(workspace=workspace, name="old")
+    board.members.add(ann)
+    renamed = Board.objects.get(pk=board.pk)
+    renamed.name = "new"
+    renamed.save()
+    forget_messages()
+
+    board.members.add(bob)  # this instance still holds "old"
+
+    heard = [(m["event_type"], m.get("only"), m["data"]) for m in events("scope")]
+    as_stored = {"model": "board", "id": board.pk, "name": "new"}
+    assert heard[0] == ("board.created", [bob.pk], as_stored)
+
+
 # Over real sockets ----------------------------------------------------------------------------
 
 

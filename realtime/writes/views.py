@@ -40,8 +40,9 @@ from realtime.audience import readers
 from realtime.auth import account_ids, get_auth, overridden, readers_pool
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure
+from realtime.primary import primary
 from realtime.readers import shared_readers_of
-from realtime.writes.events import Before, Event
+from realtime.writes.events import Before, Event, read_event
 from realtime.writes.packing import place_messages, scope_messages, users_messages
 
 logger = logging.getLogger(__name__)
@@ -87,11 +88,32 @@ def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -
     leaves = users_messages(before - after, f"{name}.deleted", identity, meta=moved, **common)
     if event.leaves_only:
         return leaves
+    entering = after - before
+    entered = _entered(event, entering)
+    enters: Messages = []
+    if entered is not None:
+        enters = users_messages(entering, f"{name}.created", entered, meta=moved, **common)
     return [
         *leaves,
-        *users_messages(after - before, f"{name}.created", event.data, meta=moved, **common),
+        *enters,
         *users_messages(after & before, event.event_type, event.kept, meta=meta, **common),
     ]
+
+
+def _entered(event: Event, accounts: Iterable[Any]) -> dict[str, Any] | None:
+    """The data of the frame telling ``accounts`` that the row entered their view: the
+    event's, or for a change of the row's links alone the row as it is now, read once (the
+    fields its instance held may be older than a write of the row that committed before;
+    those readers never heard that write). ``None``: nobody enters, or the row is gone."""
+    if not event.links_only or not accounts:
+        return event.data
+    if "entered" not in event.extra:
+        row = event.options.model._base_manager.using(primary(event.options.model))
+        found = row.filter(pk=event.pk).first()
+        fresh = None if found is None else read_event(event.options, found, "created")
+        event.extra["entered"] = None if fresh is None else fresh.data
+    entered: dict[str, Any] | None = event.extra["entered"]
+    return entered
 
 
 def _forms(event: Event) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -136,11 +158,11 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
     was = set(before.readers)
     kinds = (
         (was - now, f"{name}.deleted", identity, moved, left),
-        (now - was, f"{name}.created", event.data, moved, here),
+        (now - was, f"{name}.created", _entered(event, now - was), moved, here),
         (now & was, event.event_type, event.kept, meta, here),
     )
     for accounts, event_type, data, frame_meta, where in kinds[:1] if event.leaves_only else kinds:
-        if accounts:
+        if accounts and data is not None:
             only = sorted_ids(accounts)
             out += place_messages(
                 options.is_global, now_scope, event_type, data, meta=frame_meta, only=only, **where
