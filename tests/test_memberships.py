@@ -242,14 +242,20 @@ def test_a_seat_saved_without_a_change_of_account_tells_nobody(chat: Chat, ann: 
 # A guard that reads links ---------------------------------------------------------------------
 
 
-def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_leaves(
-    ann: Any, bob: Any
-) -> None:
+def ann_s_board(ann: Any, bob: Any, name: str) -> Board:
+    """A guarded board of a workspace ann and bob are members of, ann among its members."""
     workspace = Workspace.objects.create(name="Acme", slug="acme")
     for user in (ann, bob):
         Membership.objects.create(workspace=workspace, user=user)
-    board = Board.objects.create(workspace=workspace, name="b")
+    board = Board.objects.create(workspace=workspace, name=name)
     board.members.add(ann)
+    return board
+
+
+def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_leaves(
+    ann: Any, bob: Any
+) -> None:
+    board = ann_s_board(ann, bob, "b")
     forget_messages()
 
     board.members.add(bob)
@@ -270,11 +276,7 @@ def test_an_account_added_to_a_guarded_boards_links_enters_it_and_one_removed_le
 def test_an_account_a_link_lets_in_hears_the_row_as_stored_not_as_the_instance_held_it(
     ann: Any, bob: Any
 ) -> None:
-    workspace = Workspace.objects.create(name="Acme", slug="acme")
-    for user in (ann, bob):
-        Membership.objects.create(workspace=workspace, user=user)
-    board = Board.objects.create(workspace=workspace, name="old")
-    board.members.add(ann)
+    board = ann_s_board(ann, bob, "old")
     renamed = Board.objects.get(pk=board.pk)
     renamed.name = "new"
     renamed.save()

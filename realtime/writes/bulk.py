@@ -160,8 +160,8 @@ def _upserted(
     holds. What the objects know of their rows: the columns every row got from them."""
     model = options.model
     meta = model._meta
-    unique = [meta.pk.name if name == "pk" else name for name in kwargs.get("unique_fields") or ()]
-    written = [_attname(model, name) for name in [*kwargs["update_fields"], *unique]]
+    unique = [field.attname for field in _unique_fields(model, kwargs)]
+    written = [*(_attname(model, name) for name in kwargs["update_fields"]), *unique]
     made = tracking.fate(db)
     for obj in exact:
         tracking.saved(obj, written, db, made)
@@ -180,8 +180,8 @@ def _upserted(
         db,
     )
     surplus = [obj.pk for obj in exact[conf.BULK_LIMIT :]]
-    moved = set(surplus)
-    audiences = [_past_audience(options, b) for pk, b in befores.items() if pk in moved]
+    past_limit = set(surplus)
+    audiences = [_past_audience(options, b) for pk, b in befores.items() if pk in past_limit]
     stored = model._base_manager.using(db)
     for chunk in chunked(surplus, READ_CHUNK):
         audiences += _audiences_of(options, stored.filter(pk__in=chunk))
@@ -202,12 +202,9 @@ def before_upsert(
         return {}
     options = _options(queryset)
     model, db = queryset.model, write_alias(queryset)
-    meta = model._meta
     try:
         written = {_attname(model, name) for name in kwargs.get("update_fields") or ()}
-        unique = [
-            meta.pk if name == "pk" else meta.get_field(name) for name in kwargs["unique_fields"]
-        ]
+        unique = _unique_fields(model, kwargs)
     except Exception:
         return {}  # bulk_create raises its own error
     if not all(field.concrete for field in unique):
@@ -226,6 +223,13 @@ def before_upsert(
         return _scoped_befores(options, stored, pks)
 
     return failsafe(f"a bulk create of {options.name}", db, True, read) or {}
+
+
+def _unique_fields(model: type[models.Model], kwargs: dict[str, Any]) -> list[Any]:
+    """The fields an upsert's ``unique_fields`` name (``"pk"``: the primary key)."""
+    meta = model._meta
+    names = kwargs.get("unique_fields") or ()
+    return [meta.pk if name == "pk" else meta.get_field(name) for name in names]
 
 
 def created(
@@ -838,6 +842,8 @@ class _Changes:
     unsure: set[str]
     #: Where the rows past the limit were heard, when the write may move them (``_folded``).
     left: list[Any]
+    #: The columns the write writes (the same of every object).
+    written: list[str]
 
 
 def _changes(
@@ -866,7 +872,7 @@ def _changes(
         stored = options.model._base_manager.using(db)
         for chunk in chunked(surplus, READ_CHUNK):
             left += _audiences_of(options, stored.filter(pk__in=chunk))
-    return _Changes(rows, unsure_attnames(options, knowns, written), left)
+    return _Changes(rows, unsure_attnames(options, knowns, written), left, written)
 
 
 def _announce_changes(
@@ -887,7 +893,7 @@ def _announce_changes(
     # columns the write left that decide who hears the rows, and of a queryable model those
     # its events carry, as the rows hold them.
     whole = with_columns_of(options, [obj for obj, _, _ in changes[: conf.BULK_LIMIT]], db)
-    written = tracking.written_attnames(objs[0], fields)  # the same columns of every object
+    written = found.written
     whole = as_stored(options, whole, written, db, found.unsure)
     surplus = [obj for obj, _, _ in changes[conf.BULK_LIMIT :]]
     surplus = as_stored(options, surplus, written, db, found.unsure) if found.unsure else surplus
