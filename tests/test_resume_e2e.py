@@ -417,6 +417,33 @@ async def test_a_scope_lost_while_away_is_not_named_by_the_cursor_the_resume_ans
     await assert_refused(back, answer, ann)
 
 
+async def test_a_scope_lost_while_connected_is_not_named_by_the_cursor_the_client_keeps(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # The recheck takes beta away; the socket drops before any frame of its own follows. The
+    # cursor it keeps must not name beta: ann, back in beta while away, would be replayed
+    # what beta said while she was out of it.
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, token = await off_loop(make_member, "ann", acme, beta)
+    server = live_servers.get()
+    client, _ = await resuming(ws, server, token, scopes=["acme", "beta"])
+    cursor = await last_cursor(client, ann)
+    await off_loop(Membership.objects.filter(user=ann, workspace=beta).delete)
+    await wait_for_socket(server, ann.pk, scopes=[acme.pk])
+    for frame in await heard(client, ann):  # what reached the client before it dropped
+        cursor = frame.get("cursor", cursor)
+    await client.close()
+
+    def while_away() -> None:
+        Company.objects.create(workspace=beta, name="while ann was out of beta")
+        Membership.objects.create(workspace=beta, user=ann)
+
+    await off_loop(while_away)
+    back, answer = await resuming(ws, server, token, cursor, scopes=["acme", "beta"])
+
+    await assert_refused(back, answer, ann)
+
+
 async def test_an_account_removed_from_a_thread_while_away_is_not_replayed_its_messages(
     live_servers: LiveServers, ws: Clients
 ) -> None:

@@ -58,6 +58,7 @@ from realtime.sockets.delivery import Dispatcher, with_cursor
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure, log_own_failure, log_trouble, log_warning
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
+from realtime.sockets.refresh import cursor_answer
 from realtime.sockets.resume import Resumer
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
@@ -112,6 +113,9 @@ class SocketManager:
         #: The sockets of the recheck batch under way: its answers may have been read before
         #: a recheck asked for them meanwhile.
         self._in_batch: set[Socket] = set()
+        #: Opted-in sockets whose scopes a recheck changed, owed a fresh cursor that names
+        #: them (see ``_hand_cursor``): none was sound to hand yet.
+        self._cursor_owed: set[Socket] = set()
         #: When a recheck was last asked for each account, for ``ASKED_MEMORY`` seconds: a
         #: socket whose handshake read its account before then is owed one.
         self._asked: OrderedDict[Any, float] = OrderedDict()
@@ -280,6 +284,7 @@ class SocketManager:
         """Forget a socket (idempotent) and unfollow the scopes nobody here reads any more."""
         removed = self.index.remove(socket)
         self.dispatcher.live.drop(socket)
+        self._cursor_owed.discard(socket)
         metrics.sockets_open(len(self.index.sockets))
         if removed:
             await self._sync_follows(socket.scopes)
@@ -528,6 +533,7 @@ class SocketManager:
                 self.dispatcher.ensure_running()
                 metrics.queue_depth(self.dispatcher.depth())
                 await self.recheck_due()
+                await self._hand_owed_cursors()
                 await self._reconcile()
             except Exception:
                 logger.exception("realtime: a housekeeping round failed; retrying")
@@ -592,6 +598,7 @@ class SocketManager:
                 ):
                     # Before the scopes change: a scope given back enters with what it allows.
                     self.index.reallow(socket, asked[0].channels, asked[1].allowed)
+                read = set(socket.scopes)
                 if applied:
                     gained = any(normal_id(scope.id) not in socket.scopes for scope in answer)
                     await self.set_scopes(socket, answer, keep_channels=True)
@@ -609,8 +616,38 @@ class SocketManager:
                         socket.next_recheck = 0.0
                         continue
                     await self.go_live(socket)
+                if set(socket.scopes) != read:
+                    await self._hand_cursor(socket)
         finally:
             self._in_batch.difference_update(due)
+
+    async def _hand_cursor(self, socket: Socket) -> None:
+        """Hand an opted-in socket whose scopes a recheck changed a fresh ``cursor`` frame
+        (decision 38's refresh, unasked), naming the scopes it reads now.
+
+        The cursor a client keeps is the last one it was handed. Had it named a scope the
+        recheck took away, a client dropping before its next frame would resume from it,
+        and, its account back in that scope by then, be replayed what the scope said while
+        the account was out of it. No sound cursor while the socket's frames are held or a
+        message is being carried out (``refresh``): it is owed, and housekeeping hands it
+        as soon as one is."""
+        if not socket.resumable or socket.closed or socket not in self.index.sockets:
+            self._cursor_owed.discard(socket)
+            return
+        answer = cursor_answer(socket, self.dispatcher)
+        if answer is None:
+            self._cursor_owed.add(socket)
+            return
+        self._cursor_owed.discard(socket)
+        sent = await socket.send_frame(
+            {"type": "websocket.send", "text": answer}, conf.SEND_TIMEOUT
+        )
+        if not sent:
+            self.drop_soon(socket)
+
+    async def _hand_owed_cursors(self) -> None:
+        for socket in list(self._cursor_owed):
+            await self._hand_cursor(socket)
 
     async def _recheck_channels(
         self,

@@ -520,8 +520,8 @@ class RealtimeClient extends EventTarget {
       const message = frame.data && frame.data.message;
       this._onRefusal(typeof message === 'string' ? message : 'Authentication refused');
     } else if (frame.type === 'cursor' && this.resume) {
-      // A fresh cursor answering a heartbeat (a quiet socket stays resumable): kept like an
-      // event frame's, told to nobody.
+      // A fresh cursor answering a heartbeat (a quiet socket stays resumable), or sent after a
+      // recheck changed the scopes: kept like an event frame's, told to nobody.
       if (this._state === 'open' && typeof frame.cursor === 'string') this._cursor = frame.cursor;
     } else if (this._state === 'open') {
       if (this._queried && QUERY_FRAMES.has(frame.type)) this._onQueryFrame(frame);
