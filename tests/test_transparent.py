@@ -34,7 +34,7 @@ from django.db import (
 from django.db.migrations.autodetector import MigrationAutodetector
 from django.db.migrations.graph import MigrationGraph
 from django.db.migrations.state import ModelState, ProjectState
-from django.db.models import Count, F, Q, Value
+from django.db.models import Case, Count, F, Q, Value, When
 from django.db.models.functions import Concat
 from django.db.models.signals import (
     m2m_changed,
@@ -1174,6 +1174,39 @@ def test_a_bulk_update_naming_a_row_twice_announces_what_django_stored(
     forget_messages()
     again.save()
     assert [m["data"]["name"] for m in events()] == [again.name]
+
+
+def points_told() -> list[tuple[Any, Any, Any]]:
+    return [(m["data"]["id"], m["data"]["points"], m["meta"]["changed"]) for m in events()]
+
+
+def test_a_save_of_an_expression_announces_what_the_database_computed_each_time(
+    workspace: Workspace,
+) -> None:
+    ticket = Ticket.objects.create(workspace=workspace, title="counted", points=1)
+    ticket.points = F("points") + 1
+    forget_messages()
+    ticket.save()
+    assert points_told() == [(ticket.pk, 2, ["points"])]
+    forget_messages()
+    ticket.save()  # Django writes the expression again: one more
+    assert points_told() == [(ticket.pk, 3, ["points"])]
+    assert Ticket.objects.get(pk=ticket.pk).points == 3
+
+
+def test_a_bulk_update_of_expressions_announces_what_the_database_computed_each_time(
+    workspace: Workspace,
+) -> None:
+    one = Ticket.objects.create(workspace=workspace, title="one", points=1)
+    two = Ticket.objects.create(workspace=workspace, title="two", points=5)
+    one.points = F("points") + 100
+    two.points = Case(When(points__gt=3, then=Value(7)), default=Value(8))
+    forget_messages()
+    Ticket.objects.bulk_update([one, two], ["points"])
+    assert sorted(points_told()) == [(one.pk, 101, ["points"]), (two.pk, 7, ["points"])]
+    forget_messages()
+    Ticket.objects.bulk_update([one, two], ["points"])
+    assert sorted(points_told()) == [(one.pk, 201, ["points"]), (two.pk, 7, ["points"])]
 
 
 def test_a_bulk_update_of_no_objects_updates_nothing_as_django_does(workspace: Workspace) -> None:

@@ -886,22 +886,26 @@ def _announce_changes(
     if not changes:
         return
     audiences = list(found.left)
-    duplicated = _duplicated_keys(objs)
+    written = found.written
+    # Rows whose objects disagree on what the write stored, or that it stored the value of an
+    # expression in: read back as the write left them.
+    read_back = _duplicated_keys(objs) | {
+        obj.pk for obj, _, _ in changes if tracking.computed_attnames(obj, written)
+    }
     announced = [obj.pk for obj, _, _ in changes[: conf.BULK_LIMIT]]
     to_many = to_many_of_rows(options, options.model, announced, db)
     # Objects loaded with only() or defer(): what their events carry is read in one go; the
     # columns the write left that decide who hears the rows, and of a queryable model those
     # its events carry, as the rows hold them.
     whole = with_columns_of(options, [obj for obj, _, _ in changes[: conf.BULK_LIMIT]], db)
-    written = found.written
     whole = as_stored(options, whole, written, db, found.unsure)
     surplus = [obj for obj, _, _ in changes[conf.BULK_LIMIT :]]
     surplus = as_stored(options, surplus, written, db, found.unsure) if found.unsure else surplus
-    stored = _stored_rows(options.model, duplicated, db)
+    stored = _stored_rows(options.model, read_back, db)
     events = []
     made = tracking.fate(db)  # the rows of one statement share their fate
     for index, (obj, names, before) in enumerate(changes):
-        if obj.pk in duplicated:
+        if obj.pk in read_back:
             row = stored.get(obj.pk)
         else:
             tracking.saved(obj, written, db, made)
@@ -912,8 +916,8 @@ def _announce_changes(
             audiences.append(_audience_of(options, row))
             continue
         events.append(_updated_event(options, row, names, before, to_many, db))
-    if duplicated:
-        tracking.bulk_written(options.model, duplicated, written, db)
+    if read_back:
+        tracking.bulk_written(options.model, read_back, written, db)
     _add_all(events, db)
     _fold(options, "updated", audiences, db)
 

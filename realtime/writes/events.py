@@ -221,16 +221,17 @@ def as_stored(
     using: str | None = None,
     unsure: Iterable[str] = (),
 ) -> list[models.Model]:
-    """``instances`` after a write of only the columns ``written`` (a save with
-    ``update_fields``, a ``bulk_update``), each holding as the row holds them: the columns
-    ``unsure`` (what decides who reads the row, where an instance holds a value the row may
-    not: it is addressed by the row), and when its model is queryable the other columns its
-    event reads (the instance's may be stale: another request wrote them, and live queries
-    place the row by them). One ``SELECT`` of just those columns per 500 rows, in the write's
+    """``instances`` after a write of the columns ``written``, each holding as the row holds
+    them: the columns ``unsure`` (what decides who reads the row, where an instance holds a
+    value the row may not: it is addressed by the row; a column written as an expression,
+    which the database computed), and, after a write of only some columns (a save with
+    ``update_fields``, a ``bulk_update``) of a queryable model, the other columns its event
+    reads (the instance's may be stale: another request wrote them, and live queries place
+    the row by them). One ``SELECT`` of just those columns per 500 rows, in the write's
     transaction; the instances themselves unchanged."""
     if not instances:
         return list(instances)
-    wanted = set(unsure).difference(written)
+    wanted = set(unsure)
     if options.filters:
         wanted |= options.event_attnames.difference(written)
     if not wanted:

@@ -144,11 +144,24 @@ def on_post_save(
     queries = options.create_queries if created else options.write_queries
     queries = queries or bool(lacks_columns(options, instance))  # read before its event
     queries = queries or update_fields is not None  # the row's columns it did not write
+    written = tracking.written_attnames(instance, update_fields)
+    computed = tracking.computed_attnames(instance, written)  # read back
     failsafe(
         _label(options, instance),
         using,
-        queries,
-        lambda: _saved(options, instance, created, using, update_fields, before, known, inputs),
+        queries or bool(computed),
+        lambda: _saved(
+            options,
+            instance,
+            created,
+            using,
+            update_fields,
+            before,
+            known,
+            inputs,
+            written=written,
+            computed=computed,
+        ),
     )
 
 
@@ -161,7 +174,12 @@ def _saved(
     before: Before | None,
     known: dict[str, Any] | None,
     inputs: tuple[Any, ...] | None,
+    *,
+    written: list[str],
+    computed: set[str],
 ) -> None:
+    """Note the save of ``instance`` (it wrote the columns ``written``, those ``computed`` as
+    expressions) and hand its event to the outbox."""
     if before is None and not created and inputs not in (None, audience_inputs(options, instance)):
         # Its own failure (reported) leaves the readers the row has now their announcement.
         before = failsafe(
@@ -171,7 +189,6 @@ def _saved(
             lambda: _taken_late(options, instance, update_fields, using, known),
         )
     changed = None if created else tracking.changed_fields(instance, update_fields, known)
-    written = tracking.written_attnames(instance, update_fields)
     # Told by the announcement's callback; by one of its own where none is registered.
     made = tracking.fate(using, register=False)
     try:
@@ -181,9 +198,11 @@ def _saved(
             return
         moving = before is not None and not created
         row = instance
-        if update_fields is not None:  # else every column was written: nothing to read
-            unsure = unsure_attnames(options, [(instance, known)], written)
-            (row,) = as_stored(options, [instance], written, using, unsure)
+        if computed or update_fields is not None:  # else the instance holds the row
+            # What the expressions made of the row; after a partial write, what the instance
+            # may hold otherwise than the row, and the columns it did not write.
+            read = computed | unsure_attnames(options, [(instance, known)], written)
+            (row,) = as_stored(options, [instance], written, using, read)
         event = read_event(options, row, action, changed, scopeless=moving, using=using)
         if event is not None:
             event.before = before if moving else None

@@ -628,11 +628,21 @@ def all_fields(instance: models.Model) -> list[str]:
     return [f.name for f in instance._meta.concrete_fields if not f.primary_key]
 
 
+def computed_attnames(instance: models.Model, attnames: Iterable[str]) -> set[str]:
+    """Of the columns ``attnames`` a write of ``instance`` writes, those it holds an
+    expression for (``F("points") + 1``, ``Case(...)``): what they hold is the database's
+    answer, which the instance does not know (Django leaves the expression on it)."""
+    values = instance.__dict__
+    return {name for name in attnames if hasattr(values.get(name), "resolve_expression")}
+
+
 def _frozen(value: Any) -> Any:
     """``value``, or a deep copy of it when it could change in place (``UNKNOWN`` when it
-    cannot be copied)."""
+    cannot be copied, or is an expression: the row holds what the database computed)."""
     if type(value) in _IMMUTABLE:
         return value
+    if hasattr(value, "resolve_expression"):
+        return UNKNOWN
     try:
         return copy.deepcopy(value)
     except Exception:
