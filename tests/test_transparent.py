@@ -60,6 +60,7 @@ from tests.testapp.models import (
     Contact,
     Crew,
     Dog,
+    Line,
     Logbook,
     Plain,
     PlainArticle,
@@ -1207,6 +1208,43 @@ def test_a_bulk_update_of_expressions_announces_what_the_database_computed_each_
     forget_messages()
     Ticket.objects.bulk_update([one, two], ["points"])
     assert sorted(points_told()) == [(one.pk, 201, ["points"]), (two.pk, 7, ["points"])]
+
+
+def folded_scopes() -> list[tuple[str, Any, Any]]:
+    return [(m["event_type"], m["scope_id"], m["meta"]) for m in events()]
+
+
+def test_an_update_of_keys_has_each_scope_read_its_rows_again(workspace: Workspace) -> None:
+    # No event can name a row both before and after its key changed: a client holding the
+    # old keys is told to read again (truncated), in the scope the rows were in and are in.
+    other = Workspace.objects.create(name="Other", slug="other")
+    Line.objects.create(workspace=workspace, order_no=12, position=1)
+    Line.objects.create(workspace=workspace, order_no=12, position=2)
+    twin = Twin.objects.create(workspace=workspace, name="renumbered")
+    forget_messages()
+    assert (
+        Line.objects.filter(order_no=12).order_by("-position").update(position=F("position") + 10)
+        == 2
+    )
+    assert folded_scopes() == [("line.updated", workspace.pk, {"truncated": True})]
+    forget_messages()
+    Twin.objects.filter(pk=twin.pk).update(id=twin.pk + 1000, workspace=other)
+    assert sorted(folded_scopes()) == [
+        ("twin.updated", workspace.pk, {"truncated": True}),
+        ("twin.updated", other.pk, {"truncated": True}),
+    ]
+    assert sorted(Line.objects.values_list("position", flat=True)) == [11, 12]
+    assert Twin.objects.get(pk=twin.pk + 1000).workspace == other
+
+
+def test_an_update_of_keys_and_of_the_scope_as_an_expression_is_reported(
+    workspace: Workspace,
+) -> None:
+    twin = Twin.objects.create(workspace=workspace, name="renumbered")
+    forget_messages()
+    with pytest.raises(RuntimeError, match="changed the keys of its rows and where"):
+        Twin.objects.filter(pk=twin.pk).update(id=F("id") + 1000, workspace=F("workspace"))
+    assert folded_scopes() == [("twin.updated", workspace.pk, {"truncated": True})]
 
 
 def test_a_bulk_update_of_no_objects_updates_nothing_as_django_does(workspace: Workspace) -> None:

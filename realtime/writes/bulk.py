@@ -108,9 +108,11 @@ def update(
         fields = [meta.get_field(name) for name in values]
     except Exception:
         return run(**values)  # the update raises its own error
+    written = {getattr(field, "attname", field.name) for field in fields}
+    if any(field in key_fields(queryset.model) for field in fields):
+        return _rekeyed(queryset, options, values, run, written)
     db = write_alias(queryset)
     changed = sorted({field.name for field in fields})
-    written = {getattr(field, "attname", field.name) for field in fields}
     moving = moves_audience(options, written)
     what = f"a bulk update of {options.name}"
     returning = (
@@ -589,20 +591,66 @@ class _Matched:
         when it was a value on the row itself, else read again."""
         options = self.options
         column = _audience_column(options)
-        hop = _first_hop_attname(options)
-        if column is None or hop is None:
+        if column is None or _first_hop_attname(options) is None:
             return []
+        told = self._written_audience(values)
+        if told is not None:
+            return told
+        found: list[Any] = []
+        for chunk in chunked(pks, READ_CHUNK):
+            rows = self.model._base_manager.using(self.db).filter(pk__in=chunk).order_by()
+            found += [[value] for value in rows.values_list(column, flat=True).distinct()]
+        return found if options.user_field is not None else [value for [value] in found]
+
+    def _written_audience(self, values: dict[str, Any]) -> list[Any] | None:
+        """Where the rows are heard once ``values`` are written, when that says it: the first
+        step of their audience (a scope, an account of a one-step path) written as a plain
+        value; else ``None``."""
+        options = self.options
+        hop = _first_hop_attname(options)
         one_hop = options.user_field is None or len(split_path(options.user_field)) == 1
         for name, written in values.items():
             plain = not hasattr(written, "resolve_expression")
             if one_hop and plain and _attname(self.model, name) == hop:
                 value = written.pk if isinstance(written, models.Model) else written
                 return [[value]] if options.user_field is not None else [value]
-        found: list[Any] = []
-        for chunk in chunked(pks, READ_CHUNK):
-            rows = self.model._base_manager.using(self.db).filter(pk__in=chunk).order_by()
-            found += [[value] for value in rows.values_list(column, flat=True).distinct()]
-        return found if options.user_field is not None else [value for [value] in found]
+        return None
+
+    def rekeyed(self, values: dict[str, Any], written: set[str]) -> None:
+        """Tell each place the rows were heard in before an update that changed their keys,
+        and each they are heard in after it, to read them again; raises, having told the
+        first, when the second cannot be told (the rows cannot be read again by the keys
+        they had)."""
+        audiences = [audience for _, audience in self.rows]
+        moved = _first_hop_attname(self.options) in written
+        after = self._written_audience(values) if moved else []
+        _fold(self.options, "updated", [*audiences, *(after or [])], self.db)
+        if after is None:
+            raise RuntimeError(
+                f"an update() of {self.model._meta.label} changed the keys of its rows and "
+                "where they are heard, not as a plain value; where they are heard now is not "
+                "told. Write the keys and their scope or account in two updates"
+            )
+
+
+def _rekeyed(
+    queryset: models.QuerySet[Any, Any],
+    options: ModelOptions,
+    values: dict[str, Any],
+    run: Callable[..., int],
+    written: set[str],
+) -> int:
+    """Run an ``update()`` that writes the rows' primary keys. No event can name a row both
+    before and after: each scope (or account) its rows were heard in, or are heard in after,
+    is told to read them again (one truncated event, as past ``REALTIME_BULK_LIMIT``)."""
+    db = write_alias(queryset)
+    what = f"a bulk update of {options.name}"
+    matched = failsafe(what, db, True, lambda: _matched(queryset, options, db, False))
+    count = run(**values)
+    tracking.bulk_written(queryset.model, None, written, db)
+    if matched is not None:
+        failsafe(what, db, True, lambda: matched.rekeyed(values, written))
+    return count
 
 
 def _updated_events(
