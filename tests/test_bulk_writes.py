@@ -755,6 +755,24 @@ def test_account_models_past_the_limit_fold_into_one_event_to_their_accounts(
     assert heard[1]["meta"] == {"truncated": True}
 
 
+def test_account_models_deleted_past_the_limit_fold_into_one_event_to_their_accounts(
+    settings: Any,
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 1
+    ann = get_user_model().objects.create(username="ann")
+    bob = get_user_model().objects.create(username="bob")
+    for user in (ann, bob, bob):
+        Notification.objects.create(user=user, text="x")
+    forget_messages()
+
+    Notification.objects.all().delete()
+
+    heard = events("users")
+    assert [message["data"] is None for message in heard] == [False, True]
+    assert heard[1]["user_ids"] == [bob.pk]
+    assert heard[1]["meta"] == {"truncated": True}
+
+
 # Statements ----------------------------------------------------------------------------------
 
 

@@ -344,7 +344,9 @@ def _returning_delete(
     their events need nothing but the rows (no to-many or generic relation, account path,
     guard, shared root or ``payload=`` to read while the row is there) and the database
     returns rows; else ``None``."""
-    if options.delete_queries or options.payload is not None or not can_return_rows(db):
+    if options.delete_queries or options.payload is not None or options.user_field is not None:
+        return None  # (the rows past the limit fold to their accounts, read before they go)
+    if not can_return_rows(db):
         return None
     return _returning_columns(model, options, [], db, "DELETE")
 
