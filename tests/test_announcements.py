@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.db.models.deletion import Collector
@@ -794,6 +795,25 @@ class TestCascades:
         assert folded == scope_event(
             "item.deleted", None, ["item"], workspace.pk, meta={"truncated": True}
         )
+
+    @override_settings(REALTIME_CASCADE_LIMIT=2)
+    def test_django_cascades_of_an_account_model_past_the_limit_fold_to_their_accounts(
+        self, db: None, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann = get_user_model().objects.create(username="ann")
+        bob = get_user_model().objects.create(username="bob")
+        thread = Thread.objects.create(title="t")
+        thread.members.add(ann, bob)
+        for n in range(5):
+            Message.objects.create(thread=thread, text=f"m{n}")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            thread.delete()
+        told = [m for m in events("users") if m["event_type"] == "message.deleted"]
+        assert len(told) == 3
+        (folded,) = [m for m in told if m["data"] is None]
+        assert folded["user_ids"] == sorted([ann.pk, bob.pk])
+        assert folded["meta"] == {"truncated": True}
 
 
 class TestOrigin:

@@ -83,6 +83,7 @@ from realtime.writes.events import (
     Before,
     Event,
     as_stored,
+    first_hop_attname,
     folded_event,
     read_event,
     to_many_of_rows,
@@ -593,7 +594,7 @@ class _Matched:
         when it was a value on the row itself, else read again."""
         options = self.options
         column = _audience_column(options)
-        if column is None or _first_hop_attname(options) is None:
+        if column is None or first_hop_attname(options) is None:
             return []
         told = self._written_audience(values)
         if told is not None:
@@ -609,7 +610,7 @@ class _Matched:
         step of their audience (a scope, an account of a one-step path) written as a plain
         value; else ``None``."""
         options = self.options
-        hop = _first_hop_attname(options)
+        hop = first_hop_attname(options)
         one_hop = options.user_field is None or len(split_path(options.user_field)) == 1
         for name, written in values.items():
             plain = not hasattr(written, "resolve_expression")
@@ -624,7 +625,7 @@ class _Matched:
         first, when the second cannot be told (the rows cannot be read again by the keys
         they had)."""
         audiences = [audience for _, audience in self.rows]
-        moved = _first_hop_attname(self.options) in written
+        moved = first_hop_attname(self.options) in written
         after = self._written_audience(values) if moved else []
         _fold(self.options, "updated", [*audiences, *(after or [])], self.db)
         if after is None:
@@ -862,15 +863,6 @@ def _audience_column(options: ModelOptions) -> str | None:
     return options.scope_attname
 
 
-def _first_hop_attname(options: ModelOptions) -> str | None:
-    """The column of the row where its audience starts: the scope, or the first hop of the
-    account path when it is a foreign key."""
-    if options.user_field is None:
-        return options.scope_attname
-    field = options.model._meta.get_field(split_path(options.user_field)[0])
-    return str(field.attname) if field.concrete and field.many_to_one else None
-
-
 def _attname(model: type[models.Model], name: str) -> str:
     field = model._meta.get_field(name)
     return str(getattr(field, "attname", name))
@@ -918,7 +910,7 @@ def _changes(
     written = tracking.written_attnames(objs[0], fields) if objs else []
     left = []
     surplus = [obj.pk for obj, _, _ in rows[conf.BULK_LIMIT :]]
-    if surplus and _first_hop_attname(options) in written:  # they may leave their audience
+    if surplus and first_hop_attname(options) in written:  # they may leave their audience
         stored = options.model._base_manager.using(db)
         for chunk in chunked(surplus, READ_CHUNK):
             left += _audiences_of(options, stored.filter(pk__in=chunk))
@@ -1021,19 +1013,7 @@ def _folded(options: ModelOptions, action: str, audiences: Iterable[Any]) -> lis
         for found in audiences:
             accounts.update(found if isinstance(found, list) else [found])
         accounts.discard(None)
-        if not accounts:
-            return []
-        return [
-            Event(
-                options=options,
-                action=action,
-                pk=None,
-                data={},
-                channels=[options.name],
-                folded=True,
-                accounts=sorted_ids(accounts),
-            )
-        ]
+        return [folded_event(options, None, action, accounts)] if accounts else []
     if options.is_global:
         return [folded_event(options, None, action)] if any(True for _ in audiences) else []
     scopes = sorted_ids(scope for scope in audiences if scope is not None)

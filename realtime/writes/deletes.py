@@ -41,7 +41,7 @@ from realtime.encoding import id_order, record_channel
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
 from realtime.writes import on_commit, pending
 from realtime.writes.audiences import delete_event
-from realtime.writes.events import Event, folded_event, read_event
+from realtime.writes.events import Event, first_hop_attname, folded_event, read_accounts, read_event
 from realtime.writes.failsafe import failsafe, never_raises
 
 # Cascades --------------------------------------------------------------------------------------
@@ -75,17 +75,24 @@ def past_limit(sender: type[models.Model], instance: models.Model, origin: Any) 
 
 
 def fold(options: ModelOptions, instance: models.Model, origin: Any) -> Event | None:
-    """The one truncated event standing for the surplus children of a scope, once per scope."""
+    """The one truncated event standing for the surplus children of a scope, once per scope;
+    of an account model, for the accounts of the row the path's first step leads to (read
+    while the child is there), once per such row."""
     if options.user_field is not None:
-        return None
-    scope_id = instance.__dict__.get(options.scope_attname or "")
-    if scope_id is None and not options.is_global:
-        return None
+        hop = first_hop_attname(options)
+        place: Any = ("accounts", instance.pk if hop is None else instance.__dict__.get(hop))
+    else:
+        place = instance.__dict__.get(options.scope_attname or "")
+        if place is None and not options.is_global:
+            return None
     seen = _folded.setdefault(origin, set())
-    if (options.model, scope_id) in seen:
+    if (options.model, place) in seen:
         return None
-    seen.add((options.model, scope_id))
-    return folded_event(options, scope_id)
+    seen.add((options.model, place))
+    if options.user_field is None:
+        return folded_event(options, place)
+    accounts = read_accounts(options, instance)
+    return folded_event(options, None, accounts=accounts) if accounts else None
 
 
 def connect_database_cascades() -> None:

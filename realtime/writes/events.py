@@ -43,7 +43,7 @@ from django.db import models, router
 from realtime import limits
 from realtime.audience import ROWS_PER_STATEMENT
 from realtime.chunks import chunked
-from realtime.encoding import jsonable, record_channel, row_key, strict_jsonable
+from realtime.encoding import jsonable, record_channel, row_key, sorted_ids, strict_jsonable
 from realtime.logs import log_hook_failure
 from realtime.messages import LINKS
 from realtime.middleware import current_origin
@@ -417,9 +417,23 @@ def read_accounts(
     return values_on_path(instance, options.user_field or "", using)
 
 
-def folded_event(options: ModelOptions, scope_id: Any, action: str = "deleted") -> Event:
+def first_hop_attname(options: ModelOptions) -> str | None:
+    """The column of the row where its audience starts: the scope, or the first hop of the
+    account path when it is a foreign key."""
+    if options.user_field is None:
+        return options.scope_attname
+    field = options.model._meta.get_field(split_path(options.user_field)[0])
+    return str(field.attname) if field.concrete and field.many_to_one else None
+
+
+def folded_event(
+    options: ModelOptions,
+    scope_id: Any,
+    action: str = "deleted",
+    accounts: Iterable[Any] | None = None,
+) -> Event:
     """One truncated event with no data on the model's channel: the clients of ``scope_id``
-    reload the list."""
+    (of ``accounts``, for an account model) reload the list."""
     return Event(
         options=options,
         action=action,
@@ -428,6 +442,7 @@ def folded_event(options: ModelOptions, scope_id: Any, action: str = "deleted") 
         channels=[options.name],
         scope_id=scope_id,
         folded=True,
+        accounts=None if accounts is None else sorted_ids(accounts),
     )
 
 
