@@ -259,7 +259,8 @@ def test_scope_field_id_on_a_child_of_the_scope_model_is_accepted() -> None:
         class Meta:
             app_label = "testapp"
 
-    assert messages() == []
+    # Only the warning that writes through Workspace itself are not its announcements.
+    assert ids() == ["realtime.W034"]
 
 
 # E037 and W030: relations
@@ -330,6 +331,35 @@ def test_a_guard_whose_fields_leave_such_links_out_gives_no_warning() -> None:
     @realtime_model(guard=everyone, guard_fields=["title"])
     class Guarded(Record):
         members = models.ManyToManyField(get_user_model(), related_name="+")
+
+    assert messages() == []
+
+
+# W034: a decorated multi-table child of a parent that is not decorated
+
+
+def test_a_decorated_child_of_a_parent_not_decorated_is_warning_w034() -> None:
+    class Place(Record):
+        pass
+
+    @realtime_model(fields=["title"])
+    class Shop(Place):
+        kind = models.CharField(max_length=20)
+
+    [message] = messages()
+    assert message.id == "realtime.W034"
+    assert message.obj is Shop
+    assert "testapp.Place" in message.msg
+
+
+def test_a_decorated_child_of_a_decorated_parent_gives_no_warning() -> None:
+    @realtime_model(fields=["title"])
+    class Place(Record):
+        pass
+
+    @realtime_model(fields=["title"], name="shop")
+    class Shop(Place):
+        kind = models.CharField(max_length=20)
 
     assert messages() == []
 

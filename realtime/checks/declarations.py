@@ -47,6 +47,7 @@ def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> lis
         messages += _check_managers(options.model)
         messages += _check_guard_links(options)
         messages += _check_filters(options)
+        messages += _check_parents(options)
     return messages
 
 
@@ -152,6 +153,31 @@ def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
                 "of guard_fields.",
                 obj=options.model,
                 id="realtime.W033",
+            )
+        )
+    return out
+
+
+def _check_parents(options: ModelOptions) -> list[checks.CheckMessage]:
+    """``realtime.W034``: a multi-table child decorated while a parent is not. The parent's
+    own writes (its ``save()``, its querysets' ``update()``) change the child's rows in the
+    parent's table, and no receiver of the child hears them."""
+    model = options.model
+    if model._meta.proxy:
+        return []
+    out: list[checks.CheckMessage] = []
+    for parent in model._meta.get_parent_list():
+        if parent._meta.abstract or options_for(parent) is not None:
+            continue
+        out.append(
+            checks.Warning(
+                f"{model._meta.label} is announced, but {parent._meta.label}, a table it "
+                f"inherits, is not: writes through {parent._meta.object_name} (its save(), "
+                "its querysets' update()) change its rows unannounced.",
+                hint=f"Decorate {parent._meta.label} too, or write through "
+                f"{model._meta.object_name} only.",
+                obj=model,
+                id="realtime.W034",
             )
         )
     return out
