@@ -50,6 +50,7 @@ from realtime import RealtimeManager, RealtimeQuerySet, realtime_model, registry
 from realtime.writes.decorator import register, unregister
 from tests.helpers import events, forget_messages, log_writes, only_on, vendor
 from tests.testapp.models import (
+    Animal,
     Article,
     Berth,
     CatalogItem,
@@ -1245,6 +1246,53 @@ def test_an_update_of_keys_and_of_the_scope_as_an_expression_is_reported(
     with pytest.raises(RuntimeError, match="changed the keys of its rows and where"):
         Twin.objects.filter(pk=twin.pk).update(id=F("id") + 1000, workspace=F("workspace"))
     assert folded_scopes() == [("twin.updated", workspace.pk, {"truncated": True})]
+
+
+def _write_as_parent_or_child(row: Any, way: str) -> None:
+    """Rename ``row`` (a ``Dog``) to "B" through another instance or queryset of the row, as
+    its parent (``Animal``) or as itself."""
+    model = Animal if way.startswith("parent") else Dog
+    if way.endswith("save"):
+        other = model.objects.get(pk=row.pk)
+        other.name = "B"
+        other.save()
+    else:
+        model.objects.filter(pk=row.pk).update(name="B")
+
+
+@pytest.mark.parametrize("way", ["parent save", "parent update", "child save", "child update"])
+def test_a_multi_table_row_written_as_parent_or_child_is_known_to_the_others(
+    workspace: Workspace, way: str
+) -> None:
+    # The other instance, read the other way round, writes the name it was loaded with back:
+    # it changed, as this thread knows.
+    row = Dog.objects.create(workspace=workspace, name="A", breed="x")
+    loaded = (
+        Dog.objects.get(pk=row.pk) if way.startswith("parent") else Animal.objects.get(pk=row.pk)
+    )
+    _write_as_parent_or_child(row, way)
+    forget_messages()
+    loaded.name = "A"
+    loaded.save()
+    assert [(m["data"]["name"], m["meta"]["changed"]) for m in events()] == [("A", ["name"])]
+
+
+def test_a_multi_table_row_moved_as_the_child_and_back_as_the_parent_leaves_the_scope(
+    workspace: Workspace,
+) -> None:
+    other = Workspace.objects.create(name="Other", slug="other")
+    row = Dog.objects.create(workspace=workspace, name="A", breed="x")
+    parent = Animal.objects.get(pk=row.pk)
+    moved = Dog.objects.get(pk=row.pk)
+    moved.workspace = other
+    moved.save()
+    forget_messages()
+    parent.workspace = workspace
+    parent.save()
+    assert sorted((m["event_type"], m["scope_id"]) for m in events()) == [
+        ("animal.created", workspace.pk),
+        ("animal.deleted", other.pk),
+    ]
 
 
 def test_a_bulk_update_of_no_objects_updates_nothing_as_django_does(workspace: Workspace) -> None:

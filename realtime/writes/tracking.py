@@ -375,9 +375,12 @@ class _Shape:
     def __init__(self, model: type[models.Model]) -> None:
         meta = model._meta
         #: The concrete model, as the log names it: by label and ``id()`` (the log holds no
-        #: class, which may be a short-lived one).
+        #: class, which may be a short-lived one). A multi-table row is one row whichever of
+        #: its models writes it: named by the model of its root table, an instance of the
+        #: parent and one of the child see each other's writes.
         concrete = meta.concrete_model or model
-        self.concrete = (concrete._meta.label_lower, id(concrete))
+        root = ([concrete, *concrete._meta.get_parent_list()])[-1]
+        self.concrete = (root._meta.label_lower, id(root))
         #: The key's columns (several: a composite key).
         self.key = tuple(f.attname for f in key_fields(model))
         self.columns = tuple(f.attname for f in meta.concrete_fields)
@@ -420,7 +423,7 @@ def loaded(
     index = {id(state): row for row, state in enumerate(states)}
     snapshot = Loaded(db, attnames, columns, index, key, _log.pending_for(shape.concrete))
     keep_on_state(states, snapshot)
-    if refreshing is not None and _shape(type(refreshing)).concrete is shape.concrete:
+    if refreshing is not None and _shape(type(refreshing)).concrete == shape.concrete:
         _refreshed(refreshing, snapshot, db)
 
 
