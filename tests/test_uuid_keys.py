@@ -282,3 +282,41 @@ async def test_a_live_query_of_uuid_keys_filtered_by_a_uuid_account_stays_the_or
     await settled()
     await off_loop(Chore._default_manager.filter(title="c2").delete)
     await settled()
+
+
+#: UUID keys whose text order is not MariaDB's: its ``uuid`` type compares the last group
+#: first, so there the last of these comes first.
+ORDERED_KEYS = [
+    "0a000000-0000-4000-8000-00000000000f",
+    "0b000000-0000-4000-8000-00000000000e",
+    "0c000000-0000-4000-8000-00000000000d",
+    "0d000000-0000-4000-8000-00000000000c",
+    "0e000000-0000-4000-8000-00000000000b",
+    "0f000000-0000-4000-8000-00000000000a",
+]
+
+
+async def test_a_window_ordered_by_uuid_keys_is_the_databases_first_rows(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    team = await off_loop(make_team, "acme")
+    ann, token = await off_loop(make_member, "ann", team)
+
+    def create(keys: list[str]) -> None:
+        for key in keys:
+            Chore._default_manager.create(id=uuid.UUID(key), team=team, title=key[:2])
+
+    await off_loop(create, ORDERED_KEYS[:4])
+    client = await ws.authenticated(live_servers.get(), token, scope="acme")
+    ask = {"model": "chore", "where": {"done": False}, "limit": 2}  # by key, the default
+    lists: dict[str, list[dict[str, Any]]] = {}
+    await client.send("query", {"id": "first", **ask})
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+    await off_loop(create, ORDERED_KEYS[4:])
+    first = (await off_loop(orm_answer, ask, ann, [team.pk]))[0]["id"]
+    await off_loop(Chore._default_manager.filter(pk=first).update, done=True)
+
+    apply_frames(lists, await marker_for(client, ann))
+
+    expected = await off_loop(orm_answer, ask, ann, [team.pk])
+    assert same_rows(lists["first"], expected)

@@ -183,7 +183,12 @@ def _field(options: ModelOptions, name: str) -> models.Field[Any, Any]:
 
 
 def _is_text(field: models.Field[Any, Any]) -> bool:
+    """Whether the database orders ``field``'s values its own way, not as Python does: text
+    (by its collation), and UUIDs on MariaDB, whose ``uuid`` type sorts by the last group
+    first (MySQL keeps them as text: taken so too)."""
     target = column_values_field(field)
+    if isinstance(target, models.UUIDField):
+        return database_vendor(primary(field.model)) == "mysql"
     return isinstance(target, models.CharField | models.TextField)
 
 
@@ -315,6 +320,12 @@ def nulls_sort_largest(alias: str) -> bool:
     on the event loop, ``connections[alias]`` makes a connection object for each task's
     context (asgiref's ``Local``), one per socket that asks a query."""
     return bool(connections[alias].features.nulls_order_largest)
+
+
+@functools.cache
+def database_vendor(alias: str) -> str:
+    """The vendor of ``alias``'s database, asked once per alias (see ``nulls_sort_largest``)."""
+    return str(connections[alias].vendor)
 
 
 def has_text_key(model: type[models.Model]) -> bool:
