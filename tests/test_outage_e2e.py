@@ -205,6 +205,50 @@ async def test_a_handshake_after_the_worker_s_connections_went_silent_is_answere
     assert "of a handshake, recheck or audience check had no answer" in server.log_text()
 
 
+@only_on("postgresql")
+async def test_a_handshake_the_database_cannot_answer_is_closed_1012_not_refused(
+    live_servers: LiveServers, ws: Clients, proxy: Proxy
+) -> None:
+    # An outage says nothing of the token: refused as a bad one, a client would refresh it,
+    # or stop for good; closed 1012, it comes back with the same token once the worker can
+    # answer.
+    server = live_servers.get("database-away", DATABASES=databases_through(proxy))
+    workspace, tokens = await off_loop(members, 2)
+    await ws.authenticated(server, tokens[0], scope="acme")  # the listener runs
+    await proxy.close()
+    away = await ws.connect(server)
+    await away.send("authenticate", {"token": tokens[1], "scope": "acme"})
+    assert await away.closed_with() == 1012
+    assert away.received == []
+
+    await proxy.open()
+    back = await ws.authenticated(server, tokens[1], scope="acme")
+    await off_loop(burst, workspace.pk, 0, 1)
+    await off_loop(marker, workspace.pk)
+    assert await numbers_until_marker(back) == [0]
+
+
+@only_on("postgresql")
+async def test_a_watch_the_database_cannot_resolve_closes_the_socket_1012(
+    live_servers: LiveServers, ws: Clients, proxy: Proxy
+) -> None:
+    # Reading no scope (what the socket had is not what it asks for) would leave it deaf to
+    # the scope it asked for until the next recheck, with nothing said.
+    server = live_servers.get("watch-database-away", DATABASES=databases_through(proxy))
+    _, tokens = await off_loop(members, 1)
+    beta = await off_loop(member_of_a_new_workspace, "member0")
+    client = await ws.authenticated(server, tokens[0], scope="acme")
+    await proxy.close()
+    await client.send("watch", {"scope": "beta"})
+    assert await client.closed_with() == 1012
+
+    await proxy.open()
+    back = await ws.authenticated(server, tokens[0], scope="beta")
+    await off_loop(burst, beta, 0, 1)
+    await off_loop(marker, beta)
+    assert await numbers_until_marker(back) == [0]
+
+
 def member_of_a_new_workspace(username: str) -> int:
     """Make ``username`` a member of the workspace ``beta`` too; return its id."""
     beta = Workspace.objects.create(name="Beta", slug="beta")

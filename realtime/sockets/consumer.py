@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.consumer import AsyncConsumer
+from django.db import DatabaseError
 
 from realtime import metrics, signals
 from realtime.auth import Scope, get_auth, token_refusal_cause
@@ -157,6 +158,13 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             user, scopes = await self.inbox.watching(get_manager().handshakes.ask((token, ask)))
         except (ClientGoneError, OverLimitError):
             raise
+        except DatabaseError as exc:
+            # A database that cannot answer now (a blip, a failover) says nothing of the
+            # token: the client comes back with it, after its usual delay, not refreshes it.
+            log_hook_failure("realtime: authenticating a socket failed; closed it 1012", exc)
+            metrics.handshake("database_unavailable")
+            await self._close(CloseCode.SERVICE_RESTART)
+            return False
         except Exception as exc:
             log_hook_failure("realtime: authenticating a socket failed", exc)
             return await self._refuse(Refusal.TOKEN)
@@ -343,8 +351,10 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         try:
             scopes = await run_blocking(resolve_scopes, get_auth(), self.user, socket.token, ask)
         except Exception as exc:
-            log_hook_failure("realtime: resolving a watch failed; the socket reads no scope", exc)
-            scopes = []
+            # Its old scopes are not what it asks for, and no scope would leave it deaf to
+            # what it asked for: it comes back and asks again (with its cursor, if it has one).
+            log_hook_failure("realtime: resolving a watch failed; closed the socket 1012", exc)
+            return await self._close(CloseCode.SERVICE_RESTART)
         finally:
             socket.watching = False
         if version == socket.scope_version and self.state is State.OPEN:
