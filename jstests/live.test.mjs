@@ -28,6 +28,25 @@ function subscribed(server, userId, channel) {
   );
 }
 
+/**
+ * A `ws` WebSocket that calls `hook()` just before the client reads `auth_success`: the socket
+ * is open and `authenticate` has left, so what `hook` changes falls inside the handshake.
+ */
+function duringHandshake(hook) {
+  return class extends WebSocket {
+    get onmessage() {
+      return super.onmessage;
+    }
+
+    set onmessage(handler) {
+      super.onmessage = handler && ((event) => {
+        if (JSON.parse(String(event.data)).type === 'auth_success') hook();
+        handler(event);
+      });
+    }
+  };
+}
+
 before(async () => {
   live = await new Live().start();
   main = await live.server();
@@ -124,6 +143,48 @@ describe('connecting', () => {
     assert.equal(recorder.events.filter((f) => f.data?.id === id).length, 0);
     assert.deepEqual(realtime.channels, ['company']);
   });
+  test('channels changed during the handshake are said once it succeeds', async () => {
+    const fay = await live.fixture('user', 'fay', 'acme');
+    const realtime = client(main, {
+      token: fay.token,
+      scope: 'acme',
+      WebSocket: duringHandshake(() => realtime.subscribe('contact').unsubscribe('company')),
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('company');
+    realtime.connect();
+    await recorder.state('open');
+
+    // authenticate carried `company`; the server hears it dropped and `contact` added.
+    await main.waitForState((state) =>
+      state.sockets.some((s) => s.user_id === fay.id && s.channels.join() === 'contact'),
+    );
+    const { id } = await live.fixture('contact', 'acme', 'Heard after the handshake');
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
+  });
+
+  test('a watch during the handshake is sent, with the channels, once it succeeds', async () => {
+    const gus = await live.fixture('user', 'gus', 'acme', 'beta');
+    const realtime = client(main, {
+      token: gus.token,
+      scope: 'acme',
+      WebSocket: duringHandshake(() => realtime.watch({ scope: 'beta' })),
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+
+    await main.waitForState((state) =>
+      state.sockets.some(
+        (s) => s.user_id === gus.id && s.slugs.join() === 'beta' && s.channels.join() === 'contact',
+      ),
+    );
+    const { id } = await live.fixture('contact', 'beta', 'In the scope watched');
+    const frame = await recorder.event((f) => f.data?.id === id);
+    assert.equal(frame.scope_id, gus.scopes.beta);
+  });
+
 });
 
 describe('reconnecting', () => {

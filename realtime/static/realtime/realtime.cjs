@@ -292,7 +292,7 @@ class RealtimeClient extends EventTarget {
     this._stamps = new Map(); // stamp -> {record, at}
     this._cursor = null; // the cursor of the last frame handled (resume)
     this._resumed = false;
-    this._afterAuth = []; // channels that did not fit in authenticate, subscribed after
+    this._handshake = null; // what the last authenticate said: {ask, channels}
     this._queries = new Map(); // id -> LiveQuery, asked again after each auth_success
     this._queried = false; // liveQuery() was called: query.* frames are the live queries'
     this._queryCounter = 0;
@@ -384,13 +384,13 @@ class RealtimeClient extends EventTarget {
     socket.onerror = noop; // a close event always follows
     socket.onopen = mine(() => {
       const data = { token, ...this._ask };
-      this._afterAuth = [];
       if (this.resume) {
         // The channels come with the handshake, so nothing is missed before they are said;
         // those that do not fit in its frame are subscribed after auth_success.
         data.resume = this._cursor;
-        [data.channels, this._afterAuth] = this._fit({ type: 'authenticate', data }, this.channels);
+        [data.channels] = this._fit({ type: 'authenticate', data }, this.channels);
       }
+      this._handshake = { ask: this._ask, channels: new Set(data.channels) };
       this._sendFrame('authenticate', data);
     });
     socket.onmessage = mine(this._onMessage);
@@ -540,10 +540,9 @@ class RealtimeClient extends EventTarget {
     this._resumed = data.resumed === true;
     if (typeof data.cursor === 'string') this._cursor = data.cursor;
     // A server that answers with a cursor took the channels from authenticate; any other
-    // (one that does not resume) hears them now.
+    // (one that does not resume) took none.
     const said = this.resume && typeof data.cursor === 'string';
-    this._sendChannels('subscribe', said ? this._afterAuth : this.channels);
-    this._afterAuth = [];
+    this._afterHandshake(said ? this._handshake.channels : new Set());
     // Queries belong to the socket: a new one hears each again (its rows shown meanwhile).
     for (const list of this._queries.values()) {
       list._answers = [];
@@ -559,6 +558,32 @@ class RealtimeClient extends EventTarget {
     }
     this._setState('open', null, { resumed: this._resumed });
     this.dispatchEvent(new CustomEvent('auth_success', { detail: frame }));
+  }
+
+  /**
+   * Tell the server what changed while the handshake was under way, which nothing sent: the
+   * channels `carried` by authenticate that are dropped since, the others held now (those
+   * that did not fit in its frame among them), and a watch when the ask changed.
+   */
+  _afterHandshake(carried) {
+    const dropped = [...carried].filter((channel) => !this._channels.has(channel));
+    if (!sameValue(this._handshake.ask, this._ask)) {
+      this._sayWatch(dropped);
+      return;
+    }
+    this._sendChannels('unsubscribe', dropped);
+    this._sendChannels('subscribe', this.channels.filter((channel) => !carried.has(channel)));
+  }
+
+  /**
+   * Send a watch of what is asked now, then every channel held: a watch that changes the
+   * scopes drops every subscription. One that does not keeps them, so the channels `dropped`
+   * since they were said are unsubscribed first.
+   */
+  _sayWatch(dropped) {
+    this._sendChannels('unsubscribe', dropped);
+    this._sendFrame('watch', this._ask);
+    this._sendChannels('subscribe', this.channels);
   }
 
   _deliver(frame) {
@@ -607,7 +632,10 @@ class RealtimeClient extends EventTarget {
     return [channels.slice(0, count), channels.slice(count)];
   }
 
-  /** Queue a subscription change; the changes of one task leave together. */
+  /**
+   * Queue a subscription change; the changes of one task leave together. Before `open` nothing
+   * is queued: the next handshake says the channels held then.
+   */
   _enqueue(type, channels) {
     if (this._state !== 'open' || channels.length === 0) return;
     const last = this._queue[this._queue.length - 1];
