@@ -185,6 +185,25 @@ describe('connecting', () => {
     assert.equal(frame.scope_id, gus.scopes.beta);
   });
 
+  test('an unsubscribe followed by a watch of the same scope in one task still leaves', async () => {
+    const hub = await live.fixture('user', 'hub', 'acme');
+    const realtime = client(main, { token: hub.token, scope: 'acme' });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact', 'company');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, hub.id, 'company');
+
+    realtime.unsubscribe('contact');
+    realtime.watch({ scope: 'acme' }); // the same scope: the server keeps its subscriptions
+    await main.waitForState((state) =>
+      state.sockets.some((s) => s.user_id === hub.id && s.channels.join() === 'company'),
+    );
+    const { id } = await live.fixture('contact', 'acme', 'Unheard after the watch');
+    await live.fixture('publish', 'acme', 'test.marker', '{}');
+    await recorder.event((f) => f.type === 'test.marker');
+    assert.equal(recorder.events.filter((f) => f.data?.id === id).length, 0);
+  });
 });
 
 describe('reconnecting', () => {

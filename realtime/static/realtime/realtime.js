@@ -653,9 +653,12 @@ export class RealtimeClient extends EventTarget {
   watch(ask = {}) {
     this._ask = scopeAsk(ask);
     if (this._state === 'open') {
+      // The watch says this task's queued changes: its subscribe names every channel held,
+      // and the channels unsubscribed meanwhile leave before it.
+      const queued = this._queue.filter(([type]) => type === 'unsubscribe');
       this._queue = [];
-      this._sendFrame('watch', this._ask);
-      this._sendChannels('subscribe', this.channels); // a watch drops every subscription
+      const dropped = new Set(queued.flatMap(([, channels]) => channels));
+      this._sayWatch([...dropped].filter((channel) => !this._channels.has(channel)));
     }
     return this;
   }
