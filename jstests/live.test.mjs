@@ -500,6 +500,34 @@ describe('refusals', () => {
     const { id } = await live.fixture('contact', 'acme', 'Heard after the refresh');
     await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
   });
+  test('a recheck refusing the token of a getToken client: it asks getToken again, and gets in', async () => {
+    const max = await live.fixture('user', 'max', 'acme');
+    let name = 'max';
+    let asked = 0;
+    // As {% realtime_script %} builds its client: getToken alone, no refreshToken.
+    const realtime = client(main, {
+      scope: 'acme',
+      getToken: async () => {
+        asked += 1;
+        return (await live.fixture('token', name)).token;
+      },
+    });
+    const recorder = new Recorder(realtime);
+    realtime.subscribe('contact');
+    realtime.connect();
+    await recorder.state('open');
+    await subscribed(main, max.id, 'contact');
+
+    await live.fixture('rename', 'max', 'max2'); // his tokens stop standing for him: rechecked
+    name = 'max2';
+    const again = await recorder.state('reconnecting');
+    assert.equal(again.reason, TOKEN_REFUSAL);
+    await recorder.state('open', { from: recorder.states.indexOf(again) });
+    assert.equal(asked, 2);
+    await subscribed(main, max.id, 'contact');
+    const { id } = await live.fixture('contact', 'acme', 'Heard with the fresh token');
+    await recorder.event((f) => f.type === 'contact.created' && f.data.id === id);
+  });
 });
 
 describe('recognising its own writes', () => {

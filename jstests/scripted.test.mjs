@@ -327,6 +327,29 @@ test('a refreshToken that fails: refused', async () => {
   assert.equal(refused.error.message, 'signed out');
 });
 
+test('without refreshToken, getToken refreshes: asked again at once; when it fails, refused', async () => {
+  const server = await scripted(() => ({
+    type: 'auth_error',
+    data: { message: 'Invalid authentication token' },
+  }));
+  let asked = 0;
+  const realtime = client({
+    url: server.url,
+    token: undefined,
+    getToken: async () => {
+      asked += 1;
+      if (asked > 1) throw new Error('signed out');
+      return 'stale';
+    },
+  });
+  const recorder = new Recorder(realtime);
+  realtime.connect();
+  const refused = await recorder.state('refused');
+  assert.equal(refused.error.message, 'signed out');
+  assert.deepEqual(recorder.stateNames(), ['connecting', 'reconnecting', 'refused']);
+  assert.equal(server.connections.length, 1);
+});
+
 test("events: a named CustomEvent and a generic one; the client's names are kept", async () => {
   const server = await scripted();
   const realtime = client({ url: server.url });

@@ -212,7 +212,7 @@ class RealtimeClient extends EventTarget {
    * @param {string | null} [options.scope]  one scope slug to read
    * @param {string[]} [options.scopes]  several scope slugs to read
    * @param {() => string | void | Promise<string | void>} [options.refreshToken]  called once
-   *   when the server refuses the token; may return the new token
+   *   when the server refuses the token; may return the new token (by default `getToken`)
    * @param {typeof WebSocket} [options.WebSocket]  defaults to `globalThis.WebSocket`
    * @param {boolean} [options.resume]  resume after a reconnection, hearing what was missed
    *   (default true)
@@ -454,16 +454,22 @@ class RealtimeClient extends EventTarget {
     this._setState('reconnecting', null, { code, error, delay: wait, attempt: this._attempt });
   }
 
+  /** What cures a refused token: `refreshToken`, or else `getToken`, asked once more. */
+  _refresher() {
+    return this._refreshToken || this._getToken || null;
+  }
+
   async _onRefusal(reason) {
     this._drop();
-    if (reason === TOKEN_REFUSAL && this._refreshToken && !this._refreshed) {
+    const refresh = this._refresher();
+    if (reason === TOKEN_REFUSAL && refresh && !this._refreshed) {
       this._refreshed = true;
       const generation = ++this._generation;
       this._setState('reconnecting', reason, { code: null, delay: 0, attempt: this._attempt });
       if (generation !== this._generation) return; // closed by a listener
       let token;
       try {
-        token = await this._refreshToken();
+        token = await refresh();
       } catch (error) {
         if (generation === this._generation) this._refuse(reason, { error });
         return;

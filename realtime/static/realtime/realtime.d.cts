@@ -57,7 +57,7 @@ export interface RecordRef {
 interface CommonOptions {
   /** The socket's address, e.g. `wss://example.com/api/ws`. */
   url: string;
-  /** Called once when the server refuses the token; may return the new token. */
+  /** Called once when the server refuses the token; may return the new token (or `getToken`). */
   refreshToken?: () => string | null | undefined | void | Promise<string | null | undefined | void>;
   /** The WebSocket class to use; `globalThis.WebSocket` by default. */
   WebSocket?: RealtimeSocketClass;
