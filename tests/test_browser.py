@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from tests.example import ExampleProject as Example
 
@@ -114,6 +115,30 @@ def test_a_server_rendered_partial_is_fetched_again_when_a_write_elsewhere_commi
         )
     expect(page.locator("#contacts")).to_contain_text("Written elsewhere", timeout=WAIT_MS)
     assert page.evaluate("window.sameDocument") is True  # the partial came back, not the page
+    page.close()
+
+
+def test_the_live_page_reads_again_what_committed_before_its_socket_opened(
+    browser: Browser, example: Example
+) -> None:
+    page = signed_in(browser, example, "alice")
+    slug = page.url.rstrip("/").rsplit("/", 1)[-1]
+    # Load the page again, holding its script back until a write has committed: the write
+    # lands after the HTML was rendered, before the socket opened.
+    held: list[Route] = []
+    page.route("**/static/crm/live.js", lambda route: held.append(route))
+    page.goto(f"{example.url}/w/{slug}/", wait_until="commit")
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(20)
+    assert held, "live.js was not requested"
+    example.shell(
+        "from example_project.crm.models import Contact, Workspace; "
+        f"Contact.objects.create(workspace=Workspace.objects.get(slug={slug!r}), "
+        "name='Between render and open')"
+    )
+    held[0].continue_()
+    expect(page.locator("#contacts")).to_contain_text("Between render and open", timeout=WAIT_MS)
     page.close()
 
 

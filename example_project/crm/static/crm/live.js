@@ -88,9 +88,15 @@ client.addEventListener("notification.created", (event) => toast(event.detail.da
 
 client.addEventListener("state", (event) => {
   const badge = document.getElementById("connection");
-  const { state: value, reason } = event.detail;
+  const { state: value, reason, resumed } = event.detail;
   badge.dataset.state = value;
   badge.textContent = reason ? `${value}: ${reason}` : value;
+  // What the page shows was read before the socket opened: unless the frames missed since
+  // follow (resumed), read it again, or a write committed in between stays unseen.
+  if (value === "open" && !resumed) {
+    refreshContacts();
+    if (state.openContact) showContact(state.openContact);
+  }
 });
 
 document.querySelector("#contacts tbody").addEventListener("click", (event) => {
