@@ -736,6 +736,24 @@ describe('live queries', () => {
     await showing(cases, [one, two]);
     assert.equal(realtime.state, 'open');
   });
+  test("a query started under an id already held shows its own rows first, not the old query's", async () => {
+    const jo = await live.fixture('user', 'jo', 'cases4');
+    await makeCase('cases4', { title: 'open one', status: 'open' });
+    const closed = await makeCase('cases4', { title: 'closed one', status: 'closed' });
+    const realtime = client(main, { token: jo.token, scope: 'cases4' });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.state('open');
+
+    // Both leave in this task: the server answers the open cases first, then the closed ones.
+    realtime.liveQuery({ id: 'cases', model: 'case', where: { status: 'open' } });
+    const list = realtime.liveQuery({ id: 'cases', model: 'case', where: { status: 'closed' } });
+    const shown = [];
+    list.addEventListener('change', (event) => shown.push(event.detail.rows.map((r) => r.id)));
+    await showing(list, [closed]);
+    assert.deepEqual(shown, [[closed]]);
+  });
+
 });
 
 const platform = { skip: !globalThis.WebSocket && 'no global WebSocket in this Node.js' };

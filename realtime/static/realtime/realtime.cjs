@@ -552,6 +552,7 @@ class RealtimeClient extends EventTarget {
     // Queries belong to the socket: a new one hears each again (its rows shown meanwhile).
     for (const list of this._queries.values()) {
       list._answers = [];
+      list._owed = 0;
       list._accepted = false;
       this._sendQuery(list);
     }
@@ -720,8 +721,11 @@ class RealtimeClient extends EventTarget {
     const id = given ? query.id : this._nextQueryId();
     this._checkQuery(id, ask);
     const held = this._queries.get(id);
-    if (held) held._active = false; // replaced: the server's answers are the new one's
     const list = new LiveQuery(this, id, ask, options);
+    if (held) {
+      held._active = false; // replaced: the server's answers are the new one's...
+      list._owed = held._owed + held._answers.length; // ...after those the old one awaits
+    }
     this._queries.set(id, list);
     this._queried = true;
     if (this._state === 'open') this._sendQuery(list);
@@ -761,6 +765,11 @@ class RealtimeClient extends EventTarget {
     const data = frame.data && typeof frame.data === 'object' ? frame.data : {};
     const list = typeof data.id === 'string' ? this._queries.get(data.id) : undefined;
     if (!list) return; // a query stopped since: what was under way is dropped
+    if (list._owed > 0) {
+      // The frames of the query it replaced, up to that query's last answer: dropped.
+      if (frame.type !== 'query.diff') list._owed -= 1;
+      return;
+    }
     if (frame.type === 'query.rows') list._onRows(data.rows);
     else if (frame.type === 'query.diff') list._onDiff(data);
     else list._onError(typeof data.message === 'string' ? data.message : 'Query refused');
@@ -847,6 +856,7 @@ class LiveQuery extends EventTarget {
     this._ask = ask; // what is asked now
     this._shown = ask; // what `rows` follow: the ask the last query.rows answered
     this._answers = []; // the asks sent on this socket and not answered yet, oldest first
+    this._owed = 0; // answers due on this socket to the query this one replaced under its id
     this._accepted = false; // the server answered it with rows on this socket
     this._rows = [];
     this._loaded = false;
