@@ -612,7 +612,7 @@ describe('recognising its own writes', () => {
 });
 
 describe('live queries', () => {
-  /** Wait until `predicate(list)` holds, checked at each change of the live query. */
+  /** Wait until `predicate(list)` holds, checked at each change or refusal of the live query. */
   function settled(list, predicate, what) {
     return new Promise((done, fail) => {
       const check = () => {
@@ -627,8 +627,10 @@ describe('live queries', () => {
       const finish = () => {
         clearTimeout(timer);
         list.removeEventListener('change', check);
+        list.removeEventListener('error', check);
       };
       list.addEventListener('change', check);
+      list.addEventListener('error', check);
       check();
     });
   }
@@ -754,6 +756,28 @@ describe('live queries', () => {
     assert.deepEqual(shown, [[closed]]);
   });
 
+  test('a query refused, then replaced before the refusal came: the server is told to stop it', async () => {
+    const kai = await live.fixture('user', 'kai', 'cases5');
+    const server = await live.server({ REALTIME_MAX_QUERIES: 2 });
+    const realtime = client(server, { token: kai.token, scope: 'cases5' });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.state('open');
+    const errors = [];
+    const refused = realtime.liveQuery(
+      { id: 'x', model: 'case', where: { title: 'a' } }, // title is not filterable
+      { onError: (message) => errors.push(message) },
+    );
+    refused.replace({ where: { status: 'open' } }); // sent before the refusal arrives
+    await settled(refused, (l) => l.error, 'the refusal');
+    assert.deepEqual([errors, refused.active], [['Field is not filterable: title'], false]);
+
+    // The server holds at most 2 queries: two more fit only if it stopped serving `x`.
+    const onError = (message) => errors.push(message);
+    const more = [1, 2].map(() => realtime.liveQuery({ model: 'case' }, { onError }));
+    await Promise.all(more.map((list) => settled(list, (l) => l.loaded || l.error, 'an answer')));
+    assert.deepEqual(errors, ['Field is not filterable: title']);
+  });
 });
 
 const platform = { skip: !globalThis.WebSocket && 'no global WebSocket in this Node.js' };

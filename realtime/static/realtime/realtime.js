@@ -1002,8 +1002,9 @@ export class LiveQuery extends EventTarget {
     this._answers.shift();
     this.error = message;
     this._active = false;
-    // A replacement refused: the server may still hold the query it answered before.
-    this._client._stopQuery(this, this._accepted);
+    // The server may still hold a query under this id: the one it answered before a refused
+    // replacement, or a replacement sent after the refused ask and not answered yet.
+    this._client._stopQuery(this, this._accepted || this._answers.length > 0);
     this.dispatchEvent(new CustomEvent('error', { detail: { message } }));
   }
 
