@@ -124,6 +124,7 @@ const stamp: string = client.remember(client.nextOrigin(), { model: 'contact', i
 const forgotten: boolean = client.forget(stamp);
 const init: RequestInit = client.stamp({ method: 'PATCH' }, { id: '7' });
 const headers: Headers = client.stamp().headers;
+client.remember(client.nextOrigin(), { model: 'membership', id: [12, 'acme'] }); // a composite key
 const response: Promise<Response> = client.stampedFetch('/api/contacts/7', { method: 'PATCH' });
 
 interface Ticket {
@@ -160,7 +161,7 @@ tickets.addEventListener('change', (event) => {
 });
 tickets.addEventListener('error', (event) => console.log(event.detail.message));
 const replaced: LiveQuery<Ticket> = tickets.replace({ where: { status: 'closed' }, limit: null });
-const stopped: LiveQuery<Ticket> = replaced.stop();
+const stopped: LiveQuery<Ticket> = replaced.replace().stop(); // asked again, as it is
 const anyRows: LiveQuery<QueryRow> = client.liveQuery({ id: 'companies', model: 'company' });
 const company: unknown = anyRows.rows[0]?.name;
 const held: LiveQuery[] = client.liveQueries;

@@ -51,7 +51,8 @@ export type ChannelList = string | readonly ChannelList[];
 /** The record a stamped write names: only its echo is dropped. */
 export interface RecordRef {
   model?: string;
-  id?: string | number;
+  /** The primary key as the frames carry it (an array for a composite key). */
+  id?: QueryRowId;
 }
 
 interface CommonOptions {
@@ -234,8 +235,8 @@ export declare class LiveQuery<Row extends QueryRowBase = QueryRow> extends Even
   /** What is asked now. */
   get query(): LiveQueryState;
 
-  /** Ask for other rows under the same id; what `changes` leaves out stays. */
-  replace(changes: Partial<Omit<LiveQueryAsk, 'id'>>): this;
+  /** Ask for other rows under the same id; what `changes` leaves out stays (all, when none). */
+  replace(changes?: Partial<Omit<LiveQueryAsk, 'id'>>): this;
   /** Stop the query (`unquery`); what the server sends after is dropped. */
   stop(): this;
 
