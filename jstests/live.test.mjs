@@ -190,6 +190,25 @@ describe('connecting', () => {
     assert.equal(frame.scope_id, gus.scopes.beta);
   });
 
+  test('a watch right after auth_success is never undone by a recheck beside it', async () => {
+    // The account's new memberships ask for a recheck of its sockets. One that read the
+    // socket's scopes while its watch was being resolved gave back the scope the watch left,
+    // about one try in four: sixteen tries. A recheck asked for runs at once; a later one
+    // would only make a try pass, never fail.
+    for (let attempt = 0; attempt < 16; attempt += 1) {
+      const mover = await live.fixture('user', `mover${attempt}`, 'ra', 'rb');
+      const realtime = client(main, { token: mover.token, scope: 'ra' });
+      const recorder = new Recorder(realtime);
+      realtime.addEventListener('auth_success', () => realtime.watch({ scope: 'rb' }));
+      realtime.connect();
+      await recorder.state('open');
+      await sleep(400);
+      const socket = (await main.state()).sockets.find((s) => s.user_id === mover.id);
+      assert.equal(socket.slugs.join(), 'rb', `try ${attempt}`);
+      realtime.close();
+    }
+  });
+
   test('an unsubscribe followed by a watch of the same scope in one task still leaves', async () => {
     const hub = await live.fixture('user', 'hub', 'acme');
     const realtime = client(main, { token: hub.token, scope: 'acme' });

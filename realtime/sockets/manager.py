@@ -566,6 +566,13 @@ class SocketManager:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dispatcher.quiet(), BEHIND_DELIVERY)
             batch = [s for s in chunk if s in self.index.sockets]
+            for socket in batch:
+                if socket.watching:
+                    # A watch begun while the batch waited: its ask already asks for what
+                    # the watch resolves, its scopes are still the ones it leaves, and its
+                    # version is the watch's. Rechecked after it, not beside it.
+                    socket.next_recheck = 0.0
+            batch = [s for s in batch if not s.watching]
             if batch:
                 await self._recheck(batch, deadline)
 
