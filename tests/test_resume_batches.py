@@ -131,6 +131,24 @@ async def test_a_recheck_asked_during_a_resume_holds_its_frames_until_it_answers
     assert [frame for frame in await heard(back, ann) if frame["type"] != "cursor"] == []
 
 
+async def test_a_resuming_socket_counts_once_toward_the_accounts_socket_limit(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get("batches-two", **SETTINGS, REALTIME_MAX_SOCKETS_PER_USER=2)
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    await off_loop(said, acme.pk, 1, slow=True)
+
+    coming_back = asyncio.ensure_future(resuming(ws, server, token, cursor, scope="acme"))
+    await asyncio.sleep(0.3)  # its resume is planning the slow event
+    other = await ws.connect(server)
+    answer = await other.authenticate(token, scope="acme")
+    _, resumed = await coming_back
+
+    assert (answer["type"], resumed["data"]["resumed"]) == ("auth_success", True)
+
+
 async def test_a_resuming_socket_whose_held_frames_reach_the_bound_is_closed_1012(
     live_servers: LiveServers, ws: Clients
 ) -> None:

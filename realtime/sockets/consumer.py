@@ -81,6 +81,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         self.inbox = Inbox(receive)
         self.state = State.CONNECTING
         self.user: Any = None
+        #: The account a place is reserved for (``SocketManager.reserve``) until registered.
+        self.reserved: Any = None
         self.socket: Socket | None = None
         self.code: int | None = None
         #: The client address holding a place in ``unauthenticated`` (``None``: none held).
@@ -175,12 +177,13 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         manager = get_manager()
         if not manager.reserve(user.pk):
             return await self._refuse(Refusal.TOO_MANY)
+        self.reserved = user.pk
         try:
             await self._start_listening()
             if not await self._open(user, token, ask, scopes, frame.data, read_from):
                 return False
         finally:
-            manager.release(user.pk)
+            self._give_back_place()
         metrics.handshake("accepted")
         return True
 
@@ -226,7 +229,9 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         channels, allowed = await self.inbox.watching(
             manager.decide(socket, protocol.read_channels(data))
         )
-        if not await manager.register(socket, channels, allowed):
+        # Indexed, the socket holds its place itself: counted once while it resumes.
+        self.reserved = None
+        if not await manager.register(socket, channels, allowed, reserved=True):
             metrics.handshake("not_listening")
             await self._close(CloseCode.SERVICE_RESTART)
             return False
@@ -401,6 +406,12 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         if self.socket is not None:
             self.socket.stop()
         await self.link.shut(self.base_send, code, CLOSE_ANSWER)
+
+    def _give_back_place(self) -> None:
+        """Give back the place ``reserve`` held for this socket, unless ``register`` took it."""
+        if self.reserved is not None:
+            get_manager().release(self.reserved)
+            self.reserved = None
 
     def _proven(self) -> None:
         """Give back the place this socket held among the unauthenticated (once)."""

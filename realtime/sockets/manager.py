@@ -202,10 +202,13 @@ class SocketManager:
         socket: Socket,
         channels: Iterable[str] = (),
         allowed: dict[Any, set[str]] | None = None,
+        *,
+        reserved: bool = False,
     ) -> bool:
         """Index a socket that just authenticated, subscribed to ``channels`` as ``decide``
         answered (with ``allowed``), and follow the scopes it reads; ``True`` when every one
-        of them is followed.
+        of them is followed. ``reserved``: the place ``reserve`` held for it becomes its own
+        as it is indexed (never counted twice, however long its resume takes).
 
         From here on the socket is handed every frame it should hear; until ``go_live`` they
         are held (its handshake is not over, see ``Socket.held``).
@@ -220,6 +223,8 @@ class SocketManager:
         socket.on_failure = self._on_failure
         socket.watch = self._unsettled
         self.index.add(socket)
+        if reserved:
+            self.release(socket.user_id)
         metrics.sockets_open(len(self.index.sockets))
         self.index.subscribe(socket, channels, allowed)
         await self._sync_follows(socket.scopes)
