@@ -1295,6 +1295,53 @@ def test_a_multi_table_row_moved_as_the_child_and_back_as_the_parent_leaves_the_
     ]
 
 
+def test_a_child_keyed_apart_from_its_parent_is_never_taken_for_the_parents_row() -> None:
+    # The child declares a key of its own: its row 1 is the parent's row 4, and writing the
+    # child's name leaves what this thread knows of the parent's row 1 alone.
+    with isolate_apps("tests.testapp"):
+
+        class Place(models.Model):  # noqa: DJ008 - never shown
+            name = models.CharField(max_length=20)
+
+            class Meta:
+                app_label = "testapp"
+                db_table = "transparent_place"
+
+        realtime_model(scope_field=None, fields=["name"], name="transparent_place")(Place)
+
+        class Shop(Place):  # noqa: DJ008 - never shown
+            shop_no = models.AutoField(primary_key=True)
+            place_link = models.OneToOneField(
+                Place, models.CASCADE, parent_link=True, related_name="+"
+            )
+
+            class Meta:
+                app_label = "testapp"
+                db_table = "transparent_shop"
+
+    with connection.schema_editor() as editor:
+        editor.create_model(Place)
+        editor.create_model(Shop)
+    try:
+        for number in range(3):
+            Place.objects.create(name=f"place {number}")
+        shop = Shop.objects.create(name="shop")
+        assert (shop.pk, shop.place_link_id) == (1, 4)
+        place = Place.objects.get(pk=1)
+        renamed = Shop.objects.get(pk=shop.pk)
+        renamed.name = "renamed"
+        renamed.save()
+        forget_messages()
+        place.name = "renamed"
+        place.save()
+        assert [(m["data"]["id"], m["meta"]["changed"]) for m in events()] == [(1, ["name"])]
+    finally:
+        unregister(Place)
+        with connection.schema_editor() as editor:
+            editor.delete_model(Shop)
+            editor.delete_model(Place)
+
+
 def test_a_bulk_update_of_no_objects_updates_nothing_as_django_does(workspace: Workspace) -> None:
     forget_messages()
     assert Twin.objects.bulk_update([], ["name"]) == 0

@@ -376,10 +376,12 @@ class _Shape:
         meta = model._meta
         #: The concrete model, as the log names it: by label and ``id()`` (the log holds no
         #: class, which may be a short-lived one). A multi-table row is one row whichever of
-        #: its models writes it: named by the model of its root table, an instance of the
-        #: parent and one of the child see each other's writes.
-        concrete = meta.concrete_model or model
-        root = ([concrete, *concrete._meta.get_parent_list()])[-1]
+        #: its models writes it: named by the model whose key its key is (followed through
+        #: the parent links the key is), an instance of the parent and one of the child see
+        #: each other's writes. A child keyed apart from its parents stays a model of its own.
+        root: Any = meta.concrete_model or model
+        while (up := getattr(root._meta.pk, "remote_field", None)) is not None and up.parent_link:
+            root = up.model
         self.concrete = (root._meta.label_lower, id(root))
         #: The key's columns (several: a composite key).
         self.key = tuple(f.attname for f in key_fields(model))
