@@ -11,15 +11,16 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models.deletion import Collector
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, isolate_apps
 
-from realtime import announce, limits
+from realtime import announce, limits, realtime_model
 from realtime.auth import RealtimeAuth
 from realtime.middleware import OriginMiddleware
+from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, published
 from tests.testapp.models import (
     Attachment,
@@ -814,6 +815,56 @@ class TestCascades:
         (folded,) = [m for m in told if m["data"] is None]
         assert folded["user_ids"] == sorted([ann.pk, bob.pk])
         assert folded["meta"] == {"truncated": True}
+
+    @override_settings(REALTIME_CASCADE_LIMIT=2)
+    def test_django_cascades_of_an_account_model_fold_into_one_event_to_all_their_accounts(
+        self, transactional_db: None
+    ) -> None:
+        # A path whose first step is a many-to-many: each row past the limit has accounts of
+        # its own, all told in one event. (An isolated registry cannot link to the real user
+        # model: the accounts here are rows of a model of its own.)
+        with isolate_apps("tests.testapp"):
+
+            class Person(models.Model):  # noqa: DJ008 - never shown
+                class Meta:
+                    app_label = "testapp"
+                    db_table = "announcements_person"
+
+            class Hall(models.Model):  # noqa: DJ008 - never shown
+                class Meta:
+                    app_label = "testapp"
+                    db_table = "announcements_hall"
+
+            class Booth(models.Model):  # noqa: DJ008 - never shown
+                hall = models.ForeignKey(Hall, models.CASCADE)
+                people = models.ManyToManyField(Person, db_table="announcements_booth_people")
+
+                class Meta:
+                    app_label = "testapp"
+                    db_table = "announcements_booth"
+
+            realtime_model(user_field="people", name="announcements_booth")(Booth)
+        tables = [Person, Hall, Booth]
+        with connection.schema_editor() as editor:
+            for table in tables:
+                editor.create_model(table)
+        try:
+            hall = Hall.objects.create()
+            people = [Person.objects.create() for _ in range(5)]
+            for person in people:
+                Booth.objects.create(hall=hall).people.add(person)
+            forget_messages()
+            hall.delete()
+            told = [m for m in events("users") if m["event_type"] == "announcements_booth.deleted"]
+            assert len(told) == 3
+            (folded,) = [m for m in told if m["data"] is None]
+            one_by_one = {user for m in told if m["data"] is not None for user in m["user_ids"]}
+            assert sorted(folded["user_ids"]) == sorted({p.pk for p in people} - one_by_one)
+        finally:
+            unregister(Booth)
+            with connection.schema_editor() as editor:
+                for table in reversed(tables):
+                    editor.delete_model(table)
 
 
 class TestOrigin:

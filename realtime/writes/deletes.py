@@ -37,7 +37,7 @@ from django.db.models.signals import post_delete, pre_delete
 
 from realtime.compat.django import in_transaction
 from realtime.conf import conf
-from realtime.encoding import id_order, record_channel
+from realtime.encoding import id_order, record_channel, sorted_ids
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
 from realtime.writes import on_commit, pending
 from realtime.writes.audiences import delete_event
@@ -51,6 +51,10 @@ PENDING_CASCADE = "_realtime_pending_cascade"
 _counts: weakref.WeakKeyDictionary[Any, Counter[type[models.Model]]] = weakref.WeakKeyDictionary()
 # Scopes that already received their folded event, per deletion and child model.
 _folded: weakref.WeakKeyDictionary[Any, set[tuple[type[models.Model], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+# The folded event of an account model's surplus children, per deletion and child model.
+_account_folds: weakref.WeakKeyDictionary[Any, dict[type[models.Model], Event]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -76,23 +80,41 @@ def past_limit(sender: type[models.Model], instance: models.Model, origin: Any) 
 
 def fold(options: ModelOptions, instance: models.Model, origin: Any) -> Event | None:
     """The one truncated event standing for the surplus children of a scope, once per scope;
-    of an account model, for the accounts of the row the path's first step leads to (read
-    while the child is there), once per such row."""
+    of an account model, once per deletion (``_fold_accounts``)."""
     if options.user_field is not None:
-        hop = first_hop_attname(options)
-        place: Any = ("accounts", instance.pk if hop is None else instance.__dict__.get(hop))
-    else:
-        place = instance.__dict__.get(options.scope_attname or "")
-        if place is None and not options.is_global:
-            return None
+        return _fold_accounts(options, instance, origin)
+    scope_id = instance.__dict__.get(options.scope_attname or "")
+    if scope_id is None and not options.is_global:
+        return None
+    seen = _folded.setdefault(origin, set())
+    if (options.model, scope_id) in seen:
+        return None
+    seen.add((options.model, scope_id))
+    return folded_event(options, scope_id)
+
+
+def _fold_accounts(options: ModelOptions, instance: models.Model, origin: Any) -> Event | None:
+    """The one truncated account event standing for the surplus children of an account
+    model in a deletion, to the accounts of them all: the first one's, which later ones add
+    theirs to (every ``pre_delete`` of a deletion comes before its first ``post_delete``,
+    which hands it to the outbox). Their accounts are read while they are there, once per
+    row their path's first step leads to (a thread's messages: once), else once per child."""
+    hop = first_hop_attname(options)
+    place = ("accounts", instance.pk if hop is None else instance.__dict__.get(hop))
     seen = _folded.setdefault(origin, set())
     if (options.model, place) in seen:
         return None
     seen.add((options.model, place))
-    if options.user_field is None:
-        return folded_event(options, place)
     accounts = read_accounts(options, instance)
-    return folded_event(options, None, accounts=accounts) if accounts else None
+    folds = _account_folds.setdefault(origin, {})
+    event = folds.get(options.model)
+    if event is not None:
+        event.accounts = sorted_ids([*(event.accounts or ()), *accounts])
+        return None
+    if not accounts:
+        return None
+    event = folds[options.model] = folded_event(options, None, accounts=accounts)
+    return event
 
 
 def connect_database_cascades() -> None:
