@@ -780,6 +780,29 @@ describe('live queries', () => {
     assert.deepEqual(shown, [[closed]]);
   });
 
+  test('a query started under a held id and refused: the server is told to stop the old one', async () => {
+    const lia = await live.fixture('user', 'lia', 'cases6');
+    const server = await live.server({ REALTIME_MAX_QUERIES: 2 });
+    const realtime = client(server, { token: lia.token, scope: 'cases6' });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.state('open');
+    const first = realtime.liveQuery({ id: 'x', model: 'case' });
+    await settled(first, (l) => l.loaded, 'its rows');
+    const errors = [];
+    const refused = realtime.liveQuery(
+      { id: 'x', model: 'case', where: { title: 'a' } }, // title is not filterable
+      { onError: (message) => errors.push(message) },
+    );
+    await settled(refused, (l) => l.error, 'the refusal');
+
+    // The server holds at most 2 queries: two more fit only if it stopped serving `x`.
+    const onError = (message) => errors.push(message);
+    const more = [1, 2].map(() => realtime.liveQuery({ model: 'case' }, { onError }));
+    await Promise.all(more.map((list) => settled(list, (l) => l.loaded || l.error, 'an answer')));
+    assert.deepEqual(errors, ['Field is not filterable: title']);
+  });
+
   test('a query refused, then replaced before the refusal came: the server is told to stop it', async () => {
     const kai = await live.fixture('user', 'kai', 'cases5');
     const server = await live.server({ REALTIME_MAX_QUERIES: 2 });

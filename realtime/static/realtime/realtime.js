@@ -549,6 +549,7 @@ export class RealtimeClient extends EventTarget {
     for (const list of this._queries.values()) {
       list._answers = [];
       list._owed = 0;
+      list._replaced = false;
       list._accepted = false;
       this._sendQuery(list);
     }
@@ -721,6 +722,8 @@ export class RealtimeClient extends EventTarget {
     if (held) {
       held._active = false; // replaced: the server's answers are the new one's...
       list._owed = held._owed + held._answers.length; // ...after those the old one awaits
+      // A refusal of this one leaves the server holding the old one, if it holds any.
+      list._replaced = held._replaced || held._accepted || list._owed > 0;
     }
     this._queries.set(id, list);
     this._queried = true;
@@ -853,6 +856,7 @@ export class LiveQuery extends EventTarget {
     this._shown = ask; // what `rows` follow: the ask the last query.rows answered
     this._answers = []; // the asks sent on this socket and not answered yet, oldest first
     this._owed = 0; // answers due on this socket to the query this one replaced under its id
+    this._replaced = false; // the server may hold, under its id, a query this one replaced
     this._accepted = false; // the server answered it with rows on this socket
     this._rows = [];
     this._loaded = false;
@@ -1004,7 +1008,7 @@ export class LiveQuery extends EventTarget {
     this._active = false;
     // The server may still hold a query under this id: the one it answered before a refused
     // replacement, or a replacement sent after the refused ask and not answered yet.
-    this._client._stopQuery(this, this._accepted || this._answers.length > 0);
+    this._client._stopQuery(this, this._accepted || this._answers.length > 0 || this._replaced);
     this.dispatchEvent(new CustomEvent('error', { detail: { message } }));
   }
 
