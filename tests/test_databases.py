@@ -119,6 +119,27 @@ def test_the_publish_never_runs_inside_the_applications_transaction(acme: Worksp
         settled(lambda: _published_elsewhere() == 1)
 
 
+def test_under_manual_transaction_management_the_publish_is_not_the_applications(
+    acme: Workspace,
+) -> None:
+    # Autocommit off and no atomic block: no commit to wait for, so the announcement goes at
+    # once, in a transaction of realtime's own. Inside the application's, it would change its
+    # settings (PostgreSQL), hold the log's lock until it ends (MariaDB), take an id that
+    # commits late, and go with its rollback (proven here).
+    transaction.set_autocommit(False)
+    try:
+        Ticket.objects.create(workspace=acme, title="manual")
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SHOW synchronous_commit")
+                assert cursor.fetchone() == ("on",)
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+
+    settled(lambda: titles() == [("ticket.created", "manual")])
+
+
 def _published_elsewhere() -> int:
     session = connections.create_connection("default")
     try:

@@ -346,6 +346,16 @@ def in_transaction(connection: BaseDatabaseWrapper) -> bool:
     return not transaction.get_autocommit(connection.alias)
 
 
+def in_manual_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """Whether ``connection`` is under manual transaction management: autocommit turned off
+    (``transaction.set_autocommit(False)``) with no atomic block open, so that a statement
+    made on it joins a transaction only the application ends. Never connects (a connection
+    not made yet holds no transaction)."""
+    if in_transaction(connection) or connection.connection is None:
+        return False
+    return not connection.get_autocommit()
+
+
 def _probe_transaction(connection: BaseDatabaseWrapper) -> None:
     if not isinstance(getattr(connection, "in_atomic_block", None), bool):
         raise AttributeError("a connection wrapper has no in_atomic_block flag")

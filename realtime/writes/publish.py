@@ -27,7 +27,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections, connections
 
 from realtime import limits
-from realtime.compat.django import in_transaction
+from realtime.compat.django import in_manual_transaction, in_transaction
 from realtime.encoding import sorted_ids
 from realtime.logs import log_hook_failure, log_operation
 from realtime.messages import mark_publication
@@ -216,12 +216,17 @@ def _send(
     publishes follow it through that thread while it has any, so the log keeps their order.
     A write on the transport's own database commits with no transaction open there — except
     in a test that runs inside one (``captureOnCommitCallbacks``): it publishes inline, as
-    ever.
+    ever — or under manual transaction management (autocommit off, no atomic block), where
+    the application's transaction is open whatever was written: that publish goes to
+    realtime's thread too.
     """
     alias = transport.publishes_on
     with _aside_lock:
         queued = _aside_pending[0] > 0
-        open_there = alias is not None and alias != using and in_transaction(connections[alias])
+        there = None if alias is None else connections[alias]
+        open_there = there is not None and (
+            (alias != using and in_transaction(there)) or in_manual_transaction(there)
+        )
         if not queued and not open_there:
             direct = True
         else:
