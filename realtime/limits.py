@@ -24,6 +24,10 @@ RESUME_SCAN_PER_FRAME: Final = 50
 #: 100,000 rows holds the log's publish lock (table, pg_notify) or runs a Lua call on Redis
 #: (which blocks every client of that server) for one chunk at a time, not for all of them.
 PUBLISH_CHUNK: Final = 500
+#: Bytes of payload one statement of the table transport's publish carries at most (a single
+#: larger message goes alone): under the statement size a database takes in one packet
+#: (MySQL 5.7's ``max_allowed_packet`` is 4 MiB, MariaDB's 16 MiB), whatever the messages weigh.
+PUBLISH_CHUNK_BYTES: Final = 1 << 20
 #: Rows of realtime's outbox one call of a relay carries at most (``realtime.writes.publish``:
 #: a relay made again covers the same rows per call), so that a call is one chunk while each
 #: row comes to two messages or fewer.

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from realtime import limits
 from realtime.auth import RealtimeAuth, issue_token
-from realtime.chunks import chunked, id_chunks
+from realtime.chunks import chunked, id_chunks, weighed_chunks
 from realtime.sockets import standing
 
 
@@ -22,6 +22,16 @@ def test_chunked_keeps_every_value_in_order_in_slices_of_at_most_size() -> None:
     assert [list(chunk) for chunk in chunked(range(7), 3)] == [[0, 1, 2], [3, 4, 5], [6]]
     assert [list(chunk) for chunk in chunked(range(6), 3)] == [[0, 1, 2], [3, 4, 5]]
     assert list(chunked([], 3)) == []
+
+
+def test_weighed_chunks_keep_every_value_in_order_within_a_count_and_a_weight() -> None:
+    def sliced(values: list[int], size: int, most: int) -> list[list[int]]:
+        return [list(chunk) for chunk in weighed_chunks(values, size, most, lambda v: v)]
+
+    assert sliced([1, 1, 1, 1, 1], 2, 10) == [[1, 1], [1, 1], [1]]  # by count
+    assert sliced([4, 4, 4, 1], 10, 8) == [[4, 4], [4, 1]]  # by weight
+    assert sliced([3, 20, 3], 10, 8) == [[3], [20], [3]]  # a heavy one alone
+    assert sliced([], 3, 8) == []
 
 
 def test_id_chunks_follow_the_id_limit_in_force_at_each_call(

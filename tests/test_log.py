@@ -128,6 +128,18 @@ def count_of(channel: bytes) -> int:
     return int(row[0]) if row else 0
 
 
+async def test_a_publish_heavier_than_a_statement_can_carry_is_inserted_whole(
+    make_table_transport: MakeTransport,
+) -> None:
+    # 200 messages of 90 kB, each far under REALTIME_MAX_PAYLOAD: 18 MB in one INSERT is more
+    # than MariaDB takes in a packet (16 MiB), which dropped the connection with the publish.
+    transport = make_table_transport()
+    messages = [("heavy", bytes([65 + n % 26]) * 90_000) for n in range(200)]
+    await off_loop(transport.publish, messages)
+    rows = await off_loop(ids_and_payloads, b"heavy")
+    assert [payload for _, payload in rows] == [payload for _, payload in messages]
+
+
 async def test_a_large_publish_holds_the_lock_and_commits_one_chunk_at_a_time(
     make_table_transport: MakeTransport,
 ) -> None:

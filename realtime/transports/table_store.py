@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from realtime import limits
-from realtime.chunks import chunked
+from realtime.chunks import chunked, weighed_chunks
 from realtime.compat.django import driver_connection, driver_errors
 from realtime.exceptions import ChannelTooLongError, PublishError, TransportError
 from realtime.fields import to_naive_utc
@@ -234,6 +234,11 @@ def write_transaction(using: str) -> Iterator[CursorWrapper]:
         cursor.execute("COMMIT")
 
 
+def _weight(message: tuple[bytes, bytes]) -> int:
+    """What one ``(channel, payload)`` row adds to an INSERT, near enough."""
+    return len(message[0]) + len(message[1])
+
+
 class MessageStore:
     """The ``firm_channel_messages`` table of one database alias."""
 
@@ -246,8 +251,9 @@ class MessageStore:
         return connections[self.using]
 
     def insert(self, messages: Sequence[tuple[bytes, bytes]]) -> None:
-        """Insert ``(channel, payload)`` rows, in order, a chunk (``PUBLISH_CHUNK``) at a
-        time, each chunk one statement in a transaction of its own.
+        """Insert ``(channel, payload)`` rows, in order, a chunk (``PUBLISH_CHUNK`` rows,
+        ``PUBLISH_CHUNK_BYTES`` of them at most: a statement within any database's packet)
+        at a time, each chunk one statement in a transaction of its own.
 
         Publishers serialize: each holds a lock from before its INSERT until its COMMIT
         (PostgreSQL: a transaction-scoped advisory lock taken in the statement itself, see
@@ -266,7 +272,9 @@ class MessageStore:
         now = db_now(connection)
         vendor = connection.vendor
         hashes: dict[bytes, int] = {}  # a publish's messages share a few channels
-        for chunk in chunked(messages, limits.PUBLISH_CHUNK):
+        for chunk in weighed_chunks(
+            messages, limits.PUBLISH_CHUNK, limits.PUBLISH_CHUNK_BYTES, _weight
+        ):
             params: list[Any] = []
             for channel, payload in chunk:
                 found = hashes.get(channel)
