@@ -25,8 +25,8 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import django.db
 from channels.consumer import AsyncConsumer
-from django.db import DatabaseError
 
 from realtime import metrics, signals
 from realtime.auth import Scope, get_auth, token_refusal_cause
@@ -160,9 +160,10 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             user, scopes = await self.inbox.watching(get_manager().handshakes.ask((token, ask)))
         except (ClientGoneError, OverLimitError):
             raise
-        except DatabaseError as exc:
-            # A database that cannot answer now (a blip, a failover) says nothing of the
-            # token: the client comes back with it, after its usual delay, not refreshes it.
+        except django.db.Error as exc:
+            # A database that cannot answer now (a blip, a failover; any of Django's database
+            # errors, InterfaceError among them) says nothing of the token: the client comes
+            # back with it, after its usual delay, rather than refresh it.
             log_hook_failure("realtime: authenticating a socket failed; closed it 1012", exc)
             metrics.handshake("database_unavailable")
             await self._close(CloseCode.SERVICE_RESTART)
