@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import django
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import caches
@@ -1191,9 +1192,12 @@ def test_a_save_of_an_expression_announces_what_the_database_computed_each_time(
     ticket.save()
     assert points_told() == [(ticket.pk, 2, ["points"])]
     forget_messages()
-    ticket.save()  # Django writes the expression again: one more
-    assert points_told() == [(ticket.pk, 3, ["points"])]
-    assert Ticket.objects.get(pk=ticket.pk).points == 3
+    ticket.save()
+    # Django 5.2 keeps the expression on the instance and writes it again: one more. Django
+    # 6 reads the value back after the save: 2 is written again, and nothing changed.
+    stored = Ticket.objects.get(pk=ticket.pk).points
+    assert stored == (2 if django.VERSION >= (6,) else 3)
+    assert points_told() == ([] if stored == 2 else [(ticket.pk, 3, ["points"])])
 
 
 def test_a_bulk_update_of_expressions_announces_what_the_database_computed_each_time(
