@@ -849,10 +849,10 @@ class TestCascades:
             for table in tables:
                 editor.create_model(table)
         try:
-            hall = Hall.objects.create()
-            people = [Person.objects.create() for _ in range(5)]
+            hall = Hall._default_manager.create()
+            people = [Person._default_manager.create() for _ in range(5)]
             for person in people:
-                Booth.objects.create(hall=hall).people.add(person)
+                Booth._default_manager.create(hall=hall).people.add(person)
             forget_messages()
             hall.delete()
             told = [m for m in events("users") if m["event_type"] == "announcements_booth.deleted"]

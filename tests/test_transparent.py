@@ -1328,11 +1328,11 @@ def test_a_child_keyed_apart_from_its_parent_is_never_taken_for_the_parents_row(
         editor.create_model(Shop)
     try:
         for number in range(3):
-            Place.objects.create(name=f"place {number}")
-        shop = Shop.objects.create(name="shop")
-        assert (shop.pk, shop.place_link_id) == (1, 4)
-        place = Place.objects.get(pk=1)
-        renamed = Shop.objects.get(pk=shop.pk)
+            Place._default_manager.create(name=f"place {number}")
+        shop = Shop._default_manager.create(name="shop")
+        assert (shop.pk, shop.place_link.pk) == (1, 4)
+        place = Place._default_manager.get(pk=1)
+        renamed = Shop._default_manager.get(pk=shop.pk)
         renamed.name = "renamed"
         renamed.save()
         forget_messages()
