@@ -636,7 +636,8 @@ def all_fields(instance: models.Model) -> list[str]:
 def computed_attnames(instance: models.Model, attnames: Iterable[str]) -> set[str]:
     """Of the columns ``attnames`` a write of ``instance`` writes, those it holds an
     expression for (``F("points") + 1``, ``Case(...)``): what they hold is the database's
-    answer, which the instance does not know (Django leaves the expression on it)."""
+    answer, which the instance does not know (Django 5.2 leaves the expression on it; Django
+    6 reads the value back after the save, and then none is left)."""
     values = instance.__dict__
     return {name for name in attnames if hasattr(values.get(name), "resolve_expression")}
 
