@@ -71,6 +71,13 @@ async def numbers_until_marker(client: Client) -> list[int]:
     return [frame["data"]["n"] for frame in frames if frame["type"] == BURST]
 
 
+async def hears_one_event(client: Client, workspace_id: int) -> bool:
+    """Whether ``client`` hears the one event said to the workspace now (then a marker)."""
+    await off_loop(burst, workspace_id, 0, 1)
+    await off_loop(marker, workspace_id)
+    return await numbers_until_marker(client) == [0]
+
+
 @pytest.mark.parametrize(
     "overrides",
     [pytest.param({}, id="table"), pytest.param(PG_NOTIFY, id="pg_notify")],
@@ -223,9 +230,7 @@ async def test_a_handshake_the_database_cannot_answer_is_closed_1012_not_refused
 
     await proxy.open()
     back = await ws.authenticated(server, tokens[1], scope="acme")
-    await off_loop(burst, workspace.pk, 0, 1)
-    await off_loop(marker, workspace.pk)
-    assert await numbers_until_marker(back) == [0]
+    assert await hears_one_event(back, workspace.pk)
 
 
 @only_on("postgresql")
@@ -244,9 +249,7 @@ async def test_a_watch_the_database_cannot_resolve_closes_the_socket_1012(
 
     await proxy.open()
     back = await ws.authenticated(server, tokens[0], scope="beta")
-    await off_loop(burst, beta, 0, 1)
-    await off_loop(marker, beta)
-    assert await numbers_until_marker(back) == [0]
+    assert await hears_one_event(back, beta)
 
 
 def member_of_a_new_workspace(username: str) -> int:
@@ -286,9 +289,7 @@ async def test_a_socket_whose_scope_the_worker_cannot_start_hearing_in_time_is_c
     # Its client comes back once the worker hears again, and hears what is written.
     await server.wait_for_state(lambda state: state.get("listener_pid") not in (None, old), WAIT)
     again = await ws.authenticated(server, tokens[1], scope="beta")
-    await off_loop(burst, beta, 0, 1)
-    await off_loop(marker, beta)
-    assert await numbers_until_marker(again) == [0]
+    assert await hears_one_event(again, beta)
     assert f"following scope {beta} took over 5.0 s; closed its 1 socket(s) 1012" in (
         server.log_text()
     )

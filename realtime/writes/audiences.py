@@ -257,6 +257,15 @@ def _first_hop(model: type[models.Model], path: str | None) -> Any:
     return field if field.concrete and field.many_to_one else None
 
 
+def first_hop_attname(options: ModelOptions) -> str | None:
+    """The column of the row where its audience starts: the scope, or the first hop of the
+    account path when it is a foreign key."""
+    if options.user_field is None:
+        return options.scope_attname
+    first = _first_hop(options.model, options.user_field)
+    return None if first is None else str(first.attname)
+
+
 def guard_attnames(options: ModelOptions) -> frozenset[str] | None:
     """The columns of the row whose change may change a ``guard``'s answer: those named by
     ``guard_fields``; ``None`` when the model declares none (then every update of the row may

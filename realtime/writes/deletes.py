@@ -40,8 +40,8 @@ from realtime.conf import conf
 from realtime.encoding import id_order, record_channel, sorted_ids
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
 from realtime.writes import on_commit, pending
-from realtime.writes.audiences import delete_event
-from realtime.writes.events import Event, first_hop_attname, folded_event, read_accounts, read_event
+from realtime.writes.audiences import delete_event, first_hop_attname
+from realtime.writes.events import Event, folded_event, read_accounts, read_event
 from realtime.writes.failsafe import failsafe, never_raises
 
 # Cascades --------------------------------------------------------------------------------------

@@ -417,15 +417,6 @@ def read_accounts(
     return values_on_path(instance, options.user_field or "", using)
 
 
-def first_hop_attname(options: ModelOptions) -> str | None:
-    """The column of the row where its audience starts: the scope, or the first hop of the
-    account path when it is a foreign key."""
-    if options.user_field is None:
-        return options.scope_attname
-    field = options.model._meta.get_field(split_path(options.user_field)[0])
-    return str(field.attname) if field.concrete and field.many_to_one else None
-
-
 def folded_event(
     options: ModelOptions,
     scope_id: Any,
