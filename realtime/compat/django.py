@@ -349,11 +349,11 @@ def in_transaction(connection: BaseDatabaseWrapper) -> bool:
 def in_manual_transaction(connection: BaseDatabaseWrapper) -> bool:
     """Whether ``connection`` is under manual transaction management: autocommit turned off
     (``transaction.set_autocommit(False)``) with no atomic block open, so that a statement
-    made on it joins a transaction only the application ends. Never connects (a connection
-    not made yet holds no transaction)."""
-    if in_transaction(connection) or connection.connection is None:
+    made on it joins a transaction only the application ends. Asked before a statement on
+    it: Django's ``get_autocommit`` connects if it has to."""
+    if in_transaction(connection):
         return False
-    return not connection.get_autocommit()
+    return not transaction.get_autocommit(connection.alias)
 
 
 def _probe_transaction(connection: BaseDatabaseWrapper) -> None:
