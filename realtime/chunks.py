@@ -38,6 +38,28 @@ def weighed_chunks(
         start = end
 
 
+def grouped_chunks(values: Sequence[T], size: int, group: Callable[[T], object]) -> list[list[T]]:
+    """``values`` in slices of at most ``size`` items that never part the items of one group:
+    a group lies whole in one slice (a group larger than ``size`` makes a slice of its own).
+    Groups go in the order they first appear, each slice keeping its items in their order in
+    ``values``; ``values`` that fit in one slice come back as they are.
+
+    What a slice holds so depends only on the groups, not on where an item stands in
+    ``values``: made again from fewer items, a group's items are again all in one slice."""
+    if len(values) <= size:
+        return [list(values)] if values else []
+    members: dict[object, list[int]] = {}
+    for index, value in enumerate(values):
+        members.setdefault(group(value), []).append(index)
+    slices: list[list[int]] = []
+    for indexes in members.values():
+        if slices and len(slices[-1]) + len(indexes) <= size:
+            slices[-1] += indexes
+        else:
+            slices.append(list(indexes))
+    return [[values[index] for index in sorted(indexes)] for indexes in slices]
+
+
 def id_chunks(values: Sequence[T]) -> Iterator[Sequence[T]]:
     """``values`` in slices of at most ``MAX_IDS_PER_MESSAGE`` (ids in one statement), the
     limit read at each call so that a test can lower it."""

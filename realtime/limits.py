@@ -28,9 +28,10 @@ PUBLISH_CHUNK: Final = 500
 #: larger message goes alone): under the statement size a database takes in one packet
 #: (MySQL 5.7's ``max_allowed_packet`` is 4 MiB, MariaDB's 16 MiB), whatever the messages weigh.
 PUBLISH_CHUNK_BYTES: Final = 1 << 20
-#: Rows of realtime's outbox one call of a relay carries at most (``realtime.writes.publish``:
-#: a relay made again covers the same rows per call), so that a call is one chunk while each
-#: row comes to two messages or fewer.
+#: Rows of realtime's outbox one publish of a relay carries at most (``realtime.writes.publish``:
+#: a relay made again covers the same rows per publish, under the same key). The Redis
+#: transport never parts one stream's messages of such a publish between script calls, so
+#: this also bounds one call: a stream's messages of this many rows.
 RELAY_ROWS: Final = PUBLISH_CHUNK // 2
 #: Rows of the outbox one sweep reads to find the transactions whose writers did not relay
 #: them (the oldest first).

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from realtime import limits
 from realtime.auth import RealtimeAuth, issue_token
-from realtime.chunks import chunked, id_chunks, weighed_chunks
+from realtime.chunks import chunked, grouped_chunks, id_chunks, weighed_chunks
 from realtime.sockets import standing
 
 
@@ -32,6 +32,18 @@ def test_weighed_chunks_keep_every_value_in_order_within_a_count_and_a_weight() 
     assert sliced([4, 4, 4, 1], 10, 8) == [[4, 4], [4, 1]]  # by weight
     assert sliced([3, 20, 3], 10, 8) == [[3], [20], [3]]  # a heavy one alone
     assert sliced([], 3, 8) == []
+
+
+def test_grouped_chunks_never_part_a_group_and_keep_the_order_within_a_slice() -> None:
+    def slices(values: str, size: int) -> list[str]:
+        return ["".join(chunk) for chunk in grouped_chunks(values, size, str.lower)]
+
+    assert slices("aAbB", 4) == ["aAbB"]  # fits: as it is
+    assert slices("abAcBaC", 4) == ["aAa", "bcBC"]  # whole groups, their items in order
+    assert slices("abABBB", 3) == ["aA", "bBBB"]  # a group over the size goes alone
+    # Made again from fewer items, each group is still whole in one slice.
+    assert slices("abAcBC", 4) == ["abAB", "cC"]
+    assert grouped_chunks([], 3, str) == []
 
 
 def test_id_chunks_follow_the_id_limit_in_force_at_each_call(

@@ -23,7 +23,8 @@ from tests.transport_contract import MARKER, TransportContract
 
 pytest.importorskip("redis", reason='redis-py is not installed ("[redis]" extra)')
 
-from realtime.exceptions import TransportError
+from realtime import limits
+from realtime.exceptions import PublishError, TransportError
 from realtime.messages import base_channel, scope_channel
 from realtime.positions import StreamPos, Vector
 from realtime.transports import redis as redis_module
@@ -32,6 +33,7 @@ from realtime.transports.base import StreamBounds
 from realtime.transports.redis import LIVE_INLINE, RedisTransport
 from realtime.transports.redis_check import OLDEST, version_of
 from realtime.transports.redis_sequencer import StreamRead
+from realtime.writes.publish import Built, send_now
 
 MakeTransport = Callable[..., RedisTransport]
 
@@ -444,35 +446,79 @@ def test_the_base_channel_is_kept_by_time_only_the_scopes_also_by_count(
     assert len(redis_server.entries(redis_keys.stream_key(scope))) < 1000
 
 
-async def test_a_publish_of_100000_messages_never_blocks_redis_for_100_ms(
+async def test_a_transaction_of_100000_messages_never_blocks_redis_for_100_ms(
     make_redis_transport: MakeTransport, redis_server: RedisServer
 ) -> None:
-    # A Lua call blocks every client of the server while it runs: the publish goes in
-    # chunks, each call short. Redis's own slow log times each command on the server (the
-    # client's view would time this test's threads on a busy machine too).
+    # A Lua call blocks every client of the server while it runs: a transaction's publish
+    # goes in chunks, each call short, whether it comes in one call (no outbox) or as the
+    # outbox relays it, keyed runs of its rows. Redis's own slow log times each command on
+    # the server (the client's view would time this test's threads on a busy machine too).
     import redis
 
     admin = redis.Redis.from_url(redis_server.url)
     admin.config_set("slowlog-log-slower-than", 20_000)  # microseconds
     admin.config_set("slowlog-max-len", 1024)
     admin.slowlog_reset()
+
+    def longest() -> int:
+        slow = admin.slowlog_get(1024)
+        return max((int(entry["duration"]) for entry in slow), default=0)
+
     try:
         publisher = make_redis_transport()
         channels = [f"big{n}" for n in range(10)]
         messages = [(channels[n % 10], b'{"n": %d}' % n) for n in range(100_000)]
-        await off_loop(publisher.publish, messages, txn="t-big")
-        slow = admin.slowlog_get(1024)
-        longest = max((int(entry["duration"]) for entry in slow), default=0)
-        assert longest < 100_000, [(e["duration"], e["command"][:40]) for e in slow[:5]]
-        bounds = await off_loop(publisher.stream_bounds, channels)
-        assert bounds is not None
-        assert {b.last for b in bounds.values()} == {10_000}
-        # Relayed again whole (a sweeper's relay of the same rows): every chunk is dropped.
-        await off_loop(publisher.publish, messages, txn="t-big")
-        again = await off_loop(publisher.stream_bounds, channels)
-        assert again is not None
-        assert {b.last for b in again.values()} == {10_000}
+
+        async def tops() -> set[int]:
+            bounds = await off_loop(publisher.stream_bounds, channels)
+            assert bounds is not None
+            return {b.last for b in bounds.values()}
+
+        await off_loop(publisher.publish, messages)
+        assert longest() < 100_000, admin.slowlog_get(5)
+        assert await tops() == {10_000}
+        runs = [(run, limits.RELAY_ROWS) for run in range(len(messages) // limits.RELAY_ROWS)]
+        relay = Built(messages, runs)  # a row a message, as the outbox relays them
+        await off_loop(send_now, publisher, relay, "t-big")
+        assert longest() < 100_000, admin.slowlog_get(5)
+        assert await tops() == {20_000}
+        # Relayed again whole (a sweeper's relay of the same rows): every run is dropped.
+        await off_loop(send_now, publisher, relay, "t-big")
+        assert await tops() == {20_000}
     finally:
         admin.config_set("slowlog-log-slower-than", 10_000)
         admin.config_set("slowlog-max-len", 128)
         admin.close()
+
+
+async def test_a_keyed_publish_made_again_with_fewer_messages_lands_each_message_once(
+    make_redis_transport: MakeTransport, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relay cut between two script calls and made again by a sweeper builds its messages
+    # afresh: a row written since is left out, so every message after it moves up the list.
+    # Whatever landed the first time is dropped, and the rest lands, once.
+    publisher = make_redis_transport()
+    first = [(stream, b"%s %d" % (stream.encode(), n)) for n in range(400) for stream in "ab"]
+    import redis
+
+    calls = 0
+    real_calls = redis_module.call_each
+
+    def cut_at_the_second(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise redis.ConnectionError("cut")
+        return real_calls(*args, **kwargs)
+
+    monkeypatch.setattr(redis_module, "call_each", cut_at_the_second)
+    with pytest.raises(PublishError):
+        await off_loop(publisher.publish, first, txn="t-cut")
+    assert calls == 2  # 800 messages: more than one call, the second cut
+    monkeypatch.undo()
+    again = [message for message in first if message[1] not in (b"a 3", b"b 3")]
+    await off_loop(publisher.publish, again, txn="t-cut")
+    for stream in "ab":
+        took = [fields[b"p"] for _, fields in redis_server.entries(redis_keys.stream_key(stream))]
+        assert len(took) == len(set(took))  # none twice
+        assert {payload for channel, payload in again if channel == stream} <= set(took)

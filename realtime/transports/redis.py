@@ -26,15 +26,16 @@ after twice the window or an hour, whichever is longer, refreshed meanwhile by t
 that follow it. ``stream_bounds`` and ``read_streams`` answer the resumes from them.
 
 ``publish`` may be given a transaction key (``txn``): a stream that already holds a relay of
-that key drops the second one (an outbox's relay that is retried); the chunks after the
-first carry keys derived from it (``chunk_key``).
+that key drops the second one (an outbox's relay that is retried); every chunk carries it,
+and a stream's messages of one keyed publish all go in one chunk (``publish_chunks``).
 
 On a Redis Cluster, every key of one channel shares its hash tag, so one slot: a publish runs
 the script once per slot its channels fall in (and chunk), pipelined (one round trip per
 node). Each call is atomic, and a stream's calls run in order, so every stream still gets
 its messages in publish order; across slots and chunks a publish is not atomic: a failure
 may leave some relayed and others not (``PublishError`` is raised). Relaying it again with
-the same ``txn`` is harmless: the chunks that landed drop it. Messages of one publish on
+the same ``txn`` is harmless, whatever the relay made again holds: the streams that took it
+drop their part, and the others take theirs whole. Messages of one publish on
 different slots reach a worker over different connections, so their order across streams is
 not kept (within each stream it is).
 """
@@ -45,6 +46,7 @@ import asyncio
 import contextlib
 import heapq
 import logging
+import operator
 import secrets
 import threading
 import time
@@ -58,7 +60,7 @@ import redis.cluster
 from django.core.exceptions import ImproperlyConfigured
 
 from realtime import limits, metrics
-from realtime.chunks import chunked
+from realtime.chunks import chunked, grouped_chunks
 from realtime.conf import conf
 from realtime.exceptions import PublishError, TransportError
 from realtime.messages import base_channel
@@ -107,13 +109,24 @@ REMEMBER_RANDOM_MS: Final = 10_000
 META_TTL_MIN: Final = 3600.0
 
 
-def chunk_key(txn: str | None, index: int) -> str | None:
-    """The key of a publish's ``index``-th chunk: the publish's own for the first (a publish
-    of one chunk keeps its key), one of its own for each next (a stream that took chunk 0
-    still takes chunk 1). ``None`` stays ``None`` (each chunk gets a random key)."""
-    if txn is None or index == 0:
-        return txn
-    return f"{txn}+{index}"
+def publish_chunks(
+    messages: Sequence[tuple[str, bytes]], txn: str | None
+) -> Sequence[Sequence[tuple[str, bytes]]]:
+    """The script calls of one slot's messages: chunks of ``PUBLISH_CHUNK`` messages (a Lua
+    call blocks every client of its server while it runs).
+
+    With a key (``txn``), a stream's messages are never parted between calls: each call
+    carries the whole of the streams it names, under the publish's key. A relay made again
+    may build fewer messages (a row written since is left out, audiences are asked again),
+    so where a message stands in the list is no mark of what landed before; a stream's
+    ``T:t`` set is: a stream that took the key took all its messages of the publish at once,
+    and drops them all the second time, and one that did not takes them all. (So a stream
+    given more than ``PUBLISH_CHUNK`` messages in one publish gets them in one longer call:
+    the outbox relays at most ``RELAY_ROWS`` rows per publish.) Without a key, each chunk
+    gets a random key of its own, and the chunks are cut by count."""
+    if txn is None:
+        return list(chunked(messages, limits.PUBLISH_CHUNK))
+    return grouped_chunks(messages, limits.PUBLISH_CHUNK, operator.itemgetter(0))
 
 
 def new_epoch() -> str:
@@ -199,9 +212,9 @@ class RedisTransport(Transport):
     # Publishing ---------------------------------------------------------------------------
 
     def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
-        """Publish in one script call (atomic) per chunk of ``PUBLISH_CHUNK`` messages, on
-        a Cluster per slot; with ``txn``, a stream that already holds a relay of that
-        transaction's chunk drops this one.
+        """Publish in one script call (atomic) per chunk (``publish_chunks``), on a Cluster
+        per slot; with ``txn``, a stream that already holds a relay of that key drops its
+        messages of this one.
 
         A Lua call blocks every client of its server while it runs (about 20 µs per
         message): chunks keep that short for a transaction of 100,000 messages. The chunks
@@ -219,10 +232,10 @@ class RedisTransport(Transport):
         epoch = new_epoch()
         rounds: list[list[Call]] = []
         for part in slots.values():
-            for index, chunk in enumerate(chunked(part, limits.PUBLISH_CHUNK)):
+            for index, chunk in enumerate(publish_chunks(part, txn)):
                 if index == len(rounds):
                     rounds.append([])
-                rounds[index].append(self._relay_call(chunk, epoch, chunk_key(txn, index)))
+                rounds[index].append(self._relay_call(chunk, epoch, txn))
         started = time.monotonic()
         try:
             results = [reply for calls in rounds for reply in call_each(client, relay, calls)]
