@@ -267,9 +267,16 @@ def test_slug_field_missing_from_scope_model_is_error_e004(value: Any) -> None:
     assert ids(REALTIME_SCOPE_SLUG_FIELD=value) == ["realtime.E004"]
 
 
-@pytest.mark.parametrize("value", ["slug", "name", "id"])
+@pytest.mark.parametrize("value", ["slug", "id"])
 def test_slug_field_of_scope_model_passes(value: str) -> None:
     assert ids(REALTIME_SCOPE_SLUG_FIELD=value) == []
+
+
+def test_a_slug_field_that_is_not_unique_is_warning_w004() -> None:
+    # Two workspaces named alike: a member of both would read only one when naming it.
+    [message] = run_checks(REALTIME_SCOPE_SLUG_FIELD="name")
+    assert message.id == "realtime.W004"
+    assert "testapp.Workspace.name unique" in str(message.hint)
 
 
 # E005: REALTIME_SCOPE_MEMBERS
@@ -307,7 +314,9 @@ def test_reverse_accessor_name_in_scope_members_is_error_e005(value: str) -> Non
     ``Membership.workspace`` has no ``related_name``, so the relation is queried as
     ``membership`` and the ORM refuses ``membership_set__user`` as well.
     """
-    assert ids(REALTIME_SCOPE_MEMBERS=value) == ["realtime.E005"]
+    [message] = run_checks(REALTIME_SCOPE_MEMBERS=value)
+    assert message.id == "realtime.E005"
+    assert str(message.hint).startswith('Did you mean "membership.user"?')
     with pytest.raises(FieldError):
         Workspace.objects.filter(**{to_lookup(value): 1})
 

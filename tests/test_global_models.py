@@ -128,6 +128,29 @@ def test_a_scope_field_the_model_lacks_names_the_global_declaration() -> None:
         realtime_model()(Loose)
 
 
+@isolate_apps("tests.testapp")
+def test_a_scope_model_without_the_scope_field_is_told_to_use_its_own_key(settings: Any) -> None:
+    # Told "global", a newcomer decorating the scope model would announce every scope to
+    # every signed-in account.
+    settings.REALTIME_SCOPE_MODEL = "testapp.Crew"
+
+    class Crew(models.Model):  # noqa: DJ008 - never shown
+        class Meta:
+            app_label = "testapp"
+
+    with pytest.raises(ValueError, match=r"has no scope field 'workspace'.*scope_field=\"id\""):
+        realtime_model()(Crew)
+
+
+def test_the_scope_model_declared_global_is_a_check_warning(settings: Any) -> None:
+    settings.REALTIME_SCOPE_MODEL = "testapp.Bulletin"  # global, as a newcomer might declare it
+    found = [m for m in check_models() if m.obj is Bulletin]
+    assert [m.id for m in found] == ["realtime.W035"]
+    assert 'scope_field="id"' in str(found[0].hint)
+    settings.REALTIME_SCOPE_MODEL = "testapp.Workspace"
+    assert [m for m in check_models() if m.obj is Bulletin] == []
+
+
 # Over sockets ------------------------------------------------------------------------------
 
 

@@ -265,6 +265,17 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
                 )
             )
     elif options.is_global:
+        if _is_scope_model(model):
+            out.append(
+                checks.Warning(
+                    f"{model._meta.label} is REALTIME_SCOPE_MODEL, declared global "
+                    "(scope_field=None): every signed-in account hears of every scope's "
+                    "writes, its own or not.",
+                    hint='Declare the scope model scoped by its own key: scope_field="id".',
+                    obj=model,
+                    id="realtime.W035",
+                )
+            )
         if options.shared_via is not None:
             out.append(
                 _e(
@@ -365,6 +376,13 @@ def _reaches(model: Any, path: str, target: Any) -> bool:
     except (ValueError, FieldDoesNotExist):
         return False
     return end is not None if target is None else end is target
+
+
+def _is_scope_model(model: Any) -> bool:
+    try:
+        return scope_model() is model
+    except (LookupError, ValueError):  # a wrong setting: realtime.E003 says so
+        return False
 
 
 def _e(id_: int, model: Any, message: str, hint: str | None = None) -> checks.Error:

@@ -207,6 +207,17 @@ def _check_scope() -> list[checks.CheckMessage]:
                 'Name the column clients use to name a scope, e.g. "slug".',
             )
         )
+    elif not _is_unique(model, slug):
+        errors.append(
+            checks.Warning(
+                f"{PREFIX}SCOPE_SLUG_FIELD {slug!r} is not unique in {model._meta.label}: an "
+                "account that is a member of two scopes of one slug reads only one of them "
+                "when a socket names it.",
+                hint=f"Make {model._meta.label}.{slug} unique (unique=True), or name a unique "
+                "field.",
+                id="realtime.W004",
+            )
+        )
     members = raw("SCOPE_MEMBERS")
     if not _leads_to_user(model, members):
         errors.append(
@@ -215,11 +226,50 @@ def _check_scope() -> list[checks.CheckMessage]:
                 "SCOPE_MEMBERS",
                 f"{members!r} is not a path from {model._meta.label} to "
                 f"{settings.AUTH_USER_MODEL}.",
-                'Name the relations from the scope to its members, e.g. "members" or '
-                '"memberships.user".',
+                _members_hint(model, members),
             )
         )
     return errors
+
+
+def _is_unique(model: type[models.Model], name: str) -> bool:
+    """Whether the database keeps ``name`` unique: the field itself, or a constraint (or
+    ``unique_together``) on it alone, with no condition."""
+    field = model._meta.get_field(name)
+    if getattr(field, "unique", False):
+        return True
+    alone = [tuple(fields) for fields in model._meta.unique_together]
+    alone += [
+        tuple(constraint.fields)
+        for constraint in model._meta.constraints
+        if isinstance(constraint, models.UniqueConstraint) and constraint.condition is None
+    ]
+    return (name,) in alone
+
+
+def _members_hint(model: type[models.Model], path: Any) -> str:
+    """The hint of ``realtime.E005``: the path with its first unknown hop replaced by the
+    closest name, where that leads to the user model (a reverse foreign key is named as in
+    ``filter()``, ``membership``, not ``membership_set``)."""
+    example = (
+        'Name the relations from the scope to its members, e.g. "members" or "memberships.user".'
+    )
+    if not isinstance(path, str):
+        return example
+    hops = path.replace("__", ".").split(".")
+    current: Any = model
+    for index, hop in enumerate(hops):
+        names = [field.name for field in current._meta.get_fields()]
+        if hop not in names:
+            for close in difflib.get_close_matches(hop.removesuffix("_set"), names, n=3):
+                fixed = ".".join([*hops[:index], close, *hops[index + 1 :]])
+                if _leads_to_user(model, fixed):
+                    return f'Did you mean "{fixed}"? ' + example
+            return example
+        current = current._meta.get_field(hop).related_model
+        if not isinstance(current, type):
+            return example
+    return example
 
 
 def _leads_to_user(model: type[models.Model], path: Any) -> bool:

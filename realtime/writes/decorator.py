@@ -22,6 +22,7 @@ from django.db.models import Q
 from django.db.models.signals import class_prepared
 
 from realtime import registry
+from realtime.conf import conf
 from realtime.registry import ACTIONS, ModelOptions, default_name
 from realtime.writes import querysets, receivers
 
@@ -134,8 +135,19 @@ def _validate_columns(options: ModelOptions) -> None:
             raise ValueError(_unknown(meta.label, "foreign key", fk_name, own, " to cascade from"))
     scoped = options.user_field is None and options.scope_field is not None
     if scoped and options.scope_field not in own:
-        global_hint = " (a model read by every signed-in account declares scope_field=None)"
-        raise ValueError(_unknown(meta.label, "scope field", options.scope_field, own, global_hint))
+        raise ValueError(
+            _unknown(meta.label, "scope field", options.scope_field, own, _scope_hint(meta.label))
+        )
+
+
+def _scope_hint(label: str) -> str:
+    """What to declare instead of a scope field the model lacks. The scope model itself is
+    scoped by its own key: told "global", a newcomer decorating it would announce every
+    scope to every signed-in account."""
+    scope_label = conf.SCOPE_MODEL
+    if scope_label is not None and scope_label.lower() == label.lower():
+        return ' (the scope model is scoped by its own key: scope_field="id")'
+    return " (a model read by every signed-in account declares scope_field=None)"
 
 
 def _unknown(label: str, kind: str, name: Any, choices: set[str], purpose: str) -> str:
