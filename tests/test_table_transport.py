@@ -6,6 +6,8 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import pytest
@@ -386,27 +388,47 @@ class TestTrimming:
         assert len(first) + len(second) == total
         assert row_count() == 0
 
+    def test_a_trim_stops_at_the_first_row_not_expired_even_with_older_rows_after_it(
+        self,
+    ) -> None:
+        # Ids grow in commit order, times need not (a publish stamped before it waited for
+        # the lock): a row may be older than one below it.
+        insert_row("old", b"old 1", age=3600)
+        insert_row("fresh", b"fresh", age=10)
+        insert_row("old", b"old 2", age=3600)
+        transport = TableTransport(retention=60, trim_batch_size=10, auto_trim=False)
+        assert transport.trim() == 1
+        assert transport.trim() == 0
+        assert payloads() == [b"fresh", b"old 2"]
+
     @needs_server
-    def test_trim_skips_rows_another_transaction_locked_instead_of_waiting(self) -> None:
+    def test_a_trim_waits_for_another_trims_turn_rather_than_delete_past_the_rows_it_holds(
+        self,
+    ) -> None:
         for n in range(4):
             insert_row("old", f"{n}".encode(), age=3600)
         with connection.cursor() as cursor:
             cursor.execute("SELECT MIN(id) FROM firm_channel_messages")
             row = cursor.fetchone()
         assert row is not None
-        locked_id = int(row[0])
-        locker = start_worker("hold-lock", str(locked_id))
+        holder = start_worker("hold-trim", str(row[0]))
         try:
-            assert locker.stdout is not None
-            assert locker.stdin is not None
-            assert locker.stdout.readline().strip() == "locked"
-            deleted = TableTransport(retention=60, trim_batch_size=10, auto_trim=False).trim()
-            assert deleted == 3
-            locker.stdin.write("release\n")
-            locker.stdin.flush()
+            assert holder.stdout is not None
+            assert holder.stdin is not None
+            assert holder.stdout.readline().strip() == "locked"
+            trimmer = TableTransport(retention=60, trim_batch_size=10, auto_trim=False)
+            trimming = ThreadPoolExecutor(max_workers=1)
+            deleted = trimming.submit(_trim_and_close, trimmer)
+            with pytest.raises(FutureTimeout):
+                deleted.result(timeout=1.0)  # its turn has not come
+            assert row_count() == 4
+            holder.stdin.write("release\n")
+            holder.stdin.flush()
+            assert deleted.result(timeout=30) == 4
+            trimming.shutdown()
         finally:
-            locker.communicate(timeout=30)
-        assert row_count() == 1
+            holder.communicate(timeout=30)
+        assert row_count() == 0
 
     async def test_an_emptying_trim_does_not_make_the_next_message_vanish(
         self, make_table_transport: MakeTransport, inbox: Inbox
@@ -421,6 +443,20 @@ class TestTrimming:
         assert await off_loop(row_count) == 0
         await off_loop(transport.publish, [("c", b"after emptying")])
         await inbox.wait_for("c", b"after emptying")
+
+
+def _trim_and_close(transport: TableTransport) -> int:
+    """One trim on this thread's own connection, closed after."""
+    try:
+        return transport.trim()
+    finally:
+        connection.close()
+
+
+def payloads() -> list[bytes]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT payload FROM firm_channel_messages ORDER BY id")
+        return [bytes(row[0]) for row in cursor.fetchall()]
 
 
 def _json_ids(text: str) -> list[int]:

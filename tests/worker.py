@@ -20,8 +20,9 @@ Commands
     hold-write WORKSPACE_ID NAME     create a Company in an open transaction, print "created
                                      <id>", commit when a line arrives on stdin (its
                                      announcement is published then), print "committed"
-    hold-lock ID                     lock row ID with SELECT ... FOR UPDATE, print "locked",
-                                     release when a line arrives on stdin
+    hold-trim ID                     take a trim's turn and lock row ID in it, as a trim
+                                     under way holds its batch, print "locked", release
+                                     when a line arrives on stdin
     trim BATCH                       wait for a line on stdin, trim until nothing expired is
                                      left, print the deleted ids as JSON
     durable-write WORKSPACE_ID NAME  create a Company in an atomic block (with the transport
@@ -142,9 +143,9 @@ def main(argv: list[str]) -> None:
             print("created", company.pk, flush=True)
             sys.stdin.readline()
         print("committed", flush=True)
-    elif command == "hold-lock":
+    elif command == "hold-trim":
         (id_,) = args
-        with transaction.atomic(), connection.cursor() as cursor:
+        with MessageStore()._trim_turn() as cursor:
             cursor.execute("SELECT id FROM firm_channel_messages WHERE id = %s FOR UPDATE", [id_])
             print("locked", flush=True)
             sys.stdin.readline()

@@ -13,7 +13,12 @@ The history is one global log (table, pg_notify) or a stream per channel (Redis)
 a cursor says where the socket was in each stream it heard (``realtime.positions``), and on a
 global log which scopes it heard there (``realtime.sockets.cursors``). It is covered when, in
 every stream it names that the socket still hears, the epoch is the same and nothing after
-its offset was trimmed. A socket that hears now a stream, or on a global log a scope, that its
+its offset was trimmed. That is asked twice: before the history is read (a cursor not covered
+is not read for), and again once it is read, for a trim may commit between the two and take
+what the read was about to start with — the read would then begin at the next message still
+held, and skip the others. A trim cuts only the start of a stream (the log's lowest ids, a
+Redis stream's first entries), so a cursor still covered after the read was covered all
+through it. A socket that hears now a stream, or on a global log a scope, that its
 cursor does not name (a scope gained while away, or asked for now) is not resumed
 (``resumed: false``): what that scope said before the socket came back was not the socket's
 to hear — the account may have joined it only while away — and where the socket was in it is
@@ -30,18 +35,18 @@ frame at or below it was read too (if it was this socket's), one above it was no
 the seam: no frame twice, none skipped.
 
 Sockets that resume together (a worker restart brings back many at once) are answered in one
-batch: one read of the log bounds, one read of the log for the batch's channels, each message
-planned once for all the sockets that missed it. They share reads, never a budget: each socket
-is refused only for its own reasons — its cursor, the log no longer covering it, more than
-``REALTIME_RESUME_MAX_FRAMES`` frames for it, or more than ``RESUME_SCAN_PER_FRAME`` (in
-``realtime.limits``) times that many messages of its own scopes to scan — or account events
-of the deployment: every account's events share the base channel, so a cursor behind a busy
-deployment's account traffic would cost a read of all of it. Each message is planned for the
-requests that missed it, found through an index (by scope channel; by account for an
-account event), and the rows of a page's replayed account events are asked about at once
-(``readers_now_many``). A socket refused drops out of the batch at once, its channels with
-it, and the read moves on from the oldest cursor still resuming: an old cursor or a busy
-scope costs the batch only the pages that socket needed.
+batch: one read of the log bounds (and one more once read), one read of the log for the
+batch's channels, each message planned once for all the sockets that missed it. They share
+reads, never a budget: each socket is refused only for its own reasons — its cursor, the log
+no longer covering it, more than ``REALTIME_RESUME_MAX_FRAMES`` frames for it, or more than
+``RESUME_SCAN_PER_FRAME`` (in ``realtime.limits``) times that many messages of its own
+scopes to scan — or account events of the deployment: every account's events share the base
+channel, so a cursor behind a busy deployment's account traffic would cost a read of all of
+it. Each message is planned for the requests that missed it, found through an index (by
+scope channel; by account for an account event), and the rows of a page's replayed account
+events are asked about at once (``readers_now_many``). A socket refused drops out of the
+batch at once, its channels with it, and the read moves on from the oldest cursor still
+resuming: an old cursor or a busy scope costs the batch only the pages that socket needed.
 
 Replay's frames are made on the event loop in slices (``SLICE`` sockets at a time), and the sockets
 of a batch are answered in slices too: live delivery gets a turn of the loop between them,
@@ -225,11 +230,19 @@ class Resumer:
             return
         try:
             read = await self._replay(transport, resuming)
+            held = await run_blocking(transport.stream_bounds, streams)
         except Exception as exc:
             _unreadable(resuming, top, exc)
             return
         for count, request in enumerate(resuming, 1):
-            if request.refused:
+            if not request.refused and not _still_covered(request, held):
+                logger.debug(
+                    "realtime: a socket of account %s starts afresh: the history was trimmed "
+                    "past its cursor while it was read",
+                    request.socket.user_id,
+                )
+                _settle(request, _afresh(request, top))
+            elif request.refused:
                 logger.debug(
                     "realtime: a socket of account %s starts afresh: it missed too much",
                     request.socket.user_id,
@@ -449,13 +462,33 @@ def _covered(request: _Request, bounds: dict[str, StreamBounds], base_stream: st
     after = {}
     for stream, (kept, offset) in said.items():
         held = bounds.get(stream)
-        if held is None or not same_epoch(held.epoch, kept):
-            return None
-        first, last = held.first, held.last
-        if not (offset == last or (offset < last and first is not None and first <= offset + 1)):
+        if held is None or not _holds(held, kept, offset):
             return None
         after[stream] = (held.epoch, offset)
     return Vector(after)
+
+
+def _still_covered(request: _Request, bounds: dict[str, StreamBounds] | None) -> bool:
+    """Whether the history, as it is once read, still covers where ``request`` resumes
+    from: a trim that committed after ``_covered`` looked may have cut messages after the
+    cursor before the read reached them."""
+    after = request.after
+    if after is None or bounds is None:
+        return False
+    return all(
+        (held := bounds.get(stream)) is not None and _holds(held, epoch, offset)
+        for stream, (epoch, offset) in after.items()
+    )
+
+
+def _holds(held: StreamBounds, epoch: str, offset: int) -> bool:
+    """Whether a stream of bounds ``held`` holds every message after ``offset`` of
+    ``epoch``: the same epoch, and either nothing after the offset or the first message it
+    still holds right after it at the latest (a trim cuts only the start of a stream)."""
+    if not same_epoch(held.epoch, epoch):
+        return False
+    first, last = held.first, held.last
+    return offset == last or (offset < last and first is not None and first <= offset + 1)
 
 
 def _afresh(request: _Request, top: Vector | None) -> Resumed:

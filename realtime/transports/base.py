@@ -41,7 +41,8 @@ followed (a refreshed cursor rests on it, see ``realtime.sockets.refresh``). Two
   (publishers serialize on the log). Such a transport answers ``log_bounds`` (the first
   position the log still holds, and the last one settled: every message at or below it has
   committed or never will) and ``read_log(channels, after)`` (the messages of those channels
-  after a position, in order), and may hand positions over as plain ids;
+  after a position, in order), and may hand positions over as plain ids. It is trimmed
+  only from its start: every message after the first position it holds is still there;
 * a stream per channel (Redis): it answers ``stream_of``, ``stream_bounds`` and
   ``read_streams`` (which default to the global log's answers), and its ``follow`` tells
   where in the stream it starts.

@@ -2,9 +2,9 @@
 
 Plain SQL through Django's connections (not the ORM) because these run on the hot path and on
 background threads, and because each statement must match what firm-channel does: the
-listener filters on ``channel_hash`` and then compares exact channel bytes, and trimming
-locks with ``FOR UPDATE SKIP LOCKED`` (``BEGIN IMMEDIATE`` on SQLite) so that concurrent
-trimmers never delete the same rows or wait for each other.
+listener filters on ``channel_hash`` and then compares exact channel bytes. Trimming deletes
+only a prefix of the log (its lowest ids), one trimmer at a time, so that the log's first id
+tells what a resume can still read (see ``MessageStore.trim_batch``).
 """
 
 from __future__ import annotations
@@ -148,9 +148,13 @@ PG_COPY_FROM: Final = 100
 PG_COPY: Final = (
     f"COPY {TABLE} (channel, payload, channel_hash, created_at) FROM STDIN (FORMAT BINARY)"
 )
-#: Seconds a MySQL publisher waits for the lock before it refuses to publish (see
+#: Seconds a MySQL publisher (or trimmer) waits for its lock before it refuses to go on (see
 #: ``MessageStore._serialized``).
 PUBLISH_LOCK_WAIT: Final = 10
+#: The PostgreSQL advisory lock (and the MySQL named lock) a trim holds for its batch:
+#: trimmers take turns, so that each deletes a prefix of the log (see ``trim_batch``).
+TRIM_LOCK_KEY: Final = 0x7265616C7472696D  # "realtrim"
+TRIM_LOCK_NAME: Final = "realtime.firm_channel_messages.trim"
 
 
 def close_connection(using: str) -> None:
@@ -232,6 +236,17 @@ def write_transaction(using: str) -> Iterator[CursorWrapper]:
             cursor.execute("ROLLBACK")
             raise
         cursor.execute("COMMIT")
+
+
+def _expired_prefix(oldest: Sequence[tuple[Any, Any]]) -> list[int]:
+    """The ids of the log's first rows (``(id, expired)``, by id) up to the first one not
+    expired."""
+    ids = []
+    for id_, expired in oldest:
+        if not expired:
+            break
+        ids.append(int(id_))
+    return ids
 
 
 def _weight(message: tuple[bytes, bytes]) -> int:
@@ -334,8 +349,11 @@ class MessageStore:
         return True
 
     @contextmanager
-    def _serialized(self, refusal: type[TransportError] = PublishError) -> Iterator[None]:
-        """On MySQL, hold the publish lock around the block (others take theirs in SQL).
+    def _serialized(
+        self, refusal: type[TransportError] = PublishError, name: str = PUBLISH_LOCK_NAME
+    ) -> Iterator[None]:
+        """On MySQL, hold the publish lock (or the lock ``name``) around the block (others
+        take theirs in SQL).
 
         ``GET_LOCK`` answers 1 (granted), 0 (another session kept it for
         ``PUBLISH_LOCK_WAIT`` seconds) or NULL (an error: the session killed, out of
@@ -354,7 +372,7 @@ class MessageStore:
             yield
             return
         with connection.cursor() as cursor:
-            cursor.execute("SELECT GET_LOCK(%s, %s)", [PUBLISH_LOCK_NAME, PUBLISH_LOCK_WAIT])
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [name, PUBLISH_LOCK_WAIT])
             row = cursor.fetchone()
         answer = None if row is None else row[0]
         if answer != 1:
@@ -364,14 +382,14 @@ class MessageStore:
                 else f"{answer}: another session held it for {PUBLISH_LOCK_WAIT} s"
             )
             raise refusal(
-                f"the log's publish lock {PUBLISH_LOCK_NAME!r} was not granted (GET_LOCK "
-                f"answered {why}); refused rather than written out of commit order"
+                f"the log's lock {name!r} was not granted (GET_LOCK answered {why}); "
+                "refused rather than written out of order"
             )
         try:
             yield
         finally:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT RELEASE_LOCK(%s)", [PUBLISH_LOCK_NAME])
+                cursor.execute("SELECT RELEASE_LOCK(%s)", [name])
 
     def read_after(self, channels: Collection[bytes], after: int, limit: int) -> list[Row]:
         """At most ``limit`` rows of ``channels`` with an id above ``after``, by id; fewer only
@@ -418,6 +436,9 @@ class MessageStore:
     def bounds(self) -> tuple[int | None, int]:
         """The lowest id the table still holds (``None``: it is empty) and the highest id
         settled: every message at or below it has committed or never will.
+
+        Trims delete a prefix of the log (``trim_batch``): every message after the lowest id
+        is still there, and only those before it may have been trimmed.
 
         The highest id is the table's while it holds rows. Emptied by trimming, the table
         still has handed out ids: the last one comes from the id sequence, read while holding
@@ -514,35 +535,59 @@ class MessageStore:
         return Poll(rows, settled)
 
     def trim_batch(self, retention: float, batch_size: int) -> list[int]:
-        """Delete at most ``batch_size`` rows older than ``retention`` seconds; return their ids.
+        """Delete the lowest ids of the log, at most ``batch_size``, up to the first row not
+        older than ``retention`` seconds; return their ids.
 
-        Rows locked by another trimmer are skipped, not waited for.
+        A trim deletes a prefix of the log and nothing else: the first row not expired stays,
+        and every row after it. So the log holds every message from its first id on, and
+        that id is how far it was trimmed: a resume from a position at or above the id before
+        it misses nothing (``bounds``; ``realtime.sockets.resume`` looks again once it has
+        read). Age alone would not do: ids grow in commit order, and the time a row is
+        stamped with need not (PostgreSQL stamps a small publish when its statement starts,
+        before it waits for the publish lock, and a ``COPY`` once it holds it), so a row may
+        be older than one below it. A row that expired behind one that has not yet waits
+        for it, a few seconds at most.
+
+        Trimmers take turns (``_trim_turn``): two at once, each skipping the rows the other
+        holds, would delete above a row kept.
         """
         connection = self.connection
-        cutoff = db_seconds_ago(connection)
+        oldest = (
+            f"SELECT id, CASE WHEN created_at < {db_seconds_ago(connection)} THEN 1 ELSE 0 END "
+            f"FROM {TABLE} ORDER BY id LIMIT %s"
+        )
         # Look before locking: most trims find nothing expired, and on SQLite taking the
         # write lock for nothing makes the application's own transactions wait or fail.
         with connection.cursor() as cursor:
-            expired = f"SELECT 1 FROM {TABLE} WHERE created_at < {cutoff} LIMIT 1"
-            cursor.execute(expired, [retention])
-            if cursor.fetchone() is None:
+            cursor.execute(oldest, [retention, 1])
+            if not _expired_prefix(cursor.fetchall()):
                 return []
-        with write_transaction(self.using) as cursor:
-            lock = "" if connection.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
-            cursor.execute(
-                f"SELECT id FROM {TABLE} WHERE created_at < {cutoff} ORDER BY id LIMIT %s{lock}",
-                [retention, batch_size],
-            )
-            ids = [int(row[0]) for row in cursor.fetchall()]
+        with self._trim_turn() as cursor:
+            cursor.execute(oldest, [retention, batch_size])
+            ids = _expired_prefix(cursor.fetchall())
             if ids and connection.vendor == "mysql":
-                # InnoDB may plan "id IN (...)" as a full scan on a small table, which would
-                # wait for the rows another trimmer locked; one primary-key delete per row
-                # touches only the rows this trim holds.
+                # One primary-key delete per row: InnoDB locks those rows only, where a range
+                # ("id <= ...") locks the next key too, past the last row the gap publishers
+                # insert in.
                 cursor.executemany(f"DELETE FROM {TABLE} WHERE id = %s", [(id_,) for id_ in ids])
             elif ids:
-                placeholders = ", ".join(["%s"] * len(ids))
-                cursor.execute(f"DELETE FROM {TABLE} WHERE id IN ({placeholders})", ids)
+                cursor.execute(f"DELETE FROM {TABLE} WHERE id <= %s", [ids[-1]])
         return ids
+
+    @contextmanager
+    def _trim_turn(self) -> Iterator[CursorWrapper]:
+        """A write transaction (``write_transaction``) of one trim, once no other trim is
+        under way: PostgreSQL waits for a transaction-scoped advisory lock, MySQL for a named
+        lock held until after the commit (not granted: ``TransportError``), and SQLite lets
+        one writer at a time anyway. No other writer deletes from the log, so the rows a
+        trim reads in its turn are the log's first until it commits."""
+        with (
+            self._serialized(TransportError, TRIM_LOCK_NAME),
+            write_transaction(self.using) as cursor,
+        ):
+            if self.connection.vendor == "postgresql":
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TRIM_LOCK_KEY])
+            yield cursor
 
     def stats(self) -> TableStats:
         """Count rows, distinct channels and payload bytes, and find the oldest row."""
