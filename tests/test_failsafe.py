@@ -139,3 +139,82 @@ def test_nested_blocks_take_nested_savepoints_and_an_inner_failure_spares_the_ou
                 Contact.objects.create(workspace=workspace, name="inner")
         assert Contact.objects.filter(workspace=workspace).count() == 2
     assert sorted(Contact.objects.values_list("name", flat=True)) == ["inner", "outer"]
+
+
+def _locking(thread_id: int) -> bool:
+    """Whether the MySQL connection ``thread_id`` runs a locking read (a connection sees its
+    own user's in the process list)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s AND info LIKE %s",
+            [thread_id, "%FOR UPDATE%"],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+@only_on("mysql")
+def test_a_deadlock_in_realtimes_lock_read_fails_the_write_as_djangos_own_would(
+    workspace: Workspace,
+) -> None:
+    """InnoDB ends a deadlock by rolling back the victim's whole transaction. When the victim
+    is realtime's lock read before a moving ``update()``, the write must fail with the
+    deadlock, as the update itself would have: caught, the update would run in a fresh
+    transaction and ``atomic()`` commit without the block's earlier writes."""
+    import threading
+    import time
+
+    from django.db import OperationalError, connections
+
+    from tests.helpers import events, forget_messages
+    from tests.testapp.models import Plain, Ticket
+
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    mine = Plain.objects.create(workspace=workspace, name="mine")
+    theirs = Ticket.objects.create(workspace=workspace, title="theirs")
+    # The other transaction writes more rows: InnoDB picks the lighter one as its victim.
+    Plain.objects.bulk_create([Plain(workspace=workspace, name=f"f{i}") for i in range(30)])
+    first_holds, second_holds = threading.Event(), threading.Event()
+    waiter: dict[str, Any] = {}
+
+    def second() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("UPDATE testapp_ticket SET points = 1 WHERE id = %s", [theirs.pk])
+                cursor.execute("UPDATE testapp_plain SET name = 'x' WHERE id <> %s", [mine.pk])
+                second_holds.set()
+                assert first_holds.wait(10)
+                deadline = time.monotonic() + 10
+                while not _locking(waiter["thread"]) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                cursor.execute("UPDATE testapp_plain SET name = 'second' WHERE id = %s", [mine.pk])
+            waiter["second"] = "committed"
+        finally:
+            connections.close_all()
+
+    def first() -> None:
+        with transaction.atomic():
+            Ticket.objects.create(workspace=workspace, title="made before")
+            Plain.objects.filter(pk=mine.pk).update(name="first")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT CONNECTION_ID()")
+                waiter["thread"] = cursor.fetchone()[0]
+            first_holds.set()
+            assert second_holds.wait(10)
+            Ticket.objects.filter(pk=theirs.pk).update(workspace=beta)  # locks `theirs` first
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    forget_messages()
+    try:
+        with pytest.raises(OperationalError) as raised:
+            first()
+    finally:
+        first_holds.set()
+        thread.join(20)
+    assert not thread.is_alive()
+    assert waiter.get("second") == "committed"
+    assert raised.value.args[0] == 1213
+    assert not Ticket.objects.filter(title="made before").exists()
+    assert Ticket.objects.get(pk=theirs.pk).workspace_id == workspace.pk
+    assert Plain.objects.get(pk=mine.pk).name == "second"
+    assert events("scope") == []

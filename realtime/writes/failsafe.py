@@ -7,6 +7,12 @@ run in a savepoint where a failed statement would abort the transaction (Postgre
 statement after it would fail, the application's included); SQLite and MySQL go on after a
 failed statement, so no savepoint is made there, and no statement is added to the write.
 
+One failure is not realtime's to catch: an error after which the database has rolled back
+the write's whole transaction (``ends_transaction``: on MySQL, a deadlock met by realtime's
+lock read, which InnoDB resolves by rolling the transaction back). Caught, the application's
+statement would run in a fresh transaction and its block commit without the writes made
+before; raised, the write fails as Django's own statement would have, on the same locks.
+
 A test suite wants the opposite: a failure that would be logged once per write in production
 (a query the database refuses for one shape of queryset, say) must fail the test that met it.
 ``raise_failures()`` turns that on (``realtime.testing.raise_preparation_failures``); realtime's
@@ -36,6 +42,12 @@ P = ParamSpec("P")
 #: Databases on which a failed statement leaves the transaction usable (no savepoint needed).
 FORGIVING = frozenset({"sqlite", "mysql"})
 
+#: MySQL errors after which InnoDB may have rolled back the whole transaction, not the
+#: statement alone: a deadlock (1213) always; a lock wait timeout (1205) under
+#: ``innodb_rollback_on_timeout``. realtime's lock read locks the rows the write itself
+#: changes, so either is one the write would have met on the same rows a statement later.
+MYSQL_TRANSACTION_ENDING = frozenset({1205, 1213})
+
 _raising = False
 
 #: Django 6.1 names ``transaction.savepoint()`` ``savepoint_create()`` (and deprecates the old
@@ -60,8 +72,8 @@ def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T 
             with savepoint_from_first_query(using):
                 return build()
         return build()
-    except Exception:
-        if _raising:
+    except Exception as error:
+        if _raising or ends_transaction(error, using):
             raise
         logger.exception("realtime: preparing the announcement of %s failed; not announced", what)
         return None
@@ -156,16 +168,32 @@ def needs_savepoint(using: str) -> bool:
     return connection.vendor not in FORGIVING and in_transaction(connection)
 
 
+def ends_transaction(error: BaseException, using: str | None) -> bool:
+    """Whether ``error``, raised by a statement realtime made on ``using`` inside a
+    transaction, may have ended that transaction: the write must then fail with it. On
+    PostgreSQL the statement ran in a savepoint, whose rollback leaves the transaction whole
+    whatever failed (a deadlock included); SQLite takes no row locks, and ends a transaction
+    on an error only when out of memory or disk, which a write's own statements meet too."""
+    if using is None or not isinstance(error, DatabaseError):
+        return False
+    connection = connections[using]
+    if connection.vendor != "mysql" or not in_transaction(connection):
+        return False
+    return bool(error.args) and error.args[0] in MYSQL_TRANSACTION_ENDING
+
+
 def never_raises(receiver: Callable[P, None]) -> Callable[P, None]:
     """Wrap a signal receiver so that nothing it raises reaches the write (it is logged;
-    raised, with ``raise_failures``)."""
+    raised, with ``raise_failures``), but what ended the write's transaction
+    (``ends_transaction``)."""
 
     @functools.wraps(receiver)
     def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
             receiver(*args, **kwargs)
-        except Exception:
-            if _raising:
+        except Exception as error:
+            using = kwargs.get("using")  # Django's model signals all send it
+            if _raising or ends_transaction(error, using if isinstance(using, str) else None):
                 raise
             logger.exception("realtime: %s failed; the write goes on", receiver.__qualname__)
 
