@@ -594,3 +594,28 @@ def test_decorating_something_that_is_not_a_model_raises_type_error(target: Any)
 
     with pytest.raises(TypeError, match="decorates Django model classes"):
         decorate(target)
+
+
+def test_decorating_an_abstract_model_raises_type_error_naming_the_fix() -> None:
+    """An abstract model has no table and no managers, and its children would share its one
+    wire name: the decorator refuses it at import, and its children are decorated instead."""
+
+    class NoteBase(models.Model):
+        title = models.CharField(max_length=100)
+
+        class Meta:
+            abstract = True
+            app_label = "testapp"
+
+    with pytest.raises(TypeError, match=r"testapp\.NoteBase is abstract.*inherits from NoteBase"):
+        realtime_model(scope_field=None)(NoteBase)
+
+    assert options_for(NoteBase) is None
+
+
+def test_the_checks_report_no_manager_of_an_abstract_model() -> None:
+    """An abstract model has no default manager: the check of managers (``realtime.W031``,
+    ``querysets.unextended``) has nothing to report for it, and does not fail."""
+    from realtime.writes.querysets import unextended
+
+    assert unextended(Record) == []

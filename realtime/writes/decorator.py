@@ -77,6 +77,8 @@ def realtime_model(
     def decorate(model: ModelT) -> ModelT:
         if not (isinstance(model, type) and issubclass(model, models.Model)):
             raise TypeError("@realtime_model decorates Django model classes")
+        if model._meta.abstract:
+            raise TypeError(_ABSTRACT.format(label=model._meta.label, name=model.__name__))
         options = registry.options_of(
             model,
             name=name or default_name(model),
@@ -98,6 +100,14 @@ def realtime_model(
         return model
 
     return decorate
+
+
+#: An abstract model has no table and no managers, and its concrete children would share its
+#: one wire name: each child is decorated instead (with a ``name=`` of its own where needed).
+_ABSTRACT = (
+    "@realtime_model decorates concrete models: {label} is abstract. Decorate each concrete "
+    "model that inherits from {name} instead."
+)
 
 
 def _own_fields(model: type[models.Model], names: Sequence[str]) -> tuple[str, ...]:

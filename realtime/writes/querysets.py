@@ -201,7 +201,10 @@ def install(model: type[models.Model]) -> None:
 
 def unextended(model: type[models.Model]) -> list[tuple[str, Any]]:
     """The managers of ``model`` (name, manager) whose querysets are no ``RealtimeQuerySet``:
-    bulk writes through them are not announced."""
+    bulk writes through them are not announced. An abstract model has none to report:
+    Django gives it no default manager, and its children managers of their own."""
+    if model._meta.abstract:
+        return []
     missing = []
     seen: set[str] = set()
     for manager in [*model._meta.managers, model._default_manager, model._base_manager]:
