@@ -23,10 +23,12 @@ from realtime.middleware import OriginMiddleware
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, published
 from tests.testapp.models import (
+    Animal,
     Attachment,
     Comment,
     Company,
     Contact,
+    Dog,
     Folder,
     GuardedTask,
     Item,
@@ -436,6 +438,75 @@ class TestDeletes:
             finally:
                 del globals()["WATCHING"]
         assert seen == [False]
+
+    @pytest.mark.parametrize("model", [Contact, Animal, Dog])
+    @pytest.mark.parametrize("moved_by", ["update", "another_instance", "nobody_known"])
+    def test_a_delete_is_told_to_the_scope_that_holds_the_row_now(
+        self,
+        workspace: Workspace,
+        model: type[Contact | Animal],
+        moved_by: str,
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        """The instance deleted may hold a scope its row has left since it was loaded: the
+        delete is told where the row is, read from it while it exists."""
+        beta = Workspace.objects.create(name="Beta", slug="beta")
+        row = model._default_manager.create(workspace=workspace, name="Moved")
+        stale = model._default_manager.get(pk=row.pk)
+        if moved_by == "update":
+            model._default_manager.filter(pk=row.pk).update(workspace=beta)
+        elif moved_by == "another_instance":
+            other = model._default_manager.get(pk=row.pk)
+            other.workspace = beta
+            other.save()
+        else:  # built by hand, as the application thinks the row is: nothing is known of it
+            model._default_manager.filter(pk=row.pk).update(workspace=beta)
+            columns = {f.attname: getattr(row, f.attname) for f in model._meta.concrete_fields}
+            stale = model(**{**columns, "workspace_id": workspace.pk})
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            stale.delete()
+        assert [(e["event_type"], e["scope_id"]) for e in events("scope")] == [
+            ("contact.deleted" if model is Contact else "animal.deleted", beta.pk)
+        ]
+        assert stale.workspace_id == workspace.pk  # the application's instance is left as it was
+
+    def test_a_delete_is_told_to_the_account_that_holds_the_row_now(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        note = Notification.objects.create(user=ann, text="hi")
+        stale = Notification.objects.get(pk=note.pk)
+        Notification.objects.filter(pk=note.pk).update(user=bob)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            stale.delete()
+        assert [(e["event_type"], e["user_ids"]) for e in events("users")] == [
+            ("notification.deleted", [bob.pk])
+        ]
+
+    @pytest.mark.parametrize("model", [Company, Notification])
+    def test_a_delete_of_a_loaded_instance_reads_nothing_to_address_it(
+        self,
+        workspace: Workspace,
+        make_user: Callable[..., Any],
+        model: type[Company | Notification],
+        django_assert_num_queries: Callable[..., Any],
+    ) -> None:
+        """What this thread knows the row holds vouches for its scope or account: the delete
+        costs Django's own statements, and no read of realtime's."""
+        if model is Company:
+            made: Any = Company.objects.create(workspace=workspace, name="Gone")
+        else:
+            made = Notification.objects.create(user=make_user("ann"), text="gone")
+        loaded = model._default_manager.get(pk=made.pk)
+        with CaptureQueriesContext(connection) as queries, transaction.atomic():
+            loaded.delete()
+        own = f"FROM {connection.ops.quote_name(model._meta.db_table)}"
+        assert [
+            q["sql"] for q in queries if q["sql"].startswith("SELECT") and own in q["sql"]
+        ] == []
+        assert not model._default_manager.filter(pk=made.pk).exists()
 
     def test_account_audience_is_read_while_the_links_exist(
         self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture

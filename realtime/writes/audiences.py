@@ -31,7 +31,14 @@ from realtime.paths import split_path, values_on_path
 from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import tracking
-from realtime.writes.events import Before, Event, lacks_columns, read_event
+from realtime.writes.events import (
+    Before,
+    Event,
+    copy_with,
+    lacks_columns,
+    read_columns,
+    read_event,
+)
 from realtime.writes.failsafe import failsafe
 from realtime.writes.views import outside_recipients, recipients, shared_readers
 
@@ -336,6 +343,33 @@ def delete_queries(options: ModelOptions) -> bool:
         getattr(auth, hook) is not getattr(RealtimeAuth, hook) for hook in DELETE_HOOKS
     )
     return options.delete_queries or overridden
+
+
+def with_stored_audience(options: ModelOptions, instance: models.Model, using: str) -> models.Model:
+    """``instance``, or a copy holding the columns that decide who reads its row
+    (``planned_attnames``) as the row holds them, where the instance's may differ: the row
+    was moved since it was loaded (by ``update()``, or a save of another instance of it), or
+    nothing is known of it (an instance built by hand). What this thread knows the row holds
+    (``tracking.known``) costs nothing; the rest, one ``SELECT`` on ``using``. A delete is
+    told to whoever holds the row now. A row already gone leaves the instance as it is; a
+    column it was loaded without is read with the event's (``events.with_columns``)."""
+    values = instance.__dict__
+    known = tracking.known(instance)
+    unsure = [
+        attname
+        for attname in _planned_of(options)
+        if attname in values and (known is None or tracking.differs(values, known, attname))
+    ]
+    if not unsure:
+        return instance
+    stored = {a: known[a] for a in unsure if known is not None and _knows(known, a)}
+    unread = sorted(set(unsure).difference(stored))
+    if unread:
+        found = read_columns([instance], unread, using).get(id(instance))
+        if found is None:
+            return instance
+        stored.update(found)
+    return copy_with(instance, stored)
 
 
 def delete_event(

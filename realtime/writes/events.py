@@ -236,8 +236,8 @@ def as_stored(
         wanted |= options.event_attnames.difference(written)
     if not wanted:
         return list(instances)
-    stored = _read_columns(instances, sorted(wanted), using)
-    return [_copy_with(instance, stored.get(id(instance))) for instance in instances]
+    stored = read_columns(instances, sorted(wanted), using)
+    return [copy_with(instance, stored.get(id(instance))) for instance in instances]
 
 
 def lacks_columns(options: ModelOptions, instance: models.Model) -> list[str]:
@@ -275,15 +275,15 @@ def with_columns_of(
     lacking = [instance for instance in instances if lacks_columns(options, instance)]
     if not lacking:
         return list(instances)
-    stored = _read_columns(lacking, _missing(options, lacking), using)
-    return [_copy_with(instance, stored.get(id(instance))) for instance in instances]
+    stored = read_columns(lacking, _missing(options, lacking), using)
+    return [copy_with(instance, stored.get(id(instance))) for instance in instances]
 
 
 def _missing(options: ModelOptions, instances: Sequence[models.Model]) -> list[str]:
     return sorted({name for instance in instances for name in lacks_columns(options, instance)})
 
 
-def _read_columns(
+def read_columns(
     instances: Sequence[models.Model], columns: list[str], using: str | None
 ) -> dict[int, dict[str, Any] | None]:
     """``columns`` of the rows of ``instances`` as stored, by the ``id()`` of each instance
@@ -307,7 +307,7 @@ def _stored(
     return rows.first()
 
 
-def _copy_with(instance: models.Model, stored: dict[str, Any] | None) -> models.Model:
+def copy_with(instance: models.Model, stored: dict[str, Any] | None) -> models.Model:
     """A copy of ``instance`` holding ``stored`` too (``None``: the row is gone, nothing to
     read: the instance itself). Made by hand rather than by ``copy.copy``, which goes through
     pickling's path and so through the global registry of models."""

@@ -33,6 +33,7 @@ from realtime.writes.audiences import (
     plan_before,
     take_before,
     unsure_attnames,
+    with_stored_audience,
 )
 from realtime.writes.events import Before, as_stored, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
@@ -251,7 +252,7 @@ def on_pre_delete(
         if deletes.past_limit(sender, instance, origin):
             event = deletes.fold(options, instance, origin)
         else:
-            event = delete_event(options, instance, using)
+            event = delete_event(options, with_stored_audience(options, instance, using), using)
         if event is not None:
             pending.put(instance, PENDING_DELETE, event)
 
