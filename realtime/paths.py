@@ -69,13 +69,15 @@ def key_lookup(model: type[models.Model], path: str) -> str:
 
 def values_on_path(instance: models.Model, path: str, using: str | None = None) -> list[Any]:
     """The ids ``path`` reaches from ``instance``, sorted: a one-hop foreign key is read from
-    the row, a longer path costs one query (on ``using``, else where its writes go); an
-    empty hop reaches nothing."""
+    the instance, a longer path costs one query (on ``using``, else where its writes go), and
+    so does a one-hop key the instance was loaded without (``only()``, ``defer()``): a key
+    not loaded is not a key that names nobody. An empty hop reaches nothing."""
     parts = split_path(path)
     first: Any = instance._meta.get_field(parts[0])
     direct = first.concrete and (first.many_to_one or first.one_to_one)
-    if len(parts) == 1 and direct and first.target_field.primary_key:
-        value = instance.__dict__.get(first.attname)
+    loaded = direct and first.attname in instance.__dict__
+    if len(parts) == 1 and loaded and first.target_field.primary_key:
+        value = instance.__dict__[first.attname]
         return [] if value is None else [value]
     lookup = key_lookup(type(instance), path)
     ids = (

@@ -91,6 +91,29 @@ def test_membership_deleted_rechecks_its_user(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "delete",
+    [
+        lambda rows: rows.only("pk").delete(),
+        lambda rows: rows.only("pk").get().delete(),
+        lambda rows: rows.defer("user").get().delete(),
+    ],
+    ids=["queryset-only", "instance-only", "instance-defer"],
+)
+def test_membership_loaded_without_its_account_and_deleted_rechecks_its_user(
+    workspace: Workspace,
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+    delete: Callable[[Any], Any],
+) -> None:
+    user = make_user("ann", member_of=workspace)
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        delete(Membership.objects.filter(workspace=workspace, user=user))
+    assert rechecks() == recheck_of(user.pk)
+
+
+@pytest.mark.django_db
 def test_members_added_through_the_m2m_manager_are_rechecked(
     workspace: Workspace,
     make_user: MakeUser,
@@ -353,6 +376,20 @@ def test_recheck_model_deleted_rechecks_its_user(
     forget_messages()
     with django_capture_on_commit_callbacks(execute=True):
         notification.delete()
+    assert rechecks() == recheck_of(ann.pk)
+
+
+@pytest.mark.django_db
+@override_settings(REALTIME_RECHECK_MODELS={"testapp.Notification": "user"})
+def test_recheck_model_loaded_without_its_account_and_deleted_rechecks_its_user(
+    make_user: MakeUser,
+    django_capture_on_commit_callbacks: DjangoCaptureOnCommitCallbacks,
+) -> None:
+    ann = make_user("ann")
+    Notification.objects.create(user=ann, text="key issued")
+    forget_messages()
+    with django_capture_on_commit_callbacks(execute=True):
+        Notification.objects.filter(user=ann).only("pk").delete()
     assert rechecks() == recheck_of(ann.pk)
 
 

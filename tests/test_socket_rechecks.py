@@ -46,14 +46,16 @@ async def test_a_bearer_that_no_longer_stands_is_refused_and_closed(
     }
 
 
+@pytest.mark.parametrize("only", [(), ("pk",)], ids=["whole", "loaded-with-only"])
 async def test_a_deleted_membership_leaves_the_scope_but_keeps_the_socket(
-    live_servers: LiveServers, ws: Clients
+    live_servers: LiveServers, ws: Clients, only: tuple[str, ...]
 ) -> None:
     user, token, (acme,) = await in_thread(setup_member, "ann", "acme")
     server = live_servers.get()
     client = await ws.authenticated(server, token, scope="acme")
     await client.send("subscribe", {"channels": ["company"]})
-    await in_thread(Membership.objects.filter(user=user, workspace=acme).delete)
+    rows = Membership.objects.filter(user=user, workspace=acme)
+    await in_thread((rows.only(*only) if only else rows).delete)
     await server.wait_for_state(
         lambda state: [s["scopes"] for s in sockets_of(state, user.pk)] == [[]], timeout=5
     )
