@@ -239,6 +239,33 @@ def test_a_seat_saved_without_a_change_of_account_tells_nobody(chat: Chat, ann: 
     assert heard() == []
 
 
+def test_seats_deleted_through_a_queryset_with_only_tell_their_account(
+    chat: Chat, ann: Any
+) -> None:
+    Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    Seat.objects.filter(chat=chat, user=ann).only("pk").delete()
+
+    assert sorted(heard()) == lines_and_pins(".deleted", ann, chat)
+
+
+def test_a_seat_loaded_without_its_chat_and_handed_over_tells_both_accounts(
+    chat: Chat, ann: Any, bob: Any
+) -> None:
+    Seat.objects.create(chat=chat, user=ann)
+    seat = Seat.objects.only("pk", "user").get(chat=chat, user=ann)
+    forget_messages()
+
+    seat.user = bob
+    seat.save()
+
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+    assert "chat_id" in seat.get_deferred_fields()  # the application's instance left as it was
+
+
 # A guard that reads links ---------------------------------------------------------------------
 
 

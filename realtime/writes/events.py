@@ -261,10 +261,23 @@ def with_columns(
     does: one ``SELECT`` of just those columns on ``using`` (else where the model's writes
     go, never a read replica that may not have the write). The instance itself is left as
     it is: what it defers stays deferred, as Django left it."""
-    if not lacks_columns(options, instance):
+    return with_attnames(instance, lacks_columns(options, instance), using)
+
+
+def with_attnames(
+    instance: models.Model, attnames: Iterable[str], using: str | None = None
+) -> models.Model:
+    """``instance``, or when it was loaded without some of the columns ``attnames``
+    (``only()``, ``defer()``), a copy holding them as its row does: one ``SELECT`` of just
+    those columns by primary key (on ``using``, else where the model's writes go), the
+    instance itself left as it is. An event's columns are read this way (``with_columns``),
+    and so are a membership row's owner and account: a key not loaded is not a key that names
+    nobody. A row already gone leaves them missing."""
+    missing = sorted(set(attnames).difference(instance.__dict__))
+    if not missing:
         return instance
-    (whole,) = with_columns_of(options, [instance], using)
-    return whole
+    stored = read_columns([instance], missing, using)
+    return copy_with(instance, stored.get(id(instance)))
 
 
 def with_columns_of(

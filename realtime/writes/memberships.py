@@ -44,7 +44,7 @@ from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import on_commit, pending
-from realtime.writes.events import Event
+from realtime.writes.events import Event, with_attnames
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.shared_roots import row_events
 
@@ -204,8 +204,11 @@ def _on_post_save(
     before = pending.take(instance, PENDING)
     if raw or before is None:
         return
+    whole = failsafe(_label(sender), using, True, lambda: _with_keys(instance, using))
+    if whole is None:
+        return
     for watch in _watches_of(sender):
-        new = _pair(instance, watch)
+        new = _pair(whole, watch)
         now = {new} if None not in new else set()
         _changed(watch, using, before.get(watch, set()), now, [instance.pk])
 
@@ -214,7 +217,11 @@ def _on_post_save(
 def _on_pre_delete(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    pending.put(instance, PENDING, {w: {_pair(instance, w)} for w in _watches_of(sender)})
+    def pairs() -> dict[Watch, set[Pair]]:
+        whole = _with_keys(instance, using)
+        return {watch: {_pair(whole, watch)} for watch in _watches_of(sender)}
+
+    pending.put(instance, PENDING, failsafe(_label(sender), using, True, pairs))
 
 
 @never_raises
@@ -355,6 +362,13 @@ def _records_of(watch: Watch, owner: Any, db: str) -> models.QuerySet[Any, Any]:
     if watch.lookup is None:
         return manager.filter(**{watch.owner_target: owner})
     return manager.filter(**{f"{watch.lookup}__{watch.owner_target}": owner})
+
+
+def _with_keys(instance: models.Model, using: str) -> models.Model:
+    """``instance``, holding the owner and account keys of every path through its model even
+    where it was loaded without them (``only()``, ``defer()``): read by primary key."""
+    keys = {key for watch in _watches_of(type(instance)) for key in (watch.owner, watch.account)}
+    return with_attnames(instance, keys, using)
 
 
 def _pair(obj: models.Model, watch: Watch) -> Pair:
