@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
+from django.apps import apps as django_apps
 from django.apps.registry import Apps
 from django.contrib.auth import get_user_model
 from django.core import checks
@@ -24,6 +25,7 @@ from django.test.utils import isolate_apps
 from realtime import RealtimeManager, realtime_model
 from realtime.checks.declarations import check_models
 from realtime.registry import all_options, options_for, options_named
+from realtime.writes import memberships, querysets
 from realtime.writes.decorator import unregister
 from tests.testapp.models import Company, Contact, Plain, Tag, Workspace
 
@@ -437,6 +439,69 @@ def test_a_manager_of_the_applications_own_is_named_with_its_one_line_w031() -> 
     # The base manager Django makes is realtime's: only the application's own is named.
     assert type(Own_._base_manager) is RealtimeManager
     assert Own_._base_manager.name == "_base_manager"
+
+
+@pytest.fixture
+def watching() -> Iterator[None]:
+    """Membership rows watched as ``apps.ready`` watches them, for the paths a test declares;
+    those of the project's models alone again after it."""
+    yield
+    for options in list(all_options()):
+        if options.model._meta.apps is not django_apps:
+            unregister(options.model)
+    memberships.connect()
+
+
+def membership_rows_behind(manager: models.Manager[Any]) -> type[models.Model]:
+    """A record read through membership rows (``hall.pews.user``) whose model, not decorated,
+    declares ``manager``: watched, its managers made realtime's, as ``apps.ready`` does."""
+
+    class Hall(Record):
+        pass
+
+    class Pew(models.Model):
+        hall = models.ForeignKey(Hall, on_delete=models.CASCADE, related_name="pews")
+        user = models.ForeignKey(get_user_model(), on_delete=models.CASCADE, related_name="+")
+        objects = manager
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return f"pew {self.pk}"
+
+    @realtime_model(user_field="hall.pews.user")
+    class Sermon(Record):
+        hall = models.ForeignKey(Hall, on_delete=models.CASCADE, related_name="+")
+
+    memberships.connect()
+    querysets.install(Pew)
+    return Pew
+
+
+@pytest.mark.usefixtures("watching")
+def test_a_membership_model_with_a_manager_of_its_own_is_named_with_its_one_line_w031() -> None:
+    class PewManager(models.Manager[Any]):
+        pass
+
+    pew = membership_rows_behind(PewManager())
+
+    (message,) = messages()
+    assert message.id == "realtime.W031"
+    assert message.obj is pew
+    assert message.msg.startswith("testapp.Pew.objects: bulk writes of membership rows")
+    assert "`class PewManager(RealtimeManager, ...)`" in (message.hint or "")
+    assert "save(), delete()" in (message.hint or "")
+
+
+@pytest.mark.usefixtures("watching")
+@pytest.mark.parametrize("manager", [models.Manager, RealtimeManager], ids=["django", "realtime"])
+def test_a_membership_model_whose_managers_realtime_extends_gives_no_warning(
+    manager: type[models.Manager[Any]],
+) -> None:
+    membership_rows_behind(manager())
+
+    assert messages() == []
 
 
 # At decoration time

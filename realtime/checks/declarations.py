@@ -25,7 +25,7 @@ from realtime.registry import (
     options_for,
     relation_target,
 )
-from realtime.writes.memberships import watch_of
+from realtime.writes.memberships import membership_models, watch_of
 
 
 @checks.register()
@@ -48,6 +48,8 @@ def check_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> lis
         messages += _check_guard_links(options)
         messages += _check_filters(options)
         messages += _check_parents(options)
+    for membership in _undecorated_memberships():
+        messages += _check_managers(membership, links=True)
     return messages
 
 
@@ -183,20 +185,35 @@ def _check_parents(options: ModelOptions) -> list[checks.CheckMessage]:
     return out
 
 
-def _check_managers(model: type[Any]) -> list[checks.CheckMessage]:
-    """``realtime.W031``: a manager whose bulk writes realtime does not announce, with the
+def _undecorated_memberships() -> list[type[Any]]:
+    """The models holding the membership rows realtime watches, not decorated themselves:
+    their bulk writes tell the accounts they link and unlink through their managers too
+    (``apps.ready`` made those of Django's own ``Manager`` realtime's)."""
+    found = [model for model in membership_models() if options_for(model) is None]
+    return sorted(found, key=lambda model: model._meta.label)
+
+
+def _check_managers(model: type[Any], links: bool = False) -> list[checks.CheckMessage]:
+    """``realtime.W031``: a manager whose bulk writes realtime does not announce (``links``:
+    of a membership model, whose bulk writes tell no account they link or unlink), with the
     one line that makes it announce them."""
     from realtime.writes.querysets import unextended
 
-    return [_unextended(model, name, manager) for name, manager in unextended(model)]
+    return [_unextended(model, name, manager, links) for name, manager in unextended(model)]
 
 
-def _unextended(model: type[Any], name: str, manager: Any) -> checks.CheckMessage:
+def _unextended(model: type[Any], name: str, manager: Any, links: bool) -> checks.CheckMessage:
     label = f"{model._meta.label}.{name}"
-    missed = (
-        f"{label}: bulk writes through this manager (update(), bulk_create, bulk_update, "
-        "QuerySet.delete()) are not announced"
-    )
+    writes = "update(), bulk_create, bulk_update, QuerySet.delete()"
+    if links:
+        missed = (
+            f"{label}: bulk writes of membership rows through this manager ({writes}) are not "
+            "told to the accounts they link or unlink"
+        )
+        otherwise = "or write those rows one by one (save(), delete())"
+    else:
+        missed = f"{label}: bulk writes through this manager ({writes}) are not announced"
+        otherwise = "or announce such writes with realtime.announce()"
     try:
         queryset_class: Any = type(manager.get_queryset())
     except Exception:
@@ -204,8 +221,8 @@ def _unextended(model: type[Any], name: str, manager: Any) -> checks.CheckMessag
     if queryset_class is None or not issubclass(queryset_class, models.QuerySet):
         return checks.Warning(
             f"{missed}: its get_queryset() returns no QuerySet.",
-            hint="Return a realtime.RealtimeQuerySet (or a subclass) from get_queryset(), or "
-            "announce such writes with realtime.announce().",
+            hint="Return a realtime.RealtimeQuerySet (or a subclass) from get_queryset(), "
+            f"{otherwise}.",
             obj=model,
             id="realtime.W031",
         )
@@ -226,7 +243,7 @@ def _unextended(model: type[Any], name: str, manager: Any) -> checks.CheckMessag
         f"{missed}: its queryset is not a realtime.RealtimeQuerySet.",
         hint=f"Make {mine.__module__}.{mine.__qualname__} derive from realtime's class, "
         f"first among its bases: `class {mine.__name__}({theirs}, ...)` (from realtime "
-        f"import {theirs}); or announce such writes with realtime.announce().",
+        f"import {theirs}); {otherwise}.",
         obj=model,
         id="realtime.W031",
     )

@@ -14,7 +14,9 @@ migrations see nothing (``RealtimeManager`` is never ``use_in_migrations``). The
 follow. A queryset or manager class of the application's own takes them in one line —
 ``class ContactQuerySet(RealtimeQuerySet)`` (or as a mixin, first among the bases), or
 ``class ContactManager(RealtimeManager)`` — and ``realtime.W031`` names each manager of a
-decorated model whose queryset is not one, until it is. Nothing is patched at run time.
+decorated model whose queryset is not one, until it is. The models of the membership rows of
+account paths take them the same way (``apps.ready`` installs them; ``realtime.W031`` names
+theirs too). Nothing is patched at run time.
 
 ``silent()`` turns bulk announcements off where code announces by itself or wants none.
 """
