@@ -305,9 +305,20 @@ def test_an_account_path_with_a_many_to_many_before_its_membership_is_warning_w0
     assert "tags.workspace.members" in message.msg
 
 
-@pytest.mark.parametrize(
-    "path", ["owner", "workspace.members", "company.workspace.members", "workspace.membership.user"]
-)
+@pytest.mark.parametrize("path", ["company.workspace.members", "company.workspace.membership.user"])
+def test_an_account_path_with_a_second_foreign_key_before_its_membership_is_warning_w032(
+    path: str,
+) -> None:
+    model = declare(user_field=path)
+
+    [message] = messages()
+    assert message.id == "realtime.W032"
+    assert message.obj is model
+    assert f"{path!r}" in message.msg
+    assert "not the foreign keys between them" in message.msg
+
+
+@pytest.mark.parametrize("path", ["owner", "workspace.members", "workspace.membership.user"])
 def test_account_paths_realtime_follows_give_no_warning(path: str) -> None:
     declare(user_field=path)
 

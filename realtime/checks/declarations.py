@@ -25,7 +25,7 @@ from realtime.registry import (
     options_for,
     relation_target,
 )
-from realtime.writes.memberships import membership_models, watch_of
+from realtime.writes.memberships import followed, membership_models, watch_of
 
 
 @checks.register()
@@ -269,16 +269,21 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
             )
         elif watch_of(options) is False:
             out.append(
-                checks.Warning(
-                    f"{model._meta.label}: realtime cannot follow the links of user_field "
-                    f"{options.user_field!r}: accounts that gain or lose its rows without a "
-                    "write of the row itself are not told.",
-                    hint="Write the path as foreign keys, then one many-to-many to the account "
-                    'or a reverse foreign key to membership rows and their account ("thread.'
-                    'members", "chat.seats.user"); or call realtime.broadcast.recheck_users() '
-                    "and tell the accounts yourself.",
-                    obj=model,
-                    id="realtime.W032",
+                _w032(
+                    model,
+                    f"realtime cannot follow the links of user_field {options.user_field!r}: "
+                    "accounts that gain or lose its rows without a write of the row itself "
+                    "are not told.",
+                )
+            )
+        elif not followed(options):
+            out.append(
+                _w032(
+                    model,
+                    f"realtime follows the membership rows of user_field "
+                    f"{options.user_field!r} and the row's own foreign key, not the foreign "
+                    "keys between them: accounts that gain or lose its rows when one of those "
+                    "changes are not told.",
                 )
             )
     elif options.is_global:
@@ -400,6 +405,18 @@ def _is_scope_model(model: Any) -> bool:
         return scope_model() is model
     except (LookupError, ValueError):  # a wrong setting: realtime.E003 says so
         return False
+
+
+def _w032(model: Any, message: str) -> checks.Warning:
+    return checks.Warning(
+        f"{model._meta.label}: {message}",
+        hint="Write the path as at most one foreign key of the row, then one many-to-many to "
+        'the account or a reverse foreign key to membership rows and their account ("thread.'
+        'members", "chat.seats.user"); or call realtime.broadcast.recheck_users() and tell the '
+        "accounts yourself.",
+        obj=model,
+        id="realtime.W032",
+    )
 
 
 def _e(id_: int, model: Any, message: str, hint: str | None = None) -> checks.Error:

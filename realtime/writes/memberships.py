@@ -22,7 +22,9 @@ and in bulk. So realtime watches the membership model itself, whichever way it i
 Both frames carry ``"moved": true``. At most ``REALTIME_CASCADE_LIMIT`` records are announced
 per owner and account batch; past it, one truncated event. Reads run in savepoints; nothing
 here fails the write. A path realtime cannot follow this way is named by a system check
-(``realtime.W032``).
+(``realtime.W032``), and so is one with more than one foreign key before its membership rows
+(``spot.chat.members``): they are watched, but a change of a key past the record's own
+(``spot.chat``) is a write of neither the record nor a membership row (``followed``).
 """
 
 from __future__ import annotations
@@ -107,6 +109,18 @@ def watch_of(options: ModelOptions) -> Watch | bool:
         _target(owner),
         _target(account),
     )
+
+
+def followed(options: ModelOptions) -> bool:
+    """Whether realtime follows every link of the ``user_field`` path of ``options``: the
+    record's own foreign key (a write of the record) and the membership rows. A foreign key
+    further on (``spot.chat`` in ``spot.chat.members``: a spot moved to another chat) changes
+    who reads the records by a write of neither, and is not followed: ``realtime.W032``
+    names such a path, as it names one ``watch_of`` cannot watch at all."""
+    found = watch_of(options)
+    if isinstance(found, Watch):
+        return found.lookup is None or len(split_path(found.lookup)) == 1
+    return found
 
 
 def _target(key: Any) -> str:
