@@ -15,7 +15,18 @@ from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user
 from tests.helpers import events, forget_messages, off_loop
 from tests.live import Clients, LiveServers
-from tests.testapp.models import Board, Chat, ChatLine, ChatPin, Membership, Room, Seat, Workspace
+from tests.testapp.models import (
+    Board,
+    Chat,
+    ChatLine,
+    ChatPin,
+    GuardedTask,
+    Membership,
+    Project,
+    Room,
+    Seat,
+    Workspace,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -314,6 +325,34 @@ def test_an_account_a_link_lets_in_hears_the_row_as_stored_not_as_the_instance_h
     heard = [(m["event_type"], m.get("only"), m["data"]) for m in events("scope")]
     as_stored = {"model": "board", "id": board.pk, "name": "new"}
     assert heard[0] == ("board.created", [bob.pk], as_stored)
+
+
+# The links of a shared root ------------------------------------------------------------------
+
+
+@pytest.fixture
+def acme_s_project(ann: Any, bob: Any) -> Project:
+    """A project of acme (ann a member), and another workspace, bob a member, to share it with."""
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    other = Workspace.objects.create(name="Other", slug="other")
+    Membership.objects.create(workspace=acme, user=ann)
+    Membership.objects.create(workspace=other, user=bob)
+    return Project.objects.create(workspace=acme, name="p")
+
+
+def test_a_guarded_row_an_outside_reader_never_could_read_is_not_named_to_him_when_unshared(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    acme = project.workspace
+    GuardedTask.objects.create(workspace=acme, project=project, title="s", secret=True)
+    plain = GuardedTask.objects.create(workspace=acme, project=project, title="p")
+    project.shared_with.add(other)
+    assert heard() == [("guarded_task.created", (bob.pk,), plain.pk, True)]
+    forget_messages()
+
+    project.shared_with.remove(other)
+    assert heard() == [("guarded_task.deleted", (bob.pk,), plain.pk, True)]
 
 
 # Over real sockets ----------------------------------------------------------------------------

@@ -5,7 +5,9 @@ another workspace gives its members the project's tasks, and writes no task. So 
 watches, for each decorated model with ``shared_via``, the many-to-many fields of its root: the
 root's readers outside each scope of its rows are asked before and after the change
 (``RealtimeAuth.shared_readers``), and those gained hear ``<name>.created`` of each row, those
-lost ``<name>.deleted`` with only the model and the id. (Account paths, whose links are
+lost ``<name>.deleted`` with only the model and the id. A guarded row is told only to the
+readers its guard admits: after the change for those gained, before it for those lost (a
+reader it never admitted must not learn the row's id). (Account paths, whose links are
 membership rows, are watched by ``realtime.writes.memberships``, which tells their accounts
 the same way, through ``row_events``.)
 
@@ -22,10 +24,10 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import m2m_changed
 
-from realtime.audience import readers
+from realtime.audience import readers, readers_of_rows
 from realtime.auth import account_ids, get_auth, member_ids
 from realtime.conf import conf
-from realtime.encoding import normal_id, sorted_ids
+from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.paths import path_target, to_lookup
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import on_commit, pending
@@ -67,18 +69,21 @@ def _on_links_changed(
 ) -> None:
     label = f"the readers {sender._meta.label} links give"
     if action in ("pre_add", "pre_remove", "pre_clear"):
-        before = failsafe(
-            label, using, True, lambda: _readers_of_roots(sender, instance, pk_set, using)
-        )
-        pending.put(instance, PENDING, before or {})
+
+        def readers_before() -> tuple[Readers, Admitted]:
+            readers_by = _readers_of_roots(sender, instance, pk_set, using)
+            return readers_by, _admitted(sender, readers_by, using)
+
+        before = failsafe(label, using, True, readers_before)
+        pending.put(instance, PENDING, before or ({}, {}))
         return
     if action not in ("post_add", "post_remove", "post_clear"):
         return
-    before = pending.take(instance, PENDING, {})
+    before, admitted = pending.take(instance, PENDING, ({}, {}))
 
     def changes() -> list[Event]:
         after = _readers_of_roots(sender, instance, pk_set, using)
-        return _root_events(sender, before, after, using)
+        return _root_events(sender, before, after, admitted, using)
 
     on_commit.add_all(failsafe(label, using, True, changes) or [], using)
 
@@ -109,15 +114,21 @@ def row_events(
         event.accounts = accounts
         events.append(event)
     if len(found) > limit:
-        events.append(
-            Event(options, action, None, {}, [options.name], folded=True, accounts=accounts)
-        )
+        events.append(_truncated(options, action, accounts))
     return events
+
+
+def _truncated(options: ModelOptions, action: str, accounts: list[Any]) -> Event:
+    """The one event, naming no row, that tells ``accounts`` to read the model again."""
+    return Event(options, action, None, {}, [options.name], folded=True, accounts=accounts)
 
 
 # Shared roots ---------------------------------------------------------------------------------
 
 Readers = dict[tuple[int, Any, Any], set[Any]]
+#: For each key of ``Readers`` whose rows are guarded, by ``row_key`` of each row: the
+#: readers outside the scope its guard admits.
+Admitted = dict[tuple[int, Any, Any], dict[Any, set[Any]]]
 
 
 def _roots_changed(
@@ -145,9 +156,7 @@ def _readers_of_roots(
     readers_by: Readers = {}
     auth = get_auth()
     for index, (options, root) in enumerate(_roots_changed(through, instance, pk_set, using)):
-        rows = options.model._base_manager.using(using).filter(
-            **{to_lookup(options.shared_via or ""): root}
-        )
+        rows = _rows_of(options, root, using)
         scopes = rows.values_list(options.scope_attname or "", flat=True).distinct()
         for scope in scopes[: conf.CASCADE_LIMIT]:
             if scope is not None:
@@ -157,27 +166,80 @@ def _readers_of_roots(
     return readers_by
 
 
+def _rows_of(
+    options: ModelOptions, root: Any, using: str, scope: Any = None
+) -> models.QuerySet[Any, Any]:
+    """The rows ``root`` (a row or its primary key) shares, read on ``using``; those of
+    ``scope`` alone when one is given."""
+    rows = options.model._base_manager.using(using).filter(
+        **{to_lookup(options.shared_via or ""): root}
+    )
+    return rows if scope is None else rows.filter(**{options.scope_attname or "": scope})
+
+
+def _admitted(through: type[models.Model], readers_by: Readers, using: str) -> Admitted:
+    """Of the readers outside each scope, those the guard of each row admits, asked before
+    the links change: a guard may read the links too, and once they are gone it may no
+    longer admit a reader it did. One it never admitted could never read the row, and must
+    not learn its id when the row leaves him (at most ``REALTIME_CASCADE_LIMIT`` rows per
+    root and scope, as its enter events)."""
+    options_of = [options for options, _ in _roots.get(through, ())]
+    admitted: Admitted = {}
+    for key, accounts in readers_by.items():
+        options = options_of[key[0]]
+        if options.guard is None or not accounts:
+            continue
+        rows = _rows_of(options, key[1], using, key[2]).order_by("pk")
+        pks = list(rows.values_list("pk", flat=True)[: conf.CASCADE_LIMIT])
+        found = readers_of_rows(options, pks, sorted_ids(accounts), using=using)
+        admitted[key] = {row: set(sorted_ids(ids)) for row, ids in found.items()}
+    return admitted
+
+
 def _root_events(
-    through: type[models.Model], before: Readers, after: Readers, using: str
+    through: type[models.Model],
+    before: Readers,
+    after: Readers,
+    admitted: Admitted,
+    using: str,
 ) -> list[Event]:
     """The enter and leave events of the rows of each root whose readers changed, read on
-    ``using``, the database of the write."""
+    ``using``, the database of the write; a guarded row leaves only the readers its guard
+    admitted before the change (``admitted``)."""
     roots = {(index, root) for index, root, _ in {*before, *after}}
     options_of = [options for options, _ in _roots.get(through, ())]
     events: list[Event] = []
     for index, root in sorted(roots, key=str):
         options = options_of[index]
-        lookup = to_lookup(options.shared_via or "")
         for key in sorted({k for k in {*before, *after} if k[:2] == (index, root)}, key=str):
             was, now = before.get(key, set()), after.get(key, set())
-            rows = options.model._base_manager.using(using).filter(
-                **{lookup: root, options.scope_attname or "": key[2]}
-            )
-            for accounts, entered in ((was - now, False), (now - was, True)):
-                if options.guard is not None and entered:
-                    events += _guarded_entries(options, rows, accounts)
-                else:
-                    events += row_events(options, rows, sorted_ids(accounts), entered)
+            rows = _rows_of(options, root, using, key[2])
+            if options.guard is None:
+                events += row_events(options, rows, sorted_ids(was - now), False)
+                events += row_events(options, rows, sorted_ids(now - was), True)
+            else:
+                events += _guarded_leaves(options, rows, was - now, admitted.get(key, {}))
+                events += _guarded_entries(options, rows, now - was)
+    return events
+
+
+def _guarded_leaves(
+    options: ModelOptions,
+    rows: models.QuerySet[Any, Any],
+    accounts: set[Any],
+    admitted: dict[Any, set[Any]],
+) -> list[Event]:
+    """Leave events of guarded rows, each only to those of ``accounts`` its guard admitted
+    before the change (``admitted``, by ``row_key``); past the cascade limit, as for rows
+    with no guard, one truncated event to them all (it names no row)."""
+    limit = conf.CASCADE_LIMIT
+    found = list(rows.order_by("pk")[: limit + 1])
+    events: list[Event] = []
+    for row in found[:limit]:
+        told = sorted_ids(accounts & admitted.get(row_key(row.pk), set()))
+        events += row_events(options, rows.filter(pk=row.pk), told, False)
+    if len(found) > limit and accounts:
+        events.append(_truncated(options, "deleted", sorted_ids(accounts)))
     return events
 
 
