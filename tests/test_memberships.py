@@ -25,6 +25,7 @@ from tests.testapp.models import (
     Project,
     Room,
     Seat,
+    Task,
     Workspace,
 )
 
@@ -353,6 +354,30 @@ def test_a_guarded_row_an_outside_reader_never_could_read_is_not_named_to_him_wh
 
     project.shared_with.remove(other)
     assert heard() == [("guarded_task.deleted", (bob.pk,), plain.pk, True)]
+
+
+def test_projects_shared_from_the_workspaces_side_enter_the_tasks_of_each(
+    acme_s_project: Project, bob: Any
+) -> None:
+    one, other = acme_s_project, Workspace.objects.get(slug="other")
+    two = Project.objects.create(workspace=one.workspace, name="two")
+    tasks = [Task.objects.create(workspace=p.workspace, project=p, title="t") for p in (one, two)]
+    forget_messages()
+
+    other.shared_projects.add(one, two)
+    assert sorted(heard()) == [("task.created", (bob.pk,), task.pk, True) for task in tasks]
+
+
+def test_a_workspace_cleared_of_its_shared_projects_leaves_their_tasks(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    task = Task.objects.create(workspace=project.workspace, project=project, title="t")
+    project.shared_with.add(other)
+    forget_messages()
+
+    other.shared_projects.clear()  # Django names no project: those linked before it are read
+    assert heard() == [("task.deleted", (bob.pk,), task.pk, True)]
 
 
 # Over real sockets ----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from realtime.audience import readers, readers_of_rows
 from realtime.auth import account_ids, get_auth, member_ids
 from realtime.conf import conf
 from realtime.encoding import normal_id, row_key, sorted_ids
-from realtime.paths import path_target, to_lookup
+from realtime.paths import path_target, source_key, to_lookup
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import on_commit, pending
 from realtime.writes.events import Event, read_event
@@ -37,8 +37,8 @@ from realtime.writes.failsafe import failsafe, never_raises
 UID = "realtime:access"
 PENDING = "_realtime_access_before"
 
-#: through model -> (options, the root model)
-_roots: dict[type[models.Model], list[tuple[ModelOptions, type[models.Model]]]] = {}
+#: through model -> (options, the root model, its many-to-many those rows are the links of)
+_roots: dict[type[models.Model], list[tuple[ModelOptions, type[models.Model], Any]]] = {}
 
 
 def connect() -> None:
@@ -53,7 +53,7 @@ def connect() -> None:
                 for field in root._meta.local_many_to_many:
                     links = field.remote_field.through
                     if isinstance(links, type):
-                        _roots.setdefault(links, []).append((options, root))
+                        _roots.setdefault(links, []).append((options, root, field))
     for watched in _roots:
         m2m_changed.connect(_on_links_changed, sender=watched, dispatch_uid=UID)
 
@@ -70,19 +70,23 @@ def _on_links_changed(
     label = f"the readers {sender._meta.label} links give"
     if action in ("pre_add", "pre_remove", "pre_clear"):
 
-        def readers_before() -> tuple[Readers, Admitted]:
-            readers_by = _readers_of_roots(sender, instance, pk_set, using)
-            return readers_by, _admitted(sender, readers_by, using)
+        def readers_before() -> tuple[list[Root], Readers, Admitted]:
+            roots = _roots_changed(sender, instance, pk_set, using, action == "pre_clear")
+            readers_by = _readers_of_roots(roots, using)
+            return roots, readers_by, _admitted(sender, readers_by, using)
 
-        before = failsafe(label, using, True, readers_before)
-        pending.put(instance, PENDING, before or ({}, {}))
+        pending.put(instance, PENDING, failsafe(label, using, True, readers_before))
         return
     if action not in ("post_add", "post_remove", "post_clear"):
         return
-    before, admitted = pending.take(instance, PENDING, ({}, {}))
+    taken = pending.take(instance, PENDING)
 
     def changes() -> list[Event]:
-        after = _readers_of_roots(sender, instance, pk_set, using)
+        if taken is None:  # not known before: who reads the rows now hears them enter
+            roots, before, admitted = _roots_changed(sender, instance, pk_set, using), {}, {}
+        else:
+            roots, before, admitted = taken
+        after = _readers_of_roots(roots, using)
         return _root_events(sender, before, after, admitted, using)
 
     on_commit.add_all(failsafe(label, using, True, changes) or [], using)
@@ -125,6 +129,9 @@ def _truncated(options: ModelOptions, action: str, accounts: list[Any]) -> Event
 
 # Shared roots ---------------------------------------------------------------------------------
 
+#: A root whose links change: the index of its entry in ``_roots``, its options, its row.
+Root = tuple[int, ModelOptions, models.Model]
+#: (index of the entry, root, scope) -> the root's readers outside the scope.
 Readers = dict[tuple[int, Any, Any], set[Any]]
 #: For each key of ``Readers`` whose rows are guarded, by ``row_key`` of each row: the
 #: readers outside the scope its guard admits.
@@ -132,30 +139,35 @@ Admitted = dict[tuple[int, Any, Any], dict[Any, set[Any]]]
 
 
 def _roots_changed(
-    through: type[models.Model], instance: models.Model, pk_set: set[Any] | None, using: str
-) -> list[tuple[ModelOptions, models.Model]]:
-    """The roots whose links changed: ``instance``, or the rows of ``pk_set`` it was linked
-    to or from (read on ``using``, where the links are written)."""
-    found = []
-    for options, root_model in _roots.get(through, ()):
+    through: type[models.Model],
+    instance: models.Model,
+    pk_set: set[Any] | None,
+    using: str,
+    clearing: bool = False,
+) -> list[Root]:
+    """The roots whose links change: ``instance``, or, from the other side, the rows named
+    by ``pk_set`` (the values of the key the links hold) — for ``clear()``, which names none,
+    those linked to ``instance`` now. Read on ``using``, where the links are written."""
+    found: list[Root] = []
+    for index, (options, root_model, field) in enumerate(_roots.get(through, ())):
         if isinstance(instance, root_model):
-            found.append((options, instance))
+            found.append((index, options, instance))
+            continue
+        rows = root_model._base_manager.using(using)
+        if clearing:
+            rows = rows.filter(**{field.name: instance})
         else:
-            found += [
-                (options, root)
-                for root in root_model._base_manager.using(using).filter(pk__in=pk_set or ())
-            ]
+            rows = rows.filter(**{f"{source_key(field).target_field.name}__in": pk_set or ()})
+        found += [(index, options, root) for root in rows.order_by("pk")]
     return found
 
 
-def _readers_of_roots(
-    through: type[models.Model], instance: models.Model, pk_set: set[Any] | None, using: str
-) -> Readers:
-    """For each root the change touches and each scope of its rows: its readers outside it.
-    The rows and the scopes' members are read on ``using``, the database of the write."""
+def _readers_of_roots(roots: list[Root], using: str) -> Readers:
+    """For each of ``roots`` and each scope of its rows: its readers outside it. The rows and
+    the scopes' members are read on ``using``, the database of the write."""
     readers_by: Readers = {}
     auth = get_auth()
-    for index, (options, root) in enumerate(_roots_changed(through, instance, pk_set, using)):
+    for index, options, root in roots:
         rows = _rows_of(options, root, using)
         scopes = rows.values_list(options.scope_attname or "", flat=True).distinct()
         for scope in scopes[: conf.CASCADE_LIMIT]:
@@ -183,7 +195,7 @@ def _admitted(through: type[models.Model], readers_by: Readers, using: str) -> A
     longer admit a reader it did. One it never admitted could never read the row, and must
     not learn its id when the row leaves him (at most ``REALTIME_CASCADE_LIMIT`` rows per
     root and scope, as its enter events)."""
-    options_of = [options for options, _ in _roots.get(through, ())]
+    options_of = [options for options, _, _ in _roots.get(through, ())]
     admitted: Admitted = {}
     for key, accounts in readers_by.items():
         options = options_of[key[0]]
@@ -207,7 +219,7 @@ def _root_events(
     ``using``, the database of the write; a guarded row leaves only the readers its guard
     admitted before the change (``admitted``)."""
     roots = {(index, root) for index, root, _ in {*before, *after}}
-    options_of = [options for options, _ in _roots.get(through, ())]
+    options_of = [options for options, _, _ in _roots.get(through, ())]
     events: list[Event] = []
     for index, root in sorted(roots, key=str):
         options = options_of[index]
