@@ -31,6 +31,7 @@ from realtime.transports import redis as redis_module
 from realtime.transports import redis_keys
 from realtime.transports.base import StreamBounds
 from realtime.transports.redis import LIVE_INLINE, RedisTransport
+from realtime.transports.redis_calls import call_each
 from realtime.transports.redis_check import OLDEST, version_of
 from realtime.transports.redis_sequencer import StreamRead
 from realtime.writes.publish import Built, send_now
@@ -502,7 +503,7 @@ async def test_a_keyed_publish_made_again_with_fewer_messages_lands_each_message
     import redis
 
     calls = 0
-    real_calls = redis_module.call_each
+    real_calls = call_each
 
     def cut_at_the_second(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
