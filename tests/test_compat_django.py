@@ -25,6 +25,7 @@ from django.test.utils import CaptureQueriesContext
 from realtime.auth import RealtimeAuth, Scope, issue_token
 from realtime.compat import django as django_compat
 from realtime.compat.django import (
+    atomic_block,
     callbacks_released,
     driver_connection,
     driver_errors,
@@ -403,6 +404,30 @@ def test_in_transaction_that_cannot_be_told_asks_autocommit(
         with transaction.atomic():
             assert in_transaction(connection) is True
     said_once(caplog, "in_atomic_block", "get_autocommit")
+
+
+def test_atomic_block_tells_the_innermost_open_block_apart() -> None:
+    assert atomic_block(connection) is None
+    with transaction.atomic():
+        outer = atomic_block(connection)
+        assert outer is not None
+        with transaction.atomic(savepoint=False):
+            inner = atomic_block(connection)
+            assert inner is not None
+            assert inner is not outer
+        assert atomic_block(connection) is outer
+        with transaction.atomic():
+            assert atomic_block(connection) not in (None, outer, inner)
+    assert atomic_block(connection) is None
+
+
+def test_atomic_block_that_cannot_be_told_is_none(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing(monkeypatch, "_probe_atomic_blocks")
+    with caplog.at_level(logging.ERROR, logger="realtime"), transaction.atomic():
+        assert atomic_block(connection) is None
+    said_once(caplog, "atomic_blocks", "unannounced in its thread")
 
 
 def test_this_django_releases_the_callbacks_it_discards(monkeypatch: pytest.MonkeyPatch) -> None:

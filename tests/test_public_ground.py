@@ -23,6 +23,7 @@ INTERNALS = {
     "run_on_commit",
     "savepoint_ids",
     "in_atomic_block",
+    "atomic_blocks",
     "errors_occurred",
     "_iterable_class",
     "settings_dict",

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models.signals import pre_delete
 from django.test import override_settings
 
 from realtime import deleting
@@ -103,6 +104,40 @@ def test_a_rolled_back_delete_announces_no_unlinked_row(workspace: Workspace) ->
     except LookupError:
         pass
     assert events() == []
+
+
+class RefusedError(Exception):
+    """Raised by an application's ``pre_delete`` receiver that forbids a delete."""
+
+
+def refuse(sender: Any, instance: Vendor, **kwargs: Any) -> None:
+    raise RefusedError(f"{instance.name} may not be deleted")
+
+
+def test_an_update_after_a_delete_refused_by_a_pre_delete_receiver_is_announced(
+    workspace: Workspace,
+) -> None:
+    locked = Vendor.objects.create(workspace=workspace, name="locked")
+    other = Vendor.objects.create(workspace=workspace, name="other")
+    lead = Lead.objects.create(workspace=workspace, vendor=locked, name="Lead")
+    forget_messages()
+    pre_delete.connect(refuse, sender=Vendor, dispatch_uid="test-refuse")
+    try:
+        with pytest.raises(RefusedError):
+            locked.delete()  # refused after realtime's own pre_delete noted the unlinking
+        with transaction.atomic():
+            Lead.objects.filter(pk=lead.pk).update(vendor=other)
+        with transaction.atomic():
+            with pytest.raises(RefusedError), transaction.atomic():
+                other.delete()  # the same, in a savepoint of a transaction that goes on
+            Lead.objects.filter(pk=lead.pk).update(vendor=locked)
+    finally:
+        pre_delete.disconnect(sender=Vendor, dispatch_uid="test-refuse")
+    assert Lead.objects.get(pk=lead.pk).vendor_id == locked.pk
+    assert [(kind, pk, vendor) for kind, pk, vendor, *_ in updates()] == [
+        ("lead.updated", lead.pk, other.pk),
+        ("lead.updated", lead.pk, locked.pk),
+    ]
 
 
 def test_a_delete_that_unlinks_nothing_announces_nothing(workspace: Workspace) -> None:

@@ -29,6 +29,14 @@ them:
   wrapper's ``in_atomic_block``. The documented ``transaction.get_autocommit()`` connects to
   the database, and a model built by hand, which runs no query, must not. Fallback:
   ``get_autocommit()``.
+* **Which atomic block is open innermost** (``atomic_block``): the last of the wrapper's
+  ``atomic_blocks``. Django's delete runs its ``pre_delete`` signals, the ``update()`` that
+  sets children to ``NULL`` and its ``post_delete`` signals in one block of its own: what a
+  receiver notes for that ``update()`` holds in that block alone, and a delete that fails
+  between the two signals leaves nothing noted for later writes. Fallback: no block told
+  apart (after a delete refused by a ``pre_delete`` receiver of the application's, later
+  ``update()`` calls of the foreign keys it would have unlinked, in a transaction, go
+  unannounced in its thread).
 * **That Django lets go of the on_commit callbacks it discards** (``callbacks_released``).
   Django documents that a callback registered in a savepoint or transaction that rolls back
   is never called; realtime learns *that it was discarded* — during the transaction, not only
@@ -75,6 +83,7 @@ SOCKET = "a driver connection's fileno()"
 ERRORS = "the translation of driver errors (wrap_database_errors)"
 OPTIONS = "per-thread driver options (settings_dict, get_connection_params)"
 TRANSACTION = "the open-transaction flag of a connection wrapper (in_atomic_block)"
+ATOMIC = "the atomic blocks open on a connection wrapper (atomic_blocks)"
 CALLBACKS = "the release of the on_commit callbacks of rolled-back savepoints"
 
 #: What realtime does where each use does not fit.
@@ -100,6 +109,10 @@ INSTEAD = {
         "statement timeout and the watchdog still bound them)"
     ),
     TRANSACTION: "whether a transaction is open is asked with get_autocommit(), which connects",
+    ATOMIC: (
+        "a delete refused by a pre_delete receiver leaves the update()s of the foreign keys it "
+        "would have set to NULL, in a transaction, unannounced in its thread"
+    ),
     CALLBACKS: (
         "announcements are published one by one, without coalescing, and updates that cannot "
         "tell what was committed list every column as changed"
@@ -359,6 +372,24 @@ def in_manual_transaction(connection: BaseDatabaseWrapper) -> bool:
 def _probe_transaction(connection: BaseDatabaseWrapper) -> None:
     if not isinstance(getattr(connection, "in_atomic_block", None), bool):
         raise AttributeError("a connection wrapper has no in_atomic_block flag")
+
+
+def atomic_block(connection: BaseDatabaseWrapper) -> object | None:
+    """The atomic block open innermost on ``connection`` (this thread's, of its alias), to
+    be told apart from any other by identity; ``None`` when none is open, or when blocks
+    cannot be told apart (then every one is ``None``)."""
+    if not _fits(ATOMIC, _probe_atomic_blocks, connection):
+        return None
+    blocks = connection.atomic_blocks
+    return blocks[-1] if blocks else None
+
+
+def _probe_atomic_blocks(connection: BaseDatabaseWrapper) -> None:
+    blocks = getattr(connection, "atomic_blocks", None)
+    if not isinstance(blocks, list):
+        raise AttributeError("a connection wrapper keeps no list of its atomic blocks")
+    if any(not isinstance(block, transaction.Atomic) for block in blocks):
+        raise TypeError("a connection wrapper's atomic blocks are not Atomic objects")
 
 
 #: Seconds before a check of the callbacks that could not run (the database away) is tried

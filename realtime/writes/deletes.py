@@ -19,7 +19,8 @@ each as ``<name>.updated`` with ``changed`` = that foreign key. The event still 
 channel of the deleted target, so a client showing that target's list hears it. Past the
 limit, the surplus folds into one truncated ``<name>.updated`` per scope. Django's own
 ``update()`` of those children, which a ``RealtimeQuerySet`` would otherwise announce, is left
-to this module (``unlinking``).
+to this module (``unlinking``) in the atomic block of the delete alone: a delete refused after
+its ``pre_delete`` leaves later updates of those keys to the queryset.
 
 Reads run in savepoints where needed; nothing here fails the delete.
 """
@@ -35,7 +36,7 @@ from typing import Any
 from django.db import connections, models
 from django.db.models.signals import post_delete, pre_delete
 
-from realtime.compat.django import in_transaction
+from realtime.compat.django import atomic_block, in_transaction
 from realtime.conf import conf
 from realtime.encoding import id_order, record_channel, sorted_ids
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
@@ -242,7 +243,7 @@ def _on_target_deleting(
     label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
     unlinked = failsafe(label, using, True, read) or []
     pending.put(instance, PENDING_UNLINKED, unlinked)
-    unlinking(_pairs(unlinked), True)
+    unlinking(_pairs(unlinked), True, using)
 
 
 def _pairs(unlinked: list[Any]) -> list[tuple[Any, str]]:
@@ -256,7 +257,7 @@ def _on_target_deleted(
     unlinked = pending.take(instance, PENDING_UNLINKED, [])
     if not unlinked:
         return
-    unlinking(_pairs(unlinked), False)
+    unlinking(_pairs(unlinked), False, using)
     target_channel = record_channel(wire_name(sender), instance.pk)
 
     def read() -> list[Event]:
@@ -278,25 +279,54 @@ def _on_target_deleted(
     on_commit.add_all(failsafe(label, using, True, read) or [], using)
 
 
-#: (model, foreign key) pairs a delete in progress is unlinking: Django's ``update()`` of those
-#: children is announced here, which knows the row they were linked to.
-_unlinking: contextvars.ContextVar[frozenset[tuple[Any, str]]] = contextvars.ContextVar(
-    "realtime_unlinking", default=frozenset()
+#: Where a delete in progress noted it: its database, and the atomic block it runs in.
+Scope = tuple[str, weakref.ref[object] | None]
+
+#: (model, foreign key) pairs a delete in progress is unlinking, by where it noted them:
+#: Django's ``update()`` of those children is announced here, which knows the row they were
+#: linked to.
+_unlinking: contextvars.ContextVar[dict[Scope, frozenset[tuple[Any, str]]] | None] = (
+    contextvars.ContextVar("realtime_unlinking", default=None)
 )
 
 
-def unlinking(pairs: Iterable[tuple[Any, str]], on: bool) -> None:
-    """Note (``on``) or forget that a delete is unlinking the children of ``pairs``."""
-    now = _unlinking.get()
-    _unlinking.set(now | frozenset(pairs) if on else now - frozenset(pairs))
+def _scope(using: str) -> Scope:
+    """The database ``using`` and the atomic block open innermost on it, held weakly."""
+    block = atomic_block(connections[using])
+    return using, None if block is None else weakref.ref(block)
+
+
+def _open(scope: Scope) -> bool:
+    """Whether the block of ``scope`` may still be open (a block closed and freed is not)."""
+    block = scope[1]
+    return block is None or block() is not None
+
+
+def unlinking(pairs: Iterable[tuple[Any, str]], on: bool, using: str) -> None:
+    """Note (``on``) or forget that a delete on ``using`` is unlinking the children of ``pairs``.
+
+    Noted for the atomic block Django's delete opens for its ``pre_delete`` signals, the
+    ``update()`` unlinking the children and its ``post_delete`` signals, and holding in that
+    block alone: a delete that fails between the two signals (a ``pre_delete`` receiver of
+    the application's refusing it) never forgets, and its block, closed, no longer counts.
+    """
+    scope = _scope(using)
+    held = {place: noted for place, noted in (_unlinking.get() or {}).items() if _open(place)}
+    noted = held.pop(scope, frozenset())
+    noted = noted | frozenset(pairs) if on else noted - frozenset(pairs)
+    if noted:
+        held[scope] = noted
+    _unlinking.set(held or None)
 
 
 def left_to_unlinked(queryset: models.QuerySet[Any, Any], values: dict[str, Any]) -> bool:
     """Whether an ``update()`` is the one Django makes for a delete unlinking children (one
-    foreign key written, in the delete's transaction): announced here, not by the queryset."""
-    pairs = _unlinking.get()
-    if not pairs or len(values) != 1:
+    foreign key written, in the delete's own atomic block): announced here, not by the
+    queryset."""
+    held = _unlinking.get()
+    if not held or len(values) != 1:
         return False
     (name,) = values
     model = queryset.model._meta.concrete_model
+    pairs = held.get(_scope(queryset.db), frozenset())
     return (model, name) in pairs and in_transaction(connections[queryset.db])
