@@ -13,7 +13,20 @@ from django.test import override_settings
 
 from realtime import deleting
 from tests.helpers import events, forget_messages
-from tests.testapp.models import Deal, Lead, Notification, PrivateNote, Vendor, Workspace
+from tests.testapp.models import (
+    Briefing,
+    Deal,
+    Department,
+    Lead,
+    Memo,
+    Notification,
+    PrivateNote,
+    Project,
+    Sketch,
+    Squad,
+    Vendor,
+    Workspace,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -145,6 +158,79 @@ def test_a_delete_that_unlinks_nothing_announces_nothing(workspace: Workspace) -
     forget_messages()
     vendor.delete()
     assert unlinked() == []
+
+
+# Readers a delete moves ------------------------------------------------------------------------
+
+
+def told(name: str) -> list[tuple[str, list[Any] | None, list[Any] | None]]:
+    """(event type, ``only``, ``user_ids``) of each message about the model ``name``."""
+    return sorted(
+        (m["event_type"], m.get("only"), m.get("user_ids"))
+        for m in events()
+        if m["event_type"].startswith(f"{name}.")
+    )
+
+
+def test_a_guarded_row_set_to_null_by_a_delete_leaves_the_readers_its_guard_no_longer_admits(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    owner = make_user("owner", member_of=workspace)
+    seller = make_user("seller", member_of=workspace)
+    sales = Department.objects.create(workspace=workspace, name="sales")
+    sales.members.add(seller)
+    memo = Memo.objects.create(workspace=workspace, department=sales, owner=owner, title="q3")
+    forget_messages()
+    sales.delete()  # no "general" department: SET(...) leaves the memo to its owner alone
+    assert Memo.objects.get(pk=memo.pk).department_id is None
+    assert told("memo") == [("memo.deleted", [seller.pk], None), ("memo.updated", [owner.pk], None)]
+
+
+def test_readers_a_delete_gives_a_guarded_row_hear_it_created(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    owner = make_user("owner", member_of=workspace)
+    seller = make_user("seller", member_of=workspace)
+    clerk = make_user("clerk", member_of=workspace)
+    sales = Department.objects.create(workspace=workspace, name="sales")
+    sales.members.add(seller)
+    general = Department.objects.create(workspace=workspace, name="general")
+    general.members.add(clerk)
+    memo = Memo.objects.create(workspace=workspace, department=sales, owner=owner, title="q3")
+    forget_messages()
+    sales.delete()  # SET(general_department): the memo moves to "general"
+    assert Memo.objects.get(pk=memo.pk).department_id == general.pk
+    assert told("memo") == [
+        ("memo.created", [clerk.pk], None),
+        ("memo.deleted", [seller.pk], None),
+        ("memo.updated", [owner.pk], None),
+    ]
+
+
+def test_a_row_whose_account_path_a_delete_cuts_leaves_its_accounts(make_user: MakeUser) -> None:
+    ann = make_user("ann")
+    squad = Squad.objects.create(name="red")
+    squad.members.add(ann)
+    briefing = Briefing.objects.create(squad=squad, text="plan")
+    forget_messages()
+    squad.delete()
+    assert Briefing.objects.get(pk=briefing.pk).squad_id is None
+    assert told("briefing") == [("briefing.deleted", None, [ann.pk])]
+
+
+def test_a_shared_row_whose_root_a_delete_unlinks_leaves_the_readers_outside_its_scope(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    partner = Workspace.objects.create(name="Partner", slug="partner")
+    guest = make_user("guest", member_of=partner)
+    project = Project.objects.create(workspace=workspace, name="shared")
+    project.shared_with.add(partner)
+    sketch = Sketch.objects.create(workspace=workspace, project=project, title="draft")
+    forget_messages()
+    project.delete()
+    assert Sketch.objects.get(pk=sketch.pk).project_id is None
+    assert ("sketch.deleted", None, [guest.pk]) in told("sketch")
+    assert ("sketch.updated", None, None) in told("sketch")  # its own workspace still reads it
 
 
 # Deletes without signals -----------------------------------------------------------------------

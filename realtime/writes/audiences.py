@@ -24,10 +24,11 @@ from typing import Any
 
 from django.db import models
 
-from realtime.audience import readers
+from realtime.audience import readers, readers_of_rows
 from realtime.auth import RealtimeAuth, get_auth, overridden, readers_pool
-from realtime.encoding import normal_id, record_channel, sorted_ids
-from realtime.paths import split_path, values_on_path
+from realtime.chunks import chunked
+from realtime.encoding import normal_id, record_channel, row_key, sorted_ids
+from realtime.paths import key_lookup, split_path, values_on_path
 from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import tracking
@@ -316,6 +317,63 @@ def moves_audience(options: ModelOptions, written: Iterable[str]) -> bool:
         return False
     guarded = guard_attnames(options)
     return guarded is None or bool(guarded & written)
+
+
+# Before a write of many rows -----------------------------------------------------------------
+
+#: Rows read in one statement by primary key.
+READ_CHUNK = 500
+
+
+def accounts_of_rows(
+    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
+) -> list[tuple[Any, Any]]:
+    """(key, the accounts its path reaches) of each row, read by key (one statement per 500)."""
+    lookup = key_lookup(options.model, options.user_field or "")
+    merged: dict[Any, list[Any]] = {pk: [] for pk in pks}
+    for chunk in chunked(pks, READ_CHUNK):
+        for pk, account in stored.filter(pk__in=chunk).values_list("pk", lookup):
+            if account is not None:
+                merged.setdefault(pk, []).append(account)
+    return list(merged.items())
+
+
+def befores_of(
+    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
+) -> dict[Any, Before]:
+    """Who could read each of the rows ``pks`` before a write that may move them, as an
+    ``update()`` of them takes it: the accounts of their path, or their scope and channels, a
+    guard's readers and the readers of a shared root (see ``scoped_befores``)."""
+    if options.user_field is not None:
+        found = accounts_of_rows(options, stored, pks)
+        return {pk: Before(accounts=sorted_ids(accounts or ())) for pk, accounts in found}
+    return scoped_befores(options, stored, pks)
+
+
+def scoped_befores(
+    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
+) -> dict[Any, Before]:
+    """Who could read each row before the update: its scope and channels (one statement per
+    500 rows), a guard's readers (asked for all the rows of a scope together), the readers of
+    a shared root (asked of the application's hook, row by row)."""
+    befores: dict[Any, Before] = {}
+    for chunk in chunked(pks, READ_CHUNK):
+        for old in stored.filter(pk__in=chunk):
+            plan = Plan(Past(old, None, stored=True, using=old._state.db), queries=True)
+            before = take_before(options, plan, always=True)
+            if before is not None:
+                befores[old.pk] = before
+    if options.guard is not None:
+        by_scope: dict[Any, list[Any]] = {}
+        for pk, before in befores.items():
+            if before.scope_id is not None or options.is_global:
+                by_scope.setdefault(before.scope_id, []).append(pk)
+        for scope, rows in by_scope.items():
+            pool = readers_pool(options, scope, stored.db)
+            found = readers_of_rows(options, rows, pool, using=stored.db)
+            for pk in rows:
+                befores[pk].readers = sorted_ids(found[row_key(pk)])
+    return befores
 
 
 # Before a delete ------------------------------------------------------------------------------

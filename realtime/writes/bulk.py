@@ -52,8 +52,6 @@ from typing import Any
 from django.db import NotSupportedError, connections, models, transaction
 from django.db.models import Q
 
-from realtime.audience import readers_of_rows
-from realtime.auth import readers_pool
 from realtime.chunks import chunked
 from realtime.compat.django import in_transaction
 from realtime.compat.django_orm import (
@@ -70,13 +68,14 @@ from realtime.paths import key_fields, key_lookup, split_path
 from realtime.registry import ModelOptions, is_generic_fk, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import (
-    Past,
-    Plan,
+    READ_CHUNK,
+    accounts_of_rows,
     delete_event,
     first_hop_attname,
     moves_audience,
     plan_before,
     planned_attnames,
+    scoped_befores,
     take_before,
     unsure_attnames,
 )
@@ -92,9 +91,6 @@ from realtime.writes.events import (
 from realtime.writes.failsafe import failsafe
 
 logger = logging.getLogger(__name__)
-
-#: Rows read in one statement by primary key.
-READ_CHUNK = 500
 
 
 def update(
@@ -223,7 +219,7 @@ def before_upsert(
             for obj in chunk:
                 matched |= Q(**{field.attname: getattr(obj, field.attname) for field in unique})
             pks += stored.filter(matched).values_list("pk", flat=True)
-        return _scoped_befores(options, stored, pks)
+        return scoped_befores(options, stored, pks)
 
     return failsafe(f"a bulk create of {options.name}", db, True, read) or {}
 
@@ -725,13 +721,13 @@ def _matched(
         if scope is not None:
             rows = sorted(locked, key=lambda row: id_order(row[0]))
     if options.user_field is not None:
-        rows = _accounts_of_rows(options, stored, [pk for pk, _ in rows])
+        rows = accounts_of_rows(options, stored, [pk for pk, _ in rows])
     befores: dict[Any, Before] = {}
     if moving and options.user_field is not None:
         first = rows[: conf.BULK_LIMIT]
         befores = {pk: Before(accounts=sorted_ids(found or ())) for pk, found in first}
     elif moving:
-        befores = _scoped_befores(options, stored, [pk for pk, _ in rows[: conf.BULK_LIMIT]])
+        befores = scoped_befores(options, stored, [pk for pk, _ in rows[: conf.BULK_LIMIT]])
     return _Matched(options, model, db, rows, befores)
 
 
@@ -815,45 +811,6 @@ def _as_stored(field: Any, value: Any) -> Any:
         return field.to_python(value)
     except Exception:
         return _UNSURE
-
-
-def _accounts_of_rows(
-    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
-) -> list[tuple[Any, Any]]:
-    """(key, the accounts its path reaches) of each row, read by key (one statement per 500)."""
-    lookup = key_lookup(options.model, options.user_field or "")
-    merged: dict[Any, list[Any]] = {pk: [] for pk in pks}
-    for chunk in chunked(pks, READ_CHUNK):
-        for pk, account in stored.filter(pk__in=chunk).values_list("pk", lookup):
-            if account is not None:
-                merged.setdefault(pk, []).append(account)
-    return list(merged.items())
-
-
-def _scoped_befores(
-    options: ModelOptions, stored: models.QuerySet[Any, Any], pks: list[Any]
-) -> dict[Any, Before]:
-    """Who could read each row before the update: its scope and channels (one statement per
-    500 rows), a guard's readers (asked for all the rows of a scope together), the readers of
-    a shared root (asked of the application's hook, row by row)."""
-    befores: dict[Any, Before] = {}
-    for chunk in chunked(pks, READ_CHUNK):
-        for old in stored.filter(pk__in=chunk):
-            plan = Plan(Past(old, None, stored=True, using=old._state.db), queries=True)
-            before = take_before(options, plan, always=True)
-            if before is not None:
-                befores[old.pk] = before
-    if options.guard is not None:
-        by_scope: dict[Any, list[Any]] = {}
-        for pk, before in befores.items():
-            if before.scope_id is not None or options.is_global:
-                by_scope.setdefault(before.scope_id, []).append(pk)
-        for scope, rows in by_scope.items():
-            pool = readers_pool(options, scope, stored.db)
-            found = readers_of_rows(options, rows, pool, using=stored.db)
-            for pk in rows:
-                befores[pk].readers = sorted_ids(found[row_key(pk)])
-    return befores
 
 
 def _audience_column(options: ModelOptions) -> str | None:

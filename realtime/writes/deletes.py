@@ -11,16 +11,19 @@ and its ``post_delete`` hands their announcements to the outbox.
 
 **Rows unlinked.** ``on_delete=SET_NULL``, ``SET_DEFAULT``, ``SET(...)`` and the database-side
 ``DB_SET_NULL``/``DB_SET_DEFAULT`` of Django 6.1 change children with one ``UPDATE`` (or in the
-database), sending no signal, so a client would keep showing a link to a row that is gone.
-For every decorated model with such a foreign key, the target's ``pre_delete`` reads the ids
-of the children it links (at most ``REALTIME_CASCADE_LIMIT`` + 1 per foreign key, one query),
-and its ``post_delete`` reads those children again, as the delete left them, and announces
-each as ``<name>.updated`` with ``changed`` = that foreign key. The event still reaches the
-channel of the deleted target, so a client showing that target's list hears it. Past the
-limit, the surplus folds into one truncated ``<name>.updated`` per scope. Django's own
-``update()`` of those children, which a ``RealtimeQuerySet`` would otherwise announce, is left
-to this module (``unlinking``) in the atomic block of the delete alone: a delete refused after
-its ``pre_delete`` leaves later updates of those keys to the queryset.
+database), sending no signal, so a client would keep showing a link to a row that is gone. For
+every decorated model with such a foreign key, the target's ``pre_delete`` reads the ids of the
+children it links (at most ``REALTIME_CASCADE_LIMIT`` + 1 per foreign key, one query), and its
+``post_delete`` reads those children again, as the delete left them, and announces each as
+``<name>.updated`` with ``changed`` = that foreign key. Where that key decides who reads the
+row (``audiences.moves_audience``), the ``pre_delete`` also takes who could read each, as an
+``update()`` of the key would (``audiences.befores_of``): readers then enter, stay or leave
+(``realtime.writes.views``). The event still reaches the channel of the deleted target, so a
+client showing that target's list hears it. Past the limit, the surplus folds into one
+truncated ``<name>.updated`` per scope. Django's own ``update()`` of those children, which a
+``RealtimeQuerySet`` would otherwise announce, is left to this module (``unlinking``) in the
+atomic block of the delete alone: a delete refused after its ``pre_delete`` leaves later
+updates of those keys to the queryset.
 
 Reads run in savepoints where needed; nothing here fails the delete.
 """
@@ -41,8 +44,8 @@ from realtime.conf import conf
 from realtime.encoding import id_order, record_channel, sorted_ids
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
 from realtime.writes import on_commit, pending
-from realtime.writes.audiences import delete_event, first_hop_attname
-from realtime.writes.events import Event, folded_event, read_accounts, read_event
+from realtime.writes.audiences import befores_of, delete_event, first_hop_attname, moves_audience
+from realtime.writes.events import Before, Event, folded_event, read_accounts, read_event
 from realtime.writes.failsafe import failsafe, never_raises
 
 # Cascades --------------------------------------------------------------------------------------
@@ -178,6 +181,13 @@ def _children_events(parent: type[models.Model], instance: models.Model, using: 
 PENDING_UNLINKED = "_realtime_pending_unlinked"
 UID = "realtime:unlinked"
 
+#: What a target's ``pre_delete`` reads of the rows one of its foreign keys links to it: the
+#: model and key, the ids of the first ``REALTIME_CASCADE_LIMIT`` rows, the scopes of the rest,
+#: and who could read each of the first, where the key decides it (``audiences.moves_audience``).
+Unlinked = tuple[
+    ModelOptions, "models.ForeignKey[Any, Any]", list[Any], list[Any], dict[Any, Before]
+]
+
 
 def _unlinks(on_delete: Any) -> bool:
     """Whether ``on_delete`` changes the children's foreign key rather than deleting them."""
@@ -225,11 +235,12 @@ def connect_unlinked() -> None:
 def _on_target_deleting(
     sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
 ) -> None:
-    def read() -> list[tuple[ModelOptions, models.ForeignKey[Any, Any], list[Any], list[Any]]]:
+    def read() -> list[Unlinked]:
         found = []
         limit = conf.CASCADE_LIMIT
         for options, field in _links.get(sender, ()):
-            children = options.model._base_manager.using(using).filter(**{field.name: instance})
+            stored = options.model._base_manager.using(using)
+            children = stored.filter(**{field.name: instance})
             ids = list(children.order_by("pk").values_list("pk", flat=True)[: limit + 1])
             surplus: list[Any] = []
             if len(ids) > limit and options.is_global:
@@ -237,7 +248,10 @@ def _on_target_deleting(
             elif len(ids) > limit and options.scope_attname is not None:
                 scopes = children.order_by("pk").values_list(options.scope_attname, flat=True)
                 surplus = sorted({s for s in scopes[limit:] if s is not None}, key=id_order)
-            found.append((options, field, ids[:limit], surplus))
+            befores = {}
+            if ids and moves_audience(options, [field.attname]):
+                befores = befores_of(options, stored, ids[:limit])
+            found.append((options, field, ids[:limit], surplus, befores))
         return found
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
@@ -262,13 +276,22 @@ def _on_target_deleted(
 
     def read() -> list[Event]:
         events: list[Event] = []
-        for options, field, ids, surplus in unlinked:
+        for options, field, ids, surplus, befores in unlinked:
             # Read as the delete left them: the new value of the key, whatever set it.
             stored = options.model._base_manager.using(using)
             for child in stored.filter(pk__in=ids).order_by("pk"):
-                event = read_event(options, child, "updated", [field.name], using=using)
+                before = befores.get(child.pk)
+                event = read_event(
+                    options,
+                    child,
+                    "updated",
+                    [field.name],
+                    scopeless=before is not None,
+                    using=using,
+                )
                 if event is None:
                     continue
+                event.before = before  # its readers then enter, stay or leave
                 if field.name in options.relations and target_channel not in event.channels:
                     event.channels.append(target_channel)
                 events.append(event)

@@ -762,3 +762,74 @@ class Shelf(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# Rows a delete sets to NULL or to another row move their readers, as an update() would -------
+
+
+class Department(models.Model):
+    """What a memo's guard reads: the department's members read its memos."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="departments")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def general_department() -> Any:
+    """Where a memo goes when its department is deleted: the one named "general", if any."""
+    return Department.objects.filter(name="general").values_list("pk", flat=True).first()
+
+
+def may_read_memo(user: Any) -> Q:
+    return Q(owner=user) | Q(department__members=user)
+
+
+@realtime_model(fields=["title"], guard=may_read_memo, guard_fields=["department", "owner"])
+class Memo(models.Model):
+    """Guarded by a key its target's delete rewrites (``SET``): to "general", or ``NULL``."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    department = models.ForeignKey(
+        Department, on_delete=models.SET(general_department), null=True, related_name="memos"
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Squad(models.Model):
+    """The accounts a briefing reaches."""
+
+    name = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="squads")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["text"], user_field="squad.members")
+class Briefing(models.Model):
+    """Read by a squad's members: a squad deleted leaves it to nobody (``SET_NULL``)."""
+
+    squad = models.ForeignKey(Squad, on_delete=models.SET_NULL, null=True)
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@realtime_model(fields=["title"], shared_via="project", name="sketch")
+class Sketch(models.Model):
+    """Shared through a project that may be deleted before it (``SET_NULL``)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    project = models.ForeignKey(Project, on_delete=models.SET_NULL, null=True)
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title
