@@ -61,6 +61,8 @@ class RealtimeConfig(AppConfig):
         memberships.connect()
         for model in memberships.membership_models():
             querysets.install(model)  # their bulk writes change memberships
+        for model in shared_roots.link_models():
+            querysets.install(model)  # their writes (the manager's too) share roots
         rechecks.connect()
         relay.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")

@@ -380,6 +380,104 @@ def test_a_workspace_cleared_of_its_shared_projects_leaves_their_tasks(
     assert heard() == [("task.deleted", (bob.pk,), task.pk, True)]
 
 
+def test_links_of_a_shared_root_deleted_through_their_table_leave_its_rows(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    task = Task.objects.create(workspace=project.workspace, project=project, title="t")
+    GuardedTask.objects.create(workspace=project.workspace, project=project, title="s", secret=True)
+    plain = GuardedTask.objects.create(workspace=project.workspace, project=project, title="p")
+    project.shared_with.add(other)
+    forget_messages()
+
+    links = Project.shared_with.through.objects.filter(project=project, workspace=other)
+    assert links.delete()[0] == 1
+
+    assert sorted(heard()) == [  # not the secret task, which bob never could read
+        ("guarded_task.deleted", (bob.pk,), plain.pk, True),
+        ("task.deleted", (bob.pk,), task.pk, True),
+    ]
+
+
+def test_links_of_a_shared_root_created_in_bulk_through_their_table_enter_its_rows_once(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    task = Task.objects.create(workspace=project.workspace, project=project, title="t")
+    forget_messages()
+    through = Project.shared_with.through
+
+    through.objects.bulk_create([through(project=project, workspace=other)])
+    assert heard() == [("task.created", (bob.pk,), task.pk, True)]
+    forget_messages()
+
+    # A link that exists already gives nobody anything.
+    through.objects.bulk_create([through(project=project, workspace=other)], ignore_conflicts=True)
+    assert heard() == []
+
+
+def test_links_of_a_shared_root_moved_by_update_leave_one_workspace_and_enter_the_other(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    carl = User.objects.create_user(username="carl")
+    third = Workspace.objects.create(name="Third", slug="third")
+    Membership.objects.create(workspace=third, user=carl)
+    task = Task.objects.create(workspace=project.workspace, project=project, title="t")
+    project.shared_with.add(other)
+    forget_messages()
+
+    Project.shared_with.through.objects.filter(project=project).update(workspace=third)
+
+    assert heard() == [
+        ("task.deleted", (bob.pk,), task.pk, True),
+        ("task.created", (carl.pk,), task.pk, True),
+    ]
+
+
+def test_links_of_a_shared_root_moved_by_bulk_update_leave_one_workspace_and_enter_the_other(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    carl = User.objects.create_user(username="carl")
+    third = Workspace.objects.create(name="Third", slug="third")
+    Membership.objects.create(workspace=third, user=carl)
+    task = Task.objects.create(workspace=project.workspace, project=project, title="t")
+    project.shared_with.add(other)
+    forget_messages()
+    through = Project.shared_with.through
+    links = list(through.objects.filter(project=project))
+    for link in links:
+        link.workspace = third
+
+    through.objects.bulk_update(links, ["workspace"])
+
+    assert heard() == [
+        ("task.deleted", (bob.pk,), task.pk, True),
+        ("task.created", (carl.pk,), task.pk, True),
+    ]
+
+
+def test_a_workspace_deleted_leaves_the_rows_of_the_projects_shared_with_it(
+    acme_s_project: Project, bob: Any
+) -> None:
+    project, other = acme_s_project, Workspace.objects.get(slug="other")
+    task = Task.objects.create(workspace=project.workspace, project=project, title="t")
+    project.shared_with.add(other)
+    Membership.objects.create(workspace=Workspace.objects.create(name="B", slug="b"), user=bob)
+    bob_s = Workspace.objects.get(slug="b")
+    project.shared_with.add(bob_s)  # bob keeps the project through a second workspace
+    carl = User.objects.create_user(username="carl")
+    Membership.objects.create(workspace=other, user=carl)
+    forget_messages()
+
+    # Django deletes the links with the workspace (its cascade, no QuerySet.delete()).
+    other.delete()
+
+    assert heard() == [("task.deleted", (carl.pk,), task.pk, True)]
+    assert list(project.shared_with.all()) == [bob_s]
+
+
 # Over real sockets ----------------------------------------------------------------------------
 
 

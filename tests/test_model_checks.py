@@ -325,7 +325,7 @@ def test_account_paths_realtime_follows_give_no_warning(path: str) -> None:
     assert messages() == []
 
 
-# W033: guards reading links kept in a through model
+# W033: links that decide who reads, kept in a through model of the application's own
 
 
 def test_a_guard_that_may_read_links_of_an_own_through_model_is_warning_w033() -> None:
@@ -344,6 +344,53 @@ def test_a_guard_whose_fields_leave_such_links_out_gives_no_warning() -> None:
     @realtime_model(guard=everyone, guard_fields=["title"])
     class Guarded(Record):
         members = models.ManyToManyField(get_user_model(), related_name="+")
+
+    assert messages() == []
+
+
+def test_a_shared_root_whose_links_are_rows_of_an_own_through_model_is_warning_w033() -> None:
+    class Partner(models.Model):
+        hub = models.ForeignKey("Hub", on_delete=models.CASCADE, related_name="+")
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return str(self.pk)
+
+    class Hub(models.Model):
+        shared_with = models.ManyToManyField(Workspace, through=Partner, related_name="+")
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return str(self.pk)
+
+    @realtime_model(shared_via="hub")
+    class Spoke(Record):
+        hub = models.ForeignKey(Hub, on_delete=models.CASCADE, related_name="+")
+
+    [message] = messages()
+    assert message.id == "realtime.W033"
+    assert message.obj is Spoke
+    assert "testapp.Partner" in message.msg
+
+
+def test_a_shared_root_whose_links_are_an_auto_created_table_gives_no_warning() -> None:
+    class Hub(models.Model):
+        shared_with = models.ManyToManyField(Workspace, related_name="+")
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return str(self.pk)
+
+    @realtime_model(shared_via="hub")
+    class Spoke(Record):
+        hub = models.ForeignKey(Hub, on_delete=models.CASCADE, related_name="+")
 
     assert messages() == []
 

@@ -132,9 +132,16 @@ def _column_kind(field: Any) -> str:
 
 
 def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
-    """``realtime.W033``: a guard that may read links kept as rows of a ``through`` model of
-    the application's own: rows written directly (not through the many-to-many manager) change
-    its readers unseen."""
+    """``realtime.W033``: links that decide who reads the rows, kept as rows of a ``through``
+    model of the application's own: those a guard may read, and those of a ``shared_via``
+    root. Realtime sees them change through the many-to-many manager only (``m2m_changed``);
+    rows written directly change the readers unseen. An auto-created through table is
+    watched however it is written — its querysets' ``bulk_create``, ``update()`` and
+    ``delete()`` as much as the manager, which writes through them — and is never named."""
+    return _guard_links(options) + _shared_links(options)
+
+
+def _guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
     if options.guard is None:
         return []
     named = options.guard_attnames
@@ -153,6 +160,35 @@ def _check_guard_links(options: ModelOptions) -> list[checks.CheckMessage]:
                 hint=f"Change the links with {options.model.__name__}.{field.name}.add(), "
                 ".remove() or .set(); or, if the guard does not read them, leave the field out "
                 "of guard_fields.",
+                obj=options.model,
+                id="realtime.W033",
+            )
+        )
+    return out
+
+
+def _shared_links(options: ModelOptions) -> list[checks.CheckMessage]:
+    """The links of a ``shared_via`` root kept in a ``through`` model of the application's
+    own (``realtime.writes.shared_roots`` watches them through ``m2m_changed``)."""
+    try:
+        root = path_target(options.model, options.shared_via) if options.shared_via else None
+    except ValueError:
+        return []  # named by realtime.E032
+    if root is None:
+        return []
+    out: list[checks.CheckMessage] = []
+    for field in root._meta.local_many_to_many:
+        through = field.remote_field.through
+        if not isinstance(through, type) or through._meta.auto_created:
+            continue
+        out.append(
+            checks.Warning(
+                f"{options.model._meta.label}: the readers its root {root._meta.label} gives "
+                f"outside a row's scope may come from {field.name!r}, whose links are rows of "
+                f"{through._meta.label}: readers gained or lost by writing those rows directly "
+                "(not through the many-to-many manager) are not told.",
+                hint=f"Change the links with {root.__name__}.{field.name}.add(), .remove(), "
+                ".set() or .clear().",
                 obj=options.model,
                 id="realtime.W033",
             )

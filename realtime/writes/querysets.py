@@ -16,7 +16,8 @@ follow. A queryset or manager class of the application's own takes them in one l
 ``class ContactManager(RealtimeManager)`` — and ``realtime.W031`` names each manager of a
 decorated model whose queryset is not one, until it is. The models of the membership rows of
 account paths take them the same way (``apps.ready`` installs them; ``realtime.W031`` names
-theirs too). Nothing is patched at run time.
+theirs too), and so do the auto-created tables of a shared root's links, whose writes change
+who reads the root's rows (``realtime.writes.shared_roots``). Nothing is patched at run time.
 
 ``silent()`` turns bulk announcements off where code announces by itself or wants none.
 """
@@ -24,6 +25,7 @@ theirs too). Nothing is patched at run time.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 from collections.abc import Iterable
 from typing import Any, TypeVar
@@ -40,7 +42,7 @@ from realtime.compat.django_orm import (
     write_alias,
 )
 from realtime.registry import options_for
-from realtime.writes import bulk, deletes, memberships, tracking
+from realtime.writes import bulk, deletes, memberships, shared_roots, tracking
 from realtime.writes.silence import silenced
 from realtime.writes.silence import silent as silent  # ``realtime.silent``
 
@@ -84,14 +86,25 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             def run(**values: Any) -> int:
                 return memberships.around_update(self, lambda: plain(**values), written)
 
+        if _active(self) and shared_roots.watched(self.model):
+            linking = run
+
+            def run(**values: Any) -> int:
+                return shared_roots.around_update(self, lambda: linking(**values), values)
+
         if not _announcing(self) or deletes.left_to_unlinked(self, kwargs):
             return run(**kwargs)
         return bulk.update(self, kwargs, run)
 
     def delete(self) -> tuple[int, dict[str, int]]:
         meta = self.model._meta
-        if meta.auto_created and _active(self) and memberships.watched(self.model):
-            return memberships.around_delete(self, super().delete)
+        if meta.auto_created and _active(self) and _links_watched(self.model):
+            run = super().delete
+            if memberships.watched(self.model):
+                run = functools.partial(memberships.around_delete, self, run)
+            if shared_roots.watched(self.model):
+                run = functools.partial(shared_roots.around_delete, self, run)
+            return run()
         if not _announcing(self):
             return super().delete()
         return bulk.deleted(self, super().delete)
@@ -101,7 +114,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
     def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
         links = _active(self) and memberships.watched(self.model)
-        if not (links or _announcing(self)):
+        shared = _active(self) and shared_roots.watched(self.model)
+        if not (links or shared or _announcing(self)):
             return super().bulk_create(objs, *args, **kwargs)
         objs = list(objs)
         db = write_alias(self)  # never a replica: the pairs there may be behind
@@ -111,7 +125,10 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         except TypeError:  # arguments Django refuses, with its own message
             return super().bulk_create(objs, *args, **kwargs)
         befores = bulk.before_upsert(self, objs, given) if _announcing(self) else {}
-        created = super().bulk_create(objs, *args, **kwargs)
+        create = functools.partial(super().bulk_create, objs, *args, **kwargs)
+        if shared:
+            create = functools.partial(shared_roots.around_create, self.model, objs, db, create)
+        created = create()
         if links:
             memberships.created_in_bulk(self.model, created, db, existing)
         if _announcing(self):
@@ -122,7 +139,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         self, objs: Iterable[Any], fields: Iterable[str], *args: Any, **kwargs: Any
     ) -> int:
         links = _active(self) and memberships.watched(self.model)
-        if not (links or _announcing(self)):
+        shared = _active(self) and shared_roots.watched(self.model)
+        if not (links or shared or _announcing(self)):
             return super().bulk_update(objs, fields, *args, **kwargs)
         objs, fields = list(objs), list(fields)
 
@@ -141,6 +159,11 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
             def run() -> int:
                 return memberships.around_update(rows, plain, written)
+
+        if shared:
+            rows = self.model._base_manager.using(write_alias(self))
+            rows = rows.filter(pk__in=[o.pk for o in objs])
+            run = functools.partial(shared_roots.around_bulk_update, rows, objs, run)
 
         if not _announcing(self):
             return run()
@@ -227,6 +250,12 @@ def _active(queryset: models.QuerySet[Any, Any]) -> bool:
     """Whether bulk writes of ``queryset`` are announced here and now (not ``silent()``, and
     not the ``update()`` calls Django makes inside a ``bulk_update`` announced by itself)."""
     return not silenced() and queryset.model not in _updating.get()
+
+
+def _links_watched(model: type[models.Model]) -> bool:
+    """Whether writes of ``model``'s rows change who reads other rows: it holds membership
+    rows of an account path, or the links of a shared root."""
+    return memberships.watched(model) or shared_roots.watched(model)
 
 
 def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:
