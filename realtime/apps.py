@@ -48,6 +48,7 @@ class RealtimeConfig(AppConfig):
         from realtime import checks  # noqa: F401 - registers the system checks
         from realtime.writes import (
             deletes,
+            guard_links,
             memberships,
             querysets,
             rechecks,
@@ -61,8 +62,9 @@ class RealtimeConfig(AppConfig):
         memberships.connect()
         for model in memberships.membership_models():
             querysets.install(model)  # their bulk writes change memberships
-        for model in shared_roots.link_models():
-            querysets.install(model)  # their writes (the manager's too) share roots
+        guard_links.connect()
+        for model in [*shared_roots.link_models(), *guard_links.link_models()]:
+            querysets.install(model)  # their writes (the manager's too) change readers
         rechecks.connect()
         relay.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")

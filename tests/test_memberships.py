@@ -328,6 +328,73 @@ def test_an_account_a_link_lets_in_hears_the_row_as_stored_not_as_the_instance_h
     assert heard[0] == ("board.created", [bob.pk], as_stored)
 
 
+def scope_heard() -> list[tuple[str, Any, Any]]:
+    """(event type, accounts told, data) of each scope message published."""
+    return [(m["event_type"], m.get("only"), m["data"]) for m in events("scope")]
+
+
+def test_a_guarded_rows_links_deleted_through_their_table_leave_it(ann: Any, bob: Any) -> None:
+    board = ann_s_board(ann, bob, "b")
+    board.members.add(bob)
+    forget_messages()
+
+    assert Board.members.through.objects.filter(board=board, user=ann).delete()[0] == 1
+
+    assert scope_heard() == [
+        ("board.deleted", [ann.pk], {"model": "board", "id": board.pk}),
+        ("board.updated", [bob.pk], {"model": "board", "id": board.pk}),
+    ]
+
+
+def test_a_guarded_rows_links_created_in_bulk_through_their_table_enter_it_once(
+    ann: Any, bob: Any
+) -> None:
+    board = ann_s_board(ann, bob, "b")
+    forget_messages()
+    through = Board.members.through
+
+    through.objects.bulk_create([through(board=board, user=bob)])
+    assert [(kind, only) for kind, only, _ in scope_heard()] == [
+        ("board.created", [bob.pk]),
+        ("board.updated", [ann.pk]),
+    ]
+    forget_messages()
+
+    # A link that exists already gives nobody anything.
+    through.objects.bulk_create([through(board=board, user=bob)], ignore_conflicts=True)
+    assert scope_heard() == []
+
+
+def test_a_guarded_rows_link_handed_to_another_account_by_update_leaves_one_and_enters_the_other(
+    ann: Any, bob: Any
+) -> None:
+    board = ann_s_board(ann, bob, "b")
+    forget_messages()
+
+    Board.members.through.objects.filter(board=board, user=ann).update(user=bob)
+
+    assert [(kind, only) for kind, only, _ in scope_heard()] == [
+        ("board.deleted", [ann.pk]),
+        ("board.created", [bob.pk]),
+    ]
+
+
+def test_an_account_deleted_with_its_links_leaves_the_guarded_rows_they_gave_it(
+    ann: Any, bob: Any
+) -> None:
+    board = ann_s_board(ann, bob, "b")
+    board.members.add(bob)
+    forget_messages()
+    ann_pk = ann.pk
+
+    ann.delete()  # Django deletes ann's links with her (its cascade, no QuerySet.delete())
+
+    assert scope_heard() == [
+        ("board.deleted", [ann_pk], {"model": "board", "id": board.pk}),
+        ("board.updated", [bob.pk], {"model": "board", "id": board.pk}),
+    ]
+
+
 # The links of a shared root ------------------------------------------------------------------
 
 

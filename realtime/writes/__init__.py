@@ -19,10 +19,11 @@ The path of one write, top to bottom (each module one room)::
                     them to the transport in one call; the outbox rows are then deleted, and
                     a relay sweeps what writers left
 
-Beside the path: ``memberships`` and ``shared_roots`` (readers gained or lost when links
-change), ``deletes`` (cascades, and rows a delete sets to NULL), ``rechecks`` (sockets to
-recheck when memberships or accounts change), ``manual`` (``announce()``, ``deleting()``),
-``broadcast`` and ``items`` (the application's own events), ``outbox``, ``outbox_form`` and
-``relay`` (the durable outbox, its rows' form, and the sweeper). The write side never imports
-the socket side: they meet only in ``realtime.messages``, through a transport.
+Beside the path: ``memberships``, ``shared_roots`` and ``guard_links`` (readers gained or lost
+when links change; ``link_tables``: the writes of an auto-created table of them),
+``deletes`` (cascades, and rows a delete sets to NULL), ``rechecks`` (sockets to recheck when
+memberships or accounts change), ``manual`` (``announce()``, ``deleting()``), ``broadcast``
+and ``items`` (the application's own events), ``outbox``, ``outbox_form`` and ``relay`` (the
+durable outbox, its rows' form, and the sweeper). The write side never imports the socket
+side: they meet only in ``realtime.messages``, through a transport.
 """

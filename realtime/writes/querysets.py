@@ -16,8 +16,9 @@ follow. A queryset or manager class of the application's own takes them in one l
 ``class ContactManager(RealtimeManager)`` — and ``realtime.W031`` names each manager of a
 decorated model whose queryset is not one, until it is. The models of the membership rows of
 account paths take them the same way (``apps.ready`` installs them; ``realtime.W031`` names
-theirs too), and so do the auto-created tables of a shared root's links, whose writes change
-who reads the root's rows (``realtime.writes.shared_roots``). Nothing is patched at run time.
+theirs too), and so do the auto-created tables of links that decide who reads other rows: a
+shared root's and those a guard reads (``realtime.writes.link_tables``). Nothing is patched at
+run time.
 
 ``silent()`` turns bulk announcements off where code announces by itself or wants none.
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.core.exceptions import FieldDoesNotExist
@@ -42,7 +43,15 @@ from realtime.compat.django_orm import (
     write_alias,
 )
 from realtime.registry import options_for
-from realtime.writes import bulk, deletes, memberships, shared_roots, tracking
+from realtime.writes import (
+    bulk,
+    deletes,
+    guard_links,
+    link_tables,
+    memberships,
+    shared_roots,
+    tracking,
+)
 from realtime.writes.silence import silenced
 from realtime.writes.silence import silent as silent  # ``realtime.silent``
 
@@ -86,11 +95,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             def run(**values: Any) -> int:
                 return memberships.around_update(self, lambda: plain(**values), written)
 
-        if _active(self) and shared_roots.watched(self.model):
-            linking = run
-
-            def run(**values: Any) -> int:
-                return shared_roots.around_update(self, lambda: linking(**values), values)
+        for side in _link_sides(self):
+            run = _updating_links(side, self, run)
 
         if not _announcing(self) or deletes.left_to_unlinked(self, kwargs):
             return run(**kwargs)
@@ -98,12 +104,12 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
     def delete(self) -> tuple[int, dict[str, int]]:
         meta = self.model._meta
-        if meta.auto_created and _active(self) and _links_watched(self.model):
+        if meta.auto_created and _active(self) and _links_watched(self):
             run = super().delete
             if memberships.watched(self.model):
                 run = functools.partial(memberships.around_delete, self, run)
-            if shared_roots.watched(self.model):
-                run = functools.partial(shared_roots.around_delete, self, run)
+            for side in _link_sides(self):
+                run = functools.partial(link_tables.around_delete, side, self, run)
             return run()
         if not _announcing(self):
             return super().delete()
@@ -114,8 +120,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
     def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
         links = _active(self) and memberships.watched(self.model)
-        shared = _active(self) and shared_roots.watched(self.model)
-        if not (links or shared or _announcing(self)):
+        sides = _link_sides(self)
+        if not (links or sides or _announcing(self)):
             return super().bulk_create(objs, *args, **kwargs)
         objs = list(objs)
         db = write_alias(self)  # never a replica: the pairs there may be behind
@@ -126,8 +132,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             return super().bulk_create(objs, *args, **kwargs)
         befores = bulk.before_upsert(self, objs, given) if _announcing(self) else {}
         create = functools.partial(super().bulk_create, objs, *args, **kwargs)
-        if shared:
-            create = functools.partial(shared_roots.around_create, self.model, objs, db, create)
+        for side in sides:
+            create = functools.partial(link_tables.around_create, side, objs, db, create)
         created = create()
         if links:
             memberships.created_in_bulk(self.model, created, db, existing)
@@ -139,8 +145,8 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         self, objs: Iterable[Any], fields: Iterable[str], *args: Any, **kwargs: Any
     ) -> int:
         links = _active(self) and memberships.watched(self.model)
-        shared = _active(self) and shared_roots.watched(self.model)
-        if not (links or shared or _announcing(self)):
+        sides = _link_sides(self)
+        if not (links or sides or _announcing(self)):
             return super().bulk_update(objs, fields, *args, **kwargs)
         objs, fields = list(objs), list(fields)
 
@@ -160,10 +166,11 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             def run() -> int:
                 return memberships.around_update(rows, plain, written)
 
-        if shared:
+        if sides:
             rows = self.model._base_manager.using(write_alias(self))
             rows = rows.filter(pk__in=[o.pk for o in objs])
-            run = functools.partial(shared_roots.around_bulk_update, rows, objs, run)
+            for side in sides:
+                run = functools.partial(link_tables.around_bulk_update, side, rows, objs, run)
 
         if not _announcing(self):
             return run()
@@ -252,10 +259,30 @@ def _active(queryset: models.QuerySet[Any, Any]) -> bool:
     return not silenced() and queryset.model not in _updating.get()
 
 
-def _links_watched(model: type[models.Model]) -> bool:
-    """Whether writes of ``model``'s rows change who reads other rows: it holds membership
-    rows of an account path, or the links of a shared root."""
-    return memberships.watched(model) or shared_roots.watched(model)
+def _links_watched(queryset: models.QuerySet[Any, Any]) -> bool:
+    """Whether writes of the queryset's rows change who reads other rows: they are membership
+    rows of an account path, or links of an auto-created table (``_link_sides``)."""
+    return memberships.watched(queryset.model) or bool(_link_sides(queryset))
+
+
+def _updating_links(
+    side: link_tables.Side, queryset: models.QuerySet[Any, Any], run: Callable[..., int]
+) -> Callable[..., int]:
+    """``run`` (an ``update()``), telling what it changes of ``side``'s rows' readers."""
+
+    def update(**values: Any) -> int:
+        return link_tables.around_update(side, queryset, lambda: run(**values), values)
+
+    return update
+
+
+def _link_sides(queryset: models.QuerySet[Any, Any]) -> list[link_tables.Side]:
+    """The rows whose readers writes of the queryset's rows change, where they are links of an
+    auto-created table: a shared root's, a guard's (none when not ``_active``)."""
+    model = queryset.model
+    if not (model._meta.auto_created and _active(queryset)):
+        return []
+    return [found.side(model) for found in (shared_roots, guard_links) if found.watched(model)]
 
 
 def _announcing(queryset: models.QuerySet[Any, Any]) -> bool:

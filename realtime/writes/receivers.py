@@ -21,13 +21,10 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
-from realtime.conf import conf
 from realtime.paths import source_key, split_path
 from realtime.registry import ModelOptions, all_options, options_for
-from realtime.writes import deletes, on_commit, pending, tracking
+from realtime.writes import deletes, guard_links, on_commit, pending, tracking
 from realtime.writes.audiences import (
-    Past,
-    Plan,
     audience_inputs,
     delete_event,
     plan_before,
@@ -295,18 +292,20 @@ def on_m2m_changed(
         return
     if options.user_field is not None and split_path(options.user_field)[0] == field.name:
         return  # the accounts it adds or removes are told by realtime.writes.memberships
+    if guard_links.handles(sender, options):
+        return  # its table's writes, the manager's included, are told there
     key = f"_realtime_m2m_{field.name}"
     links = f"{options.name} {field.name} links"
     if not action.startswith("post_"):
         # clear() sends no ids: read the links it is about to remove; a guard that may read
         # the links has its readers taken now, before they change.
-        clearing, guarded = action == "pre_clear", _guard_reads(options, field)
+        clearing, guarded = action == "pre_clear", guard_links.guard_reads(options, field)
         if not (clearing or guarded):
             return
 
         def read() -> tuple[list[models.Model], dict[Any, Before]]:
             owners = _owners(field, instance, reverse, pk_set, using, clearing)
-            return owners, _readers_before(options, owners, using) if guarded else {}
+            return owners, guard_links.readers_before(options, owners, using) if guarded else {}
 
         pending.put(instance, key, failsafe(links, using, True, read))
         return
@@ -316,15 +315,7 @@ def on_m2m_changed(
         found: list[models.Model] = owners
         if action != "post_clear":
             found = _owners(field, instance, reverse, pk_set, using)
-        for owner in found:
-            before = befores.get(owner.pk)
-            event = read_event(
-                options, owner, "updated", [field.name], scopeless=before is not None, using=using
-            )
-            if event is not None:
-                event.before = before
-                event.links_only, event.values = True, None  # see realtime.writes.order
-                on_commit.add(event, using)
+        on_commit.add_all(guard_links.link_events(options, field, found, befores, using), using)
 
     failsafe(links, using, True, announce)
 
@@ -351,26 +342,6 @@ def _owners(
     key = source_key(field).target_field.name
     rows = field.model._base_manager.using(using).filter(**{f"{key}__in": pk_set or ()})
     return list(rows.order_by("pk"))
-
-
-def _guard_reads(options: ModelOptions, field: models.ManyToManyField[Any, Any]) -> bool:
-    """Whether the model's guard may read the links of ``field`` (``guard_fields`` names it,
-    or names nothing)."""
-    guarded = options.guard_attnames
-    return options.guard is not None and (guarded is None or field.name in guarded)
-
-
-def _readers_before(
-    options: ModelOptions, owners: list[models.Model], using: str
-) -> dict[Any, Before]:
-    """Who could read each owner before its links change."""
-    befores = {}
-    for owner in owners[: conf.CASCADE_LIMIT]:
-        plan = Plan(Past(owner, None, using=using), queries=True, readers=True)
-        before = take_before(options, plan, always=True)
-        if before is not None:
-            befores[owner.pk] = before
-    return befores
 
 
 def _m2m_field(

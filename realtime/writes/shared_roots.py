@@ -11,16 +11,14 @@ reader it never admitted must not learn the row's id). (Account paths, whose lin
 membership rows, are watched by ``realtime.writes.memberships``, which tells their accounts
 the same way, through ``row_events``.)
 
-The links change in every way their rows can, and are watched as account paths' are: the rows
-of an auto-created through table by their querysets (``apps.ready`` gives the table a
-``RealtimeManager``), which the many-to-many manager writes through too — ``add`` is a
-``bulk_create``, ``remove`` and ``clear`` a ``QuerySet.delete()`` —, so ``bulk_create``,
-``update()``, ``bulk_update`` and ``delete()`` of the table are told once, as the manager's
-writes are; a ``through`` model of the application's own by ``m2m_changed`` (its rows written
-directly are not seen: ``realtime.W033``). Rows Django deletes with a row they link
-(deleting a workspace a project is shared with) go in a cascade, which is no
-``QuerySet.delete()``: the readers of the roots linked to a row of the other side are asked
-in its ``pre_delete`` and again in its ``post_delete``.
+The links change in every way their rows can. Those of an auto-created through table are
+watched by its querysets, as an account path's membership rows are
+(``realtime.writes.link_tables``: ``add``, ``remove``, ``clear``, ``set`` of the many-to-many
+manager, and ``bulk_create``, ``update()``, ``bulk_update`` and ``delete()`` of the table, each
+told once); those of a ``through`` model of the application's own by ``m2m_changed`` (its
+rows written directly are not seen: ``realtime.W033``). Links Django deletes with a row they
+link (deleting a workspace a project is shared with) are told from that row's
+``pre_delete`` and ``post_delete`` (``link_tables.watch_deletes``), whatever their table.
 
 Both frames carry ``"moved": true``. At most ``REALTIME_CASCADE_LIMIT`` rows are announced per
 change; past it one truncated event with no data tells the accounts to read again. The reads
@@ -30,36 +28,31 @@ sends reads to: it may not have the write yet), and nothing here fails the write
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+import functools
+from collections.abc import Iterable
+from typing import Any
 
 from django.db import models
-from django.db.models.signals import m2m_changed, post_delete, pre_delete
+from django.db.models.signals import m2m_changed
 
 from realtime.audience import readers, readers_of_rows
 from realtime.auth import account_ids, get_auth, member_ids
 from realtime.chunks import chunked
-from realtime.compat.django_orm import matching, write_alias
 from realtime.conf import conf
 from realtime.encoding import id_order, normal_id, row_key, sorted_ids
-from realtime.paths import path_target, source_key, to_lookup
+from realtime.paths import path_target, source_key, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
-from realtime.writes import on_commit, pending
+from realtime.writes import link_tables, on_commit, pending
 from realtime.writes.events import Event, read_event
 from realtime.writes.failsafe import failsafe, never_raises
 
 UID = "realtime:access"
 PENDING = "_realtime_access_before"
-PENDING_DELETE = "_realtime_access_deleting"
 #: Roots read in one statement by the values of their key.
 CHUNK = 500
 
-T = TypeVar("T")
-
 #: through model -> (options, the root model, its many-to-many those rows are the links of)
 _roots: dict[type[models.Model], list[tuple[ModelOptions, type[models.Model], Any]]] = {}
-#: model at the other end of a root's links -> the through models of those links
-_linked: dict[type[models.Model], list[type[models.Model]]] = {}
 
 
 def connect() -> None:
@@ -67,11 +60,7 @@ def connect() -> None:
     their auto-created tables are then extended: ``link_models()``)."""
     for through in _roots:
         m2m_changed.disconnect(sender=through, dispatch_uid=UID)
-    for other in _linked:
-        pre_delete.disconnect(sender=other, dispatch_uid=UID)
-        post_delete.disconnect(sender=other, dispatch_uid=UID)
     _roots.clear()
-    _linked.clear()
     for options in all_options():
         if options.shared_via is not None:
             root = path_target(options.model, options.shared_via)
@@ -80,15 +69,10 @@ def connect() -> None:
                     links = field.remote_field.through
                     if isinstance(links, type):
                         _roots.setdefault(links, []).append((options, root, field))
-    for through, entries in _roots.items():
+    for through in _roots:
         if not through._meta.auto_created:  # its own rows are no queryset of realtime's
             m2m_changed.connect(_on_links_changed, sender=through, dispatch_uid=UID)
-        other = entries[0][2].related_model
-        if isinstance(other, type):
-            _linked.setdefault(other, []).append(through)
-    for other in _linked:
-        pre_delete.connect(_on_linked_pre_delete, sender=other, dispatch_uid=UID)
-        post_delete.connect(_on_linked_post_delete, sender=other, dispatch_uid=UID)
+    link_tables.watch_deletes(UID, [(through, side(through)) for through in _roots])
 
 
 def link_models() -> list[type[models.Model]]:
@@ -113,10 +97,9 @@ def _on_links_changed(
     label = f"the readers {sender._meta.label} links give"
     if action in ("pre_add", "pre_remove", "pre_clear"):
 
-        def readers_before() -> tuple[list[Root], Readers, Admitted]:
+        def readers_before() -> Asked:
             roots = _roots_changed(sender, instance, pk_set, using, action == "pre_clear")
-            readers_by = _readers_of_roots(roots, using)
-            return roots, readers_by, _admitted(sender, readers_by, using)
+            return _ask(sender, roots, using)
 
         pending.put(instance, PENDING, failsafe(label, using, True, readers_before))
         return
@@ -138,168 +121,43 @@ def _on_links_changed(
 # Writes of an auto-created link table ---------------------------------------------------------
 
 
-def around_delete(
-    queryset: models.QuerySet[Any, Any], run: Callable[[], tuple[int, dict[str, int]]]
-) -> tuple[int, dict[str, int]]:
-    """Run a ``QuerySet.delete()`` of links (the many-to-many manager's ``remove()`` and
-    ``clear()``, or the application's own), for which Django sends no signal, and tell the
-    readers the roots they linked lost."""
-    through, db = queryset.model, write_alias(queryset)  # never a replica
-    return _around(through, db, lambda: _keys_in(matching(queryset, db), through), run)
+def side(through: type[models.Model]) -> link_tables.Side:
+    """What a write of the auto-created table ``through`` changes: the readers of the roots
+    its links name (``realtime.writes.link_tables`` runs the write between the two asks)."""
+    field = _roots[through][0][2]
+    return link_tables.Side(
+        key=source_key(field),
+        other=target_key(field),
+        before=functools.partial(_before_write, through),
+        after=functools.partial(_after_write, through),
+        label=_label(through),
+    )
 
 
-def around_create(
-    through: type[models.Model], objs: Sequence[models.Model], db: str, run: Callable[[], T]
-) -> T:
-    """Run a ``bulk_create`` of links (the many-to-many manager's ``add()``, or the
-    application's own), and tell the readers the roots they link gained. Links that existed
-    already change no root's readers, and tell nobody."""
-    key = _key(through)
-    return _around(through, db, lambda: {normal_id(o.__dict__.get(key.attname)) for o in objs}, run)
+def _before_write(through: type[models.Model], keys: set[Any], using: str) -> Asked:
+    return _ask(through, _roots_linked(through, keys, using), using)
 
 
-def around_update(
-    queryset: models.QuerySet[Any, Any], run: Callable[[], int], values: dict[str, Any]
-) -> int:
-    """Run an ``update()`` of links writing ``values``, and tell the readers their roots gained
-    or lost: those of the roots the rows linked before, and of the one they are given (the
-    roots of an expression's values are read after the write: who reads them hears their
-    rows enter)."""
-    through, db = queryset.model, write_alias(queryset)  # never a replica
-    key = _key(through)
-    pks: list[Any] = []
-
-    def before() -> set[Any]:
-        listed = list(matching(queryset, db).values_list("pk", key.attname))
-        pks.extend(pk for pk, _ in listed)
-        return {normal_id(value) for _, value in listed} | (_given(key, values) or set())
-
-    def after() -> set[Any]:
-        if {key.name, key.attname}.isdisjoint(values) or _given(key, values) is not None:
-            return set()
-        return _keys_in(through._base_manager.using(db).filter(pk__in=pks), through)
-
-    return _around(through, db, before, run, after)
+def _after_write(
+    through: type[models.Model], asked: Asked, later: set[Any], using: str
+) -> list[Event]:
+    """The events of the roots asked before a write, and of those its links name only after
+    it (not known before: who reads their rows now hears them enter)."""
+    roots, before, admitted = asked
+    known = {(index, normal_id(root.pk)) for index, _, root in roots}
+    found = roots + [
+        root
+        for root in _roots_linked(through, later, using)
+        if (root[0], normal_id(root[2].pk)) not in known
+    ]
+    return _root_events(through, before, _readers_of_roots(found, using), admitted, using)
 
 
-def around_bulk_update(
-    rows: models.QuerySet[Any, Any], objs: Sequence[models.Model], run: Callable[[], int]
-) -> int:
-    """Run a ``bulk_update`` of links (``rows``: those of ``objs``, on the write's database),
-    and tell the readers the roots they linked before and link after gained or lost."""
-    through, db = rows.model, rows.db
-    key = _key(through)
-
-    def before() -> set[Any]:
-        return _keys_in(rows, through) | {normal_id(o.__dict__.get(key.attname)) for o in objs}
-
-    return _around(through, db, before, run)
-
-
-def _around(
-    through: type[models.Model],
-    db: str,
-    keys: Callable[[], set[Any]],
-    run: Callable[[], T],
-    keys_after: Callable[[], set[Any]] | None = None,
-) -> T:
-    """Run a write of links, and tell the readers it gave or took: those of the roots whose
-    key values the links hold (``keys``, read before the write; ``keys_after``, after it) are
-    asked before and after the write, on ``db``."""
-    label = _label(through)
-
-    def readers_before() -> tuple[list[Root], Readers, Admitted]:
-        roots = _roots_linked(through, keys(), db)
-        readers_by = _readers_of_roots(roots, db)
-        return roots, readers_by, _admitted(through, readers_by, db)
-
-    taken = failsafe(label, db, True, readers_before)
-    result = run()
-    if taken is not None:
-        roots, before, admitted = taken
-
-        def changes() -> list[Event]:
-            found = roots
-            if keys_after is not None:
-                known = {(index, normal_id(root.pk)) for index, _, root in roots}
-                later = _roots_linked(through, keys_after(), db)
-                found = roots + [r for r in later if (r[0], normal_id(r[2].pk)) not in known]
-            after = _readers_of_roots(found, db)
-            return _root_events(through, before, after, admitted, db)
-
-        on_commit.add_all(failsafe(label, db, True, changes) or [], db)
-    return result
-
-
-def _key(through: type[models.Model]) -> Any:
-    """The foreign key of the links to their root."""
-    return source_key(_roots[through][0][2])
-
-
-def _keys_in(rows: models.QuerySet[Any, Any], through: type[models.Model]) -> set[Any]:
-    """The values of the key to their root that ``rows`` (links) hold."""
-    return {
-        normal_id(value)
-        for value in rows.values_list(_key(through).attname, flat=True).distinct()
-        if value is not None
-    }
-
-
-def _given(key: Any, values: dict[str, Any]) -> set[Any] | None:
-    """The value of the key to the root an ``update()`` writes (a row or its key); ``None``
-    when it writes an expression, whose value is known only once written."""
-    for name in (key.name, key.attname):
-        if name in values:
-            value = values[name]
-            if isinstance(value, models.Model):
-                value = getattr(value, key.target_field.attname)
-            if hasattr(value, "resolve_expression"):
-                return None
-            return set() if value is None else {normal_id(value)}
-    return set()
-
-
-# The links deleted with a row they link --------------------------------------------------------
-
-
-@never_raises
-def _on_linked_pre_delete(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
-) -> None:
-    """A row at the other end of roots' links is deleted, and its links with it, by Django's
-    cascade (no ``QuerySet.delete()``, no signal for an auto-created table's rows): the
-    readers of the roots it is linked to, asked now, while the links exist."""
-    pending.drop(instance, PENDING_DELETE)  # a delete that failed after its pre_delete left it
-
-    def readers_before() -> list[tuple[type[models.Model], list[Root], Readers, Admitted]]:
-        found = []
-        for through in _linked.get(sender, ()):
-            roots = _roots_of(through, instance, using)
-            readers_by = _readers_of_roots(roots, using)
-            found.append((through, roots, readers_by, _admitted(through, readers_by, using)))
-        return found
-
-    label = f"the readers {sender._meta.label} links give"
-    pending.put(instance, PENDING_DELETE, failsafe(label, using, True, readers_before))
-
-
-@never_raises
-def _on_linked_post_delete(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
-) -> None:
-    """The row and its links are gone: the readers the roots lost hear their rows leave."""
-    for through, roots, before, admitted in pending.take(instance, PENDING_DELETE) or []:
-
-        def changes(
-            through: type[models.Model] = through,
-            roots: list[Root] = roots,
-            before: Readers = before,
-            admitted: Admitted = admitted,
-        ) -> list[Event]:
-            after = _readers_of_roots(roots, using)
-            return _root_events(through, before, after, admitted, using)
-
-        on_commit.add_all(failsafe(_label(through), using, True, changes) or [], using)
+def _ask(through: type[models.Model], roots: list[Root], using: str) -> Asked:
+    """``roots``, their readers outside each scope, and those each guarded row's guard admits:
+    what ``_root_events`` compares with the readers after a change."""
+    readers_by = _readers_of_roots(roots, using)
+    return roots, readers_by, _admitted(through, readers_by, using)
 
 
 def _label(through: type[models.Model]) -> str:
@@ -350,6 +208,8 @@ Readers = dict[tuple[int, Any, Any], set[Any]]
 #: For each key of ``Readers`` whose rows are guarded, by ``row_key`` of each row: the
 #: readers outside the scope its guard admits.
 Admitted = dict[tuple[int, Any, Any], dict[Any, set[Any]]]
+#: Roots asked before their links change: them, their readers, and those their guards admit.
+Asked = tuple[list[Root], Readers, Admitted]
 
 
 def _roots_changed(
