@@ -25,9 +25,11 @@ from tests.helpers import events, forget_messages, published
 from tests.testapp.models import (
     Animal,
     Attachment,
+    Badge,
     Comment,
     Company,
     Contact,
+    Crew,
     Dog,
     Folder,
     GuardedTask,
@@ -825,6 +827,25 @@ class TestCascades:
         assert not Attachment.objects.filter(pk__in=[f.pk for f in files]).exists()
         assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == sorted(
             [("attachment.deleted", f.pk) for f in files] + [("contact.deleted", contact_pk)]
+        )
+
+    def test_rows_the_database_deletes_by_a_to_field_key_are_those_announced(
+        self, db: None, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        # Badges link their crew by its code: the other crew's code is the doomed one's
+        # primary key, so its badges are what comparing the key with the pk would find.
+        doomed = Crew.objects.create(code="doomed", name="Doomed")
+        other = Crew.objects.create(code=str(doomed.pk), name="Other")
+        badges = [Badge.objects.create(crew=doomed, name=f"b{n}") for n in range(2)]
+        kept = Badge.objects.create(crew=other, name="kept")
+        doomed_pk = doomed.pk
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            doomed.delete()
+        assert not Badge.objects.filter(pk__in=[b.pk for b in badges]).exists()
+        assert Badge.objects.filter(pk=kept.pk).exists()
+        assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == sorted(
+            [("badge.deleted", b.pk) for b in badges] + [("crew.deleted", doomed_pk)]
         )
 
     @override_settings(REALTIME_CASCADE_LIMIT=2)

@@ -162,7 +162,8 @@ def _children_events(parent: type[models.Model], instance: models.Model, using: 
             if field.related_model is not parent:
                 continue
             stored = options.model._base_manager.using(using)
-            children = stored.filter(**{fk_name: instance.pk}).order_by("pk")
+            # By the instance: a key with a ``to_field`` holds that field's value, not the pk.
+            children = stored.filter(**{fk_name: instance}).order_by("pk")
             rows = list(children[: limit + 1])
             for child in rows[:limit]:
                 event = delete_event(options_for(type(child)) or options, child, using)

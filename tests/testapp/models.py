@@ -608,6 +608,20 @@ class Logbook(models.Model):
         return self.text
 
 
+@realtime_model(scope_field=None, fields=["name"], cascade=["crew"])
+class Badge(models.Model):
+    """Deleted by the database with its crew, linked by the crew's code (``to_field``; ON
+    DELETE CASCADE made by the migration)."""
+
+    crew = models.ForeignKey(
+        Crew, to_field="code", on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def may_read_case(user: Any) -> Q:
     """Cases are read by everyone in their workspace, but a private one only by its assignee."""
     return Q(private=False) | Q(assignee=user)
