@@ -20,14 +20,20 @@ from realtime.compat.django_orm import can_return_rows
 from realtime.encoding import jsonable
 from tests.helpers import events, forget_messages, returns_rows
 from tests.testapp.models import (
+    Attachment,
+    Chat,
+    ChatLine,
     Company,
     Contact,
     Dog,
+    Lead,
     Membership,
     Notification,
     Plain,
     PrivateNote,
+    Seat,
     Ticket,
+    Vendor,
     Workspace,
 )
 
@@ -820,6 +826,33 @@ def test_silent_turns_bulk_announcements_off_but_not_saves(acme: Workspace) -> N
         deleted_loudly.delete()
 
     assert [e["event_type"] for e in events()] == ["company.created", "ticket.deleted"]
+
+
+def test_silent_quiets_what_a_queryset_delete_cascades_to_but_not_an_instance_delete(
+    acme: Workspace,
+) -> None:
+    # Rows the database deletes (cascade=[...]), rows set to NULL, and the accounts a
+    # membership row deleted by Django's cascade leaves: each is part of the QuerySet.delete().
+    ann = get_user_model().objects.create(username="ann")
+    quiet, loud = (Contact.objects.create(workspace=acme, name=name) for name in ("q", "l"))
+    Attachment.objects.create(workspace=acme, contact=quiet, name="quiet")
+    heard = Attachment.objects.create(workspace=acme, contact=loud, name="loud")
+    vendor = Vendor.objects.create(workspace=acme, name="v")
+    Lead.objects.create(workspace=acme, vendor=vendor, name="l")
+    chat = Chat.objects.create(title="c")
+    Seat.objects.create(chat=chat, user=ann)
+    ChatLine.objects.create(chat=chat, text="line")
+    loud_pk = loud.pk
+    forget_messages()
+
+    with silent():
+        Contact.objects.filter(pk=quiet.pk).delete()
+        Vendor.objects.filter(pk=vendor.pk).delete()
+        Chat.objects.filter(pk=chat.pk).delete()
+        loud.delete()
+
+    told = sorted((e["event_type"], (e["data"] or {}).get("id")) for e in events())
+    assert told == [("attachment.deleted", heard.pk), ("contact.deleted", loud_pk)]
 
 
 def test_the_async_forms_announce_as_the_sync_ones(acme: Workspace) -> None:

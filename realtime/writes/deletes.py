@@ -47,6 +47,7 @@ from realtime.writes import on_commit, pending
 from realtime.writes.audiences import befores_of, delete_event, first_hop_attname, moves_audience
 from realtime.writes.events import Before, Event, folded_event, read_accounts, read_event
 from realtime.writes.failsafe import failsafe, never_raises
+from realtime.writes.silence import silences
 
 # Cascades --------------------------------------------------------------------------------------
 PENDING_CASCADE = "_realtime_pending_cascade"
@@ -133,8 +134,14 @@ def connect_database_cascades() -> None:
 
 
 def _on_parent_pre_delete(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+    sender: type[models.Model],
+    instance: models.Model,
+    using: str,
+    origin: Any = None,
+    **kwargs: Any,
 ) -> None:
+    if silences(origin):
+        return
     events = failsafe(
         f"the database cascade of {sender._meta.label}:{instance.pk}",
         using,
@@ -234,8 +241,15 @@ def connect_unlinked() -> None:
 
 @never_raises
 def _on_target_deleting(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+    sender: type[models.Model],
+    instance: models.Model,
+    using: str,
+    origin: Any = None,
+    **kwargs: Any,
 ) -> None:
+    if silences(origin):
+        return
+
     def read() -> list[Unlinked]:
         found = []
         limit = conf.CASCADE_LIMIT

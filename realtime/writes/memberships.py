@@ -49,6 +49,7 @@ from realtime.writes import on_commit, pending
 from realtime.writes.events import Event, with_attnames
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.shared_roots import row_events
+from realtime.writes.silence import silences
 
 logger = logging.getLogger(__name__)
 
@@ -229,8 +230,15 @@ def _on_post_save(
 
 @never_raises
 def _on_pre_delete(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+    sender: type[models.Model],
+    instance: models.Model,
+    using: str,
+    origin: Any = None,
+    **kwargs: Any,
 ) -> None:
+    if silences(origin):
+        return
+
     def pairs() -> dict[Watch, set[Pair]]:
         whole = _with_keys(instance, using)
         return {watch: {_pair(whole, watch)} for watch in _watches_of(sender)}
