@@ -37,6 +37,7 @@ from tests.testapp.models import (
     Message,
     Notification,
     Plain,
+    Preview,
     PrivateNote,
     Project,
     Tag,
@@ -824,6 +825,79 @@ class TestCascades:
         forget_messages()
         with django_capture_on_commit_callbacks(execute=True):
             contact.delete()
+        assert not Attachment.objects.filter(pk__in=[f.pk for f in files]).exists()
+        assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == sorted(
+            [("attachment.deleted", f.pk) for f in files] + [("contact.deleted", contact_pk)]
+        )
+
+    def test_rows_the_database_deletes_with_rows_it_deletes_are_announced(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        # contact -> attachments -> previews, both removed by the database's cascade.
+        contact, other = (Contact.objects.create(workspace=workspace, name=n) for n in "ab")
+        files = [
+            Attachment.objects.create(workspace=workspace, contact=contact, name=f"f{n}")
+            for n in range(2)
+        ]
+        previews = [
+            Preview.objects.create(workspace=workspace, attachment=f, name=f"p{n}")
+            for f in files
+            for n in range(2)
+        ]
+        kept = Preview.objects.create(
+            workspace=workspace,
+            attachment=Attachment.objects.create(workspace=workspace, contact=other, name="o"),
+            name="kept",
+        )
+        contact_pk = contact.pk
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact.delete()
+        assert not Preview.objects.filter(pk__in=[p.pk for p in previews]).exists()
+        assert Preview.objects.filter(pk=kept.pk).exists()
+        assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == sorted(
+            [("attachment.deleted", f.pk) for f in files]
+            + [("preview.deleted", p.pk) for p in previews]
+            + [("contact.deleted", contact_pk)]
+        )
+
+    @override_settings(REALTIME_CASCADE_LIMIT=2)
+    def test_rows_the_database_deletes_a_level_down_past_the_limit_fold_into_one_event(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        # Three attachments (one past the limit), each with a preview: the preview of the
+        # attachment past the limit is one of the previews too.
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        for n in range(3):
+            attachment = Attachment.objects.create(workspace=workspace, contact=contact, name="f")
+            Preview.objects.create(workspace=workspace, attachment=attachment, name=f"p{n}")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            contact.delete()
+        previews = [m for m in events() if m["event_type"] == "preview.deleted"]
+        assert len([m for m in previews if m["data"] is not None]) == 2
+        assert [m for m in previews if m["data"] is None] == [
+            scope_event(
+                "preview.deleted", None, ["preview"], workspace.pk, meta={"truncated": True}
+            )
+        ]
+
+    @pytest.mark.parametrize("how", ["instance", "queryset"])
+    def test_rows_the_database_deletes_are_announced_when_a_proxy_deletes_their_parent(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture, how: str
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        files = [
+            Attachment.objects.create(workspace=workspace, contact=contact, name=f"f{n}")
+            for n in range(2)
+        ]
+        contact_pk = contact.pk
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            if how == "instance":
+                VipContact.objects.get(pk=contact_pk).delete()
+            else:
+                VipContact.objects.filter(pk=contact_pk).delete()
         assert not Attachment.objects.filter(pk__in=[f.pk for f in files]).exists()
         assert sorted((m["event_type"], m["data"]["id"]) for m in events()) == sorted(
             [("attachment.deleted", f.pk) for f in files] + [("contact.deleted", contact_pk)]

@@ -6,8 +6,9 @@ model, deletion): past it, the surplus folds into one ``<name>.deleted`` with no
 truncated, per scope, on the model's channel, so clients reload the list instead of drowning
 in events. Rows the *database* removes (``on_delete=DO_NOTHING`` plus an ``ON DELETE CASCADE``
 constraint) send no signal at all: a child model declares ``cascade=["parent"]``; the
-parent's ``pre_delete`` then reads at most the limit of such children per parent (one query)
-and its ``post_delete`` hands their announcements to the outbox.
+``pre_delete`` of the parent (or of a proxy of it) then reads its children, and theirs in turn
+when they are parents of such children too, at most the limit of each child model one by one
+per parent, and its ``post_delete`` hands their announcements to the outbox.
 
 **Rows unlinked.** ``on_delete=SET_NULL``, ``SET_DEFAULT``, ``SET(...)`` and the database-side
 ``DB_SET_NULL``/``DB_SET_DEFAULT`` of Django 6.1 change children with one ``UPDATE`` (or in the
@@ -123,14 +124,22 @@ def _fold_accounts(options: ModelOptions, instance: models.Model, origin: Any) -
 
 
 def connect_database_cascades() -> None:
-    """Connect the parents of every ``cascade=[...]`` child. Called once models are ready."""
+    """Connect the parents of every ``cascade=[...]`` child, and their proxies (a proxy's
+    delete sends its signals as the proxy). Called once models are ready."""
     for options in all_options():
         for fk_name in options.cascade:
             parent = options.model._meta.get_field(fk_name).related_model
             if isinstance(parent, type):
-                uid = f"realtime:cascade:{parent._meta.label}"
-                pre_delete.connect(_on_parent_pre_delete, sender=parent, dispatch_uid=uid)
-                post_delete.connect(_on_parent_post_delete, sender=parent, dispatch_uid=uid)
+                for sender in _with_proxies(parent):
+                    uid = f"realtime:cascade:{sender._meta.label}"
+                    pre_delete.connect(_on_parent_pre_delete, sender=sender, dispatch_uid=uid)
+                    post_delete.connect(_on_parent_post_delete, sender=sender, dispatch_uid=uid)
+
+
+def _with_proxies(model: type[models.Model]) -> list[type[models.Model]]:
+    """The installed models that store their rows in ``model``'s table: it and its proxies."""
+    concrete = model._meta.concrete_model
+    return [m for m in model._meta.apps.get_models() if m._meta.concrete_model is concrete]
 
 
 def _on_parent_pre_delete(
@@ -159,30 +168,106 @@ def _on_parent_post_delete(
 
 
 def _children_events(parent: type[models.Model], instance: models.Model, using: str) -> list[Event]:
-    limit = conf.CASCADE_LIMIT
-    events: list[Event] = []
-    for options in all_options():
+    """The deletes of the rows the database removes with ``instance``: the rows of every
+    ``cascade=[...]`` model that link it, then the rows that link those, level by level, all
+    read now while they still exist. A level is read only when the one above it found rows,
+    and a model met again below itself (a tree of rows) only while it still announces rows one
+    by one, so a cycle of keys ends."""
+    reading = _CascadeReading(using, (parent._meta.concrete_model, instance.pk))
+    level: list[tuple[type[models.Model], Any, frozenset[Any]]] = [
+        (parent, instance, frozenset({parent._meta.concrete_model}))
+    ]
+    while level:
+        below = []
+        for model, rows, path in level:
+            for options, fk_name in _cascading_to(model):
+                # The first level by the instance (a key with a ``to_field`` holds that field's
+                # value, not the pk); the others by the rows of the level above.
+                lookup = fk_name if isinstance(rows, models.Model) else f"{fk_name}__in"
+                children = options.model._base_manager.using(using).filter(**{lookup: rows})
+                found, announced = reading.read(options, children)
+                concrete = options.model._meta.concrete_model
+                if found and (announced or concrete not in path):
+                    # The rows read when they are all of them: no subquery in the next read.
+                    whole = len(found) <= reading.limit
+                    below.append((options.model, found if whole else children, path | {concrete}))
+        level = below
+    return reading.events
+
+
+def _cascading_to(model: type[models.Model]) -> list[tuple[ModelOptions, str]]:
+    """The ``cascade=[...]`` foreign keys to ``model``'s rows, with their model's options."""
+    concrete = model._meta.concrete_model
+    return [
+        (options, fk_name)
+        for options in all_options()
+        for fk_name in options.cascade
+        if _target_concrete(options, fk_name) is concrete
+    ]
+
+
+def _target_concrete(options: ModelOptions, fk_name: str) -> Any:
+    target = options.model._meta.get_field(fk_name).related_model
+    return target._meta.concrete_model if isinstance(target, type) else None
+
+
+class _CascadeReading:
+    """The events of one database cascade, at most ``REALTIME_CASCADE_LIMIT`` rows of each
+    child model one by one, the rest folded into one truncated event per scope."""
+
+    def __init__(self, using: str, deleted: tuple[Any, Any]) -> None:
+        self.using = using
+        self.limit = conf.CASCADE_LIMIT
+        self.events: list[Event] = []
+        self.seen: set[tuple[Any, Any]] = {deleted}  # the parent, and the rows announced
+        self.counts: Counter[Any] = Counter()
+        self.folded: set[tuple[Any, Any]] = set()
+
+    def read(
+        self, options: ModelOptions, children: models.QuerySet[Any, Any]
+    ) -> tuple[list[Any], bool]:
+        """Announce the rows of ``children`` not announced yet; the first rows read (one more
+        than the limit), and whether any was announced one by one."""
+        model = options.model._meta.concrete_model
+        rows = list(children.order_by("pk")[: self.limit + 1])
         if "deleted" not in options.actions:
-            continue
-        for fk_name in options.cascade:
-            field = options.model._meta.get_field(fk_name)
-            if field.related_model is not parent:
+            return rows, False
+        announced, surplus = False, len(rows) > self.limit
+        for child in rows[: self.limit]:
+            if (model, child.pk) in self.seen:
                 continue
-            stored = options.model._base_manager.using(using)
-            # By the instance: a key with a ``to_field`` holds that field's value, not the pk.
-            children = stored.filter(**{fk_name: instance}).order_by("pk")
-            rows = list(children[: limit + 1])
-            for child in rows[:limit]:
-                event = delete_event(options_for(type(child)) or options, child, using)
-                if event is not None:
-                    events.append(event)
-            if len(rows) > limit and options.is_global:
-                events.append(folded_event(options, None))
-            elif len(rows) > limit and options.scope_attname is not None:
-                surplus = children.values_list(options.scope_attname, flat=True)[limit:]
-                for scope_id in sorted({s for s in surplus if s is not None}, key=id_order):
-                    events.append(folded_event(options, scope_id))
-    return events
+            if self.counts[model] >= self.limit:
+                surplus = True
+                continue
+            self.seen.add((model, child.pk))
+            self.counts[model] += 1
+            announced = True
+            event = delete_event(options_for(type(child)) or options, child, self.using)
+            if event is not None:
+                self.events.append(event)
+        if surplus:
+            self._fold(options, children, rows)
+        return rows, announced
+
+    def _fold(
+        self, options: ModelOptions, children: models.QuerySet[Any, Any], rows: list[Any]
+    ) -> None:
+        """The truncated events of the scopes of the rows not announced one by one."""
+        model = options.model._meta.concrete_model
+        if options.is_global:
+            scopes: set[Any] = {None}
+        elif options.scope_attname is not None:
+            attname = options.scope_attname
+            scopes = {getattr(r, attname) for r in rows if (model, r.pk) not in self.seen}
+            if len(rows) > self.limit:
+                past = children.order_by("pk").values_list(attname, flat=True)[self.limit :]
+                scopes.update(past)
+            scopes.discard(None)
+        else:  # an account model: its first rows only (docs/limits.md)
+            return
+        for scope_id in sorted(scopes - {s for m, s in self.folded if m is model}, key=id_order):
+            self.folded.add((model, scope_id))
+            self.events.append(folded_event(options, scope_id))
 
 
 # Rows unlinked ---------------------------------------------------------------------------------

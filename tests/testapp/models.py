@@ -201,6 +201,21 @@ class Attachment(models.Model):
         return self.name
 
 
+@realtime_model(fields=["name"], cascade=["attachment"])
+class Preview(models.Model):
+    """Deleted by the database with its attachment, so with its attachment's contact too
+    (ON DELETE CASCADE made by the migration)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    attachment = models.ForeignKey(
+        Attachment, on_delete=models.DO_NOTHING, db_constraint=False, related_name="previews"
+    )
+    name = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
 @realtime_model(fields=["label"])
 class Item(models.Model):
     """Deleted by Django's own cascade with its folder."""
