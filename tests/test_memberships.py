@@ -278,6 +278,33 @@ def test_a_seat_loaded_without_its_chat_and_handed_over_tells_both_accounts(
     assert "chat_id" in seat.get_deferred_fields()  # the application's instance left as it was
 
 
+def deleted_once_each(chat: Chat, accounts: tuple[Any, ...]) -> list[tuple[str, Any, Any, bool]]:
+    """Each line and pin of ``chat`` told deleted once, by its own delete, to ``accounts``."""
+    lines = [("chat_line.deleted", line.pk) for line in ChatLine.objects.filter(chat=chat)]
+    pins = [("chat_pin.deleted", pin.pk) for pin in ChatPin.objects.filter(chat=chat)]
+    ids = tuple(sorted(account.pk for account in accounts))
+    return sorted((kind, ids, pk, False) for kind, pk in lines + pins)
+
+
+@pytest.mark.parametrize("how", ["instance", "queryset"])
+def test_a_chat_deleted_with_its_seats_tells_each_member_of_each_line_and_pin_once(
+    chat: Chat, ann: Any, bob: Any, how: str
+) -> None:
+    Seat.objects.create(chat=chat, user=ann)
+    Seat.objects.create(chat=chat, user=bob)
+    ChatLine.objects.create(chat=chat, text="second")
+    expected = deleted_once_each(chat, (ann, bob))
+    forget_messages()
+
+    if how == "instance":
+        chat.delete()
+    else:
+        Chat.objects.filter(pk=chat.pk).delete()
+
+    # The seats going with the chat leave no one: the lines and pins go too, and say so.
+    assert sorted(heard()) == expected
+
+
 # A guard that reads links ---------------------------------------------------------------------
 
 
@@ -576,3 +603,24 @@ async def test_over_sockets_a_participant_added_hears_the_room_and_one_removed_h
 
     assert await frames(ann) == [("room.created", room.pk), ("room.deleted", room.pk)]
     assert await frames(bob) == [("room.created", room.pk), ("chat_line.created", line.pk)]
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_over_sockets_a_chat_deleted_tells_its_member_once_per_line(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    ann = await off_loop(User.objects.create_user, username="ann")
+    token = await off_loop(issue_token, ann)
+    client = await ws.authenticated(live_servers.get(), token, channels=["chat_line"])
+    chat = await off_loop(Chat.objects.create, title="c")
+    await off_loop(Seat.objects.create, chat=chat, user=ann)
+    line = await off_loop(ChatLine.objects.create, chat=chat, text="hi")
+
+    await off_loop(chat.delete)
+
+    await off_loop(broadcast_to_user, ann.pk, "test.marker", None)
+    got = await client.frames_until("test.marker")
+    assert [(frame["type"], frame["data"]["id"]) for frame in got] == [
+        ("chat_line.created", line.pk),
+        ("chat_line.deleted", line.pk),
+    ]

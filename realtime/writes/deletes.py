@@ -26,6 +26,11 @@ truncated ``<name>.updated`` per scope. Django's own ``update()`` of those child
 atomic block of the delete alone: a delete refused after its ``pre_delete`` leaves later
 updates of those keys to the queryset.
 
+**Rows going.** Every ``pre_delete`` of a deletion comes before its first ``post_delete``; the
+rows of decorated models it names are noted per deletion (``going``), so that a receiver of a
+``post_delete`` knows what else the deletion removes: the records a membership row going with
+them would otherwise tell as leaving (``realtime.writes.memberships``).
+
 Reads run in savepoints where needed; nothing here fails the delete.
 """
 
@@ -34,7 +39,8 @@ from __future__ import annotations
 import contextvars
 import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from django.db import connections, models
@@ -42,7 +48,7 @@ from django.db.models.signals import post_delete, pre_delete
 
 from realtime.compat.django import atomic_block, in_transaction
 from realtime.conf import conf
-from realtime.encoding import id_order, record_channel, sorted_ids
+from realtime.encoding import id_order, record_channel, row_key, sorted_ids
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
 from realtime.writes import on_commit, pending
 from realtime.writes.audiences import befores_of, delete_event, first_hop_attname, moves_audience
@@ -121,6 +127,40 @@ def _fold_accounts(options: ModelOptions, instance: models.Model, origin: Any) -
         return None
     event = folds[options.model] = folded_event(options, None, accounts=accounts)
     return event
+
+
+# Rows going ------------------------------------------------------------------------------------
+#: The ids of the decorated rows each deletion (keyed by its origin) sent ``pre_delete`` for,
+#: per concrete model: every one comes before the deletion's first ``post_delete``, so a
+#: receiver there knows all the deletion removes.
+_going: weakref.WeakKeyDictionary[Any, dict[type[models.Model], set[Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@never_raises
+def going(origin: Any, instance: models.Model) -> None:
+    """Note that the deletion begun at ``origin`` removes the row of ``instance``."""
+    if origin is None:
+        return
+    try:
+        rows = _going.setdefault(origin, {})
+    except TypeError:  # an origin that cannot be weakly referenced or hashed: nothing noted
+        return
+    model = instance._meta.concrete_model or type(instance)
+    rows.setdefault(model, set()).add(row_key(instance.pk))
+
+
+def gone_with(origin: Any) -> Mapping[type[models.Model], AbstractSet[Any]]:
+    """The ids of the decorated rows, per concrete model, that the deletion begun at
+    ``origin`` removes, as far as its ``pre_delete`` signals were sent: all of them, from its
+    first ``post_delete`` on."""
+    if origin is None:
+        return {}
+    try:
+        return _going.get(origin, {})
+    except TypeError:
+        return {}
 
 
 def connect_database_cascades() -> None:

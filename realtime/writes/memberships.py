@@ -15,7 +15,9 @@ and in bulk. So realtime watches the membership model itself, whichever way it i
 * rows deleted (``delete``, ``QuerySet.delete``, the manager's ``remove`` and ``clear``): a
   pair that no longer exists after the write *leaves* — ``<name>.deleted`` with the model and
   the id only (Django sends no signal for the rows of an auto-created through table: their
-  ``QuerySet.delete()`` is watched instead);
+  ``QuerySet.delete()`` is watched instead). A record the same deletion removes (a chat's
+  lines, going with the chat and its seats) is told by its own delete, not as leaving: one
+  ``deleted`` each, as where the through rows going with their owner send no signal;
 * rows updated (``save``, ``update()``, ``bulk_update``): the pairs before and after are
   compared, counting the rows the write did not touch.
 
@@ -31,7 +33,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,10 +45,11 @@ from django.db.models.signals import post_delete, post_save, pre_delete, pre_sav
 
 from realtime.chunks import chunked
 from realtime.compat.django_orm import matching, write_alias
-from realtime.encoding import id_order, normal_id, sorted_ids
+from realtime.conf import conf
+from realtime.encoding import id_order, normal_id, row_key, sorted_ids
 from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
 from realtime.registry import ModelOptions, all_options
-from realtime.writes import on_commit, pending
+from realtime.writes import deletes, on_commit, pending
 from realtime.writes.events import Event, with_attnames
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.shared_roots import row_events
@@ -59,6 +63,8 @@ PENDING = "_realtime_membership_before"
 CHUNK = 500
 
 Pair = tuple[Any, Any]
+#: The ids of the rows a deletion in progress removes, per concrete model (``deletes.gone_with``).
+Going = Mapping[type[models.Model], AbstractSet[Any]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -248,11 +254,17 @@ def _on_pre_delete(
 
 @never_raises
 def _on_post_delete(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+    sender: type[models.Model],
+    instance: models.Model,
+    using: str,
+    origin: Any = None,
+    **kwargs: Any,
 ) -> None:
     before = pending.take(instance, PENDING) or {}
+    going = deletes.gone_with(origin)  # told by their own delete (see the module docstring)
     for watch, pairs in before.items():
-        _changed(watch, using, {p for p in pairs if None not in p}, set(), [instance.pk])
+        was = {p for p in pairs if None not in p}
+        _changed(watch, using, was, set(), [instance.pk], going)
 
 
 # Bulk writes -----------------------------------------------------------------------------------
@@ -340,18 +352,28 @@ def existing_pairs(
 # What changed, and who hears it -----------------------------------------------------------------
 
 
-def _changed(watch: Watch, db: str, was: set[Pair], now: set[Pair], touched: Sequence[Any]) -> None:
+def _changed(
+    watch: Watch,
+    db: str,
+    was: set[Pair],
+    now: set[Pair],
+    touched: Sequence[Any],
+    going: Going | None = None,
+) -> None:
     """Announce what a write that changed the rows ``touched`` did to the pairs it held:
-    ``was`` before, ``now`` after; pairs other rows still hold (or held) change nothing."""
+    ``was`` before, ``now`` after; pairs other rows still hold (or held) change nothing.
+    ``going``: records the deletion of ``touched`` removes too, which leave no one."""
     gained, lost = now - was, was - now
     if not (gained or lost):
         return
     stored = watch.membership._base_manager.using(db)
     others = _existing(stored, watch, gained | lost, touched)
-    _announce(watch, db, gained - others, lost - others)
+    _announce(watch, db, gained - others, lost - others, going)
 
 
-def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> None:
+def _announce(
+    watch: Watch, db: str, entered: set[Pair], left: set[Pair], going: Going | None = None
+) -> None:
     events: list[Event] = []
     accounts = _account_ids(watch, db, {account for _, account in entered | left})
     for pairs, entering in ((left, False), (entered, True)):
@@ -361,8 +383,22 @@ def _announce(watch: Watch, db: str, entered: set[Pair], left: set[Pair]) -> Non
                 by_owner.setdefault(owner, set()).add(accounts[account])
         for owner in sorted(by_owner, key=id_order):
             rows = _records_of(watch, owner, db)
+            if not entering:
+                rows = _staying(watch, rows, going)
             events += row_events(watch.options, rows, sorted_ids(by_owner[owner]), entering)
     on_commit.add_all(events, db)
+
+
+def _staying(
+    watch: Watch, rows: models.QuerySet[Any, Any], going: Going | None
+) -> models.QuerySet[Any, Any]:
+    """Of ``rows``, those ``going`` does not name (their ids read only when it names some of
+    their model: a deletion in progress)."""
+    gone = (going or {}).get(watch.options.model._meta.concrete_model)  # type: ignore[arg-type]
+    if not gone:
+        return rows
+    staying = [pk for pk in rows.values_list("pk", flat=True) if row_key(pk) not in gone]
+    return rows.filter(pk__in=staying[: conf.CASCADE_LIMIT + 1])
 
 
 def _account_ids(watch: Watch, db: str, values: set[Any]) -> dict[Any, Any]:

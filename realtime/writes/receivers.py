@@ -242,7 +242,10 @@ def on_pre_delete(
     """The event of a delete and who may read the row, decided while it still exists."""
     options = options_for(sender)
     pending.drop(instance, PENDING_DELETE)  # a delete that failed after its pre_delete left it
-    if options is None or "deleted" not in options.actions or silences(origin):
+    if options is None:
+        return
+    deletes.going(origin, instance)  # told by its own delete, not as leaving (memberships)
+    if "deleted" not in options.actions or silences(origin):
         return
 
     def prepare() -> None:
