@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import logging
@@ -473,6 +474,47 @@ class TestDeletes:
             ("contact.deleted" if model is Contact else "animal.deleted", beta.pk)
         ]
         assert stale.workspace_id == workspace.pk  # the application's instance is left as it was
+
+    @pytest.mark.django_db(transaction=True)
+    @pytest.mark.parametrize("atomic", [False, True])
+    def test_a_child_deleted_keeping_its_parent_tells_the_parent_row_updated_not_deleted(
+        self, workspace: Workspace, atomic: bool
+    ) -> None:
+        """``delete(keep_parents=True)`` of a multi-table child removes the child's own row
+        only: the row its parent's table keeps is still read as the parent, so it is told
+        updated, as it is now, naming the child's columns that went."""
+        dog = Dog.objects.create(workspace=workspace, name="Rex", breed="lab")
+        pk = dog.pk
+        forget_messages()
+
+        with transaction.atomic() if atomic else contextlib.nullcontext():
+            dog.delete(keep_parents=True)
+
+        assert Animal.objects.filter(pk=pk).exists()
+        assert [
+            (e["event_type"], e["data"], e["meta"], e["scope_id"]) for e in events("scope")
+        ] == [
+            (
+                "animal.updated",
+                {"model": "animal", "id": pk, "name": "Rex"},
+                {"changed": ["breed"]},
+                workspace.pk,
+            )
+        ]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_a_child_deleted_with_its_parent_is_told_deleted_once(
+        self, workspace: Workspace
+    ) -> None:
+        dog = Dog.objects.create(workspace=workspace, name="Rex", breed="lab")
+        pk = dog.pk
+        forget_messages()
+
+        dog.delete()
+
+        assert [(e["event_type"], e["data"]["id"]) for e in events("scope")] == [
+            ("animal.deleted", pk)
+        ]
 
     def test_a_delete_is_told_to_the_account_that_holds_the_row_now(
         self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture

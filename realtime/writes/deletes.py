@@ -163,6 +163,18 @@ def gone_with(origin: Any) -> Mapping[type[models.Model], AbstractSet[Any]]:
         return {}
 
 
+def parent_kept(
+    options: ModelOptions, sender: type[models.Model], instance: models.Model, origin: Any
+) -> bool:
+    """Whether the deletion begun at ``origin`` removed the row of ``instance``, a multi-table
+    child announcing as its ancestor ``options.model``, but kept the ancestor's row
+    (``delete(keep_parents=True)``): Django then sends no ``pre_delete`` for the ancestor."""
+    ancestor = options.model._meta.concrete_model
+    if origin is None or ancestor is sender._meta.concrete_model:
+        return False
+    return row_key(instance.pk) not in gone_with(origin).get(ancestor, ())  # type: ignore[arg-type]
+
+
 def connect_database_cascades() -> None:
     """Connect the parents of every ``cascade=[...]`` child, and their proxies (a proxy's
     delete sends its signals as the proxy). Called once models are ready."""

@@ -260,14 +260,40 @@ def on_pre_delete(
 
 
 def on_post_delete(
-    sender: type[models.Model], instance: models.Model, using: str, **kwargs: Any
+    sender: type[models.Model],
+    instance: models.Model,
+    using: str,
+    origin: Any = None,
+    **kwargs: Any,
 ) -> None:
-    """The row is gone: its event to the outbox."""
+    """The row is gone: its event to the outbox. A multi-table child deleted with
+    ``keep_parents=True`` leaves the row of the ancestor it announces as: that row's update."""
     event = pending.take(instance, PENDING_DELETE)
+    if event is None:
+        return
+    label = f"a deleted {sender._meta.label}"
+    if deletes.parent_kept(event.options, sender, instance, origin):
+        failsafe(label, using, True, lambda: _parent_kept(event.options, sender, instance, using))
+        return
+    failsafe(label, using, False, lambda: on_commit.add(event, using))
+
+
+def _parent_kept(
+    options: ModelOptions, child: type[models.Model], instance: models.Model, using: str
+) -> None:
+    """Announce the row a multi-table child's delete left in its ancestor's table as it is
+    now: ``<name>.updated``, ``changed`` naming the child's own columns that went, as a save
+    of them would (nothing, when the child has none or the model announces no updates)."""
+    own = child._meta.concrete_model._meta.local_concrete_fields  # type: ignore[union-attr]
+    changed = sorted(field.name for field in own if not field.primary_key)
+    if "updated" not in options.actions or not changed:
+        return
+    row = options.model._base_manager.using(using).filter(pk=instance.pk).first()
+    if row is None:  # removed meanwhile: its own delete tells it
+        return
+    event = read_event(options, row, "updated", changed, using=using)
     if event is not None:
-        failsafe(
-            f"a deleted {sender._meta.label}", using, False, lambda: on_commit.add(event, using)
-        )
+        on_commit.add(event, using)
 
 
 def _label(options: ModelOptions, instance: models.Model) -> str:
