@@ -50,6 +50,7 @@ from realtime.sockets.cursors import position_of, read_cursor
 from realtime.sockets.delivery import Plan
 from realtime.sockets.link import DaphneLink, Link
 from realtime.sockets.manager import SocketManager
+from realtime.sockets.record_order import RecordOrder
 from realtime.sockets.refresh import cursor_answer
 from realtime.transports.table import TableTransport
 from realtime.writes.packing import recheck_messages, scope_messages, users_messages
@@ -1733,6 +1734,33 @@ async def test_a_heartbeat_cursor_is_never_behind_the_last_frame_s_once_delivery
 
     assert answer is not None
     assert position_of(1, json.loads(answer)["cursor"]) == 50
+
+
+async def test_a_live_frame_held_through_a_resume_older_than_a_version_replayed_is_dropped() -> (
+    None
+):
+    # Planned live while the socket resumed, before the replay's memory joined the worker's:
+    # v4 of a row, held, is older than the v5 the replay gave; v6 is not.
+    manager = SocketManager()
+    socket = make_socket(Account(1), 7)
+
+    def told(points: int) -> dict[str, Any]:
+        data = {"id": 3, "points": points}
+        meta = {"order": ["default:outbox", points]}
+        return {"target": "scope", "event_type": "job.updated", "data": data, "meta": meta}
+
+    for points in (4, 6):
+        frame = json.dumps({"type": "job.updated", "data": told(points)["data"]})
+        await manager.dispatcher.send_all([socket], frame, None, 7, None, told(points))
+    socket.replayed = RecordOrder()
+    assert not socket.replayed.superseded(told(5))
+    sent = recorder(socket)
+
+    await manager.go_live(socket)
+    await settle(manager)
+
+    assert [json.loads(text)["data"]["points"] for text in sent.frames] == [6]
+    assert socket.replayed is None  # live: the worker's memory has the replay's
 
 
 async def test_a_frame_held_through_a_resume_goes_out_with_a_cursor_not_behind_the_replay(

@@ -59,6 +59,96 @@ def shared_rows() -> tuple[Workspace, list[int], str]:
     return acme, ids, issue_token(reader)
 
 
+def test_a_merge_keeps_each_row_s_greater_number_and_whether_it_deleted_the_row() -> None:
+    live, replayed = RecordOrder(), RecordOrder()
+    live.superseded(told(7, row=1))
+    live.superseded(told(3, row=2))
+    replayed.superseded(told(5, row=1))
+    replayed.superseded(told(4, row=2))
+    replayed.superseded({**told(6, row=3), "event_type": "ticket.deleted"})
+
+    live.merge(replayed)
+
+    assert not live.superseded(told(7, row=1))  # its own 7 stays: the replay's 5 is older
+    assert live.superseded(told(3, row=2))  # the replay's 4 is the greater
+    assert not live.superseded(told(4, row=2))
+    assert live.superseded(links(5, row=3))  # the replay's delete is remembered as one
+
+
+def a_late_write(pk: int, committed: threading.Event, gate: threading.Event) -> None:
+    """Set ``points`` of ticket ``pk`` to 4 in a transaction whose publish waits (behind an
+    on_commit callback registered first) until ``gate`` is set; ``committed`` once it has."""
+
+    def hold_the_publish() -> None:
+        committed.set()
+        gate.wait(WAIT * 3)
+
+    try:
+        with transaction.atomic():
+            transaction.on_commit(hold_the_publish)
+            Ticket.objects.filter(pk=pk).update(points=4)
+    finally:
+        connection.close()
+
+
+def set_points(pk: int, points: int) -> None:
+    with transaction.atomic():
+        Ticket.objects.filter(pk=pk).update(points=points)
+
+
+async def frames_through(client: Client, type_: str) -> list[dict[str, Any]]:
+    """Read frames up to and including one of ``type_`` (bounded)."""
+    heard = []
+    async with asyncio.timeout(WAIT):
+        while True:
+            heard.append(frame := await client.next_frame())
+            if frame.get("type") == type_:
+                return heard
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_an_older_version_coming_live_after_a_resume_replayed_a_newer_one_is_dropped(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # The socket leaves; v4 of a row commits, then v5, published at once; v4's publish waits.
+    # The socket resumes on a worker that holds no other socket of the scope: its replay
+    # gives v5, then v4 comes live. The replay's memory joined the worker's: v4 is dropped.
+    acme, (pk, *_), token = await off_loop(shared_rows)
+    first, other = live_servers.get(), live_servers.get("order-resumed")
+    stays = await ws.authenticated(first, token, scope="acme", resume=None, channels=["ticket"])
+    leaves = await ws.authenticated(first, token, scope="acme", resume=None, channels=["ticket"])
+    await off_loop(end_reading, acme.pk)
+    await stays.frames_until(MARKER)
+    cursor = (await frames_through(leaves, MARKER))[-1]["cursor"]
+    committed, gate = threading.Event(), threading.Event()
+    late = threading.Thread(target=a_late_write, args=(pk, committed, gate))
+    late.start()
+    try:
+        assert await off_loop(committed.wait, WAIT)
+        leaves.drop()
+        await off_loop(set_points, pk, 5)
+        assert (await frames_through(stays, "ticket.updated"))[-1]["data"]["points"] == 5
+
+        back = await ws.connect(other)
+        answer = await back.authenticate(token, scope="acme", resume=cursor, channels=["ticket"])
+        assert answer["data"]["resumed"] is True, answer
+        replayed = await frames_through(back, "ticket.updated")
+        assert replayed[-1]["data"]["points"] == 5
+    finally:
+        gate.set()
+        await off_loop(late.join, WAIT)
+    await off_loop(end_reading, acme.pk)  # after v4's publish: it has come by then
+
+    assert await points_until_marker(back) == []
+    assert await points_until_marker(stays) == []  # dropped there as it came, as ever
+
+
+async def points_until_marker(client: Client) -> list[int]:
+    """The ``points`` of the ticket frames heard before the marker."""
+    heard = await client.frames_until(MARKER)
+    return [frame["data"]["points"] for frame in heard if frame["type"] == "ticket.updated"]
+
+
 def race(hows: list[str], ids: list[int], chosen: dict[str, Any]) -> None:
     """Run one writer process per entry of ``hows`` (see ``race-writes`` in ``tests.worker``)
     with the settings ``chosen``, started together, and wait until every one is done."""

@@ -49,6 +49,7 @@ from realtime.encoding import normal_id
 from realtime.positions import StreamPos, Vector
 from realtime.sockets.link import Link, Send
 from realtime.sockets.protocol import ScopeAsk
+from realtime.sockets.record_order import RecordOrder
 
 __all__ = ["STALL_BYTES", "Held", "Send", "Socket"]
 
@@ -79,6 +80,9 @@ class Held(NamedTuple):
     #: when the frame goes out after a resume read further in the socket's other streams.
     frame: str | None = None
     where: Vector | None = None
+    #: The live message of the frame (``None``: a replayed frame, or no message's): checked
+    #: against a resume's replay as it goes out (``Socket.replayed``).
+    about: dict[str, Any] | None = None
 
 
 class Socket:
@@ -106,6 +110,7 @@ class Socket:
         "read_from",
         "recheck_asked",
         "rechecking",
+        "replayed",
         "resumable",
         "scope_version",
         "scopes",
@@ -181,6 +186,10 @@ class Socket:
         #: While its handshake finishes, the frames delivered to it wait here with their log
         #: positions (``None`` once it is live; see ``SocketManager.go_live``).
         self.held: deque[Held] | None = deque()
+        #: The versions of each row its resume's replay let through, while the live frames
+        #: held meanwhile wait (planned before the replay's memory joined the worker's): one
+        #: of an older version is dropped as it would go out (``None`` once it is live).
+        self.replayed: RecordOrder | None = None
         #: Its frames are held (in ``held``) until a requested recheck answers: refused, they
         #: are dropped; kept, those of scopes it still reads go out.
         self.rechecking = False

@@ -113,6 +113,9 @@ class Plan:
     #: its permissions narrowed them); ``None``: it is addressed to accounts, whatever their
     #: queries hold.
     query_asked: set[Socket] | frozenset[Socket] | None = None
+    #: The live message planned: a frame of it held for a resuming socket passes the
+    #: replay's memory of each row's versions as it goes out (``Socket.replayed``).
+    message: dict[str, Any] | None = None
 
 
 class Host(Protocol):
@@ -355,7 +358,7 @@ class Dispatcher:
             return None
         plan = await self.plan(message)
         if plan is not None:
-            plan.position, plan.mid = position, message.get("mid")
+            plan.position, plan.mid, plan.message = position, message.get("mid"), message
         return plan
 
     async def plan(
@@ -538,7 +541,7 @@ class Dispatcher:
             if not continuing and self.live.due_to(plan.targets):
                 await self.flush_queries()  # their diffs of earlier writes come first
             await self.send_all(
-                plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels
+                plan.targets, plan.frame, plan.position, plan.scope_id, plan.channels, plan.message
             )
             metrics.delivered(plan.mid, len(plan.targets))
             self._delivered(plan)
@@ -575,9 +578,11 @@ class Dispatcher:
         position: StreamPos | None = None,
         scope_id: Any = None,
         channels: Sequence[str] | None = None,
+        about: dict[str, Any] | None = None,
     ) -> None:
         """Hand one encoded frame to every target; drop those not reading. ``scope_id`` and
-        ``channels``: how its event was addressed, kept with it where it is held."""
+        ``channels``: how its event was addressed, and ``about`` its message, kept with it
+        where it is held."""
         message = {"type": "websocket.send", "text": frame}
         timeout = conf.SEND_TIMEOUT
         #: The frame with each cursor of the sockets that opted in to resume (a cursor names
@@ -603,9 +608,9 @@ class Dispatcher:
             if socket.held is not None:
                 if len(socket.held) < held_bound():
                     socket.held.append(
-                        Held(position, out, scope_id, channels, frame, where)
+                        Held(position, out, scope_id, channels, frame, where, about)
                         if streamed and socket.resumable
-                        else Held(position, out, scope_id, channels)
+                        else Held(position, out, scope_id, channels, about=about)
                     )
                 else:
                     self._held_too_long(socket)

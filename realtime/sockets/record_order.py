@@ -43,9 +43,10 @@ class RecordOrder:
         self._last: OrderedDict[tuple[str, str, Any], tuple[int, bool]] = OrderedDict()
         self._warned = False
 
-    def superseded(self, message: dict[str, Any]) -> bool:
+    def superseded(self, message: dict[str, Any], *, remember: bool = True) -> bool:
         """Whether ``message`` tells a version of a row older than one already let through
-        (remember its number otherwise)."""
+        (remember its number otherwise, unless not to ``remember``: a resume's held frames
+        are compared with what its replay let through, which several sockets share)."""
         key, number, links = _order_of(message)
         if key is None:
             return False
@@ -59,16 +60,36 @@ class RecordOrder:
                 return True
             return False
         gone = _deletes(message)
+        if last is not None and number < last[0]:
+            metrics.superseded()
+            return True
+        if not remember:
+            return False
         if last is not None:
-            if number < last[0]:
-                metrics.superseded()
-                return True
             gone = gone or (number == last[0] and last[1])  # another message of that delete
             self._last.move_to_end(key)
         self._last[key] = (number, gone)
         if len(self._last) > self.size:
             self._last.popitem(last=False)
         return False
+
+    def merge(self, other: RecordOrder) -> None:
+        """Remember, of each row ``other`` remembers, the greater number of the two (and
+        whether it deleted the row): a version either let through is one that committed,
+        so a version older than it is superseded for every socket here (see
+        ``Resumer._replay``, which merges what a replay let through into the live memory)."""
+        last = self._last
+        for key, (number, gone) in other._last.items():
+            held = last.get(key)
+            if held is not None:
+                if number < held[0]:
+                    continue
+                if number == held[0]:
+                    gone = gone or held[1]
+                last.move_to_end(key)
+            last[key] = (number, gone)
+        while len(last) > self.size:
+            last.popitem(last=False)
 
     def _warn_ahead(self, source: str, number: int) -> None:
         if not self._warned:

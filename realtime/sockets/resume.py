@@ -34,6 +34,14 @@ Within a stream, every message up to the highest position read was there when it
 frame at or below it was read too (if it was this socket's), one above it was not. That is
 the seam: no frame twice, none skipped.
 
+Each row's versions pass the seam in commit order too. The replay drops a version
+superseded earlier in the history (``RecordOrder``, as a live worker does), and what it let
+through is then merged into the worker's live memory: a version older than one replayed,
+published late, is dropped when it comes live, for every socket here (a version let through
+is one that committed: an older one is superseded in the database). The live frames held
+meanwhile were planned before that merge: they pass the replay's memory as they go out
+(``Resumed.order``, kept as ``Socket.replayed`` until ``go_live``).
+
 Sockets that resume together (a worker restart brings back many at once) are answered in one
 batch: one read of the log bounds (and one more once read), one read of the log for the
 batch's channels, each message planned once for all the sockets that missed it. They share
@@ -106,6 +114,8 @@ class Resumed:
     #: The history could not be read to resume the cursor given (the database or Redis
     #: away): the socket is closed 1012 and comes back with it, rather than told to reload.
     unreadable: bool = False
+    #: The versions its replay let through: a held live frame of an older one is dropped.
+    order: RecordOrder | None = None
 
 
 @dataclass(eq=False)
@@ -229,7 +239,7 @@ class Resumer:
         if not resuming:
             return
         try:
-            read = await self._replay(transport, resuming)
+            read, order = await self._replay(transport, resuming)
             held = await run_blocking(transport.stream_bounds, streams)
         except Exception as exc:
             _unreadable(resuming, top, exc)
@@ -256,13 +266,18 @@ class Resumer:
                 # string when they are those it names): one naming a scope lost while away
                 # would have a later resume replay that scope from before the loss.
                 cursor = cursor_of(request.socket, request.after, stamp_of(request.ask.cursor))
-                _settle(request, Resumed(cursor, True, request.replayed(), floor))
+                answer = Resumed(cursor, True, request.replayed(), floor, order=order)
+                _settle(request, answer)
             if count % SLICE == 0:
                 await asyncio.sleep(0)  # the sockets answered go on before the next are
 
-    async def _replay(self, transport: Transport, resuming: list[_Request]) -> Vector:
+    async def _replay(
+        self, transport: Transport, resuming: list[_Request]
+    ) -> tuple[Vector, RecordOrder]:
         """Plan what the history holds after each request's cursor into its frames (refusing
-        those that would get too many, or scan too much); return how far it was read."""
+        those that would get too many, or scan too much); return how far it was read, and
+        the versions it let through, merged into the worker's live memory (see the module
+        docstring: a version older than one replayed that comes live is then dropped)."""
         for request in resuming:
             request.scan_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
             request.at = request.after or Vector()
@@ -306,7 +321,8 @@ class Resumer:
             read = start.merged(Vector.of(position for _, _, position in entries))
             if len(entries) < PAGE:
                 break
-        return read
+        self.dispatcher.order.merge(order)
+        return read, order
 
     async def _plan_entry(
         self,
