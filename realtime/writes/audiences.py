@@ -411,17 +411,12 @@ def with_stored_audience(options: ModelOptions, instance: models.Model, using: s
     (``tracking.known``) costs nothing; the rest, one ``SELECT`` on ``using``. A delete is
     told to whoever holds the row now. A row already gone leaves the instance as it is; a
     column it was loaded without is read with the event's (``events.with_columns``)."""
-    values = instance.__dict__
     known = tracking.known(instance)
-    unsure = [
-        attname
-        for attname in _planned_of(options)
-        if attname in values and (known is None or tracking.differs(values, known, attname))
-    ]
+    unsure = unsure_attnames(options, [(instance, known)], ())
     if not unsure:
         return instance
     stored = {a: known[a] for a in unsure if known is not None and _knows(known, a)}
-    unread = sorted(set(unsure).difference(stored))
+    unread = sorted(unsure.difference(stored))
     if unread:
         found = read_columns([instance], unread, using).get(id(instance))
         if found is None:
