@@ -7,7 +7,7 @@ relations. This module resolves such a walk once, at check time or first use.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
@@ -58,6 +58,14 @@ def path_target(model: type[models.Model], path: str) -> type[models.Model] | No
     return related if isinstance(related, type) else None
 
 
+def is_foreign_key(field: Any) -> TypeGuard[models.ForeignKey[Any, Any]]:
+    """Whether ``field`` is a key on the row naming one row of another model: a
+    ``ForeignKey``, or a ``OneToOneField``, which Django derives from it but marks
+    ``one_to_one`` rather than ``many_to_one``. Not the reverse side of either, nor a
+    generic foreign key: they hold no column of the row."""
+    return bool(field.concrete and (field.many_to_one or field.one_to_one))
+
+
 def key_lookup(model: type[models.Model], path: str) -> str:
     """The lookup reading the primary keys of the rows ``path`` reaches from ``model``: with
     ``__pk`` where it ends on a model, since a key declared with ``to_field`` (in a foreign
@@ -74,7 +82,7 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     not loaded is not a key that names nobody. An empty hop reaches nothing."""
     parts = split_path(path)
     first: Any = instance._meta.get_field(parts[0])
-    direct = first.concrete and (first.many_to_one or first.one_to_one)
+    direct = is_foreign_key(first)
     loaded = direct and first.attname in instance.__dict__
     if len(parts) == 1 and loaded and first.target_field.primary_key:
         value = instance.__dict__[first.attname]

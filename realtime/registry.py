@@ -19,6 +19,8 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models import Q
 
+from realtime.paths import is_foreign_key
+
 ACTIONS = ("created", "updated", "deleted")
 
 
@@ -147,7 +149,7 @@ class ModelOptions:
             if is_generic_fk(self.model, relation):
                 continue
             field = self.model._meta.get_field(relation)
-            if not (field.concrete and (field.many_to_one or field.one_to_one)):
+            if not is_foreign_key(field):
                 found.append(relation)
         return tuple(found)
 
@@ -160,7 +162,7 @@ class ModelOptions:
         if self.user_field is not None:
             first = self.model._meta.get_field(self.user_field.replace("__", ".").split(".")[0])
             multi_hop = "." in self.user_field.replace("__", ".")
-            return multi_hop or not (first.concrete and first.many_to_one)
+            return multi_hop or not is_foreign_key(first)
         return False
 
     @cached_property

@@ -38,6 +38,7 @@ from tests.testapp.models import (
     Message,
     Notification,
     Plain,
+    Preference,
     Preview,
     PrivateNote,
     Project,
@@ -762,6 +763,25 @@ class TestAccountEvents:
             Message.objects.create(thread=thread, text="all of you")
         (message,) = events()
         assert message["user_ids"] == sorted(user.pk for user in users)
+
+    def test_a_row_handed_to_another_account_by_its_one_to_one_key_leaves_one_and_enters_the_other(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        preference = Preference.objects.create(user=ann, theme="dark")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            preference.user = bob
+            preference.save()
+        heard = [(e["event_type"], e["user_ids"], e["data"]) for e in events("users")]
+        assert heard == [
+            ("preference.deleted", [ann.pk], {"model": "preference", "id": preference.pk}),
+            (
+                "preference.created",
+                [bob.pk],
+                {"model": "preference", "id": preference.pk, "theme": "dark"},
+            ),
+        ]
 
 
 class TestGuardedAndShared:

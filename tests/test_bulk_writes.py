@@ -30,6 +30,7 @@ from tests.testapp.models import (
     Membership,
     Notification,
     Plain,
+    Preference,
     PrivateNote,
     Seat,
     Ticket,
@@ -300,6 +301,25 @@ def test_an_update_of_an_account_path_leaves_and_enters_accounts() -> None:
     assert heard == [
         ("notification.deleted", [ann.pk], {"model": "notification", "id": note.pk}),
         ("notification.created", [bob.pk], {"model": "notification", "id": note.pk, "text": "hi"}),
+    ]
+
+
+def test_an_update_of_a_one_to_one_account_key_leaves_and_enters_accounts() -> None:
+    ann = get_user_model().objects.create(username="ann")
+    bob = get_user_model().objects.create(username="bob")
+    preference = Preference.objects.create(user=ann, theme="dark")
+    forget_messages()
+
+    Preference.objects.filter(pk=preference.pk).update(user=bob)
+
+    heard = [(e["event_type"], e["user_ids"], e["data"]) for e in events("users")]
+    assert heard == [
+        ("preference.deleted", [ann.pk], {"model": "preference", "id": preference.pk}),
+        (
+            "preference.created",
+            [bob.pk],
+            {"model": "preference", "id": preference.pk, "theme": "dark"},
+        ),
     ]
 
 

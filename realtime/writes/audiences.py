@@ -28,7 +28,7 @@ from realtime.audience import readers, readers_of_rows
 from realtime.auth import RealtimeAuth, get_auth, overridden, readers_pool
 from realtime.chunks import chunked
 from realtime.encoding import normal_id, record_channel, row_key, sorted_ids
-from realtime.paths import key_lookup, split_path, values_on_path
+from realtime.paths import is_foreign_key, key_lookup, split_path, values_on_path
 from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import tracking
@@ -262,7 +262,7 @@ def _first_hop(model: type[models.Model], path: str | None) -> Any:
     if not path:
         return None
     field = model._meta.get_field(split_path(path)[0])
-    return field if field.concrete and field.many_to_one else None
+    return field if is_foreign_key(field) else None
 
 
 def first_hop_attname(options: ModelOptions) -> str | None:
@@ -286,8 +286,7 @@ def _foreign_keys(options: ModelOptions, instance: models.Model | type[models.Mo
     fields = []
     for name in options.relations:
         field = instance._meta.get_field(name)
-        is_key = field.concrete and (field.many_to_one or field.one_to_one)
-        if is_key and relation_target(options, name) is not None:
+        if is_foreign_key(field) and relation_target(options, name) is not None:
             fields.append(field)
     return fields
 

@@ -64,7 +64,7 @@ from realtime.compat.django_orm import (
 )
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
-from realtime.paths import key_fields, key_lookup, split_path
+from realtime.paths import is_foreign_key, key_fields, key_lookup, split_path
 from realtime.registry import ModelOptions, is_generic_fk, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import (
@@ -753,7 +753,7 @@ def _known_after(
         field = meta.get_field(relation)
         if is_generic_fk(options.model, relation):
             return None
-        if field.concrete and (field.many_to_one or field.one_to_one):
+        if is_foreign_key(field):
             needed.add(str(field.attname))
     if options.shared_via is not None:
         needed.add(_attname(options.model, split_path(options.shared_via)[0]))

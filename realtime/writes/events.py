@@ -47,7 +47,7 @@ from realtime.encoding import jsonable, record_channel, row_key, sorted_ids, str
 from realtime.logs import log_hook_failure
 from realtime.messages import LINKS
 from realtime.middleware import current_origin
-from realtime.paths import key_fields, split_path, values_on_path
+from realtime.paths import is_foreign_key, key_fields, split_path, values_on_path
 from realtime.primary import primary
 from realtime.registry import ModelOptions, generic_fk, wire_name
 from realtime.writes.failsafe import savepoint_from_first_query
@@ -340,7 +340,7 @@ def _column_of_path(instance: models.Model, path: str) -> Any:
     if len(parts) != 1:
         return None
     field = instance._meta.get_field(parts[0])
-    if not (field.concrete and field.many_to_one):
+    if not is_foreign_key(field):
         return None
     return instance.__dict__.get(field.attname)
 
@@ -392,7 +392,7 @@ def _channels_of(
     target = relation.related_model
     if not isinstance(target, type):
         return []
-    if relation.concrete and (relation.many_to_one or relation.one_to_one):
+    if is_foreign_key(relation):
         target_pk = values.get(relation.attname)
         return [] if target_pk is None else [record_channel(wire_name(target), target_pk)]
     if instance.pk is None or created:

@@ -47,7 +47,14 @@ from realtime.chunks import chunked
 from realtime.compat.django_orm import matching, write_alias
 from realtime.conf import conf
 from realtime.encoding import id_order, normal_id, row_key, sorted_ids
-from realtime.paths import resolve_path, source_key, split_path, target_key, to_lookup
+from realtime.paths import (
+    is_foreign_key,
+    resolve_path,
+    source_key,
+    split_path,
+    target_key,
+    to_lookup,
+)
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import deletes, on_commit, pending
 from realtime.writes.events import Event, with_attnames
@@ -98,7 +105,7 @@ def watch_of(options: ModelOptions) -> Watch | bool:
         fields: list[Any] = list(resolve_path(options.model, path))
     except ValueError:
         return True  # named by realtime.E031
-    if all(f.concrete and f.many_to_one for f in fields):
+    if all(is_foreign_key(f) for f in fields):
         return len(fields) == 1
     found = _membership(fields)
     if found is None:

@@ -862,3 +862,20 @@ class Sketch(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+# A OneToOneField is a foreign key: Django derives it from one, marked one_to_one ------------
+
+
+@realtime_model(fields=["theme"], user_field="user")
+class Preference(models.Model):
+    """Addressed to one account through a one-to-one key: handed to another account, it
+    leaves the one and enters the other, as a foreign key's row does."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="preference"
+    )
+    theme = models.CharField(max_length=20)
+
+    def __str__(self) -> str:
+        return self.theme
