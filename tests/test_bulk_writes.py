@@ -21,6 +21,7 @@ from realtime.encoding import jsonable
 from tests.helpers import events, forget_messages, returns_rows
 from tests.testapp.models import (
     Attachment,
+    Charter,
     Chat,
     ChatLine,
     Company,
@@ -279,6 +280,25 @@ def test_an_update_moving_rows_to_another_scope_leaves_one_and_enters_the_other(
     left = events()[0]
     assert left["data"] == {"model": "ticket", "id": first.pk}
     assert left["meta"] == {"moved": True}
+
+
+def test_rows_moved_by_their_one_to_one_scope_key_leave_one_scope_and_enter_the_other(
+    acme: Workspace, beta: Workspace
+) -> None:
+    charter = Charter.objects.create(workspace=acme, text="ours")
+    forget_messages()
+
+    Charter.objects.filter(pk=charter.pk).update(workspace=beta)
+    charter.refresh_from_db()
+    charter.workspace = acme
+    charter.save()
+
+    assert kinds() == [
+        ("charter.deleted", acme.pk, charter.pk),
+        ("charter.created", beta.pk, charter.pk),
+        ("charter.deleted", beta.pk, charter.pk),
+        ("charter.created", acme.pk, charter.pk),
+    ]
 
 
 def test_an_update_taking_rows_out_of_every_scope_tells_the_old_one(acme: Workspace) -> None:

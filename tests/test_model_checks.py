@@ -227,6 +227,16 @@ def test_cascade_naming_the_primary_key_by_pk_is_error_e034() -> None:
     assert ids_about(model) == ["realtime.E034"]
 
 
+def test_cascade_naming_a_one_to_one_key_is_accepted() -> None:
+    @realtime_model(cascade=["successor"])
+    class Succeeded(Record):
+        successor = models.OneToOneField(
+            Company, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+        )
+
+    assert ids_about(Succeeded) == []
+
+
 # E035: a scope without REALTIME_SCOPE_MODEL
 
 
@@ -253,6 +263,14 @@ def test_scope_field_not_a_foreign_key_to_the_scope_model_is_error_e036(scope_fi
 
     assert ids() == ["realtime.E036"]
     assert ids_about(model) == ["realtime.E036"]
+
+
+def test_a_one_to_one_key_to_the_scope_model_is_a_scope_field() -> None:
+    @realtime_model(fields=["title"])
+    class Statute(Record):
+        workspace = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="+")
+
+    assert ids_about(Statute) == []
 
 
 def test_scope_field_id_on_a_child_of_the_scope_model_is_accepted() -> None:

@@ -16,7 +16,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from realtime.auth import scope_model
-from realtime.paths import column_values_field, path_target, resolve_path
+from realtime.paths import column_values_field, is_foreign_key, path_target, resolve_path
 from realtime.registry import (
     ModelOptions,
     all_options,
@@ -360,7 +360,7 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
             field = model._meta.get_field(fk_name)
         except FieldDoesNotExist:
             field = None
-        if field is None or not (field.many_to_one and field.concrete):
+        if field is None or not is_foreign_key(field):
             out.append(_e(34, model, f"cascade names {fk_name!r}, which is not a foreign key."))
     for relation in options.relations:
         try:
@@ -416,7 +416,7 @@ def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
         field = model._meta.get_field(options.scope_field or "")
     except FieldDoesNotExist:
         return [_e(36, model, f"has no scope field {options.scope_field!r}.")]
-    if not (field.many_to_one and field.related_model is scope):
+    if not (is_foreign_key(field) and field.related_model is scope):
         return [
             _e(
                 36,

@@ -879,3 +879,14 @@ class Preference(models.Model):
 
     def __str__(self) -> str:
         return self.theme
+
+
+@realtime_model(fields=["text"])
+class Charter(models.Model):
+    """Scoped by a one-to-one key: a workspace has one charter."""
+
+    workspace = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="charter")
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
