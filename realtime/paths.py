@@ -130,6 +130,8 @@ def _through_key(field: Any, side: int, model: Any) -> Any:
     names = field.remote_field.through_fields
     if names:
         return through._meta.get_field(names[side])
-    keys = [f for f in through._meta.concrete_fields if f.many_to_one and f.related_model == model]
+    keys = [
+        f for f in through._meta.concrete_fields if is_foreign_key(f) and f.related_model == model
+    ]
     # A many-to-many to its own model has two keys to it: the source first, the target next.
     return keys[side if len(keys) > 1 and field.model == field.related_model else 0]

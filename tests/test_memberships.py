@@ -20,6 +20,8 @@ from tests.testapp.models import (
     Chat,
     ChatLine,
     ChatPin,
+    Desk,
+    DeskNote,
     GuardedTask,
     Membership,
     Project,
@@ -303,6 +305,46 @@ def test_a_chat_deleted_with_its_seats_tells_each_member_of_each_line_and_pin_on
 
     # The seats going with the chat leave no one: the lines and pins go too, and say so.
     assert sorted(heard()) == expected
+
+
+# A one-to-one key before the membership ------------------------------------------------------
+
+
+def test_an_account_added_to_a_desk_hears_its_note_created_and_one_removed_hears_it_deleted(
+    ann: Any, bob: Any
+) -> None:
+    desk = Desk.objects.create(name="front")
+    desk.members.add(ann)
+    note = DeskNote.objects.create(desk=desk, text="open at nine")
+    forget_messages()
+
+    desk.members.add(bob)
+    assert heard() == [("desk_note.created", (bob.pk,), note.pk, True)]
+    forget_messages()
+
+    desk.members.remove(ann)
+    assert heard() == [("desk_note.deleted", (ann.pk,), note.pk, True)]
+
+
+def test_a_note_moved_to_another_desk_leaves_its_members_and_enters_the_others(
+    ann: Any, bob: Any
+) -> None:
+    front, back = Desk.objects.create(name="front"), Desk.objects.create(name="back")
+    front.members.add(ann)
+    back.members.add(bob)
+    note = DeskNote.objects.create(desk=front, text="open at nine")
+    forget_messages()
+
+    note.desk = back
+    note.save()
+    DeskNote.objects.filter(pk=note.pk).update(desk=front)
+
+    assert heard() == [
+        ("desk_note.deleted", (ann.pk,), note.pk, True),
+        ("desk_note.created", (bob.pk,), note.pk, True),
+        ("desk_note.deleted", (bob.pk,), note.pk, True),
+        ("desk_note.created", (ann.pk,), note.pk, True),
+    ]
 
 
 # A guard that reads links ---------------------------------------------------------------------

@@ -343,6 +343,16 @@ def test_account_paths_realtime_follows_give_no_warning(path: str) -> None:
     assert messages() == []
 
 
+@pytest.mark.parametrize("path", ["account", "home.members", "home.membership.user"])
+def test_account_paths_through_a_one_to_one_key_give_no_warning(path: str) -> None:
+    @realtime_model(user_field=path)
+    class Keyed(Record):
+        account = models.OneToOneField(get_user_model(), on_delete=models.CASCADE, related_name="+")
+        home = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="+")
+
+    assert messages() == []
+
+
 # W033: links that decide who reads, kept in a through model of the application's own
 
 

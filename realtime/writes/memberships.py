@@ -111,7 +111,7 @@ def watch_of(options: ModelOptions) -> Watch | bool:
     if found is None:
         return False
     hops, membership, owner, account = found
-    if not all(f.concrete and f.many_to_one for f in hops):
+    if not all(is_foreign_key(f) for f in hops):
         return False
     lookup = to_lookup(".".join(split_path(path)[: len(hops)])) if hops else None
     return Watch(
@@ -161,8 +161,7 @@ def _membership(fields: list[Any]) -> tuple[list[Any], type[models.Model], Any, 
         return fields[:-1], through, owner, account
     before_last = fields[-2] if len(fields) >= 2 else None
     if (
-        last.concrete
-        and last.many_to_one
+        is_foreign_key(last)
         and last.related_model is user_model
         and isinstance(before_last, ForeignObjectRel)
         and before_last.one_to_many

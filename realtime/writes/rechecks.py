@@ -32,7 +32,7 @@ from django.dispatch import Signal
 
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
-from realtime.paths import resolve_path, values_on_path
+from realtime.paths import is_foreign_key, resolve_path, values_on_path
 from realtime.writes import on_commit, pending
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.items import Recheck
@@ -127,7 +127,7 @@ def _connect_memberships(scope: type[models.Model]) -> None:
         user_fk = next(
             f.name
             for f in through._meta.get_fields()
-            if f.many_to_one and f.related_model is get_user_model()
+            if is_foreign_key(f) and f.related_model is get_user_model()
         )
         _watch(Watched(through, user_fk))
     else:

@@ -890,3 +890,24 @@ class Charter(models.Model):
 
     def __str__(self) -> str:
         return self.text
+
+
+class Desk(models.Model):
+    """The accounts a desk note reaches."""
+
+    name = models.CharField(max_length=100)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="desks")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@realtime_model(fields=["text"], user_field="desk.members")
+class DeskNote(models.Model):
+    """Read by the members of its desk, reached through a one-to-one key: a desk has one."""
+
+    desk = models.OneToOneField(Desk, on_delete=models.CASCADE, related_name="note")
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
