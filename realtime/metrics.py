@@ -6,7 +6,9 @@ function call, when ``prometheus_client`` (the ``metrics`` extra) is not install
 made on first use, so they follow the environment of the process that uses them: with
 ``PROMETHEUS_MULTIPROC_DIR`` set, ``prometheus_client`` keeps each process's values in files
 there, and one endpoint (``realtime.views.metrics``) or ``manage.py realtime_stats`` reads
-every worker's. Gauges are then kept per process (a ``pid`` label) and only for live ones.
+every worker's. Gauges are then kept per process (a ``pid`` label) and only for live ones;
+each is made by the first reading a worker takes, so a process that only publishes, trims or
+reads (a command, a web process) keeps counts and no gauge.
 
 Calls on hot paths count once per message, never once per socket: ``delivered`` adds the
 number of sockets a frame went to. Commit→frame lag is read from the message's ``mid``, which
@@ -51,7 +53,9 @@ class Metrics:
         )
         # Per worker: every live process's value, under its pid (single process: the one).
         per_worker: dict[str, Any] = {"multiprocess_mode": "liveall"}
-        self.sockets = gauge("realtime_sockets_open", "Sockets open on this worker", **per_worker)
+        #: The unlabelled gauges of this worker made so far (see ``worker_gauge``).
+        self._worker_gauges: dict[str, Any] = {}
+        self._worker_gauges_lock = threading.Lock()
         self.handshakes = counter(
             "realtime_handshakes",
             "Socket handshakes, by outcome: accepted or why refused",
@@ -67,9 +71,6 @@ class Metrics:
             "Items a bounded queue of realtime turned away, by queue",
             ["queue"],
         )
-        self.queue = gauge(
-            "realtime_delivery_queue_depth", "Messages waiting for delivery", **per_worker
-        )
         self.lag = histogram(
             "realtime_commit_to_frame_seconds",
             "From a message's publication (after its commit) to its frame going out",
@@ -77,11 +78,6 @@ class Metrics:
         )
         self.polls = histogram(
             "realtime_poll_seconds", "Duration of each table-transport poll", buckets=SECONDS
-        )
-        self.last_poll = gauge(
-            "realtime_last_poll_timestamp_seconds",
-            "When the table transport's last poll succeeded (Unix time)",
-            **per_worker,
         )
         self.reconnects = counter(
             "realtime_listen_reconnects",
@@ -140,6 +136,38 @@ class Metrics:
             "Sockets served without slow-socket protection, by reason",
             ["reason"],
         )
+
+    @property
+    def sockets(self) -> Any:
+        return self.worker_gauge("realtime_sockets_open", "Sockets open on this worker")
+
+    @property
+    def queue(self) -> Any:
+        return self.worker_gauge("realtime_delivery_queue_depth", "Messages waiting for delivery")
+
+    @property
+    def last_poll(self) -> Any:
+        return self.worker_gauge(
+            "realtime_last_poll_timestamp_seconds",
+            "When the table transport's last poll succeeded (Unix time)",
+        )
+
+    def worker_gauge(self, name: str, documentation: str) -> Any:
+        """This worker's gauge ``name``, made at its first reading. An unlabelled gauge is
+        written under the process's pid as soon as it is made (at 0) and stays until a worker
+        starts after the process is gone: made with the others, it would show every command
+        and every process that only publishes as a worker that never polled and holds no
+        socket."""
+        found = self._worker_gauges.get(name)
+        if found is None:
+            with self._worker_gauges_lock:
+                found = self._worker_gauges.get(name)
+                if found is None:
+                    assert prometheus_client is not None
+                    found = self._worker_gauges[name] = prometheus_client.Gauge(
+                        name, documentation, multiprocess_mode="liveall"
+                    )
+        return found
 
 
 _lock = threading.Lock()
@@ -308,9 +336,11 @@ def registry() -> Any:
     this process's metrics; ``None`` without ``prometheus_client``."""
     if prometheus_client is None:
         return None
-    get()
     if not os.environ.get(MULTIPROC_ENV):
+        get()  # this process's own metrics are read: made, so that every count shows
         return prometheus_client.REGISTRY
+    # The workers' files are read; a reader that made its own metrics would add files of its
+    # own there (realtime_stats from cron, one per run).
     from prometheus_client import multiprocess
 
     collected = prometheus_client.CollectorRegistry()

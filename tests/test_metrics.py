@@ -128,6 +128,46 @@ async def test_the_metrics_endpoint_shows_every_worker_after_real_traffic(
     assert 'realtime_handshakes_total{outcome="accepted"} 3' in stats.stdout
 
 
+def test_commands_keep_counts_and_leave_no_worker_behind(tmp_path: Path) -> None:
+    """realtime_trim, realtime_relay and realtime_stats, run with the workers' directory (as
+    from cron): what they count shows, and none of them shows as a worker (a pid whose last
+    poll is 0 would set off the stuck-poller alert), during or after."""
+    from tests.test_commands import insert_old_rows
+
+    insert_old_rows(3)
+    env = {
+        **subprocess_env(),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "REALTIME_TEST_SETTINGS": '{"REALTIME_COMMIT_GRACE": 0.05}',
+    }
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout
+
+    assert "Deleted 3 expired messages." in manage("realtime_trim", "--retention", "0")
+    assert "Relayed 0 announcement(s)." in manage("realtime_relay")
+    manage("realtime_stats")
+    shown = manage("realtime_stats").split("metrics:\n", 1)[1].splitlines()
+    assert "  realtime_trimmed_rows_total 3" in shown
+    gauges = (
+        "realtime_sockets_open",
+        "realtime_delivery_queue_depth",
+        "realtime_last_poll_timestamp_seconds",
+        "realtime_outbox_pending",
+        "realtime_outbox_oldest_seconds",
+    )
+    assert [line for line in shown if line.strip().startswith(gauges)] == []
+
+
 def test_a_message_id_says_when_it_was_published() -> None:
     import time
 

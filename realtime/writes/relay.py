@@ -12,8 +12,9 @@ sweeper relays the rows of a transaction only once it has *seen* them for
 before committing is not taken from its writer as it commits, as its rows' insert times would
 suggest. Each sweep:
 
-1. counts the rows and the age of the oldest (the gauges ``realtime_outbox_pending`` and
-   ``realtime_outbox_oldest_seconds``); most find none and stop there;
+1. counts the rows and the age of the oldest (a worker's sweeps set the gauges
+   ``realtime_outbox_pending`` and ``realtime_outbox_oldest_seconds``); most find none and
+   stop there;
 2. reads the oldest rows nobody holds (``OUTBOX_ROWS_PER_SWEEP``) and notes when it first saw
    each transaction;
 3. claims the rows of those seen long enough (``OUTBOX_TXNS_PER_SWEEP`` transactions) in a
@@ -61,9 +62,13 @@ logger = logging.getLogger(__name__)
 class Sweeper:
     """Relays the rows writers left, in every database that holds an outbox."""
 
-    def __init__(self, grace: float | None = None) -> None:
+    def __init__(self, grace: float | None = None, measured: bool = True) -> None:
         #: Seconds a transaction's rows must have been seen before they are relayed here.
         self.grace = conf.COMMIT_GRACE if grace is None else grace
+        #: Whether its sweeps set the outbox gauges: a worker's do; a command's do not (a
+        #: gauge is kept per process, and would go on showing what the command last found
+        #: after it ended).
+        self.measured = measured
         #: By database: when each transaction with rows left was first seen (monotonic).
         self.seen: dict[str, dict[str, float]] = {}
         #: By database: the state of its sweeps, for the logs.
@@ -81,7 +86,8 @@ class Sweeper:
     def sweep_database(self, alias: str) -> int:
         """One sweep of the outbox of ``alias``; how many rows were relayed."""
         backlog = outbox.backlog(alias)
-        metrics.outbox_backlog(alias, backlog.rows, backlog.oldest)
+        if self.measured:
+            metrics.outbox_backlog(alias, backlog.rows, backlog.oldest)
         if not backlog.rows:
             self.seen.pop(alias, None)
             return 0

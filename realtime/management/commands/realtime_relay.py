@@ -40,7 +40,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, loop: bool, interval: float | None, **options: Any) -> None:
-        sweeper = relay.Sweeper()
+        sweeper = relay.Sweeper(measured=False)  # the outbox gauges are the workers'
         pause = relay.interval() if interval is None else interval
         total = 0
         sweeper.sweep()  # sees the rows left; relays those seen long enough, next time
