@@ -38,6 +38,11 @@ RELAY_ROWS: Final = PUBLISH_CHUNK // 2
 OUTBOX_ROWS_PER_SWEEP: Final = 1000
 #: Transactions one sweep relays at most (each with all its rows).
 OUTBOX_TXNS_PER_SWEEP: Final = 100
+#: Seconds a duration may be at most, a setting's (``realtime.E007``) or a command option's:
+#: 100 years. No one means more, and more breaks what the duration reaches: PostgreSQL
+#: refuses the interval or the time it reaches back to, MySQL and MariaDB infinity, and
+#: ``time.sleep`` a wait that large.
+MAX_SECONDS: Final = 100 * 365 * 24 * 3600
 #: Seconds a sweeper holds the rows it relays; past it another may relay them.
 OUTBOX_LEASE: Final = 60.0
 #: Rows whose latest announced version a worker remembers (``realtime.sockets.record_order``):

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
+from realtime import limits
 from realtime.checks import settings as checks
 from realtime.checks.settings import check_settings
 from realtime.paths import to_lookup
@@ -375,7 +376,19 @@ def test_number_that_is_not_positive_is_error_e007(name: str, value: Any) -> Non
     assert messages[0].msg.startswith(f"REALTIME_{name} ")
 
 
-@pytest.mark.parametrize("value", [0.001, 1, 2.5, 10**6])
+@pytest.mark.parametrize("value", [float("inf"), limits.MAX_SECONDS + 1, 1e13, 1e300], ids=repr)
+@pytest.mark.parametrize("name", checks.POSITIVE_NUMBERS)
+def test_a_duration_over_a_hundred_years_is_error_e007(name: str, value: float) -> None:
+    """More than any database takes as an interval, or ``time.sleep`` as a wait."""
+    messages = run_checks(**{f"REALTIME_{name}": value})
+    assert [message.id for message in messages] == ["realtime.E007"]
+    assert messages[0].msg == (
+        f"REALTIME_{name} must be a number above 0 and at most 3153600000 (100 years), "
+        f"not {value!r}."
+    )
+
+
+@pytest.mark.parametrize("value", [0.001, 1, 2.5, 10**6, limits.MAX_SECONDS])
 @pytest.mark.parametrize("name", checks.POSITIVE_NUMBERS)
 def test_positive_int_or_float_number_passes(name: str, value: float) -> None:
     # Settings that bound each other are set together: the backoff start never above its cap,

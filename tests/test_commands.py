@@ -150,11 +150,34 @@ def test_trim_defaults_to_the_retention_and_batch_size_settings() -> None:
         (["--retention", "-1"], "argument --retention: '-1' must be 0 or more seconds"),
         (["--retention", "abc"], "argument --retention: 'abc' is not a number of seconds"),
         (["--retention", "nan"], "argument --retention: 'nan' must be 0 or more seconds"),
+        (["--retention", "inf"], "argument --retention: 'inf' is more than 3153600000 seconds"),
+        (["--retention", "1e13"], "argument --retention: '1e13' is more than 3153600000 sec"),
     ],
 )
 def test_trim_with_bad_argument_raises_command_error(args: list[str], error: str) -> None:
     with pytest.raises(CommandError, match=re.escape(error)):
         call_command("realtime_trim", *args)
+
+
+@database
+def test_trim_with_the_longest_retention_keeps_every_row() -> None:
+    """A hundred years, the most ``--retention`` takes: the database takes it too."""
+    kept = insert_old_rows(2, age=datetime.timedelta(days=365))
+    assert run("realtime_trim", "--retention", "3153600000") == ["Deleted 0 expired messages."]
+    assert stored_payloads() == kept
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("0", "'0' must be more than 0 seconds"),
+        ("inf", "'inf' is more than 3153600000 seconds (100 years)"),
+        ("1e300", "'1e300' is more than 3153600000 seconds (100 years)"),
+    ],
+)
+def test_relay_with_an_interval_out_of_bounds_raises_command_error(value: str, error: str) -> None:
+    with pytest.raises(CommandError, match=re.escape(f"argument --interval: {error}")):
+        call_command("realtime_relay", "--loop", "--interval", value)
 
 
 def test_trim_with_bad_argument_from_the_command_line_exits_with_status_2() -> None:

@@ -7,7 +7,6 @@ a project hears about a bad value, each with a hint. Ids are stable; each has it
 from __future__ import annotations
 
 import difflib
-import math
 import re
 import sys
 from collections.abc import Iterable
@@ -22,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, models
 from django.utils.module_loading import import_string
 
+from realtime import limits
 from realtime.conf import PREFIX, defaults, raw
 from realtime.origins import parse_origin
 from realtime.paths import path_target
@@ -307,9 +307,15 @@ def _check_numbers() -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     for name in POSITIVE_NUMBERS:
         value = raw(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if not _positive_number(value):
             errors.append(
-                _error(7, name, f"must be a number above 0, not {value!r}.", _default_hint(name))
+                _error(
+                    7,
+                    name,
+                    f"must be a number above 0 and at most {limits.MAX_SECONDS} (100 years), "
+                    f"not {value!r}.",
+                    _default_hint(name),
+                )
             )
     for name in POSITIVE_INTEGERS:
         value = raw(name)
@@ -433,7 +439,13 @@ def _keeps_message_log() -> bool:
 
 
 def _positive_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+    """Whether ``value`` is a duration ``realtime.E007`` lets pass: above 0, and no more than
+    ``limits.MAX_SECONDS`` (which infinity and NaN are not)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < value <= limits.MAX_SECONDS
+    )
 
 
 def _check_allowed_origins() -> list[checks.CheckMessage]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from realtime import limits
 from realtime.writes import relay
 
 
@@ -25,6 +26,10 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 seconds")
+    if value > limits.MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {limits.MAX_SECONDS} seconds (100 years)"
+        )
     return value
 
 

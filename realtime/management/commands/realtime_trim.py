@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from realtime import limits
 from realtime.conf import conf
 from realtime.transports.table_store import MessageStore
 from realtime.transports.trimming import Trimmer
@@ -19,6 +20,10 @@ def _non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more seconds")
+    if value > limits.MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is more than {limits.MAX_SECONDS} seconds (100 years)"
+        )
     return value
 
 
