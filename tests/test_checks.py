@@ -26,6 +26,13 @@ from tests.testapp.models import Workspace
 
 NOT_POSITIVE_NUMBERS: list[Any] = [0, 0.0, -1, -0.5, "1", True, None, float("nan")]
 NOT_POSITIVE_INTEGERS: list[Any] = [0, -1, 1.5, 2.0, "3", True, None]
+#: The settings of the connections realtime holds open, and the most their drivers take.
+CONNECTION_MAXIMA = {
+    "HEARTBEAT_TIMEOUT": 2_147_483,
+    "TCP_KEEPIDLE": 32_767,
+    "TCP_KEEPINTVL": 32_767,
+    "TCP_KEEPCNT": 127,
+}
 
 
 def run_checks(**overrides: Any) -> list[CheckMessage]:
@@ -377,7 +384,7 @@ def test_number_that_is_not_positive_is_error_e007(name: str, value: Any) -> Non
 
 
 @pytest.mark.parametrize("value", [float("inf"), limits.MAX_SECONDS + 1, 1e13, 1e300], ids=repr)
-@pytest.mark.parametrize("name", checks.POSITIVE_NUMBERS)
+@pytest.mark.parametrize("name", [n for n in checks.POSITIVE_NUMBERS if n not in CONNECTION_MAXIMA])
 def test_a_duration_over_a_hundred_years_is_error_e007(name: str, value: float) -> None:
     """More than any database takes as an interval, or ``time.sleep`` as a wait."""
     messages = run_checks(**{f"REALTIME_{name}": value})
@@ -400,7 +407,40 @@ def test_positive_int_or_float_number_passes(name: str, value: float) -> None:
         overrides = backoff
     elif name in ("MESSAGE_RETENTION", "RESUME_WINDOW"):
         overrides = kept
+    elif name in CONNECTION_MAXIMA:
+        overrides = {f"REALTIME_{name}": min(value, CONNECTION_MAXIMA[name])}
     assert ids(**overrides) == []
+
+
+# E007, E008: what the connections realtime holds open take
+
+
+@pytest.mark.parametrize(
+    ("name", "most", "error", "message"),
+    [
+        (
+            "HEARTBEAT_TIMEOUT",
+            2_147_483,
+            "realtime.E007",
+            "must be a number above 0 and at most 2147483 (PostgreSQL's longest timeout, "
+            "2^31-1 ms)",
+        ),
+        ("TCP_KEEPIDLE", 32_767, "realtime.E008", "must be an integer from 1 to 32767"),
+        ("TCP_KEEPINTVL", 32_767, "realtime.E008", "must be an integer from 1 to 32767"),
+        ("TCP_KEEPCNT", 127, "realtime.E008", "must be an integer from 1 to 127"),
+    ],
+)
+def test_a_connection_setting_past_what_the_connections_take_is_an_error(
+    name: str, most: int, error: str, message: str
+) -> None:
+    """libpq refuses a tcp_user_timeout past 2^31-1 ms, Linux a keepalive past its maximum:
+    the poller's and the trims' connections could not be opened."""
+    assert ids(**{f"REALTIME_{name}": most}) == []
+    for value in (most + 1, most * 100, float("inf")):
+        messages = run_checks(**{f"REALTIME_{name}": value})
+        assert [message.id for message in messages] == [error]
+        assert messages[0].msg.startswith(f"REALTIME_{name} {message}")
+        assert messages[0].msg.endswith(f", not {value!r}.")
 
 
 # E013: the log keeps messages as long as a resume reaches back

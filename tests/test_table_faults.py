@@ -15,12 +15,14 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 
 import pytest
+from django.test import override_settings
 
+from realtime.checks.settings import check_settings
 from realtime.messages import scope_channel
 from realtime.sockets import manager as manager_module
 from realtime.sockets.manager import SocketManager
 from realtime.transports import table_poller
-from realtime.transports.bounds import Bounds
+from realtime.transports.bounds import Bounds, bounded_connection
 from realtime.transports.table import TableTransport
 from tests.helpers import (
     WAIT,
@@ -33,6 +35,7 @@ from tests.helpers import (
     vendor,
 )
 from tests.proxy import Proxy, default_database_through
+from tests.test_compat_django import on_a_thread, statement_limit
 from tests.test_manager import make_socket, recorder, until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -211,6 +214,26 @@ async def test_one_publish_of_more_rows_than_the_queue_holds_reaches_the_listene
         drain.cancel()
     assert queue.overflowed == 0
     assert queue.heard == [*sent, MARKER]
+
+
+@networked
+def test_the_longest_bounds_check_lets_pass_open_the_held_connections() -> None:
+    """The most ``manage.py check`` lets pass for the poller's and the trims' connections
+    (realtime.E007, E008): the driver, the server and the kernel take them all."""
+    longest = {
+        "REALTIME_HEARTBEAT_TIMEOUT": 2_147_483,
+        "REALTIME_TCP_KEEPIDLE": 32_767,
+        "REALTIME_TCP_KEEPINTVL": 32_767,
+        "REALTIME_TCP_KEEPCNT": 127,
+    }
+    with override_settings(**longest):
+        assert check_settings() == []
+        bounds = Bounds.from_settings()
+    limit = on_a_thread(lambda: statement_limit(bounded_connection("default", bounds)))
+    if vendor() == "postgresql":
+        assert limit == "2147483s"
+    else:
+        assert float(limit) == 2_147_483
 
 
 @networked

@@ -60,6 +60,17 @@ POSITIVE_INTEGERS = (
     "MAX_QUERIES",
     "QUERY_MAX_ROWS",
 )
+#: The settings with a maximum below any duration's (``limits.MAX_SECONDS``) or integer's, and
+#: why: what the connections realtime holds open take (``realtime.transports.bounds``), which
+#: could not be opened past it. PostgreSQL reads the heartbeat timeout in milliseconds, as a
+#: 32-bit integer (``tcp_user_timeout``, ``statement_timeout``); Linux takes keepalive seconds
+#: up to 32767 and probes up to 127.
+MAXIMA: dict[str, tuple[int, str]] = {
+    "HEARTBEAT_TIMEOUT": (2_147_483, "PostgreSQL's longest timeout, 2^31-1 ms"),
+    "TCP_KEEPIDLE": (32_767, "the most Linux takes"),
+    "TCP_KEEPINTVL": (32_767, "the most Linux takes"),
+    "TCP_KEEPCNT": (127, "the most Linux takes"),
+}
 BOOLEANS = ("REVOKE_ON_PASSWORD_CHANGE", "AUTO_TRIM", "PG_NOTIFY_LOG")
 #: The redis-py the Redis transport is built on (the ``[redis]`` extra).
 REDIS_PY = ">=8.0,<9"
@@ -307,26 +318,24 @@ def _check_numbers() -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     for name in POSITIVE_NUMBERS:
         value = raw(name)
-        if not _positive_number(value):
+        most, why = MAXIMA.get(name, (limits.MAX_SECONDS, "100 years"))
+        if not _positive_number(value, most):
             errors.append(
                 _error(
                     7,
                     name,
-                    f"must be a number above 0 and at most {limits.MAX_SECONDS} (100 years), "
-                    f"not {value!r}.",
+                    f"must be a number above 0 and at most {most} ({why}), not {value!r}.",
                     _default_hint(name),
                 )
             )
     for name in POSITIVE_INTEGERS:
         value = raw(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        maximum = MAXIMA.get(name)
+        bad = isinstance(value, bool) or not isinstance(value, int) or value < 1
+        if bad or (maximum is not None and value > maximum[0]):
+            bound = "of at least 1" if maximum is None else f"from 1 to {maximum[0]} ({maximum[1]})"
             errors.append(
-                _error(
-                    8,
-                    name,
-                    f"must be an integer of at least 1, not {value!r}.",
-                    _default_hint(name),
-                )
+                _error(8, name, f"must be an integer {bound}, not {value!r}.", _default_hint(name))
             )
     start, cap = raw("RECONNECT_BACKOFF_START"), raw("RECONNECT_BACKOFF_MAX")
     if not errors and start > cap:
@@ -438,14 +447,10 @@ def _keeps_message_log() -> bool:
     return True  # a transport of the application's: it may keep the table
 
 
-def _positive_number(value: Any) -> bool:
+def _positive_number(value: Any, most: float = limits.MAX_SECONDS) -> bool:
     """Whether ``value`` is a duration ``realtime.E007`` lets pass: above 0, and no more than
-    ``limits.MAX_SECONDS`` (which infinity and NaN are not)."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and 0 < value <= limits.MAX_SECONDS
-    )
+    ``most`` (which infinity and NaN are not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= most
 
 
 def _check_allowed_origins() -> list[checks.CheckMessage]:
