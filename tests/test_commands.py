@@ -6,22 +6,27 @@ inside a transaction, so the test cannot wrap it in one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import connection, connections
 from django.test import override_settings
 
 from realtime.fields import naive_utc_now
+from realtime.management.commands import realtime_trim
 from realtime.transports import table_store
 from realtime.transports.table import TableTransport
-from tests.helpers import ROOT, db_datetime, subprocess_env
+from tests.helpers import ROOT, db_datetime, only_on, start_worker, subprocess_env
 
 HOUR = datetime.timedelta(hours=1)
 database = pytest.mark.django_db(transaction=True)
@@ -138,6 +143,79 @@ def test_trim_defaults_to_the_retention_and_batch_size_settings() -> None:
         "Deleted 3 expired messages.",
     ]
     assert stored_payloads() == fresh
+
+
+@database
+def test_a_trim_run_beside_another_waits_for_its_turn_and_ends_with_its_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cron starts a run while another trim holds its turn (one long batch): the run waits
+    for it and goes on, on every database. On MySQL it waits longer than a publisher waits
+    for its lock (made short here): it used to fail then, with a traceback."""
+    monkeypatch.setattr(table_store, "PUBLISH_LOCK_WAIT", 0.5)
+    insert_old_rows(3)
+    with holding_a_trim_turn() as release:
+        trimming = ThreadPoolExecutor(max_workers=1)
+        lines = trimming.submit(run_and_close, "realtime_trim", "--retention", "60")
+        with pytest.raises(FutureTimeout):
+            lines.result(timeout=2.0)  # its turn has not come, four publisher's waits later
+        release()
+        assert lines.result(timeout=30) == [
+            "Deleted 3 rows (3 so far)",
+            "Deleted 3 expired messages.",
+        ]
+        trimming.shutdown()
+    assert stored_payloads() == []
+
+
+@database
+@only_on("mysql")
+def test_a_trim_whose_turn_does_not_come_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past its wait (a day; made short here) a run ends with a CommandError naming the
+    lock, not a traceback."""
+    monkeypatch.setattr(realtime_trim, "TURN_WAIT", 0.5)
+    insert_old_rows(3)
+    with holding_a_trim_turn(), pytest.raises(CommandError, match="Another trim held the turn"):
+        run_and_close("realtime_trim", "--retention", "60")
+    assert len(stored_payloads()) == 3
+
+
+@contextlib.contextmanager
+def holding_a_trim_turn() -> Iterator[Callable[[], None]]:
+    """Another process holding a trim's turn, as a trim under way holds it for its batch,
+    until the callable given is called (or the block ends)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT MIN(id) FROM {table_store.TABLE}")
+        row = cursor.fetchone()
+    assert row is not None
+    holder = start_worker("hold-trim", str(row[0]))
+    assert holder.stdout is not None
+    assert holder.stdin is not None
+    stdin = holder.stdin
+    released: list[bool] = []
+
+    def release() -> None:
+        if not released:
+            released.append(True)
+            stdin.write("release\n")
+            stdin.flush()
+
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield release
+    finally:
+        release()
+        holder.communicate(timeout=30)
+
+
+def run_and_close(command: str, *args: str) -> list[str]:
+    """``run`` on this thread's own connections, closed after."""
+    try:
+        return run(command, *args)
+    finally:
+        connections.close_all()
 
 
 @pytest.mark.parametrize(

@@ -350,13 +350,16 @@ class MessageStore:
 
     @contextmanager
     def _serialized(
-        self, refusal: type[TransportError] = PublishError, name: str = PUBLISH_LOCK_NAME
+        self,
+        refusal: type[TransportError] = PublishError,
+        name: str = PUBLISH_LOCK_NAME,
+        wait: float | None = None,
     ) -> Iterator[None]:
         """On MySQL, hold the publish lock (or the lock ``name``) around the block (others
         take theirs in SQL).
 
-        ``GET_LOCK`` answers 1 (granted), 0 (another session kept it for
-        ``PUBLISH_LOCK_WAIT`` seconds) or NULL (an error: the session killed, out of
+        ``GET_LOCK`` answers 1 (granted), 0 (another session kept it for ``wait`` seconds,
+        ``PUBLISH_LOCK_WAIT`` by default) or NULL (an error: the session killed, out of
         memory). Without the lock the block does not run: a row inserted beside another
         publisher's may commit out of id order, and a resume across it would miss it or hear
         it twice. It raises ``refusal`` instead, naming the answer; a publish is then lost
@@ -371,15 +374,16 @@ class MessageStore:
         if connection.vendor != "mysql":
             yield
             return
+        wait = PUBLISH_LOCK_WAIT if wait is None else wait
         with connection.cursor() as cursor:
-            cursor.execute("SELECT GET_LOCK(%s, %s)", [name, PUBLISH_LOCK_WAIT])
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [name, wait])
             row = cursor.fetchone()
         answer = None if row is None else row[0]
         if answer != 1:
             why = (
                 "NULL: an error"
                 if answer is None
-                else f"{answer}: another session held it for {PUBLISH_LOCK_WAIT} s"
+                else f"{answer}: another session held it for {wait} s"
             )
             raise refusal(
                 f"the log's lock {name!r} was not granted (GET_LOCK answered {why}); "
@@ -534,7 +538,9 @@ class MessageStore:
                 ]
         return Poll(rows, settled)
 
-    def trim_batch(self, retention: float, batch_size: int) -> list[int]:
+    def trim_batch(
+        self, retention: float, batch_size: int, turn_wait: float | None = None
+    ) -> list[int]:
         """Delete the lowest ids of the log, at most ``batch_size``, up to the first row not
         older than ``retention`` seconds; return their ids.
 
@@ -549,7 +555,10 @@ class MessageStore:
         for it, a few seconds at most.
 
         Trimmers take turns (``_trim_turn``): two at once, each skipping the rows the other
-        holds, would delete above a row kept.
+        holds, would delete above a row kept. On MySQL a trim waits ``turn_wait`` seconds at
+        most for another's turn to end (``PUBLISH_LOCK_WAIT`` by default), then raises
+        ``TransportError``; PostgreSQL's and SQLite's wait as long as their connection lets
+        a statement wait.
         """
         connection = self.connection
         oldest = (
@@ -562,7 +571,7 @@ class MessageStore:
             cursor.execute(oldest, [retention, 1])
             if not _expired_prefix(cursor.fetchall()):
                 return []
-        with self._trim_turn() as cursor:
+        with self._trim_turn(turn_wait) as cursor:
             cursor.execute(oldest, [retention, batch_size])
             ids = _expired_prefix(cursor.fetchall())
             if ids and connection.vendor == "mysql":
@@ -575,14 +584,15 @@ class MessageStore:
         return ids
 
     @contextmanager
-    def _trim_turn(self) -> Iterator[CursorWrapper]:
+    def _trim_turn(self, wait: float | None = None) -> Iterator[CursorWrapper]:
         """A write transaction (``write_transaction``) of one trim, once no other trim is
         under way: PostgreSQL waits for a transaction-scoped advisory lock, MySQL for a named
-        lock held until after the commit (not granted: ``TransportError``), and SQLite lets
-        one writer at a time anyway. No other writer deletes from the log, so the rows a
-        trim reads in its turn are the log's first until it commits."""
+        lock held until after the commit (``wait`` seconds at most; not granted:
+        ``TransportError``), and SQLite lets one writer at a time anyway. No other writer
+        deletes from the log, so the rows a trim reads in its turn are the log's first until
+        it commits."""
         with (
-            self._serialized(TransportError, TRIM_LOCK_NAME),
+            self._serialized(TransportError, TRIM_LOCK_NAME, wait),
             write_transaction(self.using) as cursor,
         ):
             if self.connection.vendor == "postgresql":

@@ -72,12 +72,19 @@ class Trimmer:
             "report (%d in all): the trims already waiting are behind (a slow database?)"
         )
 
-    def trim(self, retention: float | None = None, batch_size: int | None = None) -> int:
-        """Delete one batch of expired rows now, in this thread; return how many went."""
+    def trim(
+        self,
+        retention: float | None = None,
+        batch_size: int | None = None,
+        turn_wait: float | None = None,
+    ) -> int:
+        """Delete one batch of expired rows now, in this thread; return how many went.
+        ``turn_wait``: see ``MessageStore.trim_batch``."""
         count = len(
             self.store.trim_batch(
                 self.retention if retention is None else retention,
                 self.batch_size if batch_size is None else batch_size,
+                turn_wait,
             )
         )
         metrics.trimmed(count)

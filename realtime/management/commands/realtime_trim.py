@@ -1,16 +1,28 @@
-"""``manage.py realtime_trim``: delete expired ``firm_channel_messages`` rows until none is left."""
+"""``manage.py realtime_trim``: delete expired ``firm_channel_messages`` rows until none is left.
+
+Trims take turns, batch by batch (``MessageStore.trim_batch``): a run beside another (cron
+starting one while a long one runs, or the workers' own trims) waits for the other's batch
+to end and goes on, on every database, as it does on PostgreSQL (on MySQL, ``TURN_WAIT`` at
+most); so a run from cron ends with its count, not with an error because another trim was
+under way.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from realtime import limits
 from realtime.conf import conf
+from realtime.exceptions import TransportError
 from realtime.transports.table_store import MessageStore
 from realtime.transports.trimming import Trimmer
+
+#: Seconds a batch waits for its turn on MySQL, while another trim's batch holds it: a day,
+#: longer than any batch takes. Past it something is stuck, and the command says so.
+TURN_WAIT = 24 * 3600
 
 
 def _non_negative_float(text: str) -> float:
@@ -64,7 +76,13 @@ class Command(BaseCommand):
         )
         total = 0
         while True:
-            deleted = trimmer.trim()
+            try:
+                deleted = trimmer.trim(turn_wait=TURN_WAIT)
+            except TransportError as exc:
+                raise CommandError(
+                    f"Another trim held the turn too long, or the database refused it ({exc}); "
+                    f"deleted {total} expired messages so far."
+                ) from exc
             total += deleted
             if deleted:
                 self.stdout.write(f"Deleted {deleted} rows ({total} so far)")
