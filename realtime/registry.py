@@ -120,6 +120,18 @@ class ModelOptions:
         return frozenset(found)
 
     @cached_property
+    def event_fields(self) -> dict[str, Any]:
+        """The field reading each column an event reads (``event_attnames``), by its attname:
+        how a value assigned to it is read as the row holds it (``realtime.writes.events``);
+        a foreign key's column is read by the field it points at, as Django reads it."""
+        by_attname = {str(f.attname): f for f in self.model._meta.concrete_fields}
+        found = {name: by_attname[name] for name in self.event_attnames if name in by_attname}
+        return {
+            name: f.target_field if isinstance(f, models.ForeignKey) else f
+            for name, f in found.items()
+        }
+
+    @cached_property
     def is_global(self) -> bool:
         """Whether the model is announced to every signed-in socket subscribed to its
         channels (``scope_field=None``, no ``user_field``), narrowed by its guard."""

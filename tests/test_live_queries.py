@@ -154,6 +154,44 @@ def test_every_publication_of_a_queryable_model_carries_its_filters_values() -> 
     assert "filters" not in {key for key in updated if key != "meta"}
 
 
+def test_values_assigned_in_another_form_are_published_as_the_row_holds_them() -> None:
+    """Django writes a value as the field reads it (``"7"`` is the integer 7, ``"2026-1-5"``
+    the date 2026-01-05): so do the events of a create, a save and a ``bulk_create``, in
+    their data, their filters' values and their scope."""
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    company = Company.objects.create(workspace=workspace, name="Initech")
+    case = Case.objects.create(
+        workspace_id=str(workspace.pk),
+        company_id=str(company.pk),
+        title="Printer",
+        priority="7",
+        due="2026-1-5",
+    )
+    case.priority = 8.0
+    case.due = datetime.datetime(2026, 1, 6, 23, 30)  # a datetime given to a date field
+    case.save()
+    Case.objects.bulk_create([Case(workspace=workspace, title="Fax", priority="9", due="2026-1-7")])
+    told = [e for e in events("scope") if e["event_type"].startswith("case.")]
+    stored = {
+        row["id"]: row
+        for row in Case.objects.values("id", "priority", "due", "company", "workspace")
+    }
+    assert [(e["data"]["priority"], e["meta"]["filters"]["due"]) for e in told] == [
+        (7, "2026-01-05"),
+        (8, "2026-01-06"),
+        (9, "2026-01-07"),
+    ]
+    for event in told[1:]:
+        row = stored[event["data"]["id"]]
+        assert event["data"]["priority"] == event["meta"]["filters"]["priority"] == row["priority"]
+        assert event["meta"]["filters"]["due"] == str(row["due"])
+    assert [(e["scope_id"], e["meta"]["filters"]["company"]) for e in told] == [
+        (workspace.pk, company.pk),
+        (workspace.pk, company.pk),
+        (workspace.pk, None),
+    ]
+
+
 def test_a_model_without_filters_publishes_as_before() -> None:
     workspace = Workspace.objects.create(name="Acme", slug="acme")
     Company.objects.create(workspace=workspace, name="Initech")
@@ -553,6 +591,30 @@ async def test_a_live_query_lists_the_orm_answer_and_follows_the_writes(
     await client.send("unquery", {"id": "open"})
     await off_loop(Case.objects.create, workspace=workspace, title="late", priority=20)
     assert [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query")] == []
+
+
+async def test_rows_written_with_values_assigned_as_text_are_listed_as_committed(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    case = await off_loop(Case.objects.create, workspace=workspace, title="a", priority=1)
+    await off_loop(Case.objects.create, workspace=workspace, title="b", priority=5)
+    ask = {"model": "case", "where": {"priority__gte": 1}, "order_by": ["-priority", "due"]}
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("query", {"id": "q", **ask, "limit": 3})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+    case.priority = "7"
+    case.due = "2026-1-5"
+    await off_loop(case.save)
+    await off_loop(
+        Case.objects.create, workspace=workspace, title="c", priority="6", due="2026-1-6"
+    )
+    apply_frames(lists, await marker_for(client, ann.pk))
+    expected = await off_loop(orm_answer, {**ask, "limit": 3}, ann, [workspace.pk])
+    assert [row["title"] for row in expected] == ["a", "c", "b"]
+    assert same_rows(lists["q"], expected)  # "7", "2026-1-5" told as 7, "2026-01-05"
 
 
 @pytest.mark.usefixtures("each_transport")

@@ -80,10 +80,12 @@ from realtime.writes.audiences import (
     unsure_attnames,
 )
 from realtime.writes.events import (
+    UNREADABLE,
     Before,
     Event,
     as_stored,
     folded_event,
+    read_by,
     read_event,
     to_many_of_rows,
     with_columns_of,
@@ -799,18 +801,14 @@ def _as_stored(field: Any, value: Any) -> Any:
     """``value`` as ``field`` reads back once written; ``_UNSURE`` where the database may
     compute or convert it (an expression, a date, a decimal, JSON, a field of a class of
     one's own, ...)."""
-    if hasattr(value, "resolve_expression"):
-        return _UNSURE
     if type(field) in (models.ForeignKey, models.OneToOneField):
         if isinstance(value, models.Model):
             value = getattr(value, field.target_field.attname)
         field = field.target_field
     if type(field) not in _AS_GIVEN:
         return _UNSURE
-    try:
-        return field.to_python(value)
-    except Exception:
-        return _UNSURE
+    read = read_by(field, value)
+    return _UNSURE if read is UNREADABLE else read
 
 
 def _audience_column(options: ModelOptions) -> str | None:

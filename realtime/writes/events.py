@@ -4,7 +4,9 @@ Everything an announcement needs is read here, from the instance and the values 
 ``data`` (declared fields, foreign keys as ids, nothing lazy-loaded; then the keys of the
 model's ``payload=``, below), the channels (the model's own, one per relation), the scope or
 the accounts, ``changed`` and ``origin``. What may cost a query — to-many relation channels, a
-multi-hop account path — costs at most one each, on the write's database.
+multi-hop account path — costs at most one each, on the write's database. Each column is read
+as its field reads it (``as_written``), as Django wrote it: ``"7"`` assigned to an integer
+field is told as the row's ``7``.
 
 An instance loaded without some of the columns its event carries (``only()``, ``defer()``)
 holds no value for them: a client must not be told they are null. Those columns are read in
@@ -33,7 +35,9 @@ announced). A callable that does not query costs no statement at all.
 from __future__ import annotations
 
 import copy
+import datetime
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,7 +174,7 @@ def read_event(
     with its declared fields alone, and a create or update is ``leaves_only``, heard only by
     the readers it takes the row from. Nobody is sent a record without the payload's keys as
     if it were whole."""
-    instance = with_columns(options, instance, using)
+    instance = as_written(options, with_columns(options, instance, using))
     values = instance.__dict__
     pk = instance.pk
     scope_id = None
@@ -212,6 +216,79 @@ def read_event(
             if attname in values
         }
     return event
+
+
+#: What ``to_python`` of Django's fields (exactly these classes: a subclass may read values
+#: otherwise) gives, and gives back unchanged: a value of that type is read as it is.
+_READS_AS: dict[type[Any], type[Any]] = {
+    **dict.fromkeys(
+        [
+            models.AutoField,
+            models.BigAutoField,
+            models.SmallAutoField,
+            models.IntegerField,
+            models.BigIntegerField,
+            models.SmallIntegerField,
+            models.PositiveIntegerField,
+            models.PositiveBigIntegerField,
+            models.PositiveSmallIntegerField,
+        ],
+        int,
+    ),
+    **dict.fromkeys(
+        [
+            models.CharField,
+            models.TextField,
+            models.SlugField,
+            models.EmailField,
+            models.URLField,
+        ],
+        str,
+    ),
+    models.BooleanField: bool,
+    models.FloatField: float,
+    models.DateField: datetime.date,
+    models.DateTimeField: datetime.datetime,
+    models.TimeField: datetime.time,
+    models.UUIDField: uuid.UUID,
+}
+
+#: Stands for a value its field cannot read (``read_by``).
+UNREADABLE: Any = object()
+
+
+def read_by(field: Any, value: Any) -> Any:
+    """``value`` as ``field`` reads it (``to_python``, where Django's writing of it starts):
+    ``"7"`` given to an integer field is the row's ``7``, ``"2026-1-5"`` given to a date field
+    its ``2026-01-05``. ``UNREADABLE`` for an expression (the database computes it) and for a
+    value ``to_python`` refuses (the write itself fails, or stores what the database made of
+    it)."""
+    if hasattr(value, "resolve_expression"):
+        return UNREADABLE
+    try:
+        return field.to_python(value)
+    except Exception:
+        return UNREADABLE
+
+
+def as_written(options: ModelOptions, instance: models.Model) -> models.Model:
+    """``instance``, or when it holds a column its event reads in another form than its field
+    reads it (application code may assign text to an integer or a date field), a copy holding
+    each such column as ``read_by`` reads it: the event carries what the row holds, not what
+    was assigned. A value its field cannot read stays as it is. The instance itself is left as
+    it is."""
+    values = instance.__dict__
+    read: dict[str, Any] = {}
+    for attname, reader in options.event_fields.items():
+        value = values.get(attname)
+        if value is None or type(value) is _READS_AS.get(type(reader)):
+            continue
+        stored = read_by(reader, value)
+        if stored is UNREADABLE or stored is value:
+            continue
+        if type(stored) is not type(value) or stored != value:
+            read[attname] = stored
+    return copy_with(instance, read)
 
 
 def as_stored(
