@@ -240,6 +240,24 @@ def test_a_model_without_filters_publishes_as_before() -> None:
             {"id": "q", "model": "case", "where": {"priority__in": list(range(101))}},
             "Invalid value for priority__in",
         ),
+        # Integers no row of the column can hold (SQLite could not even be sent them).
+        (
+            {"id": "q", "model": "case", "where": {"priority__in": [1, 10**25]}},
+            "Invalid value for priority__in",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"priority__range": [0, 10**25]}},
+            "Invalid value for priority__range",
+        ),
+        (
+            {"id": "q", "model": "case", "where": {"priority__lt": -(10**25)}},
+            "Invalid value for priority__lt",
+        ),
+        ({"id": "q", "model": "case", "where": {"company": 10**30}}, "Invalid value for company"),
+        (
+            {"id": "q", "model": "case", "where": {"company__gte": 10**30}},
+            "Invalid value for company__gte",
+        ),
         ({"id": "", "model": "case"}, "Invalid query"),
         ({"id": "q" * 65, "model": "case"}, "Invalid query"),
         ({"id": "q", "model": "case", "where": [1]}, "Invalid query"),
@@ -706,6 +724,27 @@ async def test_refused_queries_answer_query_error_and_the_socket_stays(
     await off_loop(Case.objects.create, workspace=workspace, title="on", priority=1)
     frames = await marker_for(client, ann.pk)
     assert [f["type"] for f in frames] == ["query.diff"]
+
+
+async def test_an_integer_no_row_can_hold_is_refused_as_an_invalid_value_in_one_log_line(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    server = live_servers.get()
+    before = len(server.log_text())
+    client = await ws.authenticated(server, issue_token(ann), scope="acme")
+    where = {"priority__in": [1, 10**25]}
+    await client.send("query", {"id": "q", "model": "case", "where": where})
+    error = await client.wait_for(lambda f: f["type"].startswith("query."))
+    assert error == {
+        "type": "query.error",
+        "data": {"id": "q", "message": "Invalid value for priority__in"},
+    }
+    logged = server.log_text()[before:]
+    assert logged.count("refused a live query: Invalid value for priority__in") == 1
+    assert "Traceback" not in logged
+    assert " ERROR " not in logged
 
 
 @pytest.mark.usefixtures("each_server")

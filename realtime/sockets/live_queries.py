@@ -222,19 +222,33 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
         if lookup == "in":
             if not isinstance(value, list) or len(value) > MAX_IN:
                 raise invalid
-            read = [read_value(field, item) for item in value]
+            read = [_compared(field, item) for item in value]
             return Term(name, lookup, tuple(item for item in read if item is not None))
         if lookup == "range":
             if not isinstance(value, list) or len(value) != 2 or None in value:
                 raise invalid
-            return Term(name, lookup, (read_value(field, value[0]), read_value(field, value[1])))
+            return Term(name, lookup, (_compared(field, value[0]), _compared(field, value[1])))
         if value is None:
             if lookup != "exact":
                 raise invalid
             return Term(name, "isnull", True)
-        return Term(name, lookup, read_value(field, _rounded(field, lookup, value)))
+        return Term(name, lookup, _compared(field, _rounded(field, lookup, value)))
     except (ValidationError, TypeError, ValueError, ArithmeticError) as exc:
         raise invalid from exc
+
+
+def _compared(field: models.Field[Any, Any], value: Any) -> Any:
+    """A lookup's ``value`` read by ``field`` (``read_value``), as a form reads it: an integer
+    outside the range the database gives the column (``integer_field_range``; a foreign key's,
+    its target's) raises ``ValueError``. SQLite could not even be sent it."""
+    read = read_value(field, value)
+    target = column_values_field(field) or field
+    if isinstance(read, int) and isinstance(target, models.IntegerField):
+        ops = connections[primary(field.model)].ops
+        low, high = ops.integer_field_range(target.get_internal_type())
+        if (low is not None and read < low) or (high is not None and read > high):
+            raise ValueError(f"{read} is outside the column's range [{low}, {high}]")
+    return read
 
 
 def _rounded(field: models.Field[Any, Any], lookup: str, value: Any) -> Any:
