@@ -314,6 +314,38 @@ def test_a_float_compared_with_an_integer_field_matches_the_rows_the_orm_finds(
     assert in_process == orm
 
 
+@pytest.mark.parametrize(
+    ("lookup", "value"),
+    [
+        ("priority__gte", -(2**40)),
+        ("priority__lt", 2**40),
+        ("priority", 2**63 - 1),
+        ("priority__in", [1, 2**40]),
+        ("priority__range", [-(2**63), 2]),
+    ],
+)
+def test_an_integer_past_the_columns_range_within_64_bits_matches_the_rows_the_orm_finds(
+    lookup: str, value: Any
+) -> None:
+    """Only integers past 64 bits are refused: a bound past the column's own range (a
+    PostgreSQL ``integer`` holds 32 bits) keeps its meaning, in the read and in process."""
+    workspace = Workspace.objects.create(name="wide", slug="wide")
+    for priority in (-1, 0, 1, 2, 3):
+        Case.objects.create(workspace=workspace, title=f"p{priority}", priority=priority)
+    _, shape = read_query({"id": "q", "model": "case", "where": {lookup: value}})
+    in_process = {
+        case.priority
+        for case in Case.objects.filter(workspace=workspace)
+        if all(term.matches(case.priority) for term in shape.terms)
+    }
+    orm = set(
+        Case.objects.filter(workspace=workspace, **{lookup: value}).values_list(
+            "priority", flat=True
+        )
+    )
+    assert in_process == orm
+
+
 def test_a_query_reads_defaults_and_takes_the_key_as_the_last_tie_breaker(settings: Any) -> None:
     settings.REALTIME_QUERY_MAX_ROWS = 50
     _, shape = read_query({"id": "q", "model": "case"})

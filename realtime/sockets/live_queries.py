@@ -237,17 +237,19 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
         raise invalid from exc
 
 
+#: The range of a 64-bit integer column, SQLite's and every database's widest.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _compared(field: models.Field[Any, Any], value: Any) -> Any:
-    """A lookup's ``value`` read by ``field`` (``read_value``), as a form reads it: an integer
-    outside the range the database gives the column (``integer_field_range``; a foreign key's,
-    its target's) raises ``ValueError``. SQLite could not even be sent it."""
+    """A lookup's ``value`` read by ``field`` (``read_value``); an integer outside 64 bits
+    raises ``ValueError``. No integer column of any database holds one, and SQLite cannot even
+    be sent it (``OverflowError`` at the read). Within 64 bits a comparison keeps its meaning
+    past the column's own range (``size__gte: -1`` on a positive column matches every row):
+    every database compares it, and so does the window in Python."""
     read = read_value(field, value)
-    target = column_values_field(field) or field
-    if isinstance(read, int) and isinstance(target, models.IntegerField):
-        ops = connections[primary(field.model)].ops
-        low, high = ops.integer_field_range(target.get_internal_type())
-        if (low is not None and read < low) or (high is not None and read > high):
-            raise ValueError(f"{read} is outside the column's range [{low}, {high}]")
+    if isinstance(read, int) and not INT64_MIN <= read <= INT64_MAX:
+        raise ValueError(f"{read} does not fit in 64 bits")
     return read
 
 
