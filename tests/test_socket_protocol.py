@@ -146,6 +146,14 @@ def _malformed(frame: str | bytes) -> Callable[[str], str | bytes]:
     return lambda token: frame
 
 
+def _authenticate_holding(constant: str) -> Callable[[str], str | bytes]:
+    """A valid ``authenticate`` for ``acme`` but for one more key, holding ``constant``."""
+    return lambda token: (
+        f'{{"type": "authenticate", "data": {{"token": {json.dumps(token)}, '
+        f'"scope": "acme", "x": {constant}}}}}'
+    )
+
+
 def _authenticate_of_size(size: int, fill: str = "x") -> Callable[[str], str | bytes]:
     """A valid ``authenticate`` for ``acme``, padded to exactly ``size`` characters."""
     return lambda token: padded("authenticate", {"token": token, "scope": "acme"}, size, fill)
@@ -160,6 +168,9 @@ def _authenticate_of_size(size: int, fill: str = "x") -> Callable[[str], str | b
         pytest.param("default", _malformed("[]"), id="json-array"),
         pytest.param("default", _malformed("null"), id="json-null"),
         pytest.param("default", _malformed("42"), id="json-number"),
+        # Python's reader takes these constants; JSON has none of them.
+        pytest.param("default", _authenticate_holding("NaN"), id="nan"),
+        pytest.param("default", _authenticate_holding("-Infinity"), id="minus-infinity"),
         # 100,000 characters: on a server whose frame size allows them, so that the nesting,
         # not the size, is what is refused (the default 65,536 would refuse the size first).
         pytest.param("roomy-frames", _malformed("[" * 100_000), id="nested-too-deep"),
@@ -510,6 +521,8 @@ async def test_frames_sent_during_the_handshake_are_read_in_order_and_count_in_t
         pytest.param("null", id="json-null"),
         pytest.param('"heartbeat"', id="json-string"),
         pytest.param("[" * 60_000, id="nested-too-deep"),
+        pytest.param('{"type": "heartbeat", "data": NaN}', id="nan"),
+        pytest.param('{"type": "heartbeat", "data": Infinity}', id="infinity"),
     ],
 )
 async def test_a_frame_that_is_not_a_json_object_after_the_handshake_closes_1008(

@@ -69,7 +69,7 @@ def parse_frame(text: Any) -> Frame:
     if not isinstance(text, str):
         raise FrameError("binary frame")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError) as exc:
         raise FrameError("not JSON") from exc
     if not isinstance(value, dict):
@@ -80,6 +80,13 @@ def parse_frame(text: Any) -> Frame:
         type=type_ if isinstance(type_, str) else None,
         data=raw if isinstance(raw, dict) else {},
     )
+
+
+def _not_json(constant: str) -> Any:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``, which Python's reader takes and JSON
+    does not have (RFC 8259): a frame holding one is not JSON. So is one holding an integer
+    of more than 4,300 digits, which Python refuses to read (``ValueError``)."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 @dataclass(frozen=True, slots=True)
