@@ -119,8 +119,8 @@ def _decide(auth: RealtimeAuth, ask: Ask) -> Decided:
 
 def log_unknown(channel: str, known: Collection[str]) -> None:
     """With ``DEBUG``, say that ``channel`` names no known model, and the nearest that does:
-    a WARNING, which a new project's console shows with no ``LOGGING`` of its own (the client
-    hears nothing of a dropped channel, by design).
+    an INFO line, as the protocol fixes it (the client hears nothing of a dropped channel, by
+    design; a project shows the line with a ``LOGGING`` entry for ``realtime`` at INFO).
 
     The clients' budget is asked first: past it, the line costs a count, not a search."""
     budget = logs.client_budget
@@ -131,23 +131,23 @@ def log_unknown(channel: str, known: Collection[str]) -> None:
     if nearest:
         budget.admitted(
             logger,
-            logging.WARNING,
+            logging.INFO,
             "realtime: dropped channel %.100r: no such channel (did you mean %.100r?)",
             channel,
             f"{nearest[0]}{sep}{rest}",
         )
     else:
         budget.admitted(
-            logger, logging.WARNING, "realtime: dropped channel %.100r: no such channel", channel
+            logger, logging.INFO, "realtime: dropped channel %.100r: no such channel", channel
         )
 
 
 def log_refused(channel: str) -> None:
-    """With ``DEBUG``, say that ``channel`` was refused by the hook (a WARNING, as above)."""
+    """With ``DEBUG``, say that ``channel`` was refused by the hook (an INFO line, as above)."""
     if settings.DEBUG:
         logs.log_limited(
             logger,
-            logging.WARNING,
+            logging.INFO,
             "realtime: dropped channel %.100r: refused by may_subscribe",
             channel,
         )

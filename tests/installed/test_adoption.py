@@ -368,7 +368,7 @@ async def test_with_debug_the_log_says_why_each_channel_was_dropped_naming_the_n
 ) -> None:
     async with listening(served, "ann", ["cards", "memo:1"]):
         pass
-    prefix = "WARNING realtime.sockets.subscriptions realtime: dropped channel"
+    prefix = "INFO realtime.sockets.subscriptions realtime: dropped channel"
     misspelled = f"{prefix} 'cards': no such channel (did you mean 'card'?)"
     refused = f"{prefix} 'memo:1': refused by may_subscribe"
     assert await asyncio.to_thread(logged, served.log, misspelled), served.log.read_text()
