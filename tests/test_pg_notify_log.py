@@ -15,7 +15,17 @@ import pytest
 from django.db import connection
 
 from realtime.transports.pg_notify import PgNotifyTransport
-from tests.helpers import ROOT, Inbox, SmallQueue, eventually, off_loop, only_on, subprocess_env
+from realtime.transports.table_store import Row
+from tests.helpers import (
+    ROOT,
+    WAIT,
+    Inbox,
+    SmallQueue,
+    eventually,
+    off_loop,
+    only_on,
+    subprocess_env,
+)
 from tests.test_pg_notify_resilience import listener_backends, terminate
 from tests.transport_contract import MARKER, TransportContract
 
@@ -97,6 +107,41 @@ async def test_a_message_too_large_for_a_notification_arrives_whole_and_in_its_p
     await off_loop(transport.publish, [("sizes", b"after")])
     await inbox.wait_for("sizes", b"after")
     assert inbox.payloads("sizes") == [b"small", big, b"after"]
+
+
+class HeldRowReads:
+    """The transport's real row read, held until the test lets it go (a busy database)."""
+
+    def __init__(self, transport: PgNotifyTransport) -> None:
+        self.read = transport._sequencer.read_rows
+        self.started = asyncio.Event()
+        self.go = asyncio.Event()
+        transport._sequencer.read_rows = self
+
+    async def __call__(self, positions: list[int]) -> list[Row]:
+        self.started.set()
+        await self.go.wait()
+        return await self.read(positions)
+
+
+async def test_a_message_too_large_heard_while_an_earlier_row_is_read_arrives_too(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    transport.add_listener(inbox)
+    await transport.follow("rows")
+    reads = HeldRowReads(transport)
+    first, second = b"1" * 9000, b"2" * 9000
+    await off_loop(transport.publish, [("rows", first)])
+    async with asyncio.timeout(WAIT):
+        await reads.started.wait()
+    # Heard while the first row is read: its row is not part of that read.
+    await off_loop(transport.publish, [("rows", second)])
+    await off_loop(transport.publish, [("rows", MARKER)])
+    await eventually(lambda: len(transport._sequencer._queue) == 3)
+    reads.go.set()
+    await inbox.wait_for("rows", MARKER)
+    assert inbox.payloads("rows") == [first, second, MARKER]
 
 
 async def test_messages_published_while_the_listen_connection_is_down_arrive_once_in_order(

@@ -325,7 +325,7 @@ class Sequencer:
             self.reads.worked()
             # Fallen behind meanwhile: the catch-up reads them.
             if not self.behind:
-                self._fill(rows)
+                self._fill(missing, rows)
         except Exception as exc:
             self.reads.failed(exc, RETRY_WAIT, self._queued_channels)
             await asyncio.sleep(RETRY_WAIT)
@@ -333,13 +333,16 @@ class Sequencer:
         self._reading = None
         self._drain()
 
-    def _fill(self, rows: dict[int, bytes]) -> None:
-        """Put the messages read in their notifications' places."""
+    def _fill(self, missing: list[int], rows: dict[int, bytes]) -> None:
+        """Put the messages read in their notifications' places. Only a row the read asked
+        for and did not find is gone: a notification heard while it read, without its
+        message, waits for the next read."""
+        asked = set(missing)
         filled: deque[tuple[str, bytes | None, int]] = deque()
         for channel, message, position in self._queue:
             if message is None:
                 message = rows.get(position)
-                if message is None:
+                if message is None and position in asked:
                     logger.error("realtime: logged message %d is gone; skipped", position)
                     continue
             filled.append((channel, message, position))
