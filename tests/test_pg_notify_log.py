@@ -11,11 +11,12 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
-from realtime.transports.pg_notify import PgNotifyTransport
-from realtime.transports.table_store import Row
+from realtime.transports.pg_notify import PgNotifyTransport, conninfo_of
+from realtime.transports.table_store import PUBLISH_LOCK_KEY, MessageStore, Row, channel_hash
 from tests.helpers import (
     ROOT,
     WAIT,
@@ -26,6 +27,7 @@ from tests.helpers import (
     only_on,
     subprocess_env,
 )
+from tests.proxy import Proxy
 from tests.test_pg_notify_resilience import listener_backends, terminate
 from tests.transport_contract import MARKER, TransportContract
 
@@ -171,6 +173,110 @@ async def test_messages_published_while_the_listen_connection_is_down_arrive_onc
     assert len(set(positions)) == len(positions)
     assert any("missed 5 message(s)" in r.getMessage() for r in caplog.records)
     assert listener.backend_pid in await off_loop(listener_backends)
+
+
+async def test_an_outage_whose_messages_were_trimmed_meanwhile_closes_the_sockets_to_read_again(
+    make_pg_transport: MakeTransport, inbox: Inbox, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only the LISTEN connection goes through the relay: the publisher still reaches the log.
+    transport = make_pg_transport(listen_database=proxy.dsn(str(connection.settings_dict["NAME"])))
+    reports: list[frozenset[str]] = []
+    transport.add_listener(inbox, missed=reports.append)
+    await transport.follow("trimmed")
+    await off_loop(transport.publish, [("trimmed", b"before")])
+    await inbox.wait_for("trimmed", b"before")
+    listener = transport.listener
+    assert listener is not None
+    with caplog.at_level(logging.WARNING, logger="realtime"):
+        await proxy.close()
+        await eventually(lambda: not listener.connected.is_set())
+        for number in range(3):
+            await off_loop(transport.publish, [("trimmed", f"during {number}".encode())])
+        # An outage longer than the retention (or a manual realtime_trim --retention 0).
+        assert await off_loop(transport.trimmer.trim, 0.0, 1000) >= 4
+        await proxy.open()
+        await eventually(lambda: listener.connected.is_set())
+        await off_loop(transport.publish, [("trimmed", MARKER)])
+        await inbox.wait_for("trimmed", MARKER)
+    assert inbox.payloads("trimmed") == [b"before", MARKER]
+    assert reports == [frozenset({"trimmed"})]
+    assert any("trimmed from the log before they could" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_worker_that_started_on_a_log_trimmed_empty_owes_nothing_from_before_it(
+    make_pg_transport: MakeTransport, inbox: Inbox, proxy: Proxy
+) -> None:
+    transport = make_pg_transport(listen_database=proxy.dsn(str(connection.settings_dict["NAME"])))
+    await off_loop(transport.publish, [("elsewhere", b"long ago")])
+    assert await off_loop(transport.trimmer.trim, 0.0, 1000) >= 1
+    reports: list[frozenset[str]] = []
+    transport.add_listener(inbox, missed=reports.append)
+    await transport.follow("fresh")
+    listener = transport.listener
+    assert listener is not None
+    await proxy.close()
+    await eventually(lambda: not listener.connected.is_set())
+    await off_loop(transport.publish, [("fresh", b"during")])
+    await proxy.open()
+    await off_loop(transport.publish, [("fresh", MARKER)])
+    await inbox.wait_for("fresh", MARKER)
+    # The ids trimmed before the worker started were never its to hand over.
+    assert inbox.payloads("fresh") == [b"during", MARKER]
+    assert reports == []
+
+
+async def test_a_log_found_empty_is_looked_at_again_once_a_publish_under_way_has_committed() -> (
+    None
+):
+    # Found empty, the log's start is one past the last id handed out, read under the
+    # publish lock: a publish holding it commits first, and its row must count as kept.
+    await off_loop(trim_everything)
+    store = MessageStore()
+    with psycopg.connect(**conninfo_of(None)) as publishing:
+        publishing.execute("SELECT pg_advisory_xact_lock(%s)", [PUBLISH_LOCK_KEY])
+        row = publishing.execute(
+            "INSERT INTO firm_channel_messages (channel, payload, channel_hash, created_at) "
+            "VALUES (%s, %s, %s, now()) RETURNING id",
+            [b"late", b"m", channel_hash(b"late")],
+        ).fetchone()
+        assert row is not None
+        looking = asyncio.ensure_future(off_loop(store.first_kept))
+        # Found the log empty, it waits for the lock.
+        await eventually(lambda: lock_awaited(publishing))
+        publishing.commit()
+        async with asyncio.timeout(WAIT):
+            assert await looking == row[0]
+
+
+def trim_everything() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM firm_channel_messages")
+
+
+def lock_awaited(session: psycopg.Connection[Any]) -> bool:
+    waiting = session.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    return waiting is not None and waiting[0] > 0
+
+
+async def test_a_message_too_large_whose_row_is_trimmed_before_it_is_read_closes_its_sockets(
+    make_pg_transport: MakeTransport, inbox: Inbox
+) -> None:
+    transport = make_pg_transport()
+    reports: list[frozenset[str]] = []
+    transport.add_listener(inbox, missed=reports.append)
+    await transport.follow("gone")
+    reads = HeldRowReads(transport)
+    await off_loop(transport.publish, [("gone", b"x" * 9000)])
+    async with asyncio.timeout(WAIT):
+        await reads.started.wait()
+    assert await off_loop(transport.trimmer.trim, 0.0, 1000) >= 1
+    reads.go.set()
+    await off_loop(transport.publish, [("gone", MARKER)])
+    await inbox.wait_for("gone", MARKER)
+    assert inbox.payloads("gone") == [MARKER]
+    assert reports == [frozenset({"gone"})]
 
 
 async def test_catching_up_skips_what_a_channel_published_before_it_was_followed(

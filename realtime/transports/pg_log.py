@@ -23,6 +23,13 @@ waiting for a row, and behind it, are bounded too (``max_pending``): past it, th
 falls behind and reads them from the log (counted as
 ``realtime_queue_overflows_total{queue="pending_notifications"}``).
 
+What the log no longer holds cannot be read from it: a catch-up that finds the log starting
+above the position after the last one handed over (trimmed past it: an outage longer than
+the retention, or a manual trim), and a row read that finds a row gone, report the channels
+concerned missed — those the catch-up owes (every channel followed, after a lost LISTEN
+connection), or the row's — so that their sockets are closed 1012 and read again rather than
+believe they heard everything.
+
 Reading the log is watched. A read that fails is retried; the first failure is one WARNING
 (``outage``). Past ``stall_bound`` seconds of failures, one ERROR, and the channels whose
 messages the sequencer holds or is behind on — every channel followed, after a lost LISTEN
@@ -68,8 +75,9 @@ RETRY_WAIT = 0.5
 Dispatch = Callable[[str, bytes, int], None]
 ReadRows = Callable[[list[int]], Awaitable[list[Row]]]
 #: ``read_after(after, limit)``: the log's entries after ``after`` (at most ``limit``), the
-#: last position the read covered, and whether it reached the end of the log.
-ReadAfter = Callable[[int, int], Awaitable[tuple[list[tuple[str, bytes, int]], int, bool]]]
+#: last position the read covered, whether it reached the end of the log, and the first
+#: position the log still held once read (one past the last handed out when it was empty).
+ReadAfter = Callable[[int, int], Awaitable[tuple[list[tuple[str, bytes, int]], int, bool, int]]]
 
 
 def publish_logged(
@@ -156,6 +164,12 @@ class Sequencer:
         self.pending_overflows = Tally(
             "realtime: pg_notify: %d notification(s) waiting behind a logged message that "
             "could not be read let go since the last report (%d in all); caught up from the log"
+        )
+        #: Times messages owed were trimmed from the log before they could be read.
+        self.losses = Tally(
+            "realtime: pg_notify: messages owed were trimmed from the log before they could "
+            "be read %d time(s) since the last report (%d in all); their sockets are closed "
+            "1012 to read again"
         )
         #: The highest position handed over; ``None`` until the start is known.
         self.last: int | None = None
@@ -270,12 +284,14 @@ class Sequencer:
             after = self.last or 0
             heard = self.heard  # every position up to it committed before this read
             try:
-                entries, covered, complete = await self.read_after(after, room or 1000)
+                entries, covered, complete, kept = await self.read_after(after, room or 1000)
             except Exception as exc:
                 self.reads.failed(exc, RETRY_WAIT, self._owed_channels)
                 await asyncio.sleep(RETRY_WAIT)
                 continue
             self.reads.worked()
+            if kept > after + 1:
+                self._lost(self._owed_channels())  # trimmed past ``after``
             for channel, message, position in entries:
                 if position > (self.last or 0):
                     self.last = position
@@ -283,7 +299,7 @@ class Sequencer:
                     first = self._first_heard
                     self._missed += first is None or position < first
                     self.dispatch(channel, message, position)
-            self.last = max(self.last or 0, covered, heard if complete else 0)
+            self.last = max(self.last or 0, covered, kept - 1, heard if complete else 0)
             if complete and self.heard <= self.last:
                 self.behind = False
                 self._owed = set()
@@ -339,14 +355,22 @@ class Sequencer:
         message, waits for the next read."""
         asked = set(missing)
         filled: deque[tuple[str, bytes | None, int]] = deque()
+        gone: set[str] = set()
         for channel, message, position in self._queue:
             if message is None:
                 message = rows.get(position)
                 if message is None and position in asked:
-                    logger.error("realtime: logged message %d is gone; skipped", position)
+                    gone.add(channel)  # trimmed before it was read
                     continue
             filled.append((channel, message, position))
         self._queue = filled
+        self._lost(frozenset(gone))
+
+    def _lost(self, channels: frozenset[str]) -> None:
+        """Messages of ``channels`` are gone from the log: their sockets must read again."""
+        if channels:
+            self.losses.add()
+            self.missed(channels)
 
 
 def _ignore(channels: frozenset[str]) -> None:

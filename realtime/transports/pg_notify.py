@@ -339,19 +339,29 @@ class PgNotifyTransport(Transport):
         return await run_blocking(self.store.read_ids, positions)
 
     async def _before_listening(self) -> None:
-        """On the first connection, start the log here: what commits later is delivered."""
+        """On the first connection, start the log here: what commits later is delivered.
+        The last position handed out, even when trimming emptied the log, so that a catch-up
+        does not take the ids trimmed before the start for messages it owes."""
         if self._sequencer.last is None:
-            self._sequencer.last = await run_blocking(self.store.max_id)
+            self._sequencer.last = (await run_blocking(self.store.bounds))[1]
 
-    async def _read_after(self, after: int, limit: int) -> tuple[list[LogEntry], int, bool]:
+    async def _read_after(self, after: int, limit: int) -> tuple[list[LogEntry], int, bool, int]:
         """The log's messages of the channels followed after ``after`` (each only after its
-        follow), the last position read, and whether the read reached the end."""
+        follow), the last position read, whether the read reached the end, and the first
+        position the log still held once read (see ``_read_log_kept``)."""
         channels = list(self._names.values())
         if not channels:
-            return [], after, True
-        batch = await run_blocking(self.read_log, channels, after, limit)
+            return [], after, True, after + 1  # nothing followed, nothing owed
+        batch, kept = await run_blocking(self._read_log_kept, channels, after, limit)
         entries = [e for e in batch if e[2] > self._anchors.get(e[0], after)]
-        return entries, batch[-1][2] if batch else after, len(batch) < limit
+        return entries, batch[-1][2] if batch else after, len(batch) < limit, kept
+
+    def _read_log_kept(
+        self, channels: list[str], after: int, limit: int
+    ) -> tuple[list[LogEntry], int]:
+        """``read_log``, then the first position the log still holds (``first_kept``).
+        Looked at after the read: a trim that cut after ``after`` before the read shows."""
+        return self.store.read_log(channels, after, limit), self.store.first_kept()
 
     def _followed(self) -> frozenset[str]:
         """Every channel followed here."""

@@ -456,6 +456,28 @@ class MessageStore:
             return int(row[0]), int(row[1])
         return None, self._last_handed_out()
 
+    def first_kept(self) -> int:
+        """The first position the log holds: its lowest id, or one past the last id handed
+        out when it is empty. Ids grow in commit order and trims delete the start of the log,
+        so every message below it that ever committed is trimmed (or is an id that never
+        committed), and none below it commits later.
+
+        An empty log is looked at again once the last id is read: a publish that committed
+        meanwhile is at or below that id, and must not be taken for trimmed.
+        """
+        first = self._lowest_id()
+        if first is not None:
+            return first
+        last = self._last_handed_out()
+        first = self._lowest_id()
+        return last + 1 if first is None else first
+
+    def _lowest_id(self) -> int | None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT MIN(id) FROM {TABLE}")
+            row = cursor.fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def _last_handed_out(self) -> int:
         """The last id the table handed out (0: none), settled (see ``bounds``)."""
         connection = self.connection
