@@ -19,6 +19,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from django.db.models import Q
 
+from realtime.compat.django_orm import saves_read_generated_back
 from realtime.paths import is_foreign_key
 
 ACTIONS = ("created", "updated", "deleted")
@@ -130,6 +131,22 @@ class ModelOptions:
             name: f.target_field if isinstance(f, models.ForeignKey) else f
             for name, f in found.items()
         }
+
+    @cached_property
+    def stale_after_update(self) -> frozenset[str]:
+        """The columns an event reads (``event_attnames``) that an update by ``save()`` may
+        leave stale on its instance: those the database computes (``GeneratedField``), where
+        Django does not read them back (``saves_read_generated_back``). The event reads them
+        from the row (``realtime.writes.receivers``); none, and no statement, for a model
+        whose events carry no such column."""
+        if saves_read_generated_back():
+            return frozenset()
+        generated = {
+            str(field.attname)
+            for field in self.model._meta.concrete_fields
+            if isinstance(field, models.GeneratedField)
+        }
+        return self.event_attnames.intersection(generated)
 
     @cached_property
     def is_global(self) -> bool:

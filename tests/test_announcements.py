@@ -34,6 +34,7 @@ from tests.testapp.models import (
     Dog,
     Folder,
     GuardedTask,
+    Invoice,
     Item,
     Message,
     Notification,
@@ -290,6 +291,27 @@ class TestCreateUpdateDelete:
             WorkspaceView.objects.create(name="Other", slug="other")
         assert [m["event_type"] for m in events()] == ["workspace_view.updated"]
         assert events()[0]["scope_id"] == workspace.pk
+
+    def test_an_update_announces_the_generated_columns_as_the_database_computed_them(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        # Django 5.2 leaves the instance's total as it was loaded (6); Django 6 reads it back
+        # (or defers it, on MariaDB). The event tells the row's, every time.
+        invoice = Invoice.objects.get(
+            pk=Invoice.objects.create(workspace=workspace, price=3, quantity=2).pk
+        )
+
+        def totals_told(write: Callable[[], None]) -> list[Any]:
+            forget_messages()
+            with django_capture_on_commit_callbacks(execute=True):
+                write()
+            return [m["data"]["total"] for m in events()]
+
+        invoice.price = 10
+        assert totals_told(invoice.save) == [20]
+        invoice.quantity = 4
+        assert totals_told(lambda: invoice.save(update_fields=["quantity"])) == [40]
+        assert Invoice.objects.values_list("total", flat=True).get(pk=invoice.pk) == 40
 
     def test_a_proxy_of_a_decorated_model_announces_like_it(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture

@@ -38,7 +38,7 @@ from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers, each_server  # noqa: F401 - a fixture
 from tests.live_lists import apply_frames, orm_answer, same_rows
-from tests.testapp.models import Alert, Bin, Case, Company, Membership, Workspace
+from tests.testapp.models import Alert, Bin, Case, Company, Crate, Membership, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -190,6 +190,18 @@ def test_values_assigned_in_another_form_are_published_as_the_row_holds_them() -
         (workspace.pk, company.pk),
         (workspace.pk, None),
     ]
+
+
+def test_a_save_publishes_a_generated_filters_value_as_the_database_computed_it() -> None:
+    # Django 5.2 leaves the instance's weight as it was created (7); the row holds 52.
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    crate = Crate.objects.create(workspace=workspace, items=1)
+    crate.items = 10
+    crate.save()
+    created, updated = [e for e in events("scope") if e["event_type"].startswith("crate.")]
+    assert created["meta"]["filters"] == {"weight": 7}
+    assert updated["meta"]["filters"] == {"weight": 52}
+    assert Crate.objects.values_list("weight", flat=True).get(pk=crate.pk) == 52
 
 
 def test_a_model_without_filters_publishes_as_before() -> None:
@@ -1013,3 +1025,23 @@ async def test_a_list_ordered_by_text_keys_stays_the_orm_answer_whatever_the_col
     await settled()
     await off_loop(Bin.objects.filter(code="a1").delete)
     await settled()
+
+
+async def test_a_row_saved_into_a_query_on_a_generated_column_enters_it(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    crate = await off_loop(Crate.objects.create, workspace=workspace, items=1)  # weight 7
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    ask = {"model": "crate", "where": {"weight__gte": 50}, "limit": 10}
+    await client.send("query", {"id": "heavy", **ask})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+    assert lists["heavy"] == []
+    crate.items = 10  # weight 52 in the row; Django 5.2 leaves 7 on the instance
+    await off_loop(crate.save)
+    apply_frames(lists, await marker_for(client, ann.pk))
+    expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
+    assert [row["id"] for row in expected] == [crate.pk]
+    assert same_rows(lists["heavy"], expected), lists["heavy"]

@@ -61,6 +61,10 @@ each use here is checked by a self-test the first time a process relies on it, a
   (``instance_hint``: ``refresh_from_db`` hints its instance), which then knows what it read.
   Fallback: ``router.db_for_write(model)``, and a refreshed instance keeps what it knew
   before the refresh.
+
+One documented difference between Django versions is answered here too, with no self-test:
+whether ``Model.save()`` reads back the ``GeneratedField`` columns of the row it updated
+(``saves_read_generated_back``).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import django
 from django.db import connections, models, router, transaction
 from django.db.models import sql
 from django.db.models.base import ModelState
@@ -595,6 +600,17 @@ def _probe_write_alias() -> None:
     queryset: Any = models.QuerySet(probe, using="elsewhere", hints=hints)
     if queryset._db != "elsewhere" or queryset._hints != hints:
         raise TypeError("a queryset keeps no _db and _hints")
+
+
+# Saves -----------------------------------------------------------------------------------------
+
+
+def saves_read_generated_back() -> bool:
+    """Whether an update by ``Model.save()`` leaves on its instance what the database made of
+    the row's ``GeneratedField`` columns: from Django 6.0 it reads them back (``RETURNING``),
+    or defers them where the database cannot return them (MySQL, MariaDB), as its release
+    notes say; Django 5.2 leaves the values the instance held before the save."""
+    return django.VERSION >= (6, 0)
 
 
 # Q objects -------------------------------------------------------------------------------------

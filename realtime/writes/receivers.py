@@ -144,6 +144,8 @@ def on_post_save(
     queries = queries or update_fields is not None  # the row's columns it did not write
     written = tracking.written_attnames(instance, update_fields)
     computed = tracking.computed_attnames(instance, written)  # read back
+    if not created:  # and the columns the database computes, the instance's stale
+        computed |= options.stale_after_update
     failsafe(
         _label(options, instance),
         using,
@@ -176,8 +178,9 @@ def _saved(
     written: list[str],
     computed: set[str],
 ) -> None:
-    """Note the save of ``instance`` (it wrote the columns ``written``, those ``computed`` as
-    expressions) and hand its event to the outbox."""
+    """Note the save of ``instance`` (it wrote the columns ``written``; those ``computed``,
+    the database computed: expressions written, generated columns) and hand its event to the
+    outbox."""
     if before is None and not created and inputs not in (None, audience_inputs(options, instance)):
         # Its own failure (reported) leaves the readers the row has now their announcement.
         before = failsafe(
@@ -197,7 +200,7 @@ def _saved(
         moving = before is not None and not created
         row = instance
         if computed or update_fields is not None:  # else the instance holds the row
-            # What the expressions made of the row; after a partial write, what the instance
+            # What the database computed of the row; after a partial write, what the instance
             # may hold otherwise than the row, and the columns it did not write.
             read = computed | unsure_attnames(options, [(instance, known)], written)
             (row,) = as_stored(options, [instance], written, using, read)

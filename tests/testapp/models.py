@@ -911,3 +911,38 @@ class DeskNote(models.Model):
 
     def __str__(self) -> str:
         return self.text
+
+
+@realtime_model(fields=["price", "quantity", "total", "note"])
+class Invoice(models.Model):
+    """Its total a column the database computes (``GeneratedField``): its events tell the
+    total the row holds, which Django 5.2 does not read back after an update."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    price = models.IntegerField(default=0)
+    quantity = models.IntegerField(default=1)
+    total = models.GeneratedField(
+        expression=models.F("price") * models.F("quantity"),
+        output_field=models.IntegerField(),
+        db_persist=True,
+    )
+    note = models.CharField(max_length=100, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.price}"
+
+
+@realtime_model(fields=["items"], filters=["weight"])
+class Crate(models.Model):
+    """Queryable by a column the database computes (``GeneratedField``)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    items = models.IntegerField(default=0)
+    weight = models.GeneratedField(
+        expression=models.F("items") * 5 + 2,
+        output_field=models.IntegerField(),
+        db_persist=True,
+    )
+
+    def __str__(self) -> str:
+        return f"{self.items} items"
