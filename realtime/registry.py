@@ -141,12 +141,17 @@ class ModelOptions:
         whose events carry no such column."""
         if saves_read_generated_back():
             return frozenset()
-        generated = {
-            str(field.attname)
+        return frozenset(str(field.attname) for field in self.generated_fields)
+
+    @cached_property
+    def generated_fields(self) -> tuple[Any, ...]:
+        """The columns an event reads (``event_attnames``) that the database computes
+        (``GeneratedField``)."""
+        return tuple(
+            field
             for field in self.model._meta.concrete_fields
-            if isinstance(field, models.GeneratedField)
-        }
-        return self.event_attnames.intersection(generated)
+            if isinstance(field, models.GeneratedField) and field.attname in self.event_attnames
+        )
 
     @cached_property
     def is_global(self) -> bool:

@@ -313,6 +313,26 @@ class TestCreateUpdateDelete:
         assert totals_told(lambda: invoice.save(update_fields=["quantity"])) == [40]
         assert Invoice.objects.values_list("total", flat=True).get(pk=invoice.pk) == 40
 
+    def test_an_update_that_changes_a_generated_column_lists_it_as_changed(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        invoice = Invoice.objects.get(
+            pk=Invoice.objects.create(workspace=workspace, price=3, quantity=2).pk
+        )
+
+        def changed_told(write: Callable[[], None]) -> list[Any]:
+            forget_messages()
+            with django_capture_on_commit_callbacks(execute=True):
+                write()
+            return [m["meta"]["changed"] for m in events()]
+
+        invoice.price = 10
+        assert changed_told(invoice.save) == [["price", "total"]]
+        invoice.quantity = 4
+        assert changed_told(lambda: invoice.save(update_fields=["quantity"])) == [
+            ["quantity", "total"]
+        ]
+
     def test_a_proxy_of_a_decorated_model_announces_like_it(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
     ) -> None:

@@ -204,12 +204,35 @@ def _saved(
             # may hold otherwise than the row, and the columns it did not write.
             read = computed | unsure_attnames(options, [(instance, known)], written)
             (row,) = as_stored(options, [instance], written, using, read)
+        if changed is not None and options.generated_fields:
+            changed = _with_generated(options, instance, row, known, changed)
         event = read_event(options, row, action, changed, scopeless=moving, using=using)
         if event is not None:
             event.before = before if moving else None
             on_commit.add(event, using, made)
     finally:
         tracking.register(made)
+
+
+def _with_generated(
+    options: ModelOptions,
+    instance: models.Model,
+    row: models.Model,
+    known: dict[str, Any] | None,
+    changed: list[str],
+) -> list[str]:
+    """``changed`` and the columns of the event the database computes whose value the save
+    changed, which ``update_fields`` never name: as read back from the row (Django 5.2, whose
+    instance keeps the old value) or as Django left it on the instance (Django 6), against
+    what was known; one Django deferred after the save (Django 6 on MySQL and MariaDB) is
+    unknown, so told."""
+    names = set(changed)
+    for field in options.generated_fields:
+        attname = field.attname
+        now = row.__dict__ if attname in row.__dict__ else instance.__dict__
+        if attname not in now or tracking.differs(now, known or {}, attname):
+            names.add(field.name)
+    return sorted(names)
 
 
 def _taken_late(
