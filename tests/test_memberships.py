@@ -24,10 +24,12 @@ from tests.testapp.models import (
     DeskNote,
     GuardedTask,
     Membership,
+    Message,
     Project,
     Room,
     Seat,
     Task,
+    Thread,
     Workspace,
 )
 
@@ -106,6 +108,48 @@ def test_clear_and_set_tell_exactly_who_left_and_who_came(ann: Any, bob: Any) ->
 
     room.participants.clear()
     assert heard() == [("room.deleted", (bob.pk,), room.pk, True)]
+
+
+def data_heard() -> list[tuple[str, tuple[Any, ...], Any]]:
+    """(event type, accounts, data) of each account message published."""
+    return [(m["event_type"], tuple(m["user_ids"]), m["data"]) for m in events("users")]
+
+
+def test_an_account_removed_in_the_transaction_of_an_edit_hears_only_that_it_left(
+    ann: Any, bob: Any
+) -> None:
+    room = Room.objects.create(name="old")
+    room.participants.set([ann])
+    forget_messages()
+
+    with transaction.atomic():  # as the admin saves a form: the row, then its links
+        room.name = "new"
+        room.save()
+        room.participants.set([bob])
+
+    told = data_heard()
+    assert [(kind, who) for kind, who, _ in told if ann.pk in who] == [("room.deleted", (ann.pk,))]
+    assert ("room.created", (bob.pk,), {"model": "room", "id": room.pk, "name": "new"}) in told
+
+
+def test_a_member_removed_from_a_thread_after_an_edit_of_its_message_hears_only_it_left(
+    ann: Any, bob: Any
+) -> None:
+    thread = Thread.objects.create(title="t")
+    thread.members.set([ann, bob])
+    message = Message.objects.create(thread=thread, text="old")
+    forget_messages()
+
+    with transaction.atomic():
+        message.text = "new"
+        message.save()
+        thread.members.remove(ann)
+
+    told = data_heard()
+    assert [(kind, who) for kind, who, _ in told if ann.pk in who] == [
+        ("message.deleted", (ann.pk,))
+    ]
+    assert ("message.updated", (bob.pk,)) in [(kind, who) for kind, who, _ in told]
 
 
 def test_links_selected_for_update_and_deleted_in_autocommit_tell_their_accounts(

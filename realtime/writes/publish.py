@@ -28,7 +28,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, close_old_connections,
 
 from realtime import limits
 from realtime.compat.django import in_manual_transaction, in_transaction
-from realtime.encoding import sorted_ids
+from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure, log_operation
 from realtime.messages import mark_publication
 from realtime.transports import get_transport
@@ -291,24 +291,48 @@ def _label(item: Any) -> str:
 
 def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
     """Merge the events of one row (see the module docstring); other items pass through.
-    Each comes with the index in ``items`` of its last write."""
+    Each comes with the index in ``items`` of its last write. Accounts a later event of the
+    transaction takes the row from (``leavers``) are taken from its earlier events: what the
+    row became before they left is nothing they could ever read."""
     result: list[tuple[Any, int]] = []
     merged_away: set[int] = set()
     position: dict[tuple[str, Any], int] = {}
+    #: The places in ``result`` of each row's events to accounts (never merged).
+    told: dict[tuple[str, Any], list[int]] = {}
     for index, item in enumerate(items):
+        if isinstance(item, Event) and item.accounts is not None and not item.folded:
+            if item.action == "deleted":
+                earlier = [position[item.key]] if item.key in position else []
+                for at in [*earlier, *told.get(item.key, ())]:
+                    result[at] = (_without(result[at][0], item.accounts), result[at][1])
+            else:
+                told.setdefault(item.key, []).append(len(result))
         if not isinstance(item, Event) or item.folded or item.accounts is not None:
             result.append((item, index))
             continue
-        earlier = position.pop(item.key, None)
-        if earlier is not None:
-            merged_away.add(earlier)
-            merged = _merge(result[earlier][0], item)
+        earlier_at = position.pop(item.key, None)
+        if earlier_at is not None:
+            merged_away.add(earlier_at)
+            merged = _merge(result[earlier_at][0], item)
             if merged is None:
                 continue
             item = merged
         position[item.key] = len(result)
         result.append((item, index))
     return [entry for at, entry in enumerate(result) if at not in merged_away]
+
+
+def _without(event: Event, leavers: Iterable[Any]) -> Event:
+    """``event`` told to none of ``leavers``: its accounts (an event to accounts), or the
+    accounts its path reached and the readers decided for it (a row's own event)."""
+    gone = set(sorted_ids(leavers))
+
+    def kept(ids: list[Any] | None) -> list[Any] | None:
+        return None if ids is None else [i for i in ids if normal_id(i) not in gone]
+
+    if event.accounts is not None:
+        return replace(event, accounts=kept(event.accounts))
+    return replace(event, user_ids=kept(event.user_ids), readers=kept(event.readers))
 
 
 def _merge(first: Event, then: Event) -> Event | None:
