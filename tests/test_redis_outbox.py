@@ -12,6 +12,7 @@ Either way the socket hears the Company exactly once (absence proven with a mark
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -24,12 +25,15 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 
 from realtime.auth import issue_token
-from realtime.broadcast import broadcast_to_user
+from realtime.broadcast import broadcast_to_scope, broadcast_to_user
+from realtime.exceptions import ChannelTooLongError
 from realtime.messages import scope_channel
 from realtime.models import OutboxItem
 from realtime.transports import redis as redis_transport
 from realtime.transports.redis_calls import call_each
 from realtime.transports.redis_keys import stream_key
+from realtime.writes import on_commit
+from realtime.writes.items import ScopeBroadcast
 from realtime.writes.relay import Sweeper
 from tests.helpers import ROOT, WAIT, off_loop, subprocess_env
 from tests.live import Clients, LiveServers
@@ -309,3 +313,40 @@ def test_a_relay_cut_halfway_and_made_again_after_a_row_changed_loses_and_repeat
     assert told[tickets[3].pk] == [7, 8]  # the writer's first call had told it
     rest = {pk: points for pk, points in told.items() if pk != tickets[3].pk}
     assert rest == {ticket.pk: [7] for ticket in tickets if ticket.pk != tickets[3].pk}
+
+
+def test_a_broadcast_to_a_scope_whose_channel_no_transport_takes_is_refused_at_the_call(
+    redis_alone: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with transaction.atomic():
+        broadcast_to_scope(int("9" * 1100), "test.far", {"x": 1})  # a channel of 1,109 bytes
+    assert outbox_rows("default") == 0  # no row every relay would fail on
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["realtime: broadcasting failed"]
+    assert errors[0].exc_info is not None
+    assert isinstance(errors[0].exc_info[1], ChannelTooLongError)
+
+
+def test_a_transaction_no_relay_can_publish_is_dropped_and_those_after_it_are_relayed(
+    redis_alone: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    # Held as the broadcast's check would not have held it: every publish of it is refused.
+    far = ScopeBroadcast(int("9" * 1100), "test.far", {"x": 1}, None, {}, [], None, None)
+    with transaction.atomic():
+        on_commit.add(far, "default")
+    assert outbox_rows("default") == 1  # the writer's publish failed: the row stays
+    redis_alone.stop()  # this transaction's relay fails: its row stays behind the first
+    try:
+        with transaction.atomic():
+            Ticket.objects.create(workspace=acme, title="after the outage")
+        assert outbox_rows("default") == 2
+    finally:
+        redis_alone.start()
+    assert Sweeper(grace=0.0).sweep_database("default") == 1
+    assert outbox_rows("default") == 0
+    assert titles(redis_alone, acme) == ["after the outage"]
+    dropped = [r.getMessage() for r in caplog.records if "can never be relayed" in r.getMessage()]
+    assert len(dropped) == 1
+    assert "ChannelTooLongError" in dropped[0]
+    assert "1109 bytes" in dropped[0]

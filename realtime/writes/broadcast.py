@@ -4,7 +4,9 @@ Each call publishes after the current transaction commits (at once outside one),
 async code; from async code the work runs in a thread whose task is kept referenced until it
 is done. Failures are logged, never raised into the caller. The ids a call is given are read
 by their model's primary key field (``realtime.auth.scope_key``, ``account_ids``): a scope or
-an account named ``"3"`` where the key is an integer is the one of key ``3``.
+an account named ``"3"`` where the key is an integer is the one of key ``3``. A scope id whose
+channel no transport takes (over 1,024 bytes: ``ChannelTooLongError``) is refused at the call,
+logged like any failure: with a durable transport its outbox row would fail every relay.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, models
 
-from realtime.auth import account_ids
+from realtime.auth import account_ids, scope_key
+from realtime.messages import scope_channel
 from realtime.registry import wire_name
+from realtime.transports.table_store import encode_channel
 from realtime.writes import on_commit, rechecks
 from realtime.writes.items import ScopeBroadcast, UsersBroadcast
 
@@ -87,7 +91,16 @@ def broadcast_to_scope(
         about=_about(about),
         only=only,
     )
-    _submit(lambda: on_commit.add(item, using))
+    _submit(lambda: on_commit.add(_fitting(item), using))
+
+
+def _fitting(item: ScopeBroadcast) -> ScopeBroadcast:
+    """``item``, once its scope's channel is known to fit every transport (1,024 bytes):
+    one that does not is refused here, where the caller's log line says which broadcast it
+    was, rather than by every publish of it after the commit (each relay of its outbox row,
+    with a durable transport, failing the same way)."""
+    encode_channel(scope_channel(scope_key(item.scope_id)))
+    return item
 
 
 def broadcast_to_users(

@@ -28,9 +28,14 @@ suggest. Each sweep:
 
 The publish runs outside any transaction (as every publish does), which is why rows are held
 by a lease rather than by the claim's locks. A row that cannot be read is logged (counted, one
-line per interval) and dropped. Each database is swept on its own: one whose sweeps fail
-logs one line when they start failing and one when they work again, and lets go of what it
-held for the next sweep; the others go on.
+line per interval) and dropped. A transaction whose relay fails in a way no retry changes (a
+value refused: a channel over 1,024 bytes, say) is logged with its cause and dropped too, and
+the sweep goes on: kept, it would be claimed first and fail again in every sweep, holding
+back every transaction after it. A failure of the transport or a database (``unrelayable``
+tells them apart) ends the sweep: the transactions after it would meet it too, and are
+relayed in their order by a later sweep. Each database is swept on its own: one whose sweeps
+fail logs one line when they start failing and one when they work again, and lets go of what
+it held for the next sweep; the others go on.
 """
 
 from __future__ import annotations
@@ -43,10 +48,13 @@ import weakref
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from realtime import limits, metrics
 from realtime.blocking import run_blocking
 from realtime.conf import conf
+from realtime.exceptions import TransportError
+from realtime.logs import log_operation_failure
 from realtime.transports import current_transport, get_transport
 from realtime.transports.base import Transport, on_listening
 from realtime.transports.outage import Outage
@@ -77,6 +85,8 @@ class Sweeper:
             "realtime: %d row(s) of realtime_outbox could not be read and were dropped since "
             "the last report (%d in all)"
         )
+        #: Rows dropped because no relay of them could succeed (``unrelayable``).
+        self.unrelayable = 0
 
     def sweep(self) -> int:
         """One sweep of every database that holds an outbox; how many rows were relayed.
@@ -104,13 +114,20 @@ class Sweeper:
         rows = outbox.claim(alias, ready[: limits.OUTBOX_TXNS_PER_SWEEP], limits.OUTBOX_LEASE)
         by_txn = itertools.groupby(sorted(rows, key=lambda r: (r.txn, r.seq)), lambda r: r.txn)
         groups = sorted((list(group) for _, group in by_txn), key=lambda group: group[0].id)
-        relayed = 0
+        relayed = done = 0
         try:
             for group in groups:
-                self._relay(alias, group)
-                relayed += len(group)
+                try:
+                    self._relay(alias, group)
+                except Exception as exc:
+                    if not unrelayable(exc):
+                        raise
+                    self._drop(alias, group, exc)
+                else:
+                    relayed += len(group)
+                done += len(group)
         except BaseException:
-            left = [row.id for group in groups for row in group][relayed:]
+            left = [row.id for group in groups for row in group][done:]
             self._let_go(alias, left)
             raise
         finally:
@@ -146,6 +163,24 @@ class Sweeper:
         outbox.delete(alias, [row.id for row in rows])
         self.seen.get(alias, {}).pop(rows[0].txn, None)
 
+    def _drop(self, alias: str, rows: list[outbox.Row], error: Exception) -> None:
+        """Delete the rows of a transaction whose relay fails whatever the retry, saying why
+        (the cause, and that the announcement itself must change)."""
+        outbox.delete(alias, [row.id for row in rows])
+        self.seen.get(alias, {}).pop(rows[0].txn, None)
+        self.unrelayable += len(rows)
+        log_operation_failure(
+            logger,
+            "realtime: %d row(s) of realtime_outbox on %r (transaction %s) can never be "
+            "relayed, and were dropped (%d in all): fix what announces them (a scope id too "
+            "long for a channel, say)",
+            error,
+            len(rows),
+            alias,
+            rows[0].txn,
+            self.unrelayable,
+        )
+
     def _let_go(self, alias: str, ids: list[int]) -> None:
         """Give back rows claimed and not relayed, for the next sweep (best effort: the lease
         lets them go anyway)."""
@@ -171,6 +206,16 @@ class Sweeper:
                 continue
             outage.recovered()
         return relayed
+
+
+def unrelayable(error: Exception) -> bool:
+    """Whether a relay that raised ``error`` would raise it again whatever the retry: a value
+    refused (``ValueError``, ``TypeError``: a channel too long, a payload that cannot be
+    encoded), not a transport, database or connection failing, which a later sweep may find
+    working again."""
+    if isinstance(error, (TransportError, DatabaseError, OSError)):
+        return False
+    return isinstance(error, (ValueError, TypeError))
 
 
 def outbox_databases() -> list[str]:
