@@ -27,7 +27,13 @@ PUBLISH_CHUNK: Final = 500
 #: Bytes of payload one statement of the table transport's publish carries at most (a single
 #: larger message goes alone): under the statement size a database takes in one packet
 #: (MySQL 5.7's ``max_allowed_packet`` is 4 MiB, MariaDB's 16 MiB), whatever the messages weigh.
+#: The Redis transport's unkeyed publish cuts its script calls by it too: a Lua call blocks
+#: every client of the server while it copies its payloads.
 PUBLISH_CHUNK_BYTES: Final = 1 << 20
+#: Bytes of payload one read of a Redis stream (a ``READ`` script call) returns, about: it
+#: stops taking entries once they weigh this much (one at least), so a page of entries near
+#: ``REALTIME_MAX_PAYLOAD`` does not hold the server for seconds; the reader asks again.
+READ_CHUNK_BYTES: Final = 1 << 20
 #: Rows of realtime's outbox one publish of a relay carries at most (``realtime.writes.publish``:
 #: a relay made again covers the same rows per publish, under the same key). The Redis
 #: transport never parts one stream's messages of such a publish between script calls, so

@@ -362,6 +362,82 @@ async def test_a_page_over_many_streams_reads_about_its_limit_not_its_limit_from
     assert sum(fetched) <= 2 * 600
 
 
+async def test_a_read_of_large_entries_is_cut_by_weight_and_read_streams_still_returns_them_all(
+    make_redis_transport: MakeTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Entries near REALTIME_MAX_PAYLOAD would make a page of 1,000 one script call of
+    # hundreds of MB, holding every client of the server for seconds: each call stops at a
+    # byte budget (scaled down here), and the reader asks again rather than taking a call
+    # cut by weight for the end of the stream.
+    monkeypatch.setattr(limits, "READ_CHUNK_BYTES", 10_000)
+    transport = make_redis_transport()
+    large = [b"%04d" % n + b"x" * 2996 for n in range(60)]
+    await publish(transport, *[("big", payload) for payload in large])
+    bounds = await off_loop(transport.stream_bounds, ["big"])
+    assert bounds is not None
+    calls: list[list[int]] = []
+    reading = transport._read_streams
+
+    def weighing(asks: list[tuple[str, int, int]]) -> list[StreamRead]:
+        reads = reading(asks)
+        calls.extend([len(entry.payload) for entry in read.entries] for read in reads)
+        return reads
+
+    monkeypatch.setattr(transport, "_read_streams", weighing)
+    start = Vector({"big": (bounds["big"].epoch, 0)})
+    entries = await off_loop(transport.read_streams, ["big"], start, 1000)
+    assert [payload for _, payload, _ in entries] == large
+    assert [pos.seq for _, _, pos in entries] == list(range(1, 61))
+    assert len(calls) >= 60 * 3000 // 12_000
+    # Each call stops once its entries reach the budget: one entry past it at most.
+    assert all(sum(sizes) - sizes[-1] < 10_000 for sizes in calls)
+
+
+async def test_a_worker_behind_on_large_entries_catches_up_in_reads_cut_by_weight(
+    make_redis_transport: MakeTransport, inbox: Inbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "READ_CHUNK_BYTES", 200_000)
+    transport = make_redis_transport()
+    transport.add_listener(inbox)
+    await transport.follow("big")
+    counts: list[int] = []
+    reading = transport._read
+
+    async def counting(channel: str, after: int, count: int) -> StreamRead:
+        read = await reading(channel, after, count)
+        counts.append(len(read.entries))
+        return read
+
+    monkeypatch.setattr(transport.sequencer, "read", counting)
+    # Too large to travel live: every one of them is read from the stream.
+    large = [b"%04d" % n + b"x" * LIVE_INLINE for n in range(12)]
+    await publish(transport, *[("big", payload) for payload in large], ("big", MARKER))
+    await inbox.wait_for("big", MARKER)
+    assert inbox.payloads("big") == [*large, MARKER]
+    assert max(counts) <= 4  # 200,000 bytes reached by the 4th entry of 65,540
+    assert sum(counts) >= len(large)
+
+
+async def test_an_unkeyed_publish_of_large_messages_goes_in_calls_cut_by_weight(
+    make_redis_transport: MakeTransport, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publisher = make_redis_transport()
+    large = [b"%04d" % n + b"x" * 400_000 for n in range(8)]
+    sizes: list[int] = []
+    real_calls = call_each
+
+    def weighing(client: Any, script: Any, calls: list[Any]) -> Any:
+        sizes.extend(sum(len(arg) for arg in args if isinstance(arg, bytes)) for _, args in calls)
+        return real_calls(client, script, calls)
+
+    monkeypatch.setattr(redis_module, "call_each", weighing)
+    await off_loop(publisher.publish, [("big", payload) for payload in large])
+    assert len(sizes) == 4  # two messages of 400 kB a call: a third would pass 1 MiB
+    assert all(size <= limits.PUBLISH_CHUNK_BYTES for size in sizes)
+    took = [fields[b"p"] for _, fields in redis_server.entries(redis_keys.stream_key("big"))]
+    assert took == large
+
+
 async def test_read_streams_refuses_a_stream_of_another_epoch_or_trimmed_past_the_position(
     make_redis_transport: MakeTransport, redis_server: RedisServer
 ) -> None:

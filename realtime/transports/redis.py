@@ -60,7 +60,7 @@ import redis.cluster
 from django.core.exceptions import ImproperlyConfigured
 
 from realtime import limits, metrics
-from realtime.chunks import chunked, grouped_chunks
+from realtime.chunks import grouped_chunks, weighed_chunks
 from realtime.conf import conf
 from realtime.exceptions import PublishError, TransportError
 from realtime.messages import base_channel
@@ -123,10 +123,17 @@ def publish_chunks(
     and drops them all the second time, and one that did not takes them all. (So a stream
     given more than ``PUBLISH_CHUNK`` messages in one publish gets them in one longer call:
     the outbox relays at most ``RELAY_ROWS`` rows per publish.) Without a key, each chunk
-    gets a random key of its own, and the chunks are cut by count."""
+    gets a random key of its own, and the chunks are cut by count and by weight
+    (``PUBLISH_CHUNK_BYTES``: a single heavier message goes alone)."""
     if txn is None:
-        return list(chunked(messages, limits.PUBLISH_CHUNK))
+        return list(
+            weighed_chunks(messages, limits.PUBLISH_CHUNK, limits.PUBLISH_CHUNK_BYTES, _weight)
+        )
     return grouped_chunks(messages, limits.PUBLISH_CHUNK, operator.itemgetter(0))
+
+
+def _weight(message: tuple[str, bytes]) -> int:
+    return len(message[1])
 
 
 def new_epoch() -> str:
@@ -341,8 +348,8 @@ class RedisTransport(Transport):
                     raise TransportError(f"stream {channel!r} no longer holds offset {seq + 1}")
                 found[channel] += entries
                 total += len(entries)
-                if len(entries) < share:
-                    del more[channel]  # read to its end
+                if not entries or entries[-1].seq >= read.top:
+                    del more[channel]  # read to its end (a read cut by weight ends below it)
                 else:
                     more[channel] = entries[-1].seq
         merged = [
@@ -370,7 +377,7 @@ class RedisTransport(Transport):
         read = self._scripts[1]
         epoch = new_epoch()
         calls = [
-            (_keys(stream)[:2], [epoch, self.meta_ttl_ms, after, count])
+            (_keys(stream)[:2], [epoch, self.meta_ttl_ms, after, count, limits.READ_CHUNK_BYTES])
             for stream, after, count in asks
         ]
         try:
@@ -384,7 +391,8 @@ class RedisTransport(Transport):
         if self._read_script is None:
             raise TransportError("the Redis transport is not started")
         reply = await self._read_script(
-            keys=_keys(channel)[:2], args=[new_epoch(), self.meta_ttl_ms, after, count]
+            keys=_keys(channel)[:2],
+            args=[new_epoch(), self.meta_ttl_ms, after, count, limits.READ_CHUNK_BYTES],
         )
         return _stream_read(reply)
 

@@ -35,16 +35,26 @@ publish order. For each message: the next dense offset, ``XADD
 in its stream and sent live before any later publish. Returns ``{stream number, epoch, top
 offset, 1 if skipped}`` per stream.
 
-``READ``: ``KEYS`` ``x, m``; ``ARGV`` the candidate epoch, the meta lifetime, an offset and
-a count. Returns ``{epoch, top offset, first offset held (-1: none), then offset,
-milliseconds, payload, order, ...}``: at most ``count`` entries after that offset, in order. An
-entry is found by its offset with a binary search over the id's milliseconds (ids are
-``<ms>-<offset>``, both growing): a few ``XRANGE ... COUNT 1``.
+``READ``: ``KEYS`` ``x, m``; ``ARGV`` the candidate epoch, the meta lifetime, an offset, a
+count and a byte budget. Returns ``{epoch, top offset, first offset held (-1: none), then
+offset, milliseconds, payload, order, ...}``: at most ``count`` entries after that offset, in
+order, and no more once their payloads reach the budget (always one at least): a page of
+entries near ``REALTIME_MAX_PAYLOAD`` would otherwise keep the server from every other client
+for seconds. The entries are taken a few at a time (as many as the budget left holds at the
+size of the largest so far, at most ``READ_STEP``), so that the call never loads much more
+than it returns. A page cut short by the budget ends below the top offset: readers tell the
+end of a stream by the top, never by a page's length. An entry is found by its offset with
+a binary search over the id's milliseconds (ids are ``<ms>-<offset>``, both growing): a few
+``XRANGE ... COUNT 1``.
 """
 
 from __future__ import annotations
 
 from typing import Final
+
+#: Entries ``READ`` takes from a stream at most per ``XRANGE``: what one call may load beyond
+#: its byte budget when the entries after the first ones are larger.
+READ_STEP: Final = 32
 
 META: Final = """
 local function seq_of(id) return tonumber(string.match(id, '%-(%d+)$')) end
@@ -141,6 +151,7 @@ return result
 
 READ: Final = (
     META
+    + f"local STEP = {READ_STEP}\n"
     + """
 -- The id of the first entry whose offset is want or more (nil: none).
 local function start_of(x, want, top_ms)
@@ -162,18 +173,29 @@ end
 
 local x, m = KEYS[1], KEYS[2]
 local e, n, t = meta(x, m, ARGV[1], tonumber(ARGV[2]))
-local after, count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local after, count, budget = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local first = redis.call('XRANGE', x, '-', '+', 'COUNT', 1)[1]
 local out = {e, n, first and seq_of(first[1]) or -1}
 if count > 0 and after < n then
-  local start = start_of(x, after + 1, t)
-  if start then
-    for _, entry in ipairs(redis.call('XRANGE', x, start, '+', 'COUNT', count)) do
+  local from = start_of(x, after + 1, t)
+  local taken, bytes, largest, step = 0, 0, 0, 1
+  while from and taken < count and bytes < budget do
+    local asked = math.min(step, count - taken)
+    local batch = redis.call('XRANGE', x, from, '+', 'COUNT', asked)
+    from = nil
+    for _, entry in ipairs(batch) do
       table.insert(out, seq_of(entry[1]))
       table.insert(out, ms_of(entry[1]))
       table.insert(out, entry[2][2])
       table.insert(out, entry[2][4] or '')
+      taken = taken + 1
+      bytes = bytes + #entry[2][2]
+      largest = math.max(largest, #entry[2][2])
+      from = '(' .. entry[1]
+      if bytes >= budget then break end
     end
+    if #batch < asked then from = nil end  -- the stream's end
+    step = math.min(STEP, math.max(1, math.floor((budget - bytes) / math.max(largest, 1))))
   end
 end
 return out
