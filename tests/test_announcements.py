@@ -6,7 +6,7 @@ import contextlib
 import datetime
 import decimal
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, models, transaction
 from django.db.models.deletion import Collector
+from django.db.models.signals import post_save
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext, isolate_apps
@@ -21,6 +22,7 @@ from django.test.utils import CaptureQueriesContext, isolate_apps
 from realtime import announce, limits, realtime_model
 from realtime.auth import RealtimeAuth
 from realtime.middleware import OriginMiddleware
+from realtime.writes import receivers
 from realtime.writes.decorator import unregister
 from tests.helpers import events, forget_messages, published
 from tests.testapp.models import (
@@ -461,6 +463,47 @@ class TestTransactions:
                 cursor.execute("ALTER TABLE firm_channel_away RENAME TO firm_channel_messages")
         assert Contact.objects.filter(pk=contact.pk).exists()
         assert any("publishing" in record.getMessage() for record in caplog.records)
+
+
+@pytest.fixture
+def resaved_first() -> Iterator[None]:
+    """A ``post_save`` receiver of the application's, run before realtime's (connected
+    before it, as one of an app listed before ``realtime`` is), that saves the instance again
+    once: a name given with spaces is stored without them, by the whole row or its column."""
+
+    def resave(sender: type[Company], instance: Company, **kwargs: Any) -> None:
+        if instance.name != instance.name.strip():
+            instance.name = instance.name.strip()
+            instance.save(update_fields=["name"] if instance.name == "by column" else None)
+
+    receivers.disconnect(Company)
+    post_save.connect(resave, sender=Company, weak=False)
+    receivers.connect(Company)
+    try:
+        yield
+    finally:
+        post_save.disconnect(resave, sender=Company)
+
+
+class TestNestedSaves:
+    @pytest.mark.django_db(transaction=True)
+    @pytest.mark.parametrize("atomic", [True, False], ids=["atomic", "autocommit"])
+    @pytest.mark.parametrize("name", ["  by column  ", "  by row  "])
+    def test_a_move_saved_again_by_an_earlier_receiver_leaves_the_old_scope_and_enters_the_new(
+        self, resaved_first: None, atomic: bool, name: str
+    ) -> None:
+        before = Workspace.objects.create(name="Before", slug="before")
+        after = Workspace.objects.create(name="After", slug="after")
+        company = Company.objects.get(pk=Company.objects.create(workspace=before, name="Co").pk)
+        forget_messages()
+        company.workspace, company.name = after, name
+        with transaction.atomic() if atomic else contextlib.nullcontext():
+            company.save()
+        told = [(m["scope_id"], m["event_type"]) for _, m in published()]
+        assert (before.pk, "company.deleted") in told
+        assert (after.pk, "company.created") in told
+        assert all(scope == after.pk for scope, event in told if event != "company.deleted")
+        assert {event for scope, event in told if scope == before.pk} == {"company.deleted"}
 
 
 class TestDeletes:

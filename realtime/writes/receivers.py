@@ -37,9 +37,9 @@ from realtime.writes.failsafe import failsafe
 from realtime.writes.silence import silences
 
 PENDING_DELETE = "_realtime_pending_delete"
-PENDING_BEFORE = "_realtime_audience_before"
-#: What the thread knew the row held, asked once before the save for both receivers.
-PENDING_KNOWN = "_realtime_known"
+#: Per save: who could read the row before it, what the thread knew the row held and what
+#: decided its readers, asked once before the save for both receivers.
+PENDING_SAVE = "_realtime_save"
 
 
 #: One key for every sender (a model, a many-to-many's through model): Django keys a
@@ -105,23 +105,24 @@ def on_pre_save(
     **kwargs: Any,
 ) -> None:
     """Who could read the row before this save, when the save may change it: read now,
-    while the database still holds the row."""
+    while the database still holds the row. Kept for this save alone (``pending.push``): a
+    save of the same instance nested in this one (an application's ``post_save`` receiver run
+    before realtime's) keeps its own, and one that failed after this leaves one no later
+    save takes."""
     options = options_for(sender)
-    pending.drop(instance, PENDING_BEFORE)  # a save that failed after its pre_save left it
     if raw or options is None:
+        pending.push(instance, PENDING_SAVE, None)
         return
     label = _label(options, instance)
     known = failsafe(label, using, False, lambda: tracking.known(instance))
-    pending.put(instance, PENDING_KNOWN, (known, audience_inputs(options, instance)))
+    inputs = audience_inputs(options, instance)
     plan = failsafe(
         label, using, False, lambda: plan_before(options, instance, update_fields, using, known)
     )
+    before = None
     if plan is not None:
-        before = failsafe(
-            _label(options, instance), using, plan.queries, lambda: take_before(options, plan)
-        )
-        if before is not None:
-            pending.put(instance, PENDING_BEFORE, before)
+        before = failsafe(label, using, plan.queries, lambda: take_before(options, plan))
+    pending.push(instance, PENDING_SAVE, (before, known, inputs))
 
 
 def on_post_save(
@@ -135,8 +136,7 @@ def on_post_save(
 ) -> None:
     """What the save changed, read into an event in its transaction, for the outbox."""
     options = options_for(sender)
-    before = pending.take(instance, PENDING_BEFORE)
-    known, inputs = pending.take(instance, PENDING_KNOWN) or (None, None)
+    before, known, inputs = pending.pop(instance, PENDING_SAVE) or (None, None, None)
     if raw or options is None:
         return
     queries = options.create_queries if created else options.write_queries
