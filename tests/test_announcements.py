@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import json
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
+from django.core.management import call_command
 from django.db import connection, models, transaction
 from django.db.models.deletion import Collector
 from django.db.models.signals import post_save
@@ -45,6 +47,7 @@ from tests.testapp.models import (
     Preview,
     PrivateNote,
     Project,
+    Room,
     Tag,
     Task,
     Thread,
@@ -663,6 +666,39 @@ class TestDeletes:
 
 
 class TestManyToMany:
+    @pytest.mark.django_db(transaction=True)
+    def test_a_fixture_setting_links_and_memberships_announces_nothing(
+        self, workspace: Workspace, make_user: Callable[..., Any], tmp_path: Any
+    ) -> None:
+        """Fixtures announce nothing: Django's deserializer saves each row raw, then sets its
+        many-to-many links through the manager, over links the rows had before too."""
+        kept, left = make_user("kept"), make_user("left")
+        old, new = (
+            Tag.objects.create(workspace=workspace, name="old"),
+            Tag.objects.create(workspace=workspace, name="new"),
+        )
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        contact.tags.add(old)
+        room = Room.objects.create(name="Lobby")
+        room.participants.add(left)
+        rows = [
+            {"model": "testapp.contact", "pk": contact.pk,
+             "fields": {"workspace": workspace.pk, "name": "Ann", "tags": [new.pk]}},
+            {"model": "testapp.room", "pk": room.pk,
+             "fields": {"name": "Lobby", "participants": [kept.pk]}},
+            {"model": "testapp.room", "pk": room.pk + 1,
+             "fields": {"name": "Hall", "participants": [kept.pk, left.pk]}},
+        ]  # fmt: skip
+        fixture = tmp_path / "links.json"
+        fixture.write_text(json.dumps(rows))
+        forget_messages()
+        call_command("loaddata", str(fixture), verbosity=0)
+        assert list(Room.objects.get(pk=room.pk).participants.all()) == [kept]
+        assert list(Contact.objects.get(pk=contact.pk).tags.all()) == [new]
+        assert published() == []
+        Contact.objects.get(pk=contact.pk).tags.add(old)  # the links of saved rows announce
+        assert [m["event_type"] for _, m in published()] == ["contact.updated"]
+
     def test_adding_links_announces_the_owner_once_per_transaction(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
     ) -> None:

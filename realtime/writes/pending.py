@@ -35,6 +35,12 @@ def take(instance: Any, name: str, default: Any = None) -> Any:
     return entry[1]
 
 
+def held(instance: Any, name: str) -> bool:
+    """Whether something is kept for ``instance`` under ``name`` (left kept)."""
+    entry = _held.get((id(instance), name))
+    return entry is not None and entry[0]() is instance
+
+
 def push(instance: Any, name: str, value: Any) -> None:
     """Keep ``value`` for ``instance`` under ``name`` above what is kept there already."""
     entry = _held.get((id(instance), name))

@@ -34,12 +34,15 @@ from realtime.writes.audiences import (
 )
 from realtime.writes.events import Before, as_stored, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
-from realtime.writes.silence import silences
+from realtime.writes.silence import fixture_links, silences
 
 PENDING_DELETE = "_realtime_pending_delete"
 #: Per save: who could read the row before it, what the thread knew the row held and what
 #: decided its readers, asked once before the save for both receivers.
 PENDING_SAVE = "_realtime_save"
+#: A row saved raw (by a fixture): the links its many-to-many managers set next are the
+#: fixture's too, and announce nothing.
+SAVED_RAW = "_realtime_saved_raw"
 
 
 #: One key for every sender (a model, a many-to-many's through model): Django keys a
@@ -110,6 +113,8 @@ def on_pre_save(
     before realtime's) keeps its own, and one that failed after this leaves one no later
     save takes."""
     options = options_for(sender)
+    if not raw:
+        pending.drop(instance, SAVED_RAW)
     if raw or options is None:
         pending.push(instance, PENDING_SAVE, None)
         return
@@ -137,6 +142,8 @@ def on_post_save(
     """What the save changed, read into an event in its transaction, for the outbox."""
     options = options_for(sender)
     before, known, inputs = pending.pop(instance, PENDING_SAVE) or (None, None, None)
+    if raw:
+        pending.put(instance, SAVED_RAW, True)
     if raw or options is None:
         return
     queries = options.create_queries if created else options.write_queries
@@ -337,6 +344,10 @@ def on_m2m_changed(
     **kwargs: Any,
 ) -> None:
     if action not in ("pre_add", "pre_remove", "pre_clear", *AFTER):
+        return
+    if not reverse and pending.held(instance, SAVED_RAW):
+        # A fixture's row, its links set by the deserializer: their rows' writes keep quiet.
+        fixture_links(None if action in AFTER else instance)
         return
     field = _m2m_field(sender, instance, model, reverse)
     if field is None:

@@ -7,6 +7,7 @@ receivers that see a ``QuerySet.delete()`` row by row.
 from __future__ import annotations
 
 import contextvars
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,6 +15,10 @@ from typing import Any
 from django.db import models
 
 _silenced: contextvars.ContextVar[bool] = contextvars.ContextVar("realtime_silent", default=False)
+#: The row a fixture saved whose many-to-many links are being set now (``fixture_links``).
+_fixture: contextvars.ContextVar[weakref.ref[Any] | None] = contextvars.ContextVar(
+    "realtime_fixture_links", default=None
+)
 
 
 @contextmanager
@@ -32,13 +37,23 @@ def silent() -> Iterator[None]:
         _silenced.reset(token)
 
 
+def fixture_links(instance: Any | None) -> None:
+    """Keep quiet the link rows written from now until ``fixture_links(None)``: those of
+    ``instance``'s many-to-many manager, setting the links of a row a fixture saved (Django's
+    deserializer sets them right after its raw save); fixtures announce nothing. Held weakly:
+    a manager's write that failed before its ``post_*`` signal quiets nothing once the
+    instance is gone."""
+    _fixture.set(None if instance is None else weakref.ref(instance))
+
+
 def silenced() -> bool:
     """Whether bulk writes made here and now announce nothing."""
-    return _silenced.get()
+    fixture = _fixture.get()
+    return _silenced.get() or (fixture is not None and fixture() is not None)
 
 
 def silences(origin: Any) -> bool:
     """Whether a deletion that began at ``origin`` is one ``silent()`` keeps quiet: a
     ``QuerySet.delete()`` made inside it, cascades included (an instance's ``delete()``
     still announces, as its ``save()`` does)."""
-    return _silenced.get() and isinstance(origin, models.QuerySet)
+    return silenced() and isinstance(origin, models.QuerySet)
