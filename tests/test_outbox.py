@@ -142,7 +142,7 @@ def test_writes_in_sibling_savepoints_one_released_one_rolled_back_are_exact(
     assert kept.pk is not None
 
 
-def test_a_foreign_callback_that_raises_does_not_lose_what_came_before_it(
+def test_a_foreign_callback_that_raises_loses_nothing_the_transaction_announced(
     workspace: Workspace,
 ) -> None:
     def fail() -> None:
@@ -157,9 +157,51 @@ def test_a_foreign_callback_that_raises_does_not_lose_what_came_before_it(
     forget_messages()
     with pytest.raises(RollBackError):
         write()
-    # Django stops at the raising callback: what was announced before it is published.
-    assert announced() == [("contact.created", "before")]
+    # Django stops at the raising callback, after the commit: the rest is published too.
+    assert announced() == [("contact.created", "before"), ("company.created", "after")]
     assert Company.objects.filter(name="after").exists()
+
+
+def test_a_foreign_callback_that_raises_first_loses_nothing_the_transaction_announced(
+    workspace: Workspace,
+) -> None:
+    def fail() -> None:
+        raise RollBackError
+
+    def write() -> None:
+        with transaction.atomic():
+            transaction.on_commit(fail)
+            Contact.objects.create(workspace=workspace, name="one")
+            Company.objects.create(workspace=workspace, name="two")
+
+    forget_messages()
+    with pytest.raises(RollBackError):
+        write()
+    assert announced() == [("contact.created", "one"), ("company.created", "two")]
+
+
+def test_a_row_set_back_after_a_foreign_callback_stopped_the_commit_callbacks_is_announced(
+    workspace: Workspace,
+) -> None:
+    company = Company.objects.get(pk=Company.objects.create(workspace=workspace, name="A").pk)
+
+    def fail() -> None:
+        raise RollBackError
+
+    def write() -> None:
+        with transaction.atomic():
+            transaction.on_commit(fail)
+            company.name = "B"
+            company.save()
+
+    with pytest.raises(RollBackError):
+        write()
+    forget_messages()
+    # The B committed: setting A back is a change.
+    company.name = "A"
+    company.save()
+    assert announced() == [("company.updated", "A")]
+    assert events()[0]["meta"]["changed"] == ["name"]
 
 
 def test_a_rolled_back_transaction_publishes_nothing_and_the_next_one_publishes(

@@ -369,6 +369,22 @@ def in_manual_transaction(connection: BaseDatabaseWrapper) -> bool:
     return not transaction.get_autocommit(connection.alias)
 
 
+def callbacks_committed(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the ``on_commit`` callbacks Django still holds on ``connection``, or lets go of
+    now, unrun, are those of a committed transaction: the connection is open, in autocommit,
+    with no atomic block. Django discards callbacks only with a transaction open (a rollback,
+    a savepoint's, a close inside an atomic block); with none, those it holds are a commit's
+    whose run is under way (a callback of the application's is writing), and one it lets go
+    of unrun was stopped by a callback before it, registered with ``robust=False``, that
+    raised. Never where Django keeps discarded callbacks (``callbacks_released``); read
+    without connecting: a closed connection answers no."""
+    if _verdicts.get(CALLBACKS) is False:
+        return False
+    if in_transaction(connection) or connection.connection is None:
+        return False
+    return bool(connection.get_autocommit())
+
+
 def _probe_transaction(connection: BaseDatabaseWrapper) -> None:
     if not isinstance(getattr(connection, "in_atomic_block", None), bool):
         raise AttributeError("a connection wrapper has no in_atomic_block flag")

@@ -13,9 +13,11 @@ process by ``realtime.compat``), so a callback of realtime's that is still alive
 run is one Django will run. The last to run publishes what ran before it, in order.
 
 Two cases publish more than once: a callback of the application registered with
-``robust=False`` that raises stops the callbacks after it (what ran before it is published
-once Django lets go of the rest, when the exception has been handled), and a transaction opened
-and committed by another ``on_commit`` callback publishes when it commits. Where Django keeps
+``robust=False`` that raises stops the callbacks after it — the transaction committed: once
+Django lets go of them, when the exception has been handled and no transaction is open, what
+they announce is published with what ran before
+(``realtime.compat.django.callbacks_committed``); and a transaction opened and committed by
+another ``on_commit`` callback publishes when it commits. Where Django keeps
 discarded callbacks alive, each announcement publishes itself. Outside a transaction the
 announcements of one write (a ``save()``, a ``bulk_create`` of 200 rows) are published at once,
 in one call; under manual transaction management (no atomic block, autocommit off) too, as
@@ -48,7 +50,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
-from realtime.compat.django import callbacks_released, in_transaction
+from realtime.compat.django import callbacks_committed, callbacks_released, in_transaction
 from realtime.logs import log_operation
 from realtime.transports import get_transport
 from realtime.writes import order, outbox, outbox_form
@@ -118,6 +120,8 @@ class _Callback:
     def __call__(self) -> None:
         if self.fate is not None:
             self.fate.ran = True
+        if self.entry.ran:  # published already, as a committed transaction's
+            return
         held = self.held()
         if held is None:
             _publish([self.entry], self.using)
@@ -227,8 +231,18 @@ class _Held:
         """A callback Django let go of: if it never ran, what is held may wait for nothing.
 
         Called wherever the last reference was dropped: it publishes only when no
-        transaction is open (the publish never runs inside the application's)."""
+        transaction is open (the publish never runs inside the application's). Let go of
+        unrun with none open, it is no rollback: its transaction committed, and a callback
+        of the application's registered before it with ``robust=False`` raised, which stops
+        Django's run of the rest: what they announce is published all the same."""
         try:
+            connection = self._connection()
+            if connection is not None and callbacks_committed(connection):
+                dropped = [e for e in self.entries if e.callback is reference and not e.ran]
+                if dropped:
+                    self.held.extend(dropped)
+                    self._flush(committed=True)
+                    return
             if not self.held or self._pending_after(self.held_last):
                 return
             if not in_transaction(self.connection):
@@ -241,7 +255,13 @@ class _Held:
                 exc_info=exc,
             )
 
-    def _flush(self) -> None:
+    def _flush(self, committed: bool = False) -> None:
+        """Publish what ran; ``committed``: and what is still to run, which committed (no
+        transaction is open), in the order it was announced."""
+        if committed:
+            self.held.extend(entry for entry in self.entries if entry.pending())
+        for entry in self.held:
+            entry.ran = True
         held = sorted(self.held, key=lambda entry: entry.seq)
         self.held.clear()
         self.held_last = -1

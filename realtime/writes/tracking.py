@@ -27,8 +27,11 @@ A **fate** is told by an ``on_commit`` callback of realtime's own, held by Djang
 has run (committed), is still held (stands so far) or was released unrun (rolled back) — known
 at once, because Django drops a discarded callback when it discards it (checked once per
 process: ``realtime.compat.django.callbacks_released``; where it does not hold, a pending fate
-is undecided, and a column it wrote is unknown). A save's fate is told by the callback of its
-announcement (one callback a save, not two); the rows of one bulk write share one.
+is undecided, and a column it wrote is unknown). Released unrun with no transaction open is no
+rollback: a callback of the application's registered with ``robust=False`` raised before it,
+after the commit (``realtime.compat.django.callbacks_committed``): it stands. A save's fate is
+told by the callback of its announcement (one callback a save, not two); the rows of one bulk
+write share one.
 
 The log is bounded (``LOG_ROWS`` rows, ``LOG_BULK`` bulk writes per model): past it, it starts
 afresh, and whatever was loaded before then is known no more (every column counts as changed).
@@ -49,7 +52,7 @@ from typing import Any
 from django.db import connections, models, transaction
 from django.db.transaction import TransactionManagementError
 
-from realtime.compat.django import callbacks_released
+from realtime.compat.django import callbacks_committed, callbacks_released
 from realtime.compat.django_orm import keep_on_state, kept_on_state
 from realtime.paths import key_fields
 
@@ -127,13 +130,15 @@ _sequence = itertools.count(1)
 class Fate:
     """Whether a write made in a transaction stands (see the module docstring)."""
 
-    __slots__ = ("_callback", "ran", "using")
+    __slots__ = ("__weakref__", "_callback", "_connection", "ran", "using")
 
     def __init__(self, using: str) -> None:
         self.using = using
         self.ran = False
         #: The callback Django holds for it, weakly (``_unregistered`` until there is one).
         self._callback: Callable[[], object | None] = _unregistered
+        #: The connection of the write, weakly: the one whose state tells a release apart.
+        self._connection = weakref.ref(connections[using])
 
     def stands(self) -> bool | None:
         """``True``: committed or still held; ``False``: rolled back; ``None``: cannot tell."""
@@ -150,7 +155,28 @@ class Fate:
     def told_by(self, callback: Callable[[], None]) -> None:
         """``callback``, which marks this fate run when it runs, is about to be registered
         with ``on_commit`` (a save's announcement carries its fate: one callback, not two)."""
-        self._callback = weakref.ref(callback)
+        self._callback = weakref.ref(callback, _released_by(self))
+
+    def released(self) -> None:
+        """Its callback was let go of unrun. With no transaction open on its connection that
+        is no rollback: a callback of the application's (``robust=False``) raised before it
+        in the run of a committed transaction's callbacks — which committed, and stands."""
+        connection = self._connection()
+        if not self.ran and connection is not None and callbacks_committed(connection):
+            self.ran = True
+
+
+def _released_by(made: Fate) -> Callable[[Any], None]:
+    """What tells ``made`` that its callback was let go of (holding it weakly: a fate kept
+    by nothing else may go first)."""
+    fate_ref = weakref.ref(made)
+
+    def released(_: Any) -> None:
+        alive = fate_ref()
+        if alive is not None:
+            alive.released()
+
+    return released
 
 
 def _unregistered() -> object:
@@ -187,7 +213,7 @@ def register(made: Fate) -> None:
 
 def _register(made: Fate) -> None:
     callback = _Callback(made)
-    made._callback = weakref.ref(callback)
+    made._callback = weakref.ref(callback, _released_by(made))
     try:
         transaction.on_commit(callback, using=made.using, robust=True)
     except TransactionManagementError:  # manual transaction management: nothing to await
