@@ -204,6 +204,50 @@ def test_a_row_set_back_after_a_foreign_callback_stopped_the_commit_callbacks_is
     assert events()[0]["meta"]["changed"] == ["name"]
 
 
+def test_a_write_by_a_foreign_callback_in_autocommit_is_published_after_the_transaction(
+    workspace: Workspace,
+) -> None:
+    company = Company.objects.create(workspace=workspace, name="A")
+
+    def update_later() -> None:
+        Company.objects.filter(pk=company.pk).update(name="final")
+
+    def save_later() -> None:
+        again = Company.objects.get(pk=company.pk)
+        again.name = "saved"
+        again.save()
+
+    for later, last in ((update_later, "final"), (save_later, "saved")):
+        forget_messages()
+        with transaction.atomic():
+            company.name = "B"
+            company.save()
+            transaction.on_commit(later)
+            company.name = "C"
+            company.save()
+        # Written in that order: the sockets end on what the row holds.
+        assert [name for _, name in announced()] == ["C", last]
+
+
+def test_a_transaction_committed_by_a_foreign_callback_publishes_after_the_one_it_ran_in(
+    workspace: Workspace,
+) -> None:
+    def write_later() -> None:
+        with transaction.atomic():
+            Company.objects.create(workspace=workspace, name="from the callback")
+
+    forget_messages()
+    with transaction.atomic():
+        Contact.objects.create(workspace=workspace, name="first")
+        transaction.on_commit(write_later)
+        Contact.objects.create(workspace=workspace, name="second")
+    assert announced() == [
+        ("contact.created", "first"),
+        ("contact.created", "second"),
+        ("company.created", "from the callback"),
+    ]
+
+
 def test_a_rolled_back_transaction_publishes_nothing_and_the_next_one_publishes(
     workspace: Workspace,
 ) -> None:

@@ -12,12 +12,14 @@ holds the only strong reference and drops it when it discards a callback (checke
 process by ``realtime.compat``), so a callback of realtime's that is still alive and has not
 run is one Django will run. The last to run publishes what ran before it, in order.
 
-Two cases publish more than once: a callback of the application registered with
-``robust=False`` that raises stops the callbacks after it — the transaction committed: once
-Django lets go of them, when the exception has been handled and no transaction is open, what
-they announce is published with what ran before
-(``realtime.compat.django.callbacks_committed``); and a transaction opened and committed by
-another ``on_commit`` callback publishes when it commits. Where Django keeps
+Three cases publish more than once, in the order of the writes: a callback of the application
+registered with ``robust=False`` that raises stops the callbacks after it — the transaction
+committed: once Django lets go of them, when the exception has been handled and no transaction
+is open, what they announce is published with what ran before
+(``realtime.compat.django.callbacks_committed``); a write made in autocommit by an
+``on_commit`` callback of the application's first publishes what the committed transaction
+announced; and a transaction opened and committed by another ``on_commit`` callback publishes
+when it commits, after what the outer one announced. Where Django keeps
 discarded callbacks alive, each announcement publishes itself. Outside a transaction the
 announcements of one write (a ``save()``, a ``bulk_create`` of 200 rows) are published at once,
 in one call; under manual transaction management (no atomic block, autocommit off) too, as
@@ -120,7 +122,7 @@ class _Callback:
     def __call__(self) -> None:
         if self.fate is not None:
             self.fate.ran = True
-        if self.entry.ran:  # published already, as a committed transaction's
+        if self.entry.ran:  # published already, before a write outside a transaction
             return
         held = self.held()
         if held is None:
@@ -164,6 +166,10 @@ class _Held:
         outside a transaction, publish them at once, in one call. Their callback tells
         ``fate`` too, when it registers one."""
         if not in_transaction(self.connection):
+            if self._committed_pending():
+                self._flush(committed=True)
+            elif self.held:
+                self._flush()
             _publish_committed(list(items), self.using)
             return
         if len(self.entries) >= self.compact_at:
@@ -215,7 +221,7 @@ class _Held:
         self.held_last = max(self.held_last, entry.seq)
         if self._pending_after(entry.seq) and callbacks_released(self.connection):
             return
-        self._flush()
+        self._flush(committed=self._committed_pending())
 
     def _pending_after(self, seq: int) -> bool:
         """Whether an announcement registered after ``seq`` is still to run (the latest are
@@ -226,6 +232,17 @@ class _Held:
             if entry.pending():
                 return True
         return False
+
+    def _committed_pending(self) -> bool:
+        """Whether announcements still to run belong to a committed transaction: with no
+        transaction open, the callbacks Django still holds are those of a commit whose run of
+        callbacks is under way (an application's callback is writing)."""
+        connection = self._connection()
+        return (
+            connection is not None
+            and any(entry.pending() for entry in reversed(self.entries))
+            and callbacks_committed(connection)
+        )
 
     def _released(self, reference: weakref.ref[_Callback]) -> None:
         """A callback Django let go of: if it never ran, what is held may wait for nothing.
@@ -257,7 +274,7 @@ class _Held:
 
     def _flush(self, committed: bool = False) -> None:
         """Publish what ran; ``committed``: and what is still to run, which committed (no
-        transaction is open), in the order it was announced."""
+        transaction is open), so that it is published before what is written next."""
         if committed:
             self.held.extend(entry for entry in self.entries if entry.pending())
         for entry in self.held:
