@@ -44,6 +44,7 @@ never the write (``realtime.writes.failsafe``).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ from realtime.writes.audiences import (
     unsure_attnames,
 )
 from realtime.writes.events import (
+    READS_AS,
     UNREADABLE,
     Before,
     Event,
@@ -774,26 +776,9 @@ _UNSURE: Any = object()
 
 #: Django's fields whose value reads back as ``to_python`` makes it (no rounding, no time
 #: zone, no conversion of the database's): exactly these classes, not subclasses, which may
-#: convert.
+#: convert; those of ``READS_AS`` whose values are whole numbers, text, truth or UUIDs.
 _AS_GIVEN = frozenset(
-    {
-        models.CharField,
-        models.TextField,
-        models.SlugField,
-        models.EmailField,
-        models.URLField,
-        models.IntegerField,
-        models.BigIntegerField,
-        models.SmallIntegerField,
-        models.PositiveIntegerField,
-        models.PositiveBigIntegerField,
-        models.PositiveSmallIntegerField,
-        models.AutoField,
-        models.BigAutoField,
-        models.SmallAutoField,
-        models.BooleanField,
-        models.UUIDField,
-    }
+    kind for kind, value in READS_AS.items() if value in (int, str, bool, uuid.UUID)
 )
 
 

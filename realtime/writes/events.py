@@ -220,7 +220,7 @@ def read_event(
 
 #: What ``to_python`` of Django's fields (exactly these classes: a subclass may read values
 #: otherwise) gives, and gives back unchanged: a value of that type is read as it is.
-_READS_AS: dict[type[Any], type[Any]] = {
+READS_AS: dict[type[Any], type[Any]] = {
     **dict.fromkeys(
         [
             models.AutoField,
@@ -281,7 +281,7 @@ def as_written(options: ModelOptions, instance: models.Model) -> models.Model:
     read: dict[str, Any] = {}
     for attname, reader in options.event_fields.items():
         value = values.get(attname)
-        if value is None or type(value) is _READS_AS.get(type(reader)):
+        if value is None or type(value) is READS_AS.get(type(reader)):
             continue
         stored = read_by(reader, value)
         if stored is UNREADABLE or stored is value:
