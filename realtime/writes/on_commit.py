@@ -137,6 +137,7 @@ class _Held:
     __slots__ = (
         "__weakref__",
         "_connection",
+        "by_callback",
         "compact_at",
         "entries",
         "held",
@@ -152,6 +153,9 @@ class _Held:
         self._connection = weakref.ref(connection)
         #: In registration order: announcements that may still be pending.
         self.entries: list[_Entry] = []
+        #: Each announcement whose callback Django holds, by the ``id`` of the weak reference
+        #: to that callback (``_released`` is handed the reference).
+        self.by_callback: dict[int, _Entry] = {}
         #: Announcements whose callback ran, waiting for the last one to run.
         self.held: list[_Entry] = []
         #: The latest registered of them.
@@ -180,6 +184,7 @@ class _Held:
         entry = _Entry(list(items), rows)
         callback = _Callback(self, entry, fate)
         entry.callback = weakref.ref(callback, self._released)
+        self.by_callback[id(entry.callback)] = entry
         if fate is not None:
             fate.told_by(callback)
         self.entries.append(entry)
@@ -253,13 +258,13 @@ class _Held:
         of the application's registered before it with ``robust=False`` raised, which stops
         Django's run of the rest: what they announce is published all the same."""
         try:
+            entry = self.by_callback.pop(id(reference), None)
             connection = self._connection()
-            if connection is not None and callbacks_committed(connection):
-                dropped = [e for e in self.entries if e.callback is reference and not e.ran]
-                if dropped:
-                    self.held.extend(dropped)
-                    self._flush(committed=True)
-                    return
+            unrun = entry is not None and not entry.ran
+            if entry is not None and unrun and connection and callbacks_committed(connection):
+                self.held.append(entry)
+                self._flush(committed=True)
+                return
             if not self.held or self._pending_after(self.held_last):
                 return
             if not in_transaction(self.connection):
