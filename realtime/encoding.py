@@ -38,7 +38,7 @@ def jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, decimal.Decimal | uuid.UUID):
         return str(value)
-    if isinstance(value, bytes | memoryview):
+    if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, tuple):  # a composite primary key: its values, in the key's order
         return [jsonable(part) for part in value]
@@ -72,7 +72,16 @@ def strict_jsonable(value: Any, where: str = "") -> Any:
 
 #: Values ``jsonable`` gives a JSON form of their own, and lazy text (all else it writes as
 #: text, which ``strict_jsonable`` refuses).
-_JSONABLE = (datetime.date, datetime.time, decimal.Decimal, uuid.UUID, bytes, memoryview, Promise)
+_JSONABLE = (
+    datetime.date,
+    datetime.time,
+    decimal.Decimal,
+    uuid.UUID,
+    bytes,
+    bytearray,
+    memoryview,
+    Promise,
+)
 
 
 def record_channel(name: str, pk: Any) -> str:
@@ -95,12 +104,37 @@ def _as_text(part: Any) -> str:
 
 
 #: ``json.dumps`` with these options would build an encoder at every call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=jsonable)
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=jsonable, allow_nan=False
+)
 
 
 def encode(message: Any) -> bytes:
-    """Encode compactly, non-ASCII kept as UTF-8."""
-    return _ENCODER.encode(message).encode("utf-8")
+    """Encode compactly, non-ASCII kept as UTF-8; floats JSON cannot hold as ``null``."""
+    return dumps(message, _ENCODER).encode("utf-8")
+
+
+def dumps(value: Any, encoder: json.JSONEncoder) -> str:
+    """``encoder.encode(value)`` (an encoder made with ``allow_nan=False``), with every float
+    JSON cannot hold (``NaN``, ``Infinity``: a float column, a ``JSONField`` may hold them)
+    written ``null``, as JavaScript's ``JSON.stringify`` writes them. Python would write
+    ``NaN``, which no client's JSON parser reads: the whole frame would be lost. The values
+    are walked only when the first try finds such a float."""
+    try:
+        return encoder.encode(value)
+    except ValueError:
+        return encoder.encode(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with its non-finite floats as ``None``, lists, tuples and dicts walked."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def normal_id(value: Any) -> Any:

@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from realtime import limits
 from realtime.encoding import encode
+from realtime.sockets.protocol import encode as encode_frame
 from realtime.writes.packing import fit, recheck_messages, scope_messages, users_messages
 from tests.helpers import without_mid
 
@@ -90,6 +91,26 @@ def test_dates_times_decimals_and_uuids_are_written_as_strings(value: Any, text:
     assert encode({"v": value, "nested": [value]}) == json.dumps(
         {"v": text, "nested": [text]}, separators=(",", ":")
     ).encode("utf-8")
+
+
+def test_floats_json_cannot_hold_are_written_null_as_javascript_writes_them() -> None:
+    # Python writes NaN and Infinity as bare words no JSON parser reads: a client would drop
+    # the whole frame. A float column, or a JSONField on SQLite, can hold them.
+    message = {"ratio": float("inf"), "meta": {"x": [float("nan"), 1.5, (float("-inf"),)]}}
+    assert encode(message) == b'{"ratio":null,"meta":{"x":[null,1.5,[null]]}}'
+
+
+def test_frames_to_sockets_write_floats_json_cannot_hold_null() -> None:
+    frame = {"type": "query.rows", "rows": [{"id": 1, "ratio": float("nan")}]}
+    assert json.loads(encode_frame(frame)) == {
+        "type": "query.rows",
+        "rows": [{"id": 1, "ratio": None}],
+    }
+
+
+@pytest.mark.parametrize("value", [b"xy", bytearray(b"xy"), memoryview(b"xy")])
+def test_bytes_in_any_form_django_stores_are_written_as_base64(value: Any) -> None:
+    assert encode({"blob": value}) == b'{"blob":"eHk="}'
 
 
 # fit(): shrinking in two steps ----------------------------------------------------------------

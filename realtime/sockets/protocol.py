@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from realtime.encoding import storable
+from realtime.encoding import dumps, storable
 
 
 class CloseCode(enum.IntEnum):
@@ -134,9 +134,13 @@ def channel_model(channel: str) -> str:
     return channel.split(":", 1)[0]
 
 
+#: ``json.dumps`` with these options would build an encoder at every call.
+_FRAMES = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str, allow_nan=False)
+
+
 def encode(frame: dict[str, Any]) -> str:
-    """Encode a frame compactly, non-ASCII kept as is."""
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, default=str)
+    """Encode a frame compactly, non-ASCII kept as is, floats JSON cannot hold as ``null``."""
+    return dumps(frame, _FRAMES)
 
 
 def event_frame(
