@@ -5,7 +5,9 @@ as they are."""
 
 from __future__ import annotations
 
+import gc
 import pickle
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -326,6 +328,38 @@ def test_a_thread_writing_past_its_log_knows_nothing_of_what_it_read_before(
         Contact.objects.create(workspace=workspace, name=f"other {n}")
     forget_messages()
     # The log started afresh: what was loaded before may have been written since.
+    loaded.save()
+    everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
+    assert changes() == [("contact.updated", everything)]
+
+
+def test_a_thread_keeps_no_more_than_its_log_bound_of_the_large_values_it_wrote(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tracking, "LOG_BYTES", 1_000_000)
+    Contact.objects.create(workspace=workspace, name="warm")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        with transaction.atomic():
+            for n in range(100):  # 10 MB of text, no instance kept
+                Contact.objects.create(workspace=workspace, name=f"c{n}", notes=f"{n}" * 100_000)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 3_000_000
+
+
+def test_a_thread_writing_large_values_past_its_log_bound_knows_nothing_of_what_it_read_before(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="v1")
+    loaded = Contact.objects.get(pk=contact.pk)
+    monkeypatch.setattr(tracking, "LOG_BYTES", 1_000)
+    Contact.objects.create(workspace=workspace, name="other", notes="n" * 1_001)
+    forget_messages()
     loaded.save()
     everything = ["born", "company", "email", "name", "notes", "score", "workspace"]
     assert changes() == [("contact.updated", everything)]

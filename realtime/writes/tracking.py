@@ -33,8 +33,10 @@ after the commit (``realtime.compat.django.callbacks_committed``): it stands. A 
 told by the callback of its announcement (one callback a save, not two); the rows of one bulk
 write share one.
 
-The log is bounded (``LOG_ROWS`` rows, ``LOG_BULK`` bulk writes per model): past it, it starts
-afresh, and whatever was loaded before then is known no more (every column counts as changed).
+The log is bounded (``LOG_ROWS`` rows, ``LOG_BYTES`` of the text and binary values they wrote,
+``LOG_BULK`` bulk writes per model): past it, it starts afresh, and whatever was loaded before
+then is known no more (every column counts as changed). The bytes bound matters once the
+instances are gone: the log would otherwise keep every large value its last rows wrote.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ from realtime.paths import key_fields
 UNKNOWN: Any = object()
 #: Rows of the log of writes before it starts afresh.
 LOG_ROWS = 10_000
+#: Bytes of text and binary values the log's rows wrote before it starts afresh (what else a
+#: row holds is small: a write of 10,000 rows of numbers and short text stays under it).
+LOG_BYTES = 8 * 1024 * 1024
 #: Bulk writes of one model kept in the log before it starts afresh.
 LOG_BULK = 100
 #: An instance's own writes kept one by one before those that are final are folded.
@@ -320,6 +325,31 @@ class Write:
         self.fate = made
         self.pks = pks
 
+    def weight(self) -> int:
+        """Bytes of the text and binary values it holds, those nested in JSON values too."""
+        total = 0
+        for value in self.values.values():
+            kind = type(value)
+            if kind is str:
+                total += len(value)
+            elif kind is not int and value is not None:
+                total += _weight(value)
+        return total
+
+
+def _weight(value: Any) -> int:
+    """Bytes ``value``'s text and binary parts take (a number, a date: none counted)."""
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return len(value)
+    if kind is dict:
+        return sum(_weight(key) + _weight(item) for key, item in value.items())
+    if kind is list or kind is tuple:
+        return sum(_weight(item) for item in value)
+    if isinstance(value, str | bytes | bytearray | memoryview):
+        return len(value)
+    return 0
+
 
 class Pending:
     """The writes of a model pending when a fetch read it: the first ``count`` of a list the
@@ -353,13 +383,18 @@ class _Log(threading.local):
         #: What was loaded before this (a sequence number) is known no more.
         self.horizon = 0
         self.size = 0
+        #: Bytes of text and binary values its writes hold (``weight``).
+        self.bytes = 0
 
     def note(self, key: Any, model: Any, write: Write, bulk: bool) -> None:
-        if self.size >= LOG_ROWS or len(self.bulk.get(key, ())) >= LOG_BULK:
+        held = write.weight()
+        full = self.size >= LOG_ROWS or self.bytes + held > LOG_BYTES
+        if full or len(self.bulk.get(key, ())) >= LOG_BULK:
             self.restart()
         table = self.bulk if bulk else self.rows
         table.setdefault(key, []).append(write)
         self.size += 1
+        self.bytes += held
         if write.fate.ran:  # made outside a transaction: final already
             return
         pending = self.pending.setdefault(model, [])
@@ -374,6 +409,7 @@ class _Log(threading.local):
         self.pending.clear()
         self.prune_at.clear()
         self.size = 0
+        self.bytes = 0
         self.horizon = next(_sequence)
 
     def pending_for(self, model: Any) -> Pending:
