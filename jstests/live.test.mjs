@@ -784,6 +784,33 @@ describe('live queries', () => {
     assert.deepEqual(shown, [[closed]]);
   });
 
+  test('a query stopped and asked again under its id shows its own rows, not the old ones', async () => {
+    const mo = await live.fixture('user', 'mo', 'cases7');
+    await makeCase('cases7', { title: 'open one', status: 'open' });
+    const closed = await makeCase('cases7', { title: 'closed one', status: 'closed' });
+    const realtime = client(main, { token: mo.token, scope: 'cases7' });
+    const recorder = new Recorder(realtime);
+    realtime.connect();
+    await recorder.state('open');
+
+    // A page toggling its filter: the old list stops, a new one starts under the same id.
+    realtime.liveQuery({ id: 'cases', model: 'case', where: { status: 'open' } }).stop();
+    const list = realtime.liveQuery({ id: 'cases', model: 'case', where: { status: 'closed' } });
+    const shown = [];
+    list.addEventListener('change', (event) => shown.push(event.detail.rows.map((r) => r.id)));
+    await showing(list, [closed]);
+
+    // The old query refused: its refusal does not stop the new one.
+    realtime.liveQuery({ id: 'more', model: 'case', where: { title: 'x' } }).stop();
+    const other = realtime.liveQuery({ id: 'more', model: 'case', where: { status: 'closed' } });
+    await showing(other, [closed]);
+    // A marker the server sends after both answers: nothing else came for either list.
+    const marker = realtime.liveQuery({ id: 'marker', model: 'case', where: { status: 'closed' } });
+    await showing(marker, [closed]);
+    assert.deepEqual(shown, [[closed]]);
+    assert.deepEqual([other.active, other.error, other.rows.map((r) => r.id)], [true, null, [closed]]);
+  });
+
   test('a query started under a held id and refused: the server is told to stop the old one', async () => {
     const lia = await live.fixture('user', 'lia', 'cases6');
     const server = await live.server({ REALTIME_MAX_QUERIES: 2 });

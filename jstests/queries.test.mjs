@@ -499,6 +499,67 @@ test('stop() sends unquery once; what the server sends after is dropped', async 
   );
 });
 
+test("a query asked under the id of a stopped one takes none of the answers still owed to it", async () => {
+  const { server, realtime, recorder } = await opened();
+  // Stopped before its answer came: the answer, and the diffs after it, are not the next one's.
+  const stopped = realtime.liveQuery({ id: 't', model: 'ticket', where: { status: 'open' } });
+  stopped.stop();
+  const list = realtime.liveQuery({ id: 't', model: 'ticket', where: { status: 'closed' } });
+  const seen = heard(list);
+  await server.until(() => received(server, 'query').length === 2);
+  assert.deepEqual(received(server, 'unquery'), [{ type: 'unquery', data: { id: 't' } }]);
+  await deliver(server, recorder, [
+    rows('t', [{ id: 1, status: 'open' }]),
+    diff('t', { enter: [{ id: 2, status: 'open' }] }),
+  ]);
+  assert.deepEqual([list.loaded, seen.changes.length], [false, 0]);
+  await deliver(server, recorder, [rows('t', [{ id: 3, status: 'closed' }])]);
+  assert.deepEqual(ids(list), [3]);
+  assert.deepEqual(seen.changes.map((change) => change.rows.map((row) => row.id)), [[3]]);
+
+  // Its refusal, owed to the stopped one, does not stop the next.
+  const refused = realtime.liveQuery({ id: 'u', model: 'ticket', where: { title: 'x' } });
+  refused.stop();
+  const next = realtime.liveQuery({ id: 'u', model: 'ticket' });
+  await server.until(() => received(server, 'query').length === 4);
+  await deliver(server, recorder, [
+    { type: 'query.error', data: { id: 'u', message: 'Field is not filterable: title' } },
+    rows('u', [{ id: 4 }]),
+  ]);
+  assert.deepEqual([next.active, next.error, ids(next)], [true, null, [4]]);
+  assert.equal(refused.error, null);
+
+  // Refused while a replace() of it was under way: the replacement's answer is not the next's.
+  const replaced = realtime.liveQuery({ id: 'v', model: 'ticket', where: { title: 'x' } });
+  replaced.replace({ where: { status: 'open' } });
+  await server.until(() => received(server, 'query').length === 6);
+  await deliver(server, recorder, [
+    { type: 'query.error', data: { id: 'v', message: 'Field is not filterable: title' } },
+  ]);
+  assert.equal(replaced.active, false);
+  const after = realtime.liveQuery({ id: 'v', model: 'ticket', where: { status: 'closed' } });
+  const afterSeen = heard(after);
+  await server.until(() => received(server, 'query').length === 7);
+  await deliver(server, recorder, [
+    rows('v', [{ id: 5, status: 'open' }]),
+    rows('v', [{ id: 6, status: 'closed' }]),
+  ]);
+  assert.deepEqual(afterSeen.changes.map((change) => change.rows.map((row) => row.id)), [[6]]);
+});
+
+test('answers owed to a stopped query are not awaited on the next socket', async () => {
+  const { server, realtime, recorder } = await opened();
+  const stopped = realtime.liveQuery({ id: 't', model: 'ticket' });
+  await server.until(() => received(server, 'query').length === 1);
+  stopped.stop(); // its answer never comes: the socket drops first
+  server.connections[0].socket.close(1011);
+  await recorder.state('open', { from: 2 });
+  const list = realtime.liveQuery({ id: 't', model: 'ticket' });
+  await server.until(() => received(server, 'query', 1).length === 1);
+  await deliver(server, recorder, [rows('t', [{ id: 1 }])], 1);
+  assert.deepEqual([list.loaded, ids(list)], [true, [1]]);
+});
+
 test('after a reconnect each query is asked again; unchanged rows keep their objects', async () => {
   const { server, realtime, recorder } = await opened();
   realtime.subscribe('ticket');

@@ -294,6 +294,7 @@ class RealtimeClient extends EventTarget {
     this._resumed = false;
     this._handshake = null; // what the last authenticate said: {ask, channels}
     this._queries = new Map(); // id -> LiveQuery, asked again after each auth_success
+    this._owing = new Map(); // id -> answers still due on this socket to queries stopped under it
     this._queried = false; // liveQuery() was called: query.* frames are the live queries'
     this._queryCounter = 0;
   }
@@ -549,7 +550,9 @@ class RealtimeClient extends EventTarget {
     // (one that does not resume) took none.
     const said = this.resume && typeof data.cursor === 'string';
     this._afterHandshake(said ? this._handshake.channels : new Set());
-    // Queries belong to the socket: a new one hears each again (its rows shown meanwhile).
+    // Queries belong to the socket: a new one hears each again (its rows shown meanwhile),
+    // and owes nothing to those stopped before.
+    this._owing.clear();
     for (const list of this._queries.values()) {
       list._answers = [];
       list._owed = 0;
@@ -723,9 +726,12 @@ class RealtimeClient extends EventTarget {
     this._checkQuery(id, ask);
     const held = this._queries.get(id);
     const list = new LiveQuery(this, id, ask, options);
+    // The answers a query stopped under this id still awaits come first: they are not its.
+    list._owed = this._owing.get(id) || 0;
+    this._owing.delete(id);
     if (held) {
       held._active = false; // replaced: the server's answers are the new one's...
-      list._owed = held._owed + held._answers.length; // ...after those the old one awaits
+      list._owed += held._owed + held._answers.length; // ...after those the old one awaits
       // A refusal of this one leaves the server holding the old one, if it holds any.
       list._replaced = held._replaced || held._accepted || list._owed > 0;
     }
@@ -757,17 +763,34 @@ class RealtimeClient extends EventTarget {
     if (this._sendFrame('query', queryData(list.id, list._ask))) list._answers.push(list._ask);
   }
 
-  /** Forget `list` (when it is still the one under its id), telling the server if asked to. */
+  /**
+   * Forget `list` (when it is still the one under its id), telling the server if asked to. The
+   * answers the server still owes it are counted under its id, so that a query asked under the
+   * same id later does not take them for its own.
+   */
   _stopQuery(list, tell) {
     if (this._queries.get(list.id) !== list) return;
     this._queries.delete(list.id);
+    const owed = list._owed + list._answers.length;
+    if (owed > 0) this._owing.set(list.id, owed);
     if (tell && this._state === 'open') this._sendFrame('unquery', { id: list.id });
+  }
+
+  /** A frame of a query stopped since: dropped, an answer it was owed counted off. */
+  _onStoppedFrame(id, frame) {
+    const owed = this._owing.get(id);
+    if (owed === undefined || frame.type === 'query.diff') return;
+    if (owed > 1) this._owing.set(id, owed - 1);
+    else this._owing.delete(id);
   }
 
   _onQueryFrame(frame) {
     const data = frame.data && typeof frame.data === 'object' ? frame.data : {};
     const list = typeof data.id === 'string' ? this._queries.get(data.id) : undefined;
-    if (!list) return; // a query stopped since: what was under way is dropped
+    if (!list) {
+      this._onStoppedFrame(data.id, frame);
+      return;
+    }
     if (list._owed > 0) {
       // The frames of the query it replaced, up to that query's last answer: dropped.
       if (frame.type !== 'query.diff') list._owed -= 1;
@@ -859,7 +882,7 @@ class LiveQuery extends EventTarget {
     this._ask = ask; // what is asked now
     this._shown = ask; // what `rows` follow: the ask the last query.rows answered
     this._answers = []; // the asks sent on this socket and not answered yet, oldest first
-    this._owed = 0; // answers due on this socket to the query this one replaced under its id
+    this._owed = 0; // answers due on this socket to the queries asked under its id before it
     this._replaced = false; // the server may hold, under its id, a query this one replaced
     this._accepted = false; // the server answered it with rows on this socket
     this._rows = [];
