@@ -313,6 +313,26 @@ test('composite keys: an array id, left by its array, ordered item by item', asy
   ]);
 });
 
+test('composite keys whose text parts hold a comma are two rows', async () => {
+  const { server, realtime, recorder } = await opened();
+  const list = realtime.liveQuery({ model: 'stock' });
+  await server.until(() => received(server, 'query').length === 1);
+  await deliver(server, recorder, [
+    rows(list.id, [
+      { id: ['a', 'b,c'], qty: 1 },
+      { id: ['a,b', 'c'], qty: 2 },
+    ]),
+  ]);
+  assert.deepEqual(ids(list), [
+    ['a', 'b,c'],
+    ['a,b', 'c'],
+  ]);
+  await deliver(server, recorder, [
+    diff(list.id, { leave: [['a,b', 'c']], update: [{ id: ['a', 'b,c'], qty: 5 }] }),
+  ]);
+  assert.deepEqual(list.rows, [{ id: ['a', 'b,c'], qty: 5 }]);
+});
+
 test('decimals come as text and sort by value; keys sort as the server sorts them', async () => {
   const { server, realtime, recorder } = await opened();
   const list = realtime.liveQuery({ model: 'invoice', orderBy: ['-total'] });

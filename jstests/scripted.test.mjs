@@ -505,6 +505,15 @@ test('a stamp with a record is dropped only by a frame naming that record', asyn
       ['contact', 7],
     ],
   );
+  // A composite key names its own record only: its text parts may hold commas.
+  const composite = realtime.remember(realtime.nextOrigin(), { model: 'stock', id: ['a,b', 'c'] });
+  for (const id of [['a', 'b,c'], ['a,b', 'c']]) {
+    const data = { model: 'stock', id };
+    server.send(server.connections[0], { type: 'stock.updated', data, origin: composite });
+  }
+  await recorder.until((r) => r.events.length === 4);
+  await sleep(50);
+  assert.deepEqual(recorder.events.slice(3).map((f) => f.data.id), [['a', 'b,c']]);
 });
 
 test('the options it cannot do without', () => {

@@ -50,7 +50,7 @@ function channelList(args) {
 }
 
 function sameId(a, b) {
-  return a !== undefined && a !== null && b !== undefined && b !== null && String(a) === String(b);
+  return a !== undefined && a !== null && b !== undefined && b !== null && rowKey(a) === rowKey(b);
 }
 
 /** What a live query asks for, checked: `{model, where, orderBy, limit}` (null: left out). */
@@ -80,9 +80,13 @@ function queryData(id, ask) {
   return data;
 }
 
-/** A row's key in a map: its id as text (`7` and `"7"` are one row; `[12, 3]` is `"12,3"`). */
+/**
+ * A row's key in a map: its id as text (`7` and `"7"` are one row). A composite key is the JSON
+ * list of its parts' keys (`[12, 3]` is `'["12","3"]'`), so text parts holding a comma stay
+ * apart: `["a,b", "c"]` and `["a", "b,c"]` are two rows.
+ */
 function rowKey(id) {
-  return String(id);
+  return Array.isArray(id) ? JSON.stringify(id.map(rowKey)) : String(id);
 }
 
 function isRow(row) {
