@@ -606,6 +606,41 @@ test("a cursor frame answering a heartbeat is kept like an event frame's and tol
   assert.equal(server.connections[1].frames[0].data.resume, 'fresh');
 });
 
+test("application events named like the protocol's frames are events, not the protocol's", async () => {
+  const server = await scripted(resumingSuccess);
+  const realtime = client({ url: server.url });
+  const recorder = new Recorder(realtime);
+  const named = { cursor: [], auth_success: [] };
+  for (const type of Object.keys(named)) {
+    realtime.addEventListener(type, (event) => named[type].push(event.detail));
+  }
+  realtime.connect();
+  await recorder.state('open');
+  const session = realtime.session;
+  const frames = [
+    // A collaborator's caret, broadcast to the scope: heard, its cursor kept like any event's.
+    { type: 'cursor', data: { user: 5, line: 12 }, scope_id: 3, cursor: 'c7' },
+    { type: 'auth_success', data: { user_id: 9, scope: 'evil', scopes: ['evil'] }, cursor: 'c8' },
+    // Once open, even in the handshake's shape: the handshake is over.
+    { type: 'auth_success', data: { user_id: 9, scope: 'evil', scopes: ['evil'] } },
+    { type: 'auth_error', data: { message: 'note' }, scope_id: 3, cursor: 'c9' },
+    { type: 'auth_error', data: { message: 'note', level: 'info' } },
+  ];
+  for (const frame of frames) server.send(server.connections[0], frame);
+  await recorder.until((r) => r.events.length === frames.length, 5000, 'the events');
+  assert.deepEqual(recorder.events, frames);
+  assert.deepEqual(named.cursor, [frames[0]]);
+  assert.equal(named.auth_success.length, 1); // the handshake's, not the events'
+  assert.equal(realtime.session, session);
+  assert.equal(realtime.cursor, 'c9');
+  assert.deepEqual([realtime.state, recorder.stateNames()], ['open', ['connecting', 'open']]);
+
+  // A recheck's refusal after the handshake is still one: `{message}` alone.
+  server.send(server.connections[0], { type: 'auth_error', data: { message: 'Scope not found' } });
+  await recorder.state('refused');
+  assert.equal(realtime.reason, 'Scope not found');
+});
+
 test('without resume, a frame of type cursor is an ordinary event', async () => {
   const server = await scripted();
   const realtime = client({ url: server.url, resume: false });

@@ -60,6 +60,15 @@ RECHECK: Final = "recheck"
 #: The third part of the ``order`` of an event of a row's many-to-many links alone.
 LINKS = "links"
 
+#: The types of the frames the socket protocol sends of its own (``realtime.sockets.protocol``:
+#: ``auth_success``, ``auth_error``, resume's ``cursor``; ``realtime.sockets.live_queries``:
+#: ``query.*``). Clients route a frame by its type, so an application's event under one of
+#: them would be taken for the protocol's frame (a second handshake, a refusal, a cursor, a
+#: live query's answer): the broadcast API refuses them as event types.
+PROTOCOL_FRAME_TYPES: Final = frozenset(
+    {"auth_success", "auth_error", "cursor", "query.rows", "query.diff", "query.error"}
+)
+
 
 def scope_channel(scope_id: Any) -> str:
     """The transport channel of one scope's events."""

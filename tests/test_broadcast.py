@@ -347,6 +347,56 @@ def test_failing_transport_after_commit_logs_an_error_and_does_not_raise(
     assert published() == []
 
 
+PROTOCOL_TYPES = ["auth_success", "auth_error", "cursor", "query.rows", "query.diff", "query.error"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("event_type", PROTOCOL_TYPES)
+def test_a_broadcast_under_a_frame_type_of_the_protocol_is_refused_with_an_error_naming_it(
+    event_type: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with transaction.atomic():
+        broadcast_to_scope(7, event_type, {"message": "note"})
+        broadcast_to_users([5], event_type, {"user_id": 5})
+        broadcast_to_user(5, event_type, None)
+    broadcast_to_scope(7, event_type, None)  # outside a transaction: refused at once too
+    broadcast_to_user(5, "marker", None)
+    assert [message["event_type"] for message in events()] == ["marker"]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["realtime: broadcasting failed"] * 4
+    for record in errors:
+        assert record.exc_info is not None
+        refusal = record.exc_info[1]
+        assert isinstance(refusal, ValueError)
+        assert f"{event_type!r} is a frame type of the socket protocol" in str(refusal)
+        assert f"'app.{event_type}'" in str(refusal)
+
+
+def test_the_types_refused_are_those_of_the_frames_the_socket_protocol_sends() -> None:
+    from realtime.messages import PROTOCOL_FRAME_TYPES
+    from realtime.sockets import live_queries, protocol
+
+    sent = {protocol.AUTH_SUCCESS, protocol.AUTH_ERROR, protocol.CURSOR}
+    sent |= {live_queries.ROWS, live_queries.DIFF, live_queries.ERROR}
+    assert PROTOCOL_FRAME_TYPES == sent == set(PROTOCOL_TYPES)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_broadcast_from_async_code_under_a_frame_type_of_the_protocol_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    earlier = set(broadcast._tasks)
+    broadcast_to_scope(7, "auth_success", {"user_id": 5})
+    broadcast_to_user(5, "marker", None)
+    await asyncio.wait_for(asyncio.gather(*(set(broadcast._tasks) - earlier)), WAIT)
+    rows = await asyncio.to_thread(wait_for_rows, 1)
+    assert [message["event_type"] for _, message in rows] == ["marker"]
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].exc_info is not None
+    assert isinstance(errors[0].exc_info[1], ValueError)
+
+
 # Truncation at REALTIME_MAX_PAYLOAD ------------------------------------------------------------
 
 

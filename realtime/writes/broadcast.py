@@ -6,7 +6,10 @@ is done. Failures are logged, never raised into the caller. The ids a call is gi
 by their model's primary key field (``realtime.auth.scope_key``, ``account_ids``): a scope or
 an account named ``"3"`` where the key is an integer is the one of key ``3``. A scope id whose
 channel no transport takes (over 1,024 bytes: ``ChannelTooLongError``) is refused at the call,
-logged like any failure: with a durable transport its outbox row would fail every relay.
+logged like any failure: with a durable transport its outbox row would fail every relay. So is
+an event type the socket protocol uses for its own frames (``auth_success``, ``auth_error``,
+``cursor``, ``query.rows``, ``query.diff``, ``query.error``: a ``ValueError``), which clients
+would take for the protocol's frame rather than hear as an event.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, models
 
 from realtime.auth import account_ids, scope_key
-from realtime.messages import scope_channel
+from realtime.messages import PROTOCOL_FRAME_TYPES, scope_channel
 from realtime.registry import wire_name
 from realtime.transports.table_store import encode_channel
 from realtime.writes import on_commit, rechecks
@@ -28,6 +31,8 @@ from realtime.writes.items import ScopeBroadcast, UsersBroadcast
 logger = logging.getLogger(__name__)
 
 _tasks: set[asyncio.Task[None]] = set()
+
+Broadcast = TypeVar("Broadcast", ScopeBroadcast, UsersBroadcast)
 
 
 def _submit(work: Callable[[], None]) -> None:
@@ -91,7 +96,24 @@ def broadcast_to_scope(
         about=_about(about),
         only=only,
     )
-    _submit(lambda: on_commit.add(_fitting(item), using))
+    _submit(lambda: on_commit.add(_fitting(_application_event(item)), using))
+
+
+def _application_event(item: Broadcast) -> Broadcast:
+    """``item``, once its type is known not to be one the socket protocol sends of its own:
+    clients would take such an event for the protocol's frame (a second ``auth_success``
+    replacing the session, an ``auth_error`` ending the connection, a ``cursor`` swallowed, a
+    live query's answer). Refused at the call, logged like any failure (the message names the
+    type and what to do), and nothing is published."""
+    if item.event_type in PROTOCOL_FRAME_TYPES:
+        reserved = ", ".join(sorted(PROTOCOL_FRAME_TYPES))
+        raise ValueError(
+            f"realtime: the event type {item.event_type!r} is a frame type of the socket "
+            f"protocol ({reserved}), which clients would take for the protocol's own frame; "
+            f"nothing was broadcast. Give the event a name of the application's, e.g. "
+            f"'app.{item.event_type}'."
+        )
+    return item
 
 
 def _fitting(item: ScopeBroadcast) -> ScopeBroadcast:
@@ -126,7 +148,7 @@ def broadcast_to_users(
         meta=dict(meta or {}),
         skip_scope=skip_scope,
     )
-    _submit(lambda: on_commit.add(item, using))
+    _submit(lambda: on_commit.add(_application_event(item), using))
 
 
 def broadcast_to_user(

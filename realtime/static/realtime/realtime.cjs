@@ -31,6 +31,26 @@ const DECIMAL = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
 
 function noop() {}
 
+/**
+ * Whether `frame` has no top-level key but `type` and `keys`: the shape of the protocol's own
+ * frames (`auth_success` and `auth_error` hold `data` alone, a heartbeat's `cursor` answer no
+ * `data`). An application's event always has `data`, and `scope_id` or `cursor` beside it
+ * when it reaches a scope or a socket that resumes.
+ */
+function onlyKeys(frame, ...keys) {
+  return Object.keys(frame).every((key) => key === 'type' || keys.includes(key));
+}
+
+/** Whether `data` is an `auth_error`'s: `{message}` alone, a string. */
+function isRefusal(data) {
+  return (
+    data !== null &&
+    typeof data === 'object' &&
+    typeof data.message === 'string' &&
+    Object.keys(data).length === 1
+  );
+}
+
 function randomId() {
   const bytes = new Uint8Array(8);
   if (globalThis.crypto && typeof globalThis.crypto.getRandomValues === 'function') {
@@ -525,12 +545,19 @@ class RealtimeClient extends EventTarget {
       return;
     }
     if (frame === null || typeof frame !== 'object' || typeof frame.type !== 'string') return;
-    if (frame.type === 'auth_success') {
+    // The protocol's own frames, told from an application's events of the same type by when
+    // they come and by their shape: those events are dispatched like any other.
+    const handshake = this._state !== 'open';
+    if (frame.type === 'auth_success' && handshake && onlyKeys(frame, 'data')) {
       this._onAuthSuccess(frame);
-    } else if (frame.type === 'auth_error') {
+    } else if (
+      frame.type === 'auth_error' &&
+      onlyKeys(frame, 'data') &&
+      (handshake || isRefusal(frame.data)) // later, a recheck's: `{message}`, then close 1008
+    ) {
       const message = frame.data && frame.data.message;
       this._onRefusal(typeof message === 'string' ? message : 'Authentication refused');
-    } else if (frame.type === 'cursor' && this.resume) {
+    } else if (frame.type === 'cursor' && this.resume && onlyKeys(frame, 'cursor')) {
       // A fresh cursor answering a heartbeat (a quiet socket stays resumable), or sent after a
       // recheck changed the scopes: kept like an event frame's, told to nobody.
       if (this._state === 'open' && typeof frame.cursor === 'string') this._cursor = frame.cursor;
