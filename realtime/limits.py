@@ -30,6 +30,14 @@ PUBLISH_CHUNK: Final = 500
 #: The Redis transport's unkeyed publish cuts its script calls by it too: a Lua call blocks
 #: every client of the server while it copies its payloads.
 PUBLISH_CHUNK_BYTES: Final = 1 << 20
+#: Bytes of payload one Redis publish's script call (``RELAY``) sends live on Pub/Sub at
+#: most; a message past it goes by its offset only, and workers read it from the stream.
+#: A call's messages all wait in each subscriber's output buffer until it reads them, and
+#: Redis cuts a subscriber holding more than ``client-output-buffer-limit pubsub`` (32 MB by
+#: default): a relay's call, which keeps a stream's messages whole, may carry 500 messages
+#: of up to 64 KiB each sent live, which cut every worker following the stream, however
+#: healthy. A sixteenth of that limit leaves room for many calls a worker has not read yet.
+LIVE_CALL_BYTES: Final = 2 << 20
 #: Bytes of payload one read of a Redis stream (a ``READ`` script call) returns, about: it
 #: stops taking entries once they weigh this much (one at least), so a page of entries near
 #: ``REALTIME_MAX_PAYLOAD`` does not hold the server for seconds; the reader asks again.

@@ -33,6 +33,8 @@ from realtime.transports.base import StreamBounds
 from realtime.transports.redis import LIVE_INLINE, RedisTransport
 from realtime.transports.redis_calls import call_each
 from realtime.transports.redis_check import OLDEST, version_of
+from realtime.transports.redis_keys import parse_live
+from realtime.transports.redis_listener import RedisListener
 from realtime.transports.redis_sequencer import StreamRead
 from realtime.writes.publish import Built, send_now
 
@@ -139,6 +141,79 @@ async def test_a_payload_too_large_to_travel_live_is_sent_by_offset_and_read_fro
     data = [message["data"] for message in sent if message is not None]
     epoch = inbox.heard_at()[0].epoch.encode()
     assert data == [epoch + b":1:small", epoch + b":2:", epoch + b":3:" + MARKER]
+
+
+async def test_a_keyed_relay_sends_live_only_its_call_budget_of_payload_the_rest_by_offset(
+    make_redis_transport: MakeTransport,
+    inbox: Inbox,
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "LIVE_CALL_BYTES", 10_000)
+    transport = make_redis_transport()
+    transport.add_listener(inbox)
+    await transport.follow("a")
+    await transport.follow("b")
+    raw = redis_server.client().pubsub()  # type: ignore[no-untyped-call]
+    raw.ssubscribe(redis_keys.shard_channel("a"), redis_keys.shard_channel("b"))
+    assert [raw.get_message(timeout=5)["type"] for _ in range(2)] == ["ssubscribe"] * 2
+    # One script call (keyed: a stream's messages are never parted), ten messages of 3,000
+    # bytes: three fit the call's budget, the other seven travel by their offset.
+    sent = [("ab"[n % 2], b"%02d" % n + b"x" * 2998) for n in range(10)]
+    await publish(transport, *sent, txn="t1")
+    await publish(transport, ("b", b"next call"), ("a", MARKER))
+    await inbox.wait_for("a", MARKER)
+    await inbox.wait_for("b", b"next call")
+    # Each stream's messages in their order, whether they travelled live or not.
+    assert inbox.payloads("a") == [payload for c, payload in sent if c == "a"] + [MARKER]
+    assert inbox.payloads("b") == [payload for c, payload in sent if c == "b"] + [b"next call"]
+    assert [p.seq for p in inbox.heard_at() if p.stream == "a"] == [1, 2, 3, 4, 5, 6]
+    heard = [raw.get_message(timeout=5) for _ in range(12)]
+    raw.close()
+    data = [message["data"] for message in heard if message is not None]
+    assert [d.rpartition(b":")[2] == b"" for d in data] == [False] * 3 + [True] * 7 + [False] * 2
+
+
+async def test_a_keyed_relay_of_large_messages_leaves_an_idle_subscriber_under_redis_limit(
+    make_redis_transport: MakeTransport, inbox: Inbox, redis_server: RedisServer
+) -> None:
+    """A call's messages all wait in a subscriber's output buffer until it reads them: one
+    relay's call of 400 messages of 60 kB (24 MB: a stream's messages are never parted) had
+    Redis cut every worker following the stream. Under a limit a quarter of Redis's default
+    (32 MB), the default budget leaves even a subscriber that reads nothing connected."""
+    import redis
+
+    assert limits.LIVE_CALL_BYTES <= 2 << 20
+    with contextlib.closing(redis_server.client()) as admin:
+        kept = str(admin.config_get("client-output-buffer-limit")["client-output-buffer-limit"])
+        admin.config_set("client-output-buffer-limit", "pubsub 8mb 8mb 60")
+        idle = redis.Redis(host="127.0.0.1", port=redis_server.port, client_name="idle")
+        try:
+            transport = make_redis_transport()
+            transport.add_listener(inbox)
+            await transport.follow("big")
+            raw = idle.pubsub()  # type: ignore[no-untyped-call]
+            raw.ssubscribe(redis_keys.shard_channel("big"))
+            assert raw.get_message(timeout=5)["type"] == "ssubscribe"
+            large = [b"%03d" % n + b"x" * 60_000 for n in range(400)]
+            await publish(transport, *[("big", payload) for payload in large], txn="t1")
+            await publish(transport, ("big", MARKER))
+            await inbox.wait_for("big", MARKER, timeout=60)
+            assert inbox.payloads("big") == [*large, MARKER]
+            listener = transport.listener
+            assert isinstance(listener, RedisListener)
+            assert listener.connections == 1  # never cut
+            assert "idle" in [client["name"] for client in admin.client_list()]
+            heard = [raw.get_message(timeout=5) for _ in range(len(large) + 1)]
+            data = [message["data"] for message in heard if message is not None]
+            assert len(data) == len(large) + 1
+            relayed = [parse_live(d) for d in data[:-1]]
+            sent_live = [len(live.payload) for live in relayed if live and live.payload]
+            assert 0 < sum(sent_live) <= limits.LIVE_CALL_BYTES
+            raw.close()
+        finally:
+            idle.close()
+            admin.config_set("client-output-buffer-limit", kept)
 
 
 # Relays dropped by transaction key -----------------------------------------------------------

@@ -16,8 +16,9 @@ follows (``redis_cluster_listener``), moved with the channel's slot. ``follow`` 
 the subscription is confirmed and the stream's current ``(epoch, top)`` is read: only what
 comes after is handed over. Messages are handed over per stream in offset order, with no gap
 and no duplicate (``redis_sequencer``): what is missing, too large to travel live (over
-``LIVE_INLINE``), or beyond the listeners' room is read from the stream; each (re)subscription
-reads what was sent while the connection was down.
+``LIVE_INLINE``, or past the ``limits.LIVE_CALL_BYTES`` its script call sends live), or
+beyond the listeners' room is read from the stream; each (re)subscription reads what was sent
+while the connection was down.
 
 Streams keep what a resume may ask for: entries of the last ``REALTIME_RESUME_WINDOW`` (plus
 a margin for clocks), at most ``REALTIME_RESUME_MAX_FRAMES`` times the resume's scan budget
@@ -273,6 +274,7 @@ class RedisTransport(Transport):
             LIVE_INLINE,
             self.keep_ms if txn else REMEMBER_RANDOM_MS,
             "," + "".join(f"{number}," for number in uncapped),
+            limits.LIVE_CALL_BYTES,
             *pairs,
         ]
         return keys, args

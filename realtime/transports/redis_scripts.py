@@ -27,10 +27,15 @@ of rows whose writer relayed them and died — lands once.
 its keys live on without a write), the most entries a stream keeps, the milliseconds a meta
 lives without a write, the largest payload sent live, the milliseconds the key is remembered,
 the numbers of the streams kept by time only (``,1,3,``: the base channel, which every
-account's events share, is not cut by count), then pairs of (stream number, payload), in
-publish order. For each message: the next dense offset, ``XADD
-<ms>-<offset>`` (``ms`` never goes back, so ids grow: time-based trimming works), and
-``SPUBLISH`` on the stream's shard channel. A stream whose transaction key is already in its
+account's events share, is not cut by count), the bytes of payload the call sends live at
+most, then pairs of (stream number, payload), in publish order. For each message: the next
+dense offset, ``XADD <ms>-<offset>`` (``ms`` never goes back, so ids grow: time-based
+trimming works), and ``SPUBLISH`` on the stream's shard channel: ``<epoch>:<offset>:`` and
+the payload, or nothing after the offset for a payload larger than the largest sent live or
+one that would take the call's live payloads past their budget (a subscriber holds all of
+a call's messages before it can read any: Redis cuts one that holds more than its
+``client-output-buffer-limit pubsub``). A worker reads such a message from the stream, and
+the rest of its stream after it, in order. A stream whose transaction key is already in its
 ``T:t`` set is skipped whole (a re-relay). One call is atomic: every message of a publish is
 in its stream and sent live before any later publish. Returns ``{stream number, epoch, top
 offset, 1 if skipped}`` per stream.
@@ -94,6 +99,7 @@ local candidate, txn = ARGV[1], ARGV[2]
 local keep, maxlen = tonumber(ARGV[3]), tonumber(ARGV[4])
 local meta_ttl, inline = tonumber(ARGV[5]), tonumber(ARGV[6])
 local remember, uncapped = tonumber(ARGV[7]), ARGV[8]
+local live_budget, live_bytes = tonumber(ARGV[9]), 0
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- When, to the microsecond, and where in this publish: the order across streams.
@@ -101,7 +107,7 @@ local at = time[1] .. string.format('%06d', tonumber(time[2]))
 local index = 0
 local oldest = math.max(0, now - keep)
 local streams, order = {}, {}
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   local s, payload = tonumber(ARGV[i]), ARGV[i + 1]
   local x, m, d = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
   local st = streams[s]
@@ -124,7 +130,10 @@ for i = 9, #ARGV, 2 do
       redis.call('XADD', x, 'MINID', '~', oldest, id, 'p', payload, 'o', place)
     end
     local live = st.e .. ':' .. st.n .. ':'
-    if #payload <= inline then live = live .. payload end
+    if #payload <= inline and live_bytes + #payload <= live_budget then
+      live = live .. payload
+      live_bytes = live_bytes + #payload
+    end
     redis.call('SPUBLISH', string.sub(x, 1, -3), live)
     if st.n % 64 == 0 and not string.find(uncapped, ',' .. s .. ',', 1, true) then
       redis.call('XTRIM', x, 'MAXLEN', '~', maxlen)
