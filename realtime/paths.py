@@ -97,6 +97,12 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     return sorted_ids(value for value in ids if value is not None)
 
 
+def holds_target_pk(field: Any) -> bool:
+    """Whether the foreign key ``field`` holds its target's primary key, as a key does unless
+    declared with ``to_field`` naming another column."""
+    return bool(field.target_field.primary_key)
+
+
 def key_fields(model: type[models.Model]) -> list[Any]:
     """The fields of ``model``'s primary key: several for a composite key."""
     pk = model._meta.pk

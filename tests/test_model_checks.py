@@ -273,6 +273,45 @@ def test_a_one_to_one_key_to_the_scope_model_is_a_scope_field() -> None:
     assert ids_about(Statute) == []
 
 
+# E039: a scope key declared with to_field
+
+
+@pytest.mark.parametrize("kind", [models.ForeignKey, models.OneToOneField])
+def test_a_scope_key_declared_with_to_field_is_error_e039(kind: Any) -> None:
+    @realtime_model(fields=["title"], scope_field="space")
+    class Jotting(models.Model):
+        space = kind(Workspace, to_field="slug", on_delete=models.CASCADE, related_name="+")
+        title = models.CharField(max_length=100)
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return self.title
+
+    found = [m for m in messages() if m.obj is Jotting]
+    assert [m.id for m in found] == ["realtime.E039"]
+    assert "to_field='slug'" in found[0].msg
+    assert "remove to_field" in (found[0].hint or "")
+
+
+def test_a_scope_key_naming_the_primary_key_with_to_field_is_accepted() -> None:
+    @realtime_model(fields=["title"], scope_field="space")
+    class Jotting(models.Model):
+        space = models.ForeignKey(
+            Workspace, to_field="id", on_delete=models.CASCADE, related_name="+"
+        )
+        title = models.CharField(max_length=100)
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return self.title
+
+    assert ids_about(Jotting) == []
+
+
 def test_scope_field_id_on_a_child_of_the_scope_model_is_accepted() -> None:
     @realtime_model(scope_field="id", fields=["name"])
     class Department(Workspace):

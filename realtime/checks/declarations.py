@@ -16,7 +16,13 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from realtime.auth import scope_model
-from realtime.paths import column_values_field, is_foreign_key, path_target, resolve_path
+from realtime.paths import (
+    column_values_field,
+    holds_target_pk,
+    is_foreign_key,
+    path_target,
+    resolve_path,
+)
 from realtime.registry import (
     ModelOptions,
     all_options,
@@ -422,6 +428,18 @@ def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
                 36,
                 model,
                 f"scope_field {options.scope_field!r} is not a foreign key to {scope._meta.label}.",
+            )
+        ]
+    if not holds_target_pk(field):
+        return [
+            _e(
+                39,
+                model,
+                f"scope_field {options.scope_field!r} is declared with to_field="
+                f"{field.target_field.name!r}: it holds that column, where a scope is named "
+                "by its primary key (its channel, its members, the socket's scope).",
+                f"Point the foreign key at {scope._meta.label}'s primary key (remove to_field); "
+                f"the row still reaches {field.target_field.name!r} through it.",
             )
         ]
     return []
