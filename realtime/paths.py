@@ -7,12 +7,14 @@ relations. This module resolves such a walk once, at check time or first use.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
-from realtime.encoding import sorted_ids
+from realtime.chunks import chunked
+from realtime.encoding import normal_id, sorted_ids
 from realtime.primary import on_primary
 
 
@@ -97,10 +99,40 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     return sorted_ids(value for value in ids if value is not None)
 
 
+#: Values of a key read in one statement by ``target_pks``.
+VALUES_PER_STATEMENT = 500
+
+
 def holds_target_pk(field: Any) -> bool:
     """Whether the foreign key ``field`` holds its target's primary key, as a key does unless
     declared with ``to_field`` naming another column."""
     return bool(field.target_field.primary_key)
+
+
+def target_pks(field: Any, values: Iterable[Any], using: str | None = None) -> dict[Any, Any]:
+    """The primary key of the row each of ``values`` names, held in the foreign key ``field``,
+    by ``normal_id`` of the value. Audiences and record channels name rows by primary key,
+    and a key declared with ``to_field`` (``ForeignKey(User, to_field="username")``) holds
+    another column's values: those are looked up on ``using`` (else where the target's
+    writes go), one statement per 500 values. A key holding the primary key (every key not
+    declared so) is its own answer: no statement. ``None``, and a value naming no row (a key
+    without a constraint), name nothing."""
+    wanted = {normal_id(value): value for value in values if value is not None}
+    if holds_target_pk(field):
+        return wanted
+    column = field.target_field.attname
+    rows = on_primary(field.related_model, using, base=True).order_by()
+    found: dict[Any, Any] = {}
+    for chunk in chunked(list(wanted.values()), VALUES_PER_STATEMENT):
+        pairs = rows.filter(**{f"{column}__in": chunk}).values_list(column, "pk")
+        found.update((normal_id(value), pk) for value, pk in pairs)
+    return found
+
+
+def target_pk(field: Any, value: Any, using: str | None = None) -> Any:
+    """The primary key of the row ``value``, held in the foreign key ``field``, names
+    (``target_pks``); ``None`` when it names none."""
+    return None if value is None else target_pks(field, [value], using).get(normal_id(value))
 
 
 def key_fields(model: type[models.Model]) -> list[Any]:

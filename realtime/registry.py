@@ -20,7 +20,7 @@ from django.db import models
 from django.db.models import Q
 
 from realtime.compat.django_orm import saves_read_generated_back
-from realtime.paths import is_foreign_key
+from realtime.paths import holds_target_pk, is_foreign_key
 
 ACTIONS = ("created", "updated", "deleted")
 
@@ -190,13 +190,14 @@ class ModelOptions:
     @cached_property
     def queries_besides_to_many(self) -> bool:
         """Whether reading a write may query for anything but to-many channels: a generic
-        relation's content type, a multi-hop account path."""
+        relation's content type, a multi-hop account path, or one through a key declared
+        with ``to_field``."""
         if any(is_generic_fk(self.model, relation) for relation in self.relations):
             return True
         if self.user_field is not None:
             first = self.model._meta.get_field(self.user_field.replace("__", ".").split(".")[0])
             multi_hop = "." in self.user_field.replace("__", ".")
-            return multi_hop or not is_foreign_key(first)
+            return multi_hop or not is_foreign_key(first) or not holds_target_pk(first)
         return False
 
     @cached_property

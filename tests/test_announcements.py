@@ -40,6 +40,7 @@ from tests.testapp.models import (
     GuardedTask,
     Invoice,
     Item,
+    Locker,
     Message,
     Notification,
     Plain,
@@ -844,6 +845,59 @@ class TestRelationChannels:
 
 
 class TestAccountEvents:
+    def test_a_row_handed_to_another_account_by_a_to_field_key_leaves_the_account_that_held_it(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        locker = Locker.objects.create(owner=ann, title="hers")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            locker.owner = bob
+            locker.save()
+        heard = [(e["event_type"], e["user_ids"]) for e in events("users")]
+        assert heard == [("locker.deleted", [ann.pk]), ("locker.created", [bob.pk])]
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            locker.owner = None
+            locker.save()
+        heard = [(e["event_type"], e["user_ids"]) for e in events("users")]
+        assert heard == [("locker.deleted", [bob.pk])]
+
+    def test_a_bulk_update_handing_rows_by_a_to_field_key_leaves_the_accounts_that_held_them(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        lockers = [Locker.objects.create(owner=ann, title=str(n)) for n in range(3)]
+        forget_messages()
+        with (
+            django_capture_on_commit_callbacks(execute=True),
+            CaptureQueriesContext(connection) as queries,
+        ):
+            for locker in lockers:
+                locker.owner = bob
+            Locker.objects.bulk_update(lockers, ["owner"])
+        heard = sorted((e["event_type"], e["user_ids"]) for e in events("users"))
+        assert heard == [
+            *[("locker.created", [bob.pk])] * 3,
+            *[("locker.deleted", [ann.pk])] * 3,
+        ]
+        # The accounts the rows held, looked up by username for all of them at once.
+        by_name = [q["sql"] for q in queries if "username" in q["sql"] and " IN " in q["sql"]]
+        assert len(by_name) == 1, by_name
+
+    @override_settings(REALTIME_BULK_LIMIT=1)
+    def test_an_update_writing_a_to_field_key_folds_its_surplus_rows_to_the_accounts_pk(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        for n in range(3):
+            Locker.objects.create(owner=ann, title=str(n))
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Locker.objects.update(owner="bob")
+        folded = [e["user_ids"] for e in events("users") if e["meta"].get("truncated")]
+        assert folded == [sorted([ann.pk, bob.pk])], events("users")
+
     def test_a_one_hop_account_event_reaches_that_account(
         self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
     ) -> None:

@@ -28,7 +28,15 @@ from realtime.audience import readers, readers_of_rows
 from realtime.auth import RealtimeAuth, get_auth, overridden, readers_pool
 from realtime.chunks import chunked
 from realtime.encoding import normal_id, record_channel, row_key, sorted_ids
-from realtime.paths import is_foreign_key, key_lookup, split_path, values_on_path
+from realtime.paths import (
+    holds_target_pk,
+    is_foreign_key,
+    key_lookup,
+    split_path,
+    target_pk,
+    target_pks,
+    values_on_path,
+)
 from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import tracking
@@ -135,8 +143,9 @@ def plan_before(
         first = _first_hop(options.model, options.user_field)
         if first is None or not past.may_change(first.attname):
             return None
-        one_hop = len(split_path(options.user_field)) == 1
-        return Plan(past, queries=not (one_hop and past.knows([first.attname])), accounts=True)
+        # One hop holding the account's key, known: no query (``to_field``: one).
+        free = len(split_path(options.user_field)) == 1 and holds_target_pk(first)
+        return Plan(past, queries=not (free and past.knows([first.attname])), accounts=True)
     scope_moves = options.scope_attname is not None and past.may_change(options.scope_attname)
     guarded = guard_attnames(options)
     columns = guarded if guarded is not None else [f.attname for f in instance._meta.fields]
@@ -211,10 +220,30 @@ def unsure_attnames(
     return unsure
 
 
-def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> Before | None:
+def take_befores(options: ModelOptions, plans: dict[Any, Plan]) -> dict[Any, Before | None]:
+    """``take_before`` of each of ``plans`` (of one bulk write), by the same keys: the accounts
+    a one-hop key declared with ``to_field`` held are looked up for all of them at once (one
+    statement per 500), not one statement per row."""
+    targets = None
+    hop = _first_hop(options.model, options.user_field)
+    one_hop = hop is not None and len(split_path(options.user_field or "")) == 1
+    if one_hop and plans and not holds_target_pk(hop):
+        held = [plan.past.value(hop.attname) for plan in plans.values() if plan.accounts]
+        targets = target_pks(hop, held, next(iter(plans.values())).past.using)
+    return {key: take_before(options, plan, targets=targets) for key, plan in plans.items()}
+
+
+def take_before(
+    options: ModelOptions,
+    plan: Plan,
+    *,
+    always: bool = False,
+    targets: dict[Any, Any] | None = None,
+) -> Before | None:
     """Who could read the row before the save about to run, as ``plan`` says; ``None`` when
     the stored row shows nothing can differ (``always``: taken even then, for a bulk write
-    whose new values are not known yet).
+    whose new values are not known yet). ``targets``: the accounts the values of a one-hop
+    key declared with ``to_field`` name, looked up already (``take_befores``).
 
     Run in ``pre_save`` (the database still holds the row as it was), in a savepoint.
     """
@@ -222,7 +251,15 @@ def take_before(options: ModelOptions, plan: Plan, *, always: bool = False) -> B
     if plan.accounts:
         path = options.user_field or ""
         if len(split_path(path)) == 1:
-            old = past.value(_first_hop(options.model, path).attname)
+            # Accounts are named by primary key; a key declared with ``to_field`` holds
+            # another column (a username): the account it names is looked up.
+            first = _first_hop(options.model, path)
+            held = past.value(first.attname)
+            old = (
+                target_pk(first, held, past.using)
+                if targets is None or held is None
+                else targets.get(normal_id(held))
+            )
             return Before(accounts=[] if old is None else sorted_ids([old]))
         return Before(accounts=values_on_path(instance, path, past.using))
     scope_att = options.scope_attname or ""

@@ -65,11 +65,12 @@ from realtime.compat.django_orm import (
 )
 from realtime.conf import conf
 from realtime.encoding import id_order, row_key, sorted_ids
-from realtime.paths import is_foreign_key, key_fields, key_lookup, split_path
+from realtime.paths import is_foreign_key, key_fields, key_lookup, split_path, target_pk
 from realtime.registry import ModelOptions, is_generic_fk, options_for
 from realtime.writes import on_commit, tracking
 from realtime.writes.audiences import (
     READ_CHUNK,
+    Plan,
     accounts_of_rows,
     delete_event,
     first_hop_attname,
@@ -78,6 +79,7 @@ from realtime.writes.audiences import (
     planned_attnames,
     scoped_befores,
     take_before,
+    take_befores,
     unsure_attnames,
 )
 from realtime.writes.events import (
@@ -615,7 +617,10 @@ class _Matched:
         for name, written in values.items():
             plain = not hasattr(written, "resolve_expression")
             if one_hop and plain and _attname(self.model, name) == hop:
+                field = self.model._meta.get_field(name)
                 value = written.pk if isinstance(written, models.Model) else written
+                if is_foreign_key(field):  # ``to_field``: the pk of the row it names
+                    value = target_pk(field, value, self.db)
                 return [[value]] if options.user_field is not None else [value]
         return None
 
@@ -833,6 +838,7 @@ def _changes(
 ) -> _Changes:
     """What the write of ``fields`` of ``objs`` changes, and who could read it (``_Changes``)."""
     changes: dict[Any, tuple[models.Model, list[str], Before | None]] = {}
+    accounts: dict[Any, Plan] = {}  # the accounts rows held: read together (take_befores)
     knowns = []
     for obj in objs:
         known = tracking.known(obj)
@@ -842,10 +848,15 @@ def _changes(
         if not names:
             continue
         first, given, before = changes.get(obj.pk, (obj, [], None))
-        if before is None and len(changes) < conf.BULK_LIMIT:
+        if before is None and obj.pk not in accounts and len(changes) < conf.BULK_LIMIT:
             plan = plan_before(options, obj, names, db)
-            before = None if plan is None else take_before(options, plan)
+            if plan is not None and plan.accounts:
+                accounts[obj.pk] = plan
+            elif plan is not None:
+                before = take_before(options, plan)
         changes[obj.pk] = (first, sorted({*given, *names}), before)
+    for pk, before in take_befores(options, accounts).items():
+        changes[pk] = (*changes[pk][:2], before)
     rows = list(changes.values())
     written = tracking.written_attnames(objs[0], fields) if objs else []
     left = []

@@ -637,6 +637,24 @@ class Badge(models.Model):
         return self.name
 
 
+@realtime_model(fields=["title"], user_field="owner")
+class Locker(models.Model):
+    """Held by an account named by its username (``to_field``): its events go to the
+    account's primary key."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        to_field="username",
+        on_delete=models.CASCADE,
+        null=True,
+        related_name="lockers",
+    )
+    title = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.title
+
+
 def may_read_case(user: Any) -> Q:
     """Cases are read by everyone in their workspace, but a private one only by its assignee."""
     return Q(private=False) | Q(assignee=user)
