@@ -173,7 +173,7 @@ class ModelOptions:
     def write_queries(self) -> bool:
         """Whether reading a create or update may query: to-many or generic relations, or a
         multi-hop account path. Such reads run in a savepoint inside a transaction."""
-        return bool(self.to_many) or self.queries_besides_to_many
+        return bool(self.to_many or self.keyed_relations) or self.queries_besides_to_many
 
     @cached_property
     def to_many(self) -> tuple[str, ...]:
@@ -186,6 +186,20 @@ class ModelOptions:
             if not is_foreign_key(field):
                 found.append(relation)
         return tuple(found)
+
+    @cached_property
+    def keyed_relations(self) -> tuple[str, ...]:
+        """The declared relations that are foreign keys declared with ``to_field``: they hold
+        another column than their target's primary key, which their record channels name, so
+        reading those costs a query (``paths.target_pks``), as a to-many relation's does."""
+        meta = self.model._meta
+        return tuple(
+            relation
+            for relation in self.relations
+            if not is_generic_fk(self.model, relation)
+            and is_foreign_key(field := meta.get_field(relation))
+            and not holds_target_pk(field)
+        )
 
     @cached_property
     def queries_besides_to_many(self) -> bool:
@@ -203,8 +217,8 @@ class ModelOptions:
     @cached_property
     def create_queries(self) -> bool:
         """Whether reading a create may query: a row just created has no to-many links yet,
-        so only generic relations and account paths can."""
-        return self.queries_besides_to_many
+        so only generic relations, account paths and keys declared with ``to_field`` can."""
+        return self.queries_besides_to_many or bool(self.keyed_relations)
 
     @cached_property
     def delete_queries(self) -> bool:

@@ -49,6 +49,7 @@ from tests.testapp.models import (
     PrivateNote,
     Project,
     Room,
+    Sighting,
     Tag,
     Task,
     Thread,
@@ -842,6 +843,100 @@ class TestRelationChannels:
         # One query, the INSERT itself: publication happens after the commit.
         with django_assert_num_queries(1), transaction.atomic(savepoint=False):
             Company.objects.create(workspace=workspace, name="Quick")
+
+
+class TestToFieldRelationChannels:
+    """A relation through a foreign key declared with ``to_field`` (a crew by its code) is
+    heard on the record channel of the target's primary key, as a page showing the target
+    subscribes to it, whichever write announces the row."""
+
+    @pytest.fixture
+    def crews(self, db: None) -> tuple[Crew, Crew]:
+        return Crew.objects.create(code="blue", name="Blue"), Crew.objects.create(
+            code="red", name="Red"
+        )
+
+    @staticmethod
+    def crew_channels() -> list[list[str]]:
+        return [[c for c in e["channels"] if c.startswith("crew:")] for e in events("scope")]
+
+    def test_a_created_row_is_heard_on_its_targets_primary_key_channel(
+        self,
+        workspace: Workspace,
+        crews: tuple[Crew, Crew],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        blue, _ = crews
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            sighting = Sighting.objects.create(workspace=workspace, crew=blue, text="hi")
+        (message,) = events("scope")
+        assert message["channels"] == ["sighting", f"sighting:{sighting.pk}", f"crew:{blue.pk}"]
+
+    def test_saves_updates_bulk_writes_and_deletes_name_the_targets_primary_key(
+        self,
+        workspace: Workspace,
+        crews: tuple[Crew, Crew],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        blue, red = crews
+        heard = []
+
+        def channels_of(write: Callable[[], Any]) -> None:
+            forget_messages()
+            with django_capture_on_commit_callbacks(execute=True):
+                write()
+            heard.append(self.crew_channels())
+
+        rows = [Sighting(workspace=workspace, crew=blue, text=str(n)) for n in range(2)]
+        channels_of(lambda: Sighting.objects.bulk_create(rows))
+        first = Sighting.objects.get(pk=rows[0].pk)
+        first.crew_id = "red"  # the column alone, holding the code
+        channels_of(first.save)
+        channels_of(lambda: Sighting.objects.filter(pk=first.pk).update(text="changed"))
+        first.crew = blue
+        channels_of(lambda: Sighting.objects.bulk_update([first], ["crew"]))
+        channels_of(lambda: Sighting.objects.filter(pk=rows[1].pk).delete())
+        channels_of(first.delete)
+        blue_channel, red_channel = f"crew:{blue.pk}", f"crew:{red.pk}"
+        assert heard == [
+            [[blue_channel], [blue_channel]],  # bulk_create()
+            [[red_channel]],  # save()
+            [[red_channel]],  # update()
+            [[blue_channel]],  # bulk_update()
+            [[blue_channel]],  # QuerySet.delete()
+            [[blue_channel]],  # delete()
+        ]
+
+    def test_a_row_leaving_its_scope_leaves_its_targets_primary_key_channel(
+        self,
+        workspace: Workspace,
+        crews: tuple[Crew, Crew],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        blue, _ = crews
+        elsewhere = Workspace.objects.create(name="Elsewhere", slug="elsewhere")
+        sighting = Sighting.objects.create(workspace=workspace, crew=blue, text="hi")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            sighting.workspace = elsewhere
+            sighting.save()
+        heard = [(e["scope_id"], e["event_type"], e["channels"]) for e in events("scope")]
+        assert (
+            workspace.pk,
+            "sighting.deleted",
+            ["sighting", f"sighting:{sighting.pk}", f"crew:{blue.pk}"],
+        ) in heard, heard
+
+    def test_a_key_holding_the_targets_primary_key_reads_no_row(
+        self,
+        workspace: Workspace,
+        company: Company,
+        django_assert_num_queries: Callable[..., Any],
+    ) -> None:
+        # A contact's company (relations=["company"]): the INSERT alone, as before.
+        with django_assert_num_queries(1), transaction.atomic(savepoint=False):
+            Contact.objects.create(workspace=workspace, company=company, name="Quick")
 
 
 class TestAccountEvents:

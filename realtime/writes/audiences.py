@@ -162,6 +162,7 @@ def plan_before(
     if root is not None:
         read.append(root.attname)
     queries = guard_asks or options.shared_via is not None or not past.knows(read)
+    queries = queries or bool(options.keyed_relations)
     return Plan(past, queries=queries, readers=guard_asks)
 
 
@@ -329,12 +330,13 @@ def _foreign_keys(options: ModelOptions, instance: models.Model | type[models.Mo
 
 
 def _old_channels(options: ModelOptions, instance: models.Model, past: Past) -> list[str]:
-    """The channels of the row as it was: its foreign-key relations read from the past."""
+    """The channels of the row as it was: its foreign-key relations read from the past (by
+    their targets' primary keys: a query for a key declared with ``to_field``)."""
     channels = [options.name, record_channel(options.name, instance.pk)]
     for field in _foreign_keys(options, instance):
-        value = past.value(field.attname)
-        if value is not None:
-            channels.append(record_channel(wire_name(field.related_model), value))
+        pk = target_pk(field, past.value(field.attname), past.using)
+        if pk is not None:
+            channels.append(record_channel(wire_name(field.related_model), pk))
     return channels
 
 

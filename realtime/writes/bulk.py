@@ -246,7 +246,7 @@ def created(
     """Announce the rows ``bulk_create`` wrote (``kwargs``: the options it was given;
     ``befores``: who could read the rows an upsert may have moved, ``before_upsert``)."""
     options = _options(queryset)
-    db = write_alias(queryset)
+    model, db = queryset.model, write_alias(queryset)
 
     def announce() -> None:
         # ignore_conflicts: which rows went in is not known. update_conflicts: whether a row
@@ -258,10 +258,16 @@ def created(
         tracking.inserted(exact, db)
         if "created" not in options.actions:
             return
+        announced = exact[: conf.BULK_LIMIT]
+        keyed: dict[Any, dict[str, list[Any]]] = {}
+        if options.keyed_relations:  # keys declared with to_field: read for all at once
+            keyed = to_many_of_rows(options, model, [o.pk for o in announced], db, created=True)
         _add_all(
             (
-                read_event(options, obj, "created", None, using=db)
-                for obj in exact[: conf.BULK_LIMIT]
+                read_event(
+                    options, obj, "created", None, to_many=keyed.get(row_key(obj.pk)), using=db
+                )
+                for obj in announced
             ),
             db,
         )

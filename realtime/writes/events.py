@@ -51,7 +51,7 @@ from realtime.encoding import jsonable, record_channel, row_key, sorted_ids, str
 from realtime.logs import log_hook_failure
 from realtime.messages import LINKS
 from realtime.middleware import current_origin
-from realtime.paths import is_foreign_key, key_fields, split_path, values_on_path
+from realtime.paths import is_foreign_key, key_fields, split_path, target_pk, values_on_path
 from realtime.primary import primary
 from realtime.registry import ModelOptions, generic_fk, wire_name
 from realtime.writes.failsafe import savepoint_from_first_query
@@ -434,7 +434,8 @@ def relation_channels(
 
     A row just created has no to-many links yet (nothing could point at it before it
     existed), so those are not queried for; nor are those ``known`` (the targets of each
-    to-many relation, read for many rows at once: ``to_many_of_rows``).
+    to-many relation and key declared with ``to_field``, read for many rows at once:
+    ``to_many_of_rows``).
     """
     channels: list[str] = []
     for name in options.relations:
@@ -470,8 +471,9 @@ def _channels_of(
     if not isinstance(target, type):
         return []
     if is_foreign_key(relation):
-        target_pk = values.get(relation.attname)
-        return [] if target_pk is None else [record_channel(wire_name(target), target_pk)]
+        # A key declared with ``to_field`` holds another column: its channel names the pk.
+        pk = target_pk(relation, values.get(relation.attname), using)
+        return [] if pk is None else [record_channel(wire_name(target), pk)]
     if instance.pk is None or created:
         return []
     # To-many: one query, bounded so that a huge relation costs no more than 51 rows.
@@ -485,15 +487,25 @@ def _channels_of(
 
 
 def to_many_of_rows(
-    options: ModelOptions, model: type[models.Model], pks: Sequence[Any], using: str
+    options: ModelOptions,
+    model: type[models.Model],
+    pks: Sequence[Any],
+    using: str,
+    *,
+    created: bool = False,
 ) -> dict[Any, dict[str, list[Any]]]:
-    """The targets of each to-many relation of the rows ``pks``, by ``row_key``: one statement
-    per relation and 500 rows (each row's list cut past 50, as one row's read is)."""
+    """The targets of each to-many relation of the rows ``pks``, and of each foreign key
+    declared with ``to_field`` (by their primary keys), by ``row_key``: one statement per
+    relation and 500 rows (each row's list cut past 50, as one row's read is). ``created``:
+    rows just inserted, which have no to-many targets yet (their keys alone are read)."""
     found: dict[Any, dict[str, list[Any]]] = {row_key(pk): {} for pk in pks}
-    for name in options.to_many:
+    lookups = [(name, f"{name}__pk") for name in options.keyed_relations]
+    if not created:
+        lookups += [(name, name) for name in options.to_many]
+    for name, lookup in lookups:
         for chunk in chunked(list(pks), ROWS_PER_STATEMENT):
             rows = model._base_manager.using(using).filter(pk__in=chunk).order_by()
-            for pk, target in rows.values_list("pk", name):
+            for pk, target in rows.values_list("pk", lookup):
                 targets = found[row_key(pk)].setdefault(name, [])
                 if target is not None and len(targets) <= limits.MAX_RELATION_CHANNELS:
                     targets.append(target)

@@ -655,6 +655,20 @@ class Locker(models.Model):
         return self.title
 
 
+@realtime_model(fields=["text"], relations=["crew"])
+class Sighting(models.Model):
+    """Related to a crew by the crew's code (``to_field``): heard on ``crew:<pk>``."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    crew = models.ForeignKey(
+        Crew, to_field="code", on_delete=models.CASCADE, null=True, related_name="sightings"
+    )
+    text = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def may_read_case(user: Any) -> Q:
     """Cases are read by everyone in their workspace, but a private one only by its assignee."""
     return Q(private=False) | Q(assignee=user)

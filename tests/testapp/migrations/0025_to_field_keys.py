@@ -1,4 +1,5 @@
-"""Lockers: a foreign key to the account declared with ``to_field``."""
+"""Lockers and sightings: foreign keys declared with ``to_field``, an account's and a
+relation's."""
 
 import django.db.models.deletion
 from django.conf import settings
@@ -30,6 +31,34 @@ class Migration(migrations.Migration):
                         related_name="lockers",
                         to=settings.AUTH_USER_MODEL,
                         to_field="username",
+                    ),
+                ),
+            ],
+        ),
+        migrations.CreateModel(
+            name="Sighting",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("text", models.CharField(max_length=200)),
+                (
+                    "crew",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sightings",
+                        to="testapp.crew",
+                        to_field="code",
+                    ),
+                ),
+                (
+                    "workspace",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, to="testapp.workspace"
                     ),
                 ),
             ],
