@@ -4,6 +4,7 @@ sockets by the writes that commit (``realtime.sockets.live_queries``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import gc
 import json
@@ -890,6 +891,101 @@ async def test_random_writes_keep_every_list_equal_to_the_orm_answer(
             assert lists[f"q{n}"] is not None
             got = sorted(lists[f"q{n}"], key=lambda r: r["id"])
             assert got == sorted(expected, key=lambda r: r["id"]), (batch, n, ask)
+
+
+async def _asked(
+    live_servers: LiveServers, ws: Clients, workspace: Any, user: Any, ask: dict[str, Any]
+) -> tuple[Client, dict[str, list[dict[str, Any]]]]:
+    """A socket of ``user`` with the live query ``ask`` (id ``q``), and its list."""
+    client = await ws.authenticated(live_servers.get(), issue_token(user), scope="acme")
+    await client.send("query", {"id": "q", **ask})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+    return client, lists
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_a_row_hidden_from_a_reader_and_deleted_in_one_transaction_leaves_its_list(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    bob = await _member(workspace, "bob")
+    ask = {"model": "case", "where": {"status": "open"}, "order_by": ["pk"], "limit": 50}
+    client, lists = await _asked(live_servers, ws, workspace, ann, ask)
+    case = await off_loop(Case.objects.create, workspace=workspace, title="c")
+    apply_frames(lists, await marker_for(client, ann.pk))
+    assert [row["id"] for row in lists["q"]] == [case.pk]
+
+    def hide_and_delete() -> None:
+        with transaction.atomic():
+            case.private = True
+            case.assignee = bob
+            case.save()
+            case.delete()
+
+    await off_loop(hide_and_delete)
+    apply_frames(lists, await marker_for(client, ann.pk))
+    assert lists["q"] == []
+
+
+@pytest.mark.usefixtures("each_transport")
+async def test_random_transactions_keep_a_list_equal_to_the_orm_answer(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """Transactions of several writes of the same rows (guard changes, moves to another
+    scope, bulk updates, deletes, savepoints rolled back): after each, the list equals the
+    ORM's answer."""
+    rng = random.Random(7)
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    other = await off_loop(Workspace.objects.create, name="Other", slug="other")
+    ann = await _member(workspace, "ann")
+    bob = await _member(workspace, "bob")
+    await off_loop(Membership.objects.create, workspace=other, user=bob)
+    ask = {"model": "case", "where": {"status": "open"}, "order_by": ["pk"], "limit": 50}
+    client, lists = await _asked(live_servers, ws, workspace, ann, ask)
+
+    def values() -> dict[str, Any]:
+        return {
+            "status": rng.choice(["open", "open", "closed"]),
+            "private": rng.random() < 0.4,
+            "assignee": rng.choice([ann, bob, None]),
+        }
+
+    def one_write() -> None:
+        cases = list(Case.objects.all())
+        roll = rng.random()
+        if roll < 0.25 or not cases:
+            Case.objects.create(workspace=workspace, title="n", **values())
+        elif roll < 0.6:
+            case = rng.choice(cases)
+            for name, value in values().items():
+                if rng.random() < 0.5:
+                    setattr(case, name, value)
+            if rng.random() < 0.15:
+                case.workspace = rng.choice([workspace, other])
+            case.save()
+        elif roll < 0.75:
+            written = {k: v for k, v in values().items() if rng.random() < 0.6}
+            Case.objects.filter(pk=rng.choice(cases).pk).update(**(written or {"title": "u"}))
+        else:
+            rng.choice(cases).delete()
+
+    def batch() -> None:
+        with transaction.atomic():
+            for _ in range(rng.randint(1, 4)):
+                if rng.random() < 0.2:
+                    with contextlib.suppress(LookupError), transaction.atomic():
+                        one_write()
+                        raise LookupError
+                else:
+                    one_write()
+
+    for n in range(40):
+        await off_loop(batch)
+        apply_frames(lists, await marker_for(client, ann.pk))
+        expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
+        assert sorted(r["id"] for r in lists["q"]) == sorted(r["id"] for r in expected), n
 
 
 async def test_a_bulk_write_past_the_limit_sends_the_rows_afresh(

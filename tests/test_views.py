@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.helpers import events, forget_messages
 from tests.testapp.models import (
+    Board,
     Company,
     Contact,
     Message,
@@ -352,3 +353,126 @@ def test_a_link_change_rolled_back_announces_nothing(make_user: MakeUser) -> Non
     except LookupError:
         pass
     assert events() == []
+
+
+# A row an earlier write of its transaction took from readers, then deleted ---------------------
+
+
+def test_a_board_member_removed_and_the_board_deleted_in_one_transaction_hears_it_go(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    board = Board.objects.create(workspace=workspace, name="b")
+    board.members.add(ann)
+    forget_messages()
+    with transaction.atomic():  # a "delete board" view that clears its members first
+        board.members.remove(ann)
+        pk = board.pk
+        board.delete()
+    # Nobody may read the board at its delete; ann showed it before the transaction.
+    assert summary() == [("board.deleted", workspace.pk, (ann.pk,), identity("board", pk), False)]
+
+
+def test_a_note_made_private_and_deleted_in_one_transaction_is_told_gone_to_its_readers_before(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="n", public=True)
+    forget_messages()
+    with transaction.atomic():
+        note.public = False
+        note.title = "mine alone"
+        note.save()
+        pk = note.pk
+        note.delete()
+    # Each reader hears it once: bob, who read it before, its identity alone.
+    assert summary() == [
+        ("private_note.deleted", workspace.pk, (bob.pk,), identity("private_note", pk), False),
+        ("private_note.deleted", workspace.pk, (ann.pk,), events()[1]["data"], False),
+    ]
+    assert events()[1]["data"]["title"] == "mine alone"
+
+
+def test_a_note_updated_private_and_deleted_in_one_transaction_is_told_gone_to_its_readers_before(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="n", public=True)
+    forget_messages()
+    with transaction.atomic():
+        PrivateNote.objects.filter(pk=note.pk).update(public=False)
+        PrivateNote.objects.filter(pk=note.pk).delete()
+    assert [(kind, only) for kind, _, only, _, _ in summary()] == [
+        ("private_note.deleted", (bob.pk,)),
+        ("private_note.deleted", (ann.pk,)),
+    ]
+
+
+def test_a_message_moved_to_another_thread_and_deleted_is_told_gone_to_the_old_threads_members(
+    make_user: MakeUser,
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    old, new = Thread.objects.create(title="old"), Thread.objects.create(title="new")
+    old.members.set([ann])
+    new.members.set([bob])
+    message = Message.objects.create(thread=old, text="x")
+    forget_messages()
+    with transaction.atomic():
+        message.thread = new
+        message.save()
+        pk = message.pk
+        message.delete()
+    assert summary() == [
+        ("message.deleted", (ann.pk,), None, identity("message", pk), False),
+        ("message.deleted", (bob.pk,), None, events()[1]["data"], False),
+    ]
+
+
+def test_a_contact_moved_to_another_workspace_and_deleted_is_told_gone_to_the_old_workspace(
+    workspace: Workspace,
+) -> None:
+    other = Workspace.objects.create(name="Beta", slug="beta")
+    company = Company.objects.create(workspace=workspace, name="Old co")
+    contact = Contact.objects.create(workspace=workspace, name="Ann", company=company)
+    forget_messages()
+    with transaction.atomic():
+        contact.workspace = other
+        contact.company = None
+        contact.save()
+        pk = contact.pk
+        contact.delete()
+    gone, deleted = events()
+    assert summary() == [
+        ("contact.deleted", workspace.pk, None, identity("contact", pk), False),
+        ("contact.deleted", other.pk, None, deleted["data"], False),
+    ]
+    # The old workspace hears it on the channels the row was on there.
+    assert gone["channels"] == ["contact", f"contact:{pk}", f"company:{company.pk}"]
+
+
+def test_a_shared_record_moved_to_another_root_and_deleted_is_told_gone_to_its_old_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    gamma = Workspace.objects.create(name="Gamma", slug="gamma")
+    reader_b = make_user("bee", member_of=beta)
+    reader_g = make_user("gee", member_of=gamma)
+    shared_with_beta = Project.objects.create(workspace=workspace, name="P1")
+    shared_with_beta.shared_with.set([beta])
+    shared_with_gamma = Project.objects.create(workspace=workspace, name="P2")
+    shared_with_gamma.shared_with.set([gamma])
+    task = Task.objects.create(workspace=workspace, project=shared_with_beta, title="t")
+    forget_messages()
+    with transaction.atomic():
+        task.project = shared_with_gamma
+        task.save()
+        pk = task.pk
+        task.delete()
+    assert [(m["event_type"], m.get("scope_id"), m.get("user_ids")) for m in events()] == [
+        ("task.deleted", None, [reader_b.pk]),
+        ("task.deleted", workspace.pk, None),
+        ("task.deleted", None, [reader_g.pk]),
+    ]
+    assert events()[0]["data"] == identity("task", pk)

@@ -199,6 +199,43 @@ async def test_moves_inside_one_transaction_announce_only_the_outcome(
     assert "moved" not in frame
 
 
+async def test_a_note_made_private_and_deleted_in_one_transaction_goes_from_every_earlier_reader(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    accounts = [await off_loop(make_member, name, acme) for name in ("ann", "bob")]
+    (ann, _), (bob, _) = accounts
+    clients = {
+        user: await listening(ws, live_servers, token, scope="acme") for user, token in accounts
+    }
+    note = await off_loop(
+        PrivateNote.objects.create, workspace=acme, author=ann, title="n", public=True
+    )
+    for user, client in clients.items():
+        assert [f["type"] for f in await heard(client, user)] == ["private_note.created"]
+    pk = note.pk
+
+    def hide_and_delete() -> None:
+        with transaction.atomic():
+            note.public = False
+            note.title = "mine alone"
+            note.save()
+            note.delete()
+
+    await off_loop(hide_and_delete)
+    # bob read it before the transaction: he hears it go, its identity alone.
+    assert await heard(clients[bob], bob) == [
+        {
+            "type": "private_note.deleted",
+            "data": {"model": "private_note", "id": pk},
+            "scope_id": acme.pk,
+        }
+    ]
+    assert [(f["type"], f["data"]) for f in await heard(clients[ann], ann)] == [
+        ("private_note.deleted", {"model": "private_note", "id": pk, "title": "mine alone"})
+    ]
+
+
 # A hook that fails while deciding who leaves ------------------------------------------------
 
 

@@ -4,7 +4,8 @@
 messages (asking the audiences that are asked after commit), publish them all in one call.
 Several events of one row in one transaction become one: created+updated is a ``created``,
 updated+updated one ``updated`` whose ``changed`` is the union, anything+deleted a
-``deleted``, created+deleted nothing; the event sits at its last write. Nothing raised here
+``deleted`` (also told to the readers an earlier write of the transaction took the row from),
+created+deleted nothing; the event sits at its last write. Nothing raised here
 reaches the write that committed: failures are logged, and cost only what failed.
 
 Announcements relayed from realtime's outbox (durable transports) carry the key of their rows
@@ -36,7 +37,13 @@ from realtime.transports.base import Transport
 from realtime.writes.events import Event
 from realtime.writes.items import Announcement, Recheck
 from realtime.writes.packing import place_messages, recheck_messages, users_messages
-from realtime.writes.views import outside_recipients, recipients, shared_readers, view_messages
+from realtime.writes.views import (
+    earlier_readers_messages,
+    outside_recipients,
+    recipients,
+    shared_readers,
+    view_messages,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -337,7 +344,12 @@ def _without(event: Event, leavers: Iterable[Any]) -> Event:
 
 def _merge(first: Event, then: Event) -> Event | None:
     if then.action == "deleted":
-        return None if first.action == "created" else then
+        if first.action == "created":
+            return None
+        # Who could read the row before the transaction, as its first write saw them: those
+        # an earlier write took it from hear it go too (``views.earlier_readers_messages``).
+        before = first.before if first.before is not None else then.before
+        return replace(then, before=before)
     if then.links_only and not first.links_only:
         # The row's own write tells it, in its order; the links add their name and channels.
         if first.action == "created":
@@ -361,6 +373,9 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
         if event.action != "updated" or event.before is None or event.accounts is not None:
             return []
         return view_messages(event, budget)[0]
+    if event.action == "deleted" and event.before is not None:
+        earlier = earlier_readers_messages(event, budget)
+        return earlier + event_messages(replace(event, before=None), budget)
     if event.accounts is not None:
         data = None if event.folded else event.kept
         return users_messages(

@@ -170,6 +170,52 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
     return out
 
 
+def earlier_readers_messages(event: Event, budget: int | None) -> Messages:
+    """The delete of a row an earlier write of its transaction took from some of its readers
+    (an update that carried ``before``, merged into the delete: ``publish._merge``), to
+    those readers: each who could read the row before the transaction and is not told the
+    delete itself hears it, with the row's identity alone (what it became meanwhile was not
+    theirs to read). The readers at the delete are those it carries, decided before the row
+    went; a side whose readers before were not taken, or could not be decided, tells nobody
+    more."""
+    before = event.before
+    assert before is not None
+    options = event.options
+    identity = {"model": options.name, "id": event.data["id"]}
+    common: dict[str, Any] = {
+        "channels": before.channels or event.channels,
+        "meta": event.meta(),
+        "budget": budget,
+    }
+    if options.user_field is not None:
+        was = recipients_or_none(event, before.accounts or [], "nobody else hears it go")
+        gone = _gone(was or (), event.readers or ())
+        return users_messages(gone, event.event_type, identity, row=True, **common)
+    out: Messages = []
+    guarded = options.guard is not None
+    now_scope = None if event.scope_id is None else normal_id(event.scope_id)
+    if before.scope_id != now_scope:
+        if before.scope_id is not None and not (guarded and not before.readers):
+            only = before.readers if guarded else None
+            out += scope_messages(before.scope_id, event.event_type, identity, only=only, **common)
+    elif guarded and before.readers:
+        gone = _gone(before.readers, event.readers or ())
+        if gone:
+            place = (options.is_global, now_scope, event.event_type, identity)
+            out += place_messages(*place, only=gone, **common)
+    if before.shared and not options.is_global:
+        now = event.shared if event.shared is not None else shared_readers(event)
+        gone = _gone(before.shared, now)
+        out += users_messages(gone, event.event_type, identity, row=True, **common)
+    return out
+
+
+def _gone(was: Iterable[Any], now: Iterable[Any]) -> list[Any]:
+    """The accounts of ``was`` not in ``now``, sorted."""
+    kept = set(sorted_ids(now))
+    return [account for account in sorted_ids(was) if account not in kept]
+
+
 # Audience hooks, asked after commit ------------------------------------------------------------
 
 
