@@ -15,6 +15,7 @@ from tests.testapp.models import (
     Board,
     Company,
     Contact,
+    GuardedTask,
     Message,
     Notification,
     PrivateNote,
@@ -279,6 +280,57 @@ def test_a_shared_record_moved_to_another_root_changes_its_outside_readers(
         ("task.deleted", None, [reader_b.pk], True),
         ("task.created", None, [reader_g.pk], True),
     ]
+
+
+def a_shared_guarded_task(workspace: Workspace, make_user: MakeUser) -> tuple[Any, GuardedTask]:
+    """A task of the workspace's project, which is shared with beta, whose member bee may
+    read it (it is not secret)."""
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    bee = make_user("bee", member_of=beta)
+    project = Project.objects.create(workspace=workspace, name="P")
+    project.shared_with.add(beta)
+    return bee, GuardedTask.objects.create(workspace=workspace, project=project, title="t")
+
+
+def outside(bee: Any) -> list[tuple[Any, ...]]:
+    """(event type, data, moved) of each message to ``bee``'s account."""
+    return [
+        (m["event_type"], m["data"], m["meta"].get("moved", False))
+        for m in events("users")
+        if m["user_ids"] == [bee.pk]
+    ]
+
+
+def test_a_shared_row_its_guard_stops_admitting_by_save_leaves_its_outside_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    bee, task = a_shared_guarded_task(workspace, make_user)
+    forget_messages()
+    task.secret = True
+    task.save()
+    assert outside(bee) == [("guarded_task.deleted", identity("guarded_task", task.pk), True)]
+
+
+def test_a_shared_row_its_guard_admits_again_by_save_enters_its_outside_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    bee, task = a_shared_guarded_task(workspace, make_user)
+    task.secret = True
+    task.save()
+    forget_messages()
+    task.secret = False
+    task.save()
+    assert outside(bee) == [("guarded_task.created", events("users")[0]["data"], True)]
+    assert events("users")[0]["data"]["title"] == "t"
+
+
+def test_a_shared_row_its_guard_stops_admitting_by_update_leaves_its_outside_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    bee, task = a_shared_guarded_task(workspace, make_user)
+    forget_messages()
+    GuardedTask.objects.filter(pk=task.pk).update(secret=True)
+    assert outside(bee) == [("guarded_task.deleted", identity("guarded_task", task.pk), True)]
 
 
 # Links that change who reads rows they do not write -------------------------------------------

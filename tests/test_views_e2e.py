@@ -17,6 +17,7 @@ from tests.helpers import off_loop
 from tests.live import Client, Clients, LiveServers
 from tests.testapp.models import (
     Contact,
+    GuardedTask,
     Membership,
     Message,
     PrivateNote,
@@ -158,6 +159,37 @@ async def test_a_project_shared_and_unshared_enters_and_leaves_its_tasks_outside
     await off_loop(project.shared_with.remove, beta)
     assert await heard(client, reader) == [
         {"type": "task.deleted", "data": {"model": "task", "id": task.pk}, "moved": True}
+    ]
+
+
+async def test_a_shared_task_its_guard_stops_admitting_leaves_and_enters_outside_readers_again(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    reader, token = await off_loop(make_member, "bee", beta)
+    project = await off_loop(Project.objects.create, workspace=acme, name="Launch")
+    await off_loop(project.shared_with.add, beta)
+    task = await off_loop(GuardedTask.objects.create, workspace=acme, project=project, title="t")
+    client = await ws.authenticated(
+        live_servers.get(), token, scope="beta", channels=["guarded_task"]
+    )
+    await heard(client, reader)
+
+    def secret(value: bool) -> None:
+        task.secret = value
+        task.save()
+
+    await off_loop(secret, True)
+    assert await heard(client, reader) == [
+        {
+            "type": "guarded_task.deleted",
+            "data": {"model": "guarded_task", "id": task.pk},
+            "moved": True,
+        }
+    ]
+    await off_loop(secret, False)
+    assert [(f["type"], f["data"]["title"], f["moved"]) for f in await heard(client, reader)] == [
+        ("guarded_task.created", "t", True)
     ]
 
 

@@ -277,7 +277,9 @@ def take_before(
     if plan.readers and (old_scope is not None or options.is_global):
         pool = readers_pool(options, old_scope, past.using)
         before.readers = sorted_ids(readers(options, instance.pk, pool, using=past.using))
-    if moved or rerooted:
+    if moved or rerooted or plan.readers:
+        # The readers of its root outside its scope pass its guard too (``shared_readers_of``):
+        # a guard's change takes the row from them, or gives it, as from the scope's members.
         before.shared = shared_readers_of(
             options,
             instance.pk,
