@@ -19,7 +19,7 @@ from django.db import models, transaction
 from realtime.compat.django_orm import kept_on_state
 from realtime.writes import tracking
 from tests.helpers import events, forget_messages
-from tests.testapp.models import Contact, Document, Workspace
+from tests.testapp.models import Animal, Contact, Document, Dog, Workspace, each_as_it_is
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -395,3 +395,21 @@ def test_an_instance_knows_its_own_saves_whichever_thread_made_them(
     contact.email = "a@x"
     in_another_thread(contact.save)
     assert changes() == [("contact.updated", ["email"])]
+
+
+def test_a_read_of_rows_of_several_classes_knows_what_each_was_loaded_with(
+    workspace: Workspace,
+) -> None:
+    # A child's row first, then a parent's alone: one fetch of two classes, each with columns
+    # of its own (django-model-utils' select_subclasses(), django-polymorphic).
+    Dog.objects.create(workspace=workspace, name="Rex", breed="lab")
+    Animal.objects.create(workspace=workspace, name="Tom")
+
+    rex, tom = each_as_it_is(Animal.objects.order_by("pk"))
+
+    assert (type(rex), type(tom)) == (Dog, Animal)
+    forget_messages()
+    rex.save()  # unchanged: each knows what it was loaded with
+    tom.name = "Tom2"
+    tom.save()
+    assert changes() == [("animal.updated", ["name"])]

@@ -469,14 +469,38 @@ def loaded(
 ) -> None:
     """Keep what ``instances`` (one fetch of a ``RealtimeQuerySet`` on ``db``) were loaded
     with. ``refreshing``: the instance the fetch is for (``refresh_from_db``), which then
-    knows what it read besides what it knew."""
+    knows what it read besides what it knew.
+
+    The instances of a fetch are of one class, each loaded with the same columns, unless the
+    queryset's iterable makes them otherwise (django-model-utils' ``select_subclasses()``,
+    django-polymorphic: a child's row as the child, of more columns): then each class, and
+    each set of columns, has a snapshot of its own. What is no model instance is not kept."""
     if not instances:
         return
+    classes = set(map(type, instances))
+    if len(classes) > 1:
+        for kind in classes:
+            if issubclass(kind, models.Model):
+                alike = [instance for instance in instances if type(instance) is kind]
+                _loaded_alike(db, alike, refreshing)
+    elif issubclass(classes.pop(), models.Model):
+        _loaded_alike(db, instances, refreshing)
+
+
+def _loaded_alike(
+    db: str, instances: Sequence[models.Model], refreshing: models.Model | None
+) -> None:
+    """``loaded`` for ``instances`` of one class."""
     shape = _shape(type(instances[0]))
     dicts = [instance.__dict__ for instance in instances]
     first = dicts[0]
     attnames = [attname for attname in shape.columns if attname in first]
-    columns = [[values[attname] for values in dicts] for attname in attnames]
+    try:
+        columns = [[values[attname] for values in dicts] for attname in attnames]
+    except KeyError:  # loaded with different columns
+        for alike in _by_columns(shape, instances):
+            _loaded_alike(db, alike, refreshing)
+        return
     for position, attname in enumerate(attnames):
         if attname in shape.looked_at:
             columns[position] = [_frozen(value) for value in columns[position]]
@@ -489,6 +513,16 @@ def loaded(
     keep_on_state(states, snapshot)
     if refreshing is not None and _shape(type(refreshing)).concrete == shape.concrete:
         _refreshed(refreshing, snapshot, db)
+
+
+def _by_columns(shape: _Shape, instances: Sequence[models.Model]) -> list[list[models.Model]]:
+    """``instances`` (of one class) grouped by the columns each was loaded with."""
+    groups: dict[tuple[str, ...], list[models.Model]] = {}
+    for instance in instances:
+        values = instance.__dict__
+        columns = tuple(attname for attname in shape.columns if attname in values)
+        groups.setdefault(columns, []).append(instance)
+    return list(groups.values())
 
 
 def inserted(instances: Sequence[models.Model], using: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -9,6 +10,7 @@ from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connection, models
 from django.db.models import Q
+from django.db.models.query import ModelIterable
 
 from realtime import RealtimeManager, RealtimeQuerySet, realtime_model
 
@@ -770,6 +772,26 @@ class Dog(Animal):
     breed = models.CharField(max_length=50, blank=True)
 
 
+class EachAsItIs(ModelIterable):  # type: ignore[type-arg]
+    """Reads each animal as the class it is (a dog's row as a ``Dog``, built from the join
+    ``select_related`` made), as django-model-utils' ``select_subclasses()`` and
+    django-polymorphic read a parent's rows: one fetch, instances of several classes."""
+
+    def __iter__(self) -> Iterator[Any]:
+        for animal in super().__iter__():
+            try:
+                yield animal.dog
+            except Dog.DoesNotExist:
+                yield animal
+
+
+def each_as_it_is(animals: models.QuerySet[Any, Any]) -> models.QuerySet[Any, Any]:
+    """``animals`` read each as the class it is (``EachAsItIs``)."""
+    found = animals.select_related("dog")
+    found._iterable_class = EachAsItIs
+    return found
+
+
 class PublishedArticles(RealtimeManager["Article"]):
     """A default manager of the application's own that filters its rows (``get_queryset``),
     built the documented way: on ``RealtimeManager``."""
@@ -978,3 +1000,4 @@ class Crate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.items} items"
+
