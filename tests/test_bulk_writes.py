@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.test.utils import CaptureQueriesContext
 
-from realtime import silent
+from realtime import RealtimeQuerySet, silent
 from realtime.compat.django_orm import can_return_rows
 from realtime.encoding import jsonable
 from tests.helpers import events, forget_messages, returns_rows
@@ -27,6 +27,7 @@ from tests.testapp.models import (
     Company,
     Contact,
     Dog,
+    Draft,
     Lead,
     Membership,
     Notification,
@@ -426,6 +427,109 @@ def test_adding_rows_to_a_reverse_foreign_key_moves_them(acme: Workspace, beta: 
         ("ticket.deleted", acme.pk, ticket.pk),
         ("ticket.created", beta.pk, ticket.pk),
     ]
+
+
+# A queryset of the application's own deciding what its writes are ------------------------------
+
+#: The managers of ``Draft``: realtime's queryset first among the bases of its class, last, and
+#: the related manager Django derives from the default one (first).
+DRAFTS = ["objects (realtime first)", "realtime_last", "workspace.drafts (related)"]
+
+
+def drafts(workspace: Workspace, manager: str) -> Any:
+    name = manager.split(" ")[0]
+    return workspace.drafts if name == "workspace.drafts" else getattr(Draft, name)
+
+
+def draft_events() -> list[tuple[str, Any, Any]]:
+    """(event type, changed, data) of each published scope event, in order."""
+    return [
+        (e["event_type"], e["meta"].get("changed"), e["data"] and e["data"]["removed"])
+        for e in events("scope")
+    ]
+
+
+@pytest.mark.parametrize("manager", DRAFTS)
+def test_the_applications_own_delete_keeps_the_rows_and_announces_its_update(
+    acme: Workspace, manager: str
+) -> None:
+    kept = Draft.objects.create(workspace=acme, name="a")
+    forget_messages()
+
+    assert drafts(acme, manager).filter(name="a").delete() == 1
+
+    assert Draft.objects.get(pk=kept.pk).removed is True
+    assert draft_events() == [("draft.updated", ["removed"], True)]
+
+
+@pytest.mark.parametrize("manager", DRAFTS)
+def test_the_applications_own_delete_taking_an_argument_deletes_and_announces(
+    acme: Workspace, manager: str
+) -> None:
+    Draft.objects.create(workspace=acme, name="a")
+    forget_messages()
+
+    assert drafts(acme, manager).all().delete(hard=True) == (1, {"testapp.Draft": 1})
+
+    assert not Draft.objects.exists()
+    assert [kind for kind, _, _ in draft_events()] == ["draft.deleted"]
+
+
+@pytest.mark.parametrize("manager", DRAFTS)
+def test_an_update_taking_an_argument_of_the_applications_own_is_announced(
+    acme: Workspace, manager: str
+) -> None:
+    Draft.objects.create(workspace=acme, name="a")
+    forget_messages()
+
+    assert drafts(acme, manager).all().update(name="b", reason="typo") == 1
+
+    assert draft_events() == [("draft.updated", ["name"], False)]
+
+
+@pytest.mark.parametrize("manager", DRAFTS[:2])
+def test_a_bulk_create_taking_an_argument_of_the_applications_own_is_announced(
+    acme: Workspace, manager: str
+) -> None:
+    made = drafts(acme, manager).bulk_create(
+        [Draft(workspace=acme, name="a")], batch_size=10, removed=True
+    )
+
+    assert Draft.objects.get(pk=made[0].pk).removed is True
+    assert draft_events() == [("draft.created", None, True)]
+
+
+class ByAuthor(models.QuerySet[Any, Any]):
+    """A ``bulk_create`` taking an argument of its own before Django's."""
+
+    def bulk_create(self, objs: Any, author: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().bulk_create(objs, *args, **kwargs)
+
+
+class ByAuthorFirst(RealtimeQuerySet[Any, Any], ByAuthor):  # type: ignore[override]
+    pass
+
+
+@pytest.mark.usefixtures("quiet_preparation_failures")
+def test_a_bulk_create_whose_arguments_cannot_be_told_inserts_and_logs_that_it_is_unannounced(
+    acme: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    ByAuthorFirst(Draft).bulk_create([Draft(workspace=acme, name="a")], "ann", batch_size=5)
+
+    assert Draft.objects.filter(name="a").exists()
+    assert draft_events() == []
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "ByAuthorFirst.bulk_create() do not bind" in str(record.exc_text)
+    assert "class ByAuthorFirst(..., RealtimeQuerySet)" in str(record.exc_text)
+
+
+def test_a_bulk_create_whose_arguments_cannot_be_told_fails_the_test_that_met_it(
+    acme: Workspace,
+) -> None:
+    with pytest.raises(TypeError, match=r"ByAuthorFirst\.bulk_create\(\) do not bind"):
+        ByAuthorFirst(Draft).bulk_create([Draft(workspace=acme, name="a")], "ann", batch_size=5)
+
+    assert Draft.objects.filter(name="a").exists()
 
 
 def test_a_proxy_updated_in_bulk_announces_as_its_model(acme: Workspace) -> None:

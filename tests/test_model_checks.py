@@ -566,6 +566,21 @@ def test_a_manager_of_the_applications_own_is_named_with_its_one_line_w031() -> 
     assert Own_._base_manager.name == "_base_manager"
 
 
+def test_a_queryset_of_the_applications_own_is_named_with_realtimes_after_it_w031() -> None:
+    class SoftQuerySet(models.QuerySet[Any, Any]):
+        pass
+
+    @realtime_model()
+    class Soft_(Record):  # noqa: N801
+        objects = SoftQuerySet.as_manager()
+
+    (message,) = messages()
+    assert message.id == "realtime.W031"
+    # After: its methods (a soft delete's delete()) run first, realtime's then see Django's
+    # arguments.
+    assert "`class SoftQuerySet(..., RealtimeQuerySet)`" in (message.hint or "")
+
+
 @pytest.fixture
 def watching() -> Iterator[None]:
     """Membership rows watched as ``apps.ready`` watches them, for the paths a test declares;

@@ -279,13 +279,16 @@ def _unextended(model: type[Any], name: str, manager: Any, links: bool) -> check
         )
     if queryset_class is models.QuerySet:
         mine, theirs = type(manager), "RealtimeManager"
+        line = f"first among its bases: `class {mine.__name__}(RealtimeManager, ...)`"
     else:
+        # Last: the queryset classes it extends run their methods first (a soft delete's
+        # delete()), and realtime's see the arguments they hand Django's.
         mine, theirs = queryset_class, "RealtimeQuerySet"
+        line = f"after the classes it extends: `class {mine.__name__}(..., RealtimeQuerySet)`"
     return checks.Warning(
         f"{missed}: its queryset is not a realtime.RealtimeQuerySet.",
         hint=f"Make {mine.__module__}.{mine.__qualname__} derive from realtime's class, "
-        f"first among its bases: `class {mine.__name__}({theirs}, ...)` (from realtime "
-        f"import {theirs}); {otherwise}.",
+        f"{line} (from realtime import {theirs}); {otherwise}.",
         obj=model,
         id="realtime.W031",
     )

@@ -303,6 +303,25 @@ def updated(
     return count
 
 
+def not_announced(queryset: models.QuerySet[Any, Any], method: str) -> None:
+    """Say that a ``method`` of ``queryset`` ran unannounced: its arguments, which its own
+    class (after realtime's among its bases) takes, do not tell realtime what Django was
+    asked to write. An ERROR (raised under ``raise_failures``), never a silent miss."""
+    label = queryset.model._meta.label
+    cls = type(queryset)
+
+    def refuse() -> None:
+        raise TypeError(
+            f"the arguments of {cls.__module__}.{cls.__qualname__}.{method}() do not bind to "
+            f"Django's QuerySet.{method}(): the rows of {label} it wrote are not "
+            f"announced. Put RealtimeQuerySet after the classes it extends among the bases "
+            f"(class {cls.__name__}(..., RealtimeQuerySet)), so that theirs run first and "
+            f"hand Django's arguments on, or announce the rows with realtime.announce()"
+        )
+
+    failsafe(f"a {method} of {label}", write_alias(queryset), False, refuse)
+
+
 def deleted(
     queryset: models.QuerySet[Any, Any], run: Callable[[], tuple[int, dict[str, int]]]
 ) -> tuple[int, dict[str, int]]:

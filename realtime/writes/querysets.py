@@ -12,13 +12,23 @@ migrations see nothing (``RealtimeManager`` is never ``use_in_migrations``). The
 ``RealtimeManager`` in place of each manager of the model whose class is exactly Django's
 ``Manager`` (``objects`` included); the related managers Django derives from the default one
 follow. A queryset or manager class of the application's own takes them in one line —
-``class ContactQuerySet(RealtimeQuerySet)`` (or as a mixin, first among the bases), or
+``class ContactQuerySet(RealtimeQuerySet)`` (or as a mixin, after the queryset classes it
+extends: ``class SoftQuerySet(SoftDeletableQuerySet, RealtimeQuerySet)``), or
 ``class ContactManager(RealtimeManager)`` — and ``realtime.W031`` names each manager of a
 decorated model whose queryset is not one, until it is. The models of the membership rows of
 account paths take them the same way (``apps.ready`` installs them; ``realtime.W031`` names
 theirs too), and so do the auto-created tables of links that decide who reads other rows: a
 shared root's and those a guard reads (``realtime.writes.link_tables``). Nothing is patched at
 run time.
+
+The application's own methods stay what they are, wherever realtime's stands among the bases.
+After it, they run first and hand Django's arguments on to realtime's. Before it, realtime's
+run first and leave to theirs what Django's would not take: a ``delete()`` of theirs decides
+what a delete is (a soft delete's ``update()`` is announced as an update; Django's delete, if
+it comes to it, row by row by its signals; realtime's one-statement delete is for Django's
+``delete()`` alone), and keywords ``update()`` and ``bulk_create`` are given that Django's do
+not name are theirs (a ``bulk_create`` whose arguments do not bind to Django's at all is
+written and not announced, with an ERROR naming it). After is what ``realtime.W031`` asks.
 
 ``silent()`` turns bulk announcements off where code announces by itself or wants none.
 """
@@ -28,6 +38,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -72,7 +83,9 @@ _Row = TypeVar("_Row", covariant=True)
 class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
     """A decorated model's queryset: Django's own, its bulk writes announced.
 
-    Also a mixin: ``class MyQuerySet(RealtimeQuerySet, SomeoneElsesQuerySet)``.
+    Also a mixin, after the classes it extends:
+    ``class MyQuerySet(SomeoneElsesQuerySet, RealtimeQuerySet)`` (before them works too: the
+    module's docstring says how).
     """
 
     def fetched(self, instances: list[Any]) -> None:
@@ -88,6 +101,10 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
 
     def update(self, **kwargs: Any) -> int:
         run = super().update
+        theirs = _theirs(self, kwargs)
+        if theirs:  # arguments of the application's own update(), after realtime's
+            kwargs = {name: value for name, value in kwargs.items() if name not in theirs}
+            run = functools.partial(run, **theirs)
         if _active(self) and memberships.watched(self.model):
             written = _attnames(self.model, kwargs)
             plain = run
@@ -102,7 +119,12 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             return run(**kwargs)
         return bulk.update(self, kwargs, run)
 
-    def delete(self) -> tuple[int, dict[str, int]]:
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not _reaches_djangos(type(self), "delete"):
+            # The application's own delete() (after realtime's among the bases) decides what
+            # a delete is, a soft one an update(): its writes are announced as they are made
+            # (Django's delete, then, row by row by its signals). Django's refuses arguments.
+            return super().delete(*args, **kwargs)
         meta = self.model._meta
         if meta.auto_created and _active(self) and _links_watched(self):
             run = super().delete
@@ -127,10 +149,12 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         db = write_alias(self)  # never a replica: the pairs there may be behind
         existing = memberships.existing_pairs(self.model, objs, db) if links else {}
         try:
-            given = _BULK_CREATE.bind(self, objs, *args, **kwargs).arguments
-        except TypeError:  # arguments Django refuses, with its own message
-            return super().bulk_create(objs, *args, **kwargs)
-        befores = bulk.before_upsert(self, objs, given) if _announcing(self) else {}
+            given: dict[str, Any] | None = _bulk_create_arguments(self, objs, args, kwargs)
+        except TypeError:
+            if _reaches_djangos(type(self), "bulk_create"):  # Django refuses them, as it says
+                return super().bulk_create(objs, *args, **kwargs)
+            given = None  # the application's own bulk_create takes them: not told apart
+        befores = bulk.before_upsert(self, objs, given) if given and _announcing(self) else {}
         create = functools.partial(super().bulk_create, objs, *args, **kwargs)
         for side in sides:
             create = functools.partial(link_tables.around_create, side, objs, db, create)
@@ -138,7 +162,10 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
         if links:
             memberships.created_in_bulk(self.model, created, db, existing)
         if _announcing(self):
-            bulk.created(self, created, given, befores)
+            if given is None:
+                bulk.not_announced(self, "bulk_create")
+            else:
+                bulk.created(self, created, given, befores)
         return created
 
     def bulk_update(
@@ -251,6 +278,54 @@ def unextended(model: type[models.Model]) -> list[tuple[str, Any]]:
         if not isinstance(queryset, RealtimeQuerySet):
             missing.append((name, manager))
     return missing
+
+
+#: Per queryset class, whether ``super().<name>`` from ``RealtimeQuerySet`` is Django's own
+#: method (``_reaches_djangos``).
+_reaching: weakref.WeakKeyDictionary[type, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def _reaches_djangos(queryset_class: type[models.QuerySet[Any, Any]], name: str) -> bool:
+    """Whether the method ``name`` that ``RealtimeQuerySet``'s own calls as ``super()`` in
+    ``queryset_class`` is Django's: no class of the application's stands after realtime's
+    among its bases with one of its own (decided once per class)."""
+    known = _reaching.get(queryset_class)
+    if known is None:
+        known = _reaching[queryset_class] = {}
+    if name not in known:
+        mro = queryset_class.__mro__
+        after = mro[mro.index(RealtimeQuerySet) + 1 :]
+        method = next((vars(cls)[name] for cls in after if name in vars(cls)), None)
+        known[name] = method is vars(models.QuerySet)[name]
+    return known[name]
+
+
+def _theirs(queryset: RealtimeQuerySet[Any, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of an ``update()`` that are no field of the model, where an
+    ``update()`` of the application's own comes after realtime's to take them (Django's
+    refuses them, as it says)."""
+    if not values or _reaches_djangos(type(queryset), "update"):
+        return {}
+    meta = queryset.model._meta
+    theirs = {}
+    for name, value in values.items():
+        try:
+            meta.get_field(name)
+        except FieldDoesNotExist:
+            theirs[name] = value
+    return theirs
+
+
+def _bulk_create_arguments(
+    queryset: RealtimeQuerySet[Any, Any], objs: list[Any], args: Any, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """What a ``bulk_create`` was given, by the names of Django's arguments. Where a
+    ``bulk_create`` of the application's own comes after realtime's, the keywords Django's
+    does not name are that one's, and left out; raises ``TypeError`` where the arguments do
+    not bind to Django's."""
+    if not _reaches_djangos(type(queryset), "bulk_create"):
+        kwargs = {name: value for name, value in kwargs.items() if name in _BULK_CREATE.parameters}
+    return _BULK_CREATE.bind(queryset, objs, *args, **kwargs).arguments
 
 
 def _active(queryset: models.QuerySet[Any, Any]) -> bool:

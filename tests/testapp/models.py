@@ -1001,3 +1001,52 @@ class Crate(models.Model):
     def __str__(self) -> str:
         return f"{self.items} items"
 
+
+# A queryset of the application's own that decides what its writes are ----------------------
+
+
+class SoftDeleting(models.QuerySet[Any, Any]):
+    """A soft delete, as django-model-utils' ``SoftDeletableQuerySet`` and django-safedelete
+    make one: ``delete()`` marks the rows removed (``hard=True`` deletes them, as safedelete's
+    ``force_policy``), and ``update()`` and ``bulk_create`` take an argument of their own."""
+
+    def delete(self, hard: bool = False) -> Any:
+        if hard:
+            return super().delete()
+        return self.update(removed=True)
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+    def update(self, reason: str = "", **values: Any) -> int:
+        return super().update(**values)
+
+    def bulk_create(self, objs: Any, *args: Any, removed: bool = False, **kwargs: Any) -> Any:
+        objs = list(objs)
+        for obj in objs:
+            obj.removed = removed
+        return super().bulk_create(objs, *args, **kwargs)
+
+
+# (Mixed querysets: django-stubs types as_manager() per class, and update() differs.)
+class SoftDeletingFirst(RealtimeQuerySet[Any, Any], SoftDeleting):  # type: ignore[misc, override]
+    """realtime's queryset first among the bases: its methods run before the application's."""
+
+
+class SoftDeletingLast(SoftDeleting, RealtimeQuerySet[Any, Any]):  # type: ignore[override]
+    """realtime's queryset last among the bases: the application's methods run first."""
+
+
+@realtime_model(fields=["name", "removed"])
+class Draft(models.Model):
+    """Deleted softly, through querysets taking realtime's either way."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="drafts")
+    name = models.CharField(max_length=50)
+    removed = models.BooleanField(default=False)
+
+    objects = SoftDeletingFirst.as_manager()
+    realtime_last = SoftDeletingLast.as_manager()
+
+    def __str__(self) -> str:
+        return self.name
