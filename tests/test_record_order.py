@@ -41,6 +41,7 @@ from tests.helpers import (
 from tests.live import Client, Clients, LiveServers, Server
 from tests.proxy import Proxy
 from tests.redis_server import RedisServer
+from tests.test_resume_e2e import heard, kinds, make_member, make_workspace, resuming, went_away
 from tests.testapp.models import Contact, Membership, Tag, Ticket, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -141,6 +142,38 @@ async def test_an_older_version_coming_live_after_a_resume_replayed_a_newer_one_
 
     assert await points_until_marker(back) == []
     assert await points_until_marker(stays) == []  # dropped there as it came, as ever
+
+
+async def test_a_resume_read_ahead_of_live_delivery_drops_no_version_for_the_sockets_connected(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # A slow poller leaves live delivery behind the log; a row is created (v1), then updated
+    # (v2) in another transaction; ann resumes before the next poll and her replay gives
+    # both. Bob, connected all along, hears both live: what the replay let through is no
+    # version older than one live delivery has carried yet.
+    acme = await off_loop(make_workspace, "acme")
+    ann, ann_token = await off_loop(make_member, "ann", acme)
+    bob, bob_token = await off_loop(make_member, "bob", acme)
+    server = live_servers.get("slow-poll", REALTIME_POLLING_INTERVAL=4.0)
+    cursor = await went_away(ws, server, ann_token, ann, scope="acme")
+    bob_socket, _ = await resuming(ws, server, bob_token, scope="acme")
+    await heard(bob_socket, bob)  # a poll just happened: the next one is seconds away
+
+    def while_away() -> int:
+        with transaction.atomic():
+            row = Contact.objects.create(workspace=acme, name="v1")
+        with transaction.atomic():
+            row.name = "v2"
+            row.save()
+        return row.pk
+
+    row = await off_loop(while_away)
+    back, answer = await resuming(ws, server, ann_token, cursor, scope="acme")
+    assert answer["data"]["resumed"] is True
+
+    both = [("contact.created", row), ("contact.updated", row)]
+    assert kinds(await heard(back, ann)) == both
+    assert kinds(await heard(bob_socket, bob)) == both
 
 
 async def points_until_marker(client: Client) -> list[int]:

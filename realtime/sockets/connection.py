@@ -186,9 +186,9 @@ class Socket:
         #: While its handshake finishes, the frames delivered to it wait here with their log
         #: positions (``None`` once it is live; see ``SocketManager.go_live``).
         self.held: deque[Held] | None = deque()
-        #: The versions of each row its resume's replay let through, while the live frames
-        #: held meanwhile wait (planned before the replay's memory joined the worker's): one
-        #: of an older version is dropped as it would go out (``None`` once it is live).
+        #: The versions of each row its resume's replay let through: a frame of an older one,
+        #: held or live, is dropped as it would go out. Kept until the worker's memory has
+        #: them and every frame planned before went out (``Dispatcher.replayed``).
         self.replayed: RecordOrder | None = None
         #: Its frames are held (in ``held``) until a requested recheck answers: refused, they
         #: are dropped; kept, those of scopes it still reads go out.

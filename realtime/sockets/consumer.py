@@ -247,7 +247,7 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             metrics.handshake("history_unreadable")
             await self._close(CloseCode.SERVICE_RESTART)
             return False
-        socket.floor, socket.replayed = start.floor, start.order
+        socket.floor = start.floor
         success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
         await self.base_send(_text(success))
         self.state = State.OPEN

@@ -144,6 +144,15 @@ class Dispatcher:
         self.sender = sender
         #: Each row's versions in commit order: a version superseded before it came is dropped.
         self.order = RecordOrder()
+        #: In each stream, the highest position of a message planned (checked against
+        #: ``order``), or where the transport started the stream: a resume's replay joins
+        #: ``order`` once this has passed what it read (see ``replayed``).
+        self.planned = Vector()
+        #: Resumes' replays that read the history further than live delivery had planned.
+        self._replays: list[_Replay] = []
+        #: Sockets whose replay joined ``order``: their own copy of it (``Socket.replayed``)
+        #: is let go once every plan made before is carried out (delivery is quiet).
+        self._joined: list[Socket] = []
         #: The live queries of this worker's sockets, kept exact by what is carried out.
         self.live = Queries(self.send_query_frame, host.restart)
         self._queue: asyncio.Queue[Queued] | None = None
@@ -230,6 +239,8 @@ class Dispatcher:
             self._idle.set()
             if self._quiet is not None:
                 self._quiet.set()
+            if self._joined:
+                self._let_go_of_replays()
 
     def depth(self) -> int:
         """Messages waiting to be planned."""
@@ -348,8 +359,57 @@ class Dispatcher:
         """The transport started following a stream after ``position``: nothing of it up to
         there is this worker's to carry."""
         self.carried = self.carried.advanced(position)
+        self._planning(position)
+
+    def replayed(self, read: Vector, order: RecordOrder, sockets: list[Socket]) -> None:
+        """A resume's replay read the history up to ``read`` and let through, for
+        ``sockets``, the versions ``order`` remembers: they join this worker's memory once
+        live delivery has planned every message up to ``read``, now if it has.
+
+        A version let through is one that committed, so an older one published late is
+        superseded for every socket here. But the replay reads the log directly, and is
+        often ahead of live delivery: joined at once, a newer version it read would drop the
+        older ones live delivery has not planned yet, for every other socket here (they
+        would hear a row updated that they never heard created). Until then ``sockets``
+        keep their own copy (``Socket.replayed``): their frames pass it as they go out."""
+        self._replays.append(_Replay(read, order, sockets))
+        self._join_replays()
+
+    def _planning(self, position: StreamPos) -> None:
+        """Live delivery plans the message at ``position`` (or starts a stream after it)."""
+        self.planned = self.planned.advanced(position)
+        if self._replays:
+            self._join_replays()
+
+    def _join_replays(self) -> None:
+        """Merge into ``order`` the replays live delivery has caught up with; forget those
+        whose sockets are all gone (nobody here heard them)."""
+        waiting = []
+        for replay in self._replays:
+            if _passed(self.planned, replay.read):
+                self.order.merge(replay.order)
+                self._joined.extend(replay.sockets)
+            elif any(not socket.closed for socket in replay.sockets):
+                waiting.append(replay)
+        self._replays = waiting
+        if self._joined and not self._pending:
+            self._let_go_of_replays()
+
+    def _let_go_of_replays(self) -> None:
+        """Nothing is planned or being carried out: every plan made before a replay joined
+        ``order`` went out, so its sockets no longer need their own copy of it, but those
+        whose frames are still held (they pass it as they go out, see ``go_live``)."""
+        held = []
+        for socket in self._joined:
+            if socket.held is not None and not socket.closed:
+                held.append(socket)
+            else:
+                socket.replayed = None
+        self._joined = held
 
     async def _plan(self, payload: bytes, position: StreamPos | None) -> Plan | None:
+        if position is not None:
+            self._planning(position)  # first: what it is checked against is now known
         named = addressed_to(payload)
         if named is not None and not any(user_id in self.index.by_user for user_id in named):
             return None  # another worker's accounts: not decoded (every worker hears them)
@@ -597,6 +657,8 @@ class Dispatcher:
             if socket.resumable:
                 if socket.has_heard(position):
                     continue  # replayed when it came back
+                if superseded_by_replay(socket, about):
+                    continue  # older than a version replayed to it (``replayed``)
                 where = alone
                 if streamed and position is not None:
                     where = self.cursor_vector(socket, position)
@@ -681,6 +743,32 @@ class Dispatcher:
         )
         self._spawned.add(task)
         task.add_done_callback(self._spawned.discard)
+
+
+@dataclass
+class _Replay:
+    """A resume's replay waiting for live delivery to pass what it read (``replayed``)."""
+
+    read: Vector
+    order: RecordOrder
+    sockets: list[Socket]
+
+
+def _passed(planned: Vector, read: Vector) -> bool:
+    """Whether live delivery has planned every message up to ``read``: in each of its
+    streams, up to its offset or in another epoch (that stream's history was made anew)."""
+    for stream, (epoch, offset) in read.items():
+        entry = planned.get(stream)
+        if entry is None or (entry[0] == epoch and entry[1] < offset):
+            return False
+    return True
+
+
+def superseded_by_replay(socket: Socket, about: dict[str, Any] | None) -> bool:
+    """Whether the live message ``about`` tells a version of a row older than one the
+    resume of ``socket`` replayed to it (``Socket.replayed``)."""
+    replayed = socket.replayed
+    return replayed is not None and about is not None and replayed.superseded(about, remember=False)
 
 
 def held_bound() -> int:

@@ -54,7 +54,7 @@ from realtime.positions import StreamPos
 from realtime.sockets import access, subscriptions
 from realtime.sockets.batcher import Batcher
 from realtime.sockets.connection import Held, Socket
-from realtime.sockets.delivery import Dispatcher, with_cursor
+from realtime.sockets.delivery import Dispatcher, superseded_by_replay, with_cursor
 from realtime.sockets.index import SocketIndex
 from realtime.sockets.limits import log_hook_failure, log_own_failure, log_trouble, log_warning
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
@@ -256,7 +256,7 @@ class SocketManager:
         elif held:
             await self._release(socket, held, rechecked, behind_delivery=False)
         # No await since the queue was last seen empty: no frame falls between.
-        socket.held, socket.replayed = None, None
+        socket.held = None
 
     async def _release(
         self,
@@ -275,7 +275,7 @@ class SocketManager:
             entry = held.popleft()
             if socket.has_heard(entry.position) or (rechecked and not socket.reads(entry)):
                 continue
-            if _superseded_by_replay(socket, entry):
+            if superseded_by_replay(socket, entry.about):
                 continue
             if not await socket.send_frame(restamped(socket, entry), timeout):
                 self.drop_soon(socket)
@@ -756,14 +756,6 @@ class SocketManager:
         """Follow what is held but not followed (a follow that failed earlier)."""
         for scope_id in [s for s in self.index.by_scope if s not in self._followed]:
             await self._sync_follow(scope_id)
-
-
-def _superseded_by_replay(socket: Socket, entry: Held) -> bool:
-    """Whether a live frame held while ``socket`` resumed tells a version of a row older
-    than one its replay let through: it was planned before the replay's memory joined the
-    worker's (the held frames are in order among themselves already)."""
-    replayed, about = socket.replayed, entry.about
-    return replayed is not None and about is not None and replayed.superseded(about, remember=False)
 
 
 def restamped(socket: Socket, entry: Held) -> dict[str, Any]:

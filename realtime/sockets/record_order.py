@@ -77,7 +77,8 @@ class RecordOrder:
         """Remember, of each row ``other`` remembers, the greater number of the two (and
         whether it deleted the row): a version either let through is one that committed,
         so a version older than it is superseded for every socket here (see
-        ``Resumer._replay``, which merges what a replay let through into the live memory)."""
+        ``Dispatcher.replayed``, which merges what a resume's replay let through into the
+        live memory once live delivery has caught up with it)."""
         last = self._last
         for key, (number, gone) in other._last.items():
             held = last.get(key)

@@ -35,12 +35,15 @@ frame at or below it was read too (if it was this socket's), one above it was no
 the seam: no frame twice, none skipped.
 
 Each row's versions pass the seam in commit order too. The replay drops a version
-superseded earlier in the history (``RecordOrder``, as a live worker does), and what it let
-through is then merged into the worker's live memory: a version older than one replayed,
-published late, is dropped when it comes live, for every socket here (a version let through
-is one that committed: an older one is superseded in the database). The live frames held
-meanwhile were planned before that merge: they pass the replay's memory as they go out
-(``Resumed.order``, kept as ``Socket.replayed`` until ``go_live``).
+superseded earlier in the history (``RecordOrder``, as a live worker does), and a version
+older than one it let through, published late, is dropped when it comes live: the resumed
+sockets keep what the replay let through (``Socket.replayed``), and their frames, held
+meanwhile or live, pass it as they go out. It joins the worker's live memory (for every
+socket here: a version let through is one that committed, an older one is superseded in the
+database) only once live delivery has planned every message up to where the replay read
+(``Dispatcher.replayed``): the replay reads the log directly and is often ahead of live
+delivery, and a newer version it read would otherwise drop, for the sockets that stayed
+connected, the older ones live delivery had not carried yet.
 
 Sockets that resume together (a worker restart brings back many at once) are answered in one
 batch: one read of the log bounds (and one more once read), one read of the log for the
@@ -114,8 +117,6 @@ class Resumed:
     #: The history could not be read to resume the cursor given (the database or Redis
     #: away): the socket is closed 1012 and comes back with it, rather than told to reload.
     unreadable: bool = False
-    #: The versions its replay let through: a held live frame of an older one is dropped.
-    order: RecordOrder | None = None
 
 
 @dataclass(eq=False)
@@ -244,6 +245,7 @@ class Resumer:
         except Exception as exc:
             _unreadable(resuming, top, exc)
             return
+        replayed_to: list[Socket] = []
         for count, request in enumerate(resuming, 1):
             if not request.refused and not _still_covered(request, held):
                 logger.debug(
@@ -266,18 +268,21 @@ class Resumer:
                 # string when they are those it names): one naming a scope lost while away
                 # would have a later resume replay that scope from before the loss.
                 cursor = cursor_of(request.socket, request.after, stamp_of(request.ask.cursor))
-                answer = Resumed(cursor, True, request.replayed(), floor, order=order)
-                _settle(request, answer)
+                request.socket.replayed = order
+                replayed_to.append(request.socket)
+                _settle(request, Resumed(cursor, True, request.replayed(), floor))
             if count % SLICE == 0:
                 await asyncio.sleep(0)  # the sockets answered go on before the next are
+        if replayed_to:
+            streams_read = frozenset().union(*(streams_heard(s, transport) for s in replayed_to))
+            self.dispatcher.replayed(read.only(streams_read), order, replayed_to)
 
     async def _replay(
         self, transport: Transport, resuming: list[_Request]
     ) -> tuple[Vector, RecordOrder]:
         """Plan what the history holds after each request's cursor into its frames (refusing
         those that would get too many, or scan too much); return how far it was read, and
-        the versions it let through, merged into the worker's live memory (see the module
-        docstring: a version older than one replayed that comes live is then dropped)."""
+        the versions it let through (see the module docstring)."""
         for request in resuming:
             request.scan_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
             request.at = request.after or Vector()
@@ -321,7 +326,6 @@ class Resumer:
             read = start.merged(Vector.of(position for _, _, position in entries))
             if len(entries) < PAGE:
                 break
-        self.dispatcher.order.merge(order)
         return read, order
 
     async def _plan_entry(
