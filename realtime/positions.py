@@ -86,6 +86,12 @@ class Vector(Mapping[str, tuple[str, int]]):
         entry = self._entries.get(position.stream)
         return entry is not None and entry[0] == position.epoch and position.seq <= entry[1]
 
+    def reached(self, position: StreamPos) -> bool:
+        """Whether this vector is at ``position`` or past it, or in another epoch of its
+        stream (that stream's history was made anew since)."""
+        entry = self._entries.get(position.stream)
+        return entry is not None and (entry[0] != position.epoch or entry[1] >= position.seq)
+
     def advanced(self, position: StreamPos) -> Vector:
         """This vector moved on to ``position`` in its stream (never back within an epoch;
         another epoch replaces the entry)."""

@@ -348,6 +348,35 @@ async def test_a_scope_gained_while_connected_then_written_while_away_is_never_s
     assert kinds(await heard(back, ann)) == [("company.created", company.pk)]
 
 
+async def test_a_scope_gained_by_a_periodic_recheck_replays_nothing_said_there_before(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # Ann joins beta unannounced, on a quiet worker that did not follow beta: the periodic
+    # recheck gives her the scope and hands her a cursor. A resume from it must not replay
+    # what beta said before she joined (a contact created and deleted there, a company).
+    acme, beta = await off_loop(make_workspace, "acme"), await off_loop(make_workspace, "beta")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get("rechecks", REALTIME_RECHECK_INTERVAL=2.0)
+    client, _ = await resuming(ws, server, token, scopes=["acme", "beta"])
+    await last_cursor(client, ann)  # the worker has carried everything up to now
+
+    def before_ann_joins() -> None:
+        Contact.objects.create(workspace=beta, name="secret, before ann").delete()
+        Company.objects.create(workspace=beta, name="before ann")
+        with silent():  # a change realtime does not see: the periodic recheck finds it
+            Membership.objects.bulk_create([Membership(workspace=beta, user=ann)])
+
+    await off_loop(before_ann_joins)
+    await wait_for_socket(server, ann.pk, scopes=sorted([acme.pk, beta.pk]))
+    frame = await client.wait_for(lambda f: f["type"] == "cursor")
+    await client.close()
+
+    back, answer = await resuming(ws, server, token, frame["cursor"], scopes=["acme", "beta"])
+
+    replayed = await heard(back, ann)
+    assert answer["data"]["resumed"] is False or replayed == [], kinds(replayed)
+
+
 async def cursor_naming(client: Client, user: Any, scope: Workspace) -> str:
     """The cursor of a marker sent now, once it names ``scope``: a global log's names the
     scopes the socket reads at once; on Redis it names a place in the scope's stream once the

@@ -101,6 +101,7 @@ class Socket:
         "closed",
         "consumer",
         "floor",
+        "gained",
         "handed",
         "held",
         "link",
@@ -183,6 +184,10 @@ class Socket:
         #: Where the last cursor handed to it (in a frame, or answering a heartbeat) said it
         #: was: the next one is never behind it.
         self.handed: Vector | None = None
+        #: The scopes it gained after its handshake (a recheck, a ``watch``), each with the
+        #: stream it is heard in and where in it the socket started hearing it (``None``:
+        #: not known yet): a cursor names it only from there (``scopes_named``).
+        self.gained: dict[Any, tuple[str, StreamPos | None]] = {}
         #: While its handshake finishes, the frames delivered to it wait here with their log
         #: positions (``None`` once it is live; see ``SocketManager.go_live``).
         self.held: deque[Held] | None = deque()
@@ -211,6 +216,23 @@ class Socket:
         if scope_id is None or self.allowed is None:
             return self.channels.intersection(channels)
         return self.allowed.get(scope_id, set()).intersection(channels)
+
+    def scopes_named(self, where: Vector | None) -> list[Any]:
+        """The scopes a cursor of ``where`` names: those it reads, but one it gained and
+        started hearing after ``where``. What that scope said up to there was not this
+        socket's (its account may have joined it only then): a resume from a cursor naming
+        it would replay it, where one from a cursor that does not is refused."""
+        if not self.gained:
+            return list(self.scopes)
+        return [scope_id for scope_id in self.scopes if self.hears_at(scope_id, where)]
+
+    def hears_at(self, scope_id: Any, where: Vector | None) -> bool:
+        """Whether it heard the scope ``scope_id`` (which it reads) up to ``where``."""
+        gained = self.gained.get(scope_id)
+        if gained is None:
+            return True
+        start = gained[1]
+        return start is not None and where is not None and where.reached(start)
 
     def has_heard(self, position: StreamPos | None) -> bool:
         """Whether the frame of the message at ``position`` went out to it already."""

@@ -662,7 +662,7 @@ class Dispatcher:
                 where = alone
                 if streamed and position is not None:
                     where = self.cursor_vector(socket, position)
-                key = (socket.user_id, where, frozenset(socket.scopes))
+                key = (socket.user_id, where, frozenset(socket.scopes_named(where)))
                 out = cursored.get(key) or cursored.setdefault(
                     key, with_cursor(frame, socket, where)
                 )
@@ -757,11 +757,7 @@ class _Replay:
 def _passed(planned: Vector, read: Vector) -> bool:
     """Whether live delivery has planned every message up to ``read``: in each of its
     streams, up to its offset or in another epoch (that stream's history was made anew)."""
-    for stream, (epoch, offset) in read.items():
-        entry = planned.get(stream)
-        if entry is None or (entry[0] == epoch and entry[1] < offset):
-            return False
-    return True
+    return all(planned.reached(StreamPos(stream, *entry)) for stream, entry in read.items())
 
 
 def superseded_by_replay(socket: Socket, about: dict[str, Any] | None) -> bool:
@@ -795,8 +791,16 @@ def with_cursor(frame: str, socket: Socket, where: Vector | None) -> dict[str, A
 
 def cursor_of(socket: Socket, where: Vector | None, now: float | None = None) -> str:
     """``socket``'s cursor of ``where``: signed for its account, naming the scopes it hears
-    now (see ``realtime.sockets.cursors``)."""
-    return cursor_for(socket.user_id, where, now, heard=scope_channels(socket))
+    now (see ``realtime.sockets.cursors``), but those it gained and started hearing after
+    ``where`` (``Socket.scopes_named``): on a global log their channels are left out, on a
+    stream per channel their streams."""
+    named = socket.scopes_named(where)
+    if where is not None and len(named) < len(socket.scopes):
+        kept = set(named)
+        unnamed = {socket.gained[scope_id][0] for scope_id in socket.scopes if scope_id not in kept}
+        where = where.only(stream for stream in where if stream == GLOBAL or stream not in unnamed)
+    channels = [scope_channel(scope_id) for scope_id in named]
+    return cursor_for(socket.user_id, where, now, heard=channels)
 
 
 def scope_channels(socket: Socket) -> list[str]:

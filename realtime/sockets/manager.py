@@ -307,12 +307,58 @@ class SocketManager:
         socket.scopes = new
         # Most rechecks change nothing: nothing to index or follow anew.
         if (gone or added) and socket in self.index.sockets:
+            self._gaining(socket, gone, added)
             self.index.leave(socket, gone)
             await self._sync_follows(gone)
             self.index.enter(socket, added)
             await self._sync_follows(added)
+            await self._heard_from(socket, added)
             # Its live queries list rows of the scopes it reads: read them again.
             await self.dispatcher.live.reload(socket)
+
+    def _gaining(self, socket: Socket, gone: list[Any], added: list[Any]) -> None:
+        """Note the scopes an opted-in socket gains (named by no cursor of it until
+        ``_heard_from`` knows where it starts hearing them), and forget those it lost."""
+        for scope_id in gone:
+            socket.gained.pop(scope_id, None)
+        if socket.resumable:
+            transport = self.transport()
+            for scope_id in added:
+                socket.gained[scope_id] = (transport.stream_of(scope_channel(scope_id)), None)
+
+    async def _heard_from(self, socket: Socket, added: list[Any]) -> None:
+        """Where an opted-in socket, indexed in the scopes ``added`` and those followed,
+        starts hearing them: the last position of each one's stream now. A message of one at
+        or below it was published before the socket heard the scope (the follow started
+        above it) or reaches it live; one above it reaches it live. A cursor of the socket
+        names such a scope only from there (``Socket.scopes_named``): on a quiet worker the
+        position it is known to have everything up to is older, and a resume from it would
+        replay what the scope said before the account joined it."""
+        streams = {socket.gained[s][0] for s in added if s in socket.gained}
+        if not streams:
+            return
+        try:
+            bounds = await run_blocking(self.transport().stream_bounds, sorted(streams))
+        except Exception as exc:
+            log_own_failure(
+                "realtime: reading where a socket starts hearing the scopes it gained failed; "
+                "its cursors do not name them (a resume from one starts afresh)",
+                exc,
+            )
+            return
+        for scope_id in added:
+            gained = socket.gained.get(scope_id)
+            if gained is None or bounds is None:
+                continue
+            stream, start = gained
+            held = bounds.get(stream)
+            if held is None:
+                del socket.gained[scope_id]  # its stream holds nothing: nothing said before
+                continue
+            now = StreamPos(stream, held.epoch, held.last)
+            if start is not None and start.epoch == now.epoch and start.seq > now.seq:
+                now = start  # lost and gained again meanwhile: the later of the two reads
+            socket.gained[scope_id] = (stream, now)
 
     async def decide(
         self, socket: Socket, channels: Iterable[str]
@@ -644,7 +690,8 @@ class SocketManager:
         and, its account back in that scope by then, be replayed what the scope said while
         the account was out of it. No sound cursor while the socket's frames are held or a
         message is being carried out (``refresh``): it is owed, and housekeeping hands it
-        as soon as one is."""
+        as soon as one is. A scope gained is named only once the cursor's position reaches
+        where the socket started hearing it (``Socket.scopes_named``)."""
         if not socket.resumable or socket.closed or socket not in self.index.sockets:
             self._cursor_owed.discard(socket)
             return

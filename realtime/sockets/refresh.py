@@ -7,7 +7,8 @@ opted in to resume has each ``heartbeat`` answered with ``{"type": "cursor", "cu
 a cursor stamped now, at a position ``P`` it is known to have every frame up to. Sockets that
 did not opt in get no answer (their frames stay byte for byte what they were). A recheck
 that changes the scopes an opted-in socket reads hands it the same frame unasked
-(``SocketManager._hand_cursor``), so that the cursor it keeps names those scopes.
+(``SocketManager._hand_cursor``), so that the cursor it keeps names those scopes (a scope
+gained, from where the socket started hearing it: ``Socket.scopes_named``).
 
 Choosing ``P`` is the whole matter: a resume from ``P`` replays what the log holds after
 ``P`` and nothing at or below it, so ``P`` must be a position such that the socket was handed
