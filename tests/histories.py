@@ -11,6 +11,7 @@ from io import StringIO
 from typing import Any
 
 from django.core.management import call_command
+from django.core.management.color import no_style
 from django.db import connection
 
 from realtime.conf import conf
@@ -19,6 +20,7 @@ from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.sockets.cursors import read_cursor
 from realtime.transports import get_transport
 from realtime.transports.redis_keys import stream_key
+from realtime.transports.table_store import MessageStore
 
 
 def place(user_id: Any, cursor: Any, *scope_ids: Any) -> Vector | None:
@@ -83,6 +85,46 @@ def trim_everything() -> None:
     client = _redis()
     for key in client.scan_iter(match="*:x", _type="stream"):
         client.xtrim(key, maxlen=0)
+
+
+def start_the_log_over() -> int:
+    """Empty the log with its ids, as ``manage.py flush`` does (and, in effect, a backup of
+    an older copy restored): the next message is id 1 again. Return the last id it had
+    handed out; give it to ``go_on_after`` before the test ends."""
+    high = _highest_id()
+    sql = connection.ops.sql_flush(no_style(), ["firm_channel_messages"], reset_sequences=True)
+    connection.ops.execute_sql_flush(sql)
+    return high
+
+
+def next_id_is(number: int) -> None:
+    """Have the log's next message take id ``number`` (it holds none at or above it)."""
+    with connection.cursor() as sql:
+        if connection.vendor == "sqlite":
+            sql.execute("DELETE FROM sqlite_sequence WHERE name = 'firm_channel_messages'")
+            sql.execute(
+                "INSERT INTO sqlite_sequence (name, seq) VALUES ('firm_channel_messages', %s)",
+                [number - 1],
+            )
+        elif connection.vendor == "postgresql":
+            sql.execute(
+                "SELECT setval(pg_get_serial_sequence('firm_channel_messages', 'id'), %s, false)",
+                [number],
+            )
+        else:
+            sql.execute(f"ALTER TABLE firm_channel_messages AUTO_INCREMENT = {int(number)}")
+
+
+def go_on_after(high: int) -> None:
+    """Have the log's ids go on after ``high`` (what ``start_the_log_over`` returned) and
+    after what it holds: the run's workers, which outlive the test, follow the log from
+    where it was, and would take what comes at lower ids for messages they handed over."""
+    next_id_is(max(high, _highest_id()) + 1)
+
+
+def _highest_id() -> int:
+    """The last id the log handed out (its highest, or its sequence's when it is empty)."""
+    return MessageStore().bounds()[1]
 
 
 def trim_up_to(where: Vector, then: int = 1) -> None:

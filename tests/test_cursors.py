@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from realtime.positions import GLOBAL, Vector
+from realtime.positions import GLOBAL, Vector, global_position, mark_of
 from realtime.sockets.cursors import MAX_LENGTH, cursor_for, position_of, read_cursor
 
 
@@ -78,6 +78,35 @@ def test_a_global_log_cursor_is_the_log_id_in_base_36_then_the_time_then_the_sig
     where, stamp, signature = cursor_for(5, at(46_656), now=36).split(".")
     assert (where, stamp, len(signature)) == ("1000", "10", 22)
     assert cursor_for(5, None, now=36).split(".")[:2] == ["-", "10"]
+
+
+def test_a_global_log_cursor_names_the_message_at_its_position_by_its_mark() -> None:
+    marked = Vector({GLOBAL: ("8badf00d", 46_656)})
+    cursor = cursor_for(5, marked, now=time.time(), heard=["realtime_12"])
+    assert cursor.split(".")[0].split("~")[0] == "1000_8badf00d"
+    assert read_cursor(5, cursor, heard=["realtime_12"]) == marked
+    assert position_of(5, cursor) == 46_656
+    # The form of cursors made before marks were reads as a position bound to no message.
+    assert read_cursor(5, cursor_for(5, at(46_656))) == at(46_656)
+
+
+def test_a_global_log_cursor_with_its_mark_names_up_to_42_scopes() -> None:
+    widest = Vector({GLOBAL: (mark_of(b"\x00\x00\x00\x02"), 36**4)})  # 8 characters of mark
+    assert len(widest[GLOBAL][0]) == 8
+    heard = [f"realtime_{n}" for n in range(43)]
+    assert read_cursor(5, cursor_for(5, widest, heard=heard[:42]), heard=heard[:42]) == widest
+    assert cursor_for(5, widest, heard=heard).startswith("-.")
+
+
+def test_a_global_position_covers_another_by_its_offset_whatever_their_marks() -> None:
+    where = Vector({GLOBAL: ("abc", 10)})
+    assert where.covers(global_position(10, "xyz"))
+    assert where.covers(global_position(9))
+    assert not where.covers(global_position(11, "abc"))
+    assert where.advanced(global_position(9, "xyz")) == where
+    assert where.advanced(global_position(11, "xyz")) == Vector({GLOBAL: ("xyz", 11)})
+    assert at(10).advanced(global_position(10, "xyz")) == Vector({GLOBAL: ("xyz", 10)})
+    assert where.merged(at(10)) == where
 
 
 STREAMS = ["realtime", "realtime_12", "realtime_13"]

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 from realtime import limits
+from realtime.positions import GLOBAL, Vector, global_position, mark_of
 from realtime.transports.table import TableTransport
 from tests.helpers import WAIT, Inbox, off_loop, only_on, start_worker
 
@@ -86,6 +87,25 @@ async def test_the_last_position_is_the_highest_id_and_grows_with_each_publish(
     assert after is not None
     assert after >= before + 2
     assert [i for i, _ in await off_loop(ids_and_payloads, b"pos")][-1] == after
+
+
+async def test_the_log_tells_the_mark_of_each_message_it_holds_and_of_its_last_with_its_bounds(
+    make_table_transport: MakeTransport,
+) -> None:
+    transport = make_table_transport()
+    await off_loop(transport.publish, [("mark", b"a"), ("mark", b"b")])
+    (first, a), (_, b) = await off_loop(ids_and_payloads, b"mark")
+    bounds = (await off_loop(transport.stream_bounds, [GLOBAL]) or {})[GLOBAL]
+    assert (bounds.epoch, bounds.last) == (mark_of(b), first + 1)
+    assert mark_of(a) != mark_of(b)
+    marks = await off_loop(transport.log_marks, [first, first + 1, first + 2])
+    assert marks == {first: mark_of(a), first + 1: mark_of(b)}
+    # Read from the log, a message's position carries its mark, as a worker is handed it.
+    read = await off_loop(transport.read_streams, ["mark"], Vector({GLOBAL: ("", 0)}), 10)
+    assert [position for _, _, position in read][-2:] == [
+        global_position(first, mark_of(a)),
+        global_position(first + 1, mark_of(b)),
+    ]
 
 
 async def test_reading_the_log_after_a_position_gives_those_channels_in_order(

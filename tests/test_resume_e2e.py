@@ -26,7 +26,14 @@ from realtime.messages import base_channel, scope_channel
 from realtime.positions import GLOBAL, Vector
 from realtime.sockets.cursors import cursor_for, read_cursor
 from tests.helpers import off_loop
-from tests.histories import passed, place, trim_up_to
+from tests.histories import (
+    go_on_after,
+    next_id_is,
+    passed,
+    place,
+    start_the_log_over,
+    trim_up_to,
+)
 from tests.live import Client, Clients, LiveServers, Server, wait_for_socket
 from tests.testapp.models import (
     Chat,
@@ -778,6 +785,78 @@ async def test_a_cursor_whose_messages_were_trimmed_starts_afresh(
 
     assert answer["data"]["resumed"] is False
     assert await heard(back, ann) == []
+
+
+def missed_across_a_new_log(ann: Any, bob: Any, position: int | None) -> int:
+    """Start the log over and say one thing to ``ann`` at id 1 of the new log, another
+    message (to ``bob``) at ``position``, and another thing to ``ann`` after it (``None``:
+    no position of the log, on Redis); return the highest id of the log before."""
+    high = start_the_log_over()
+    broadcast_to_user(ann.pk, "missed.before", {"n": 1})
+    if position is not None and position > 1:
+        next_id_is(position)
+        broadcast_to_user(bob.pk, "filler", None)
+    broadcast_to_user(ann.pk, "missed.after", {"n": 2})
+    return high
+
+
+@pytest.mark.parametrize("taken", ["from_a_frame", "from_auth_success"])
+async def test_a_cursor_of_a_log_whose_ids_started_over_is_refused_not_resumed_with_a_gap(
+    live_servers: LiveServers, ws: Clients, each_transport: str, taken: str
+) -> None:
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    bob, _ = await off_loop(make_member, "bob", acme)
+    server = live_servers.get()
+    if taken == "from_a_frame":
+        cursor = await went_away(ws, server, token, ann, scope="acme")
+    else:  # "now" when it came: the log's last position then, a message to bob
+        await off_loop(broadcast_to_user, bob.pk, "before", None)
+        client, answer = await resuming(ws, server, token, scope="acme")
+        await client.close()
+        cursor = answer["data"]["cursor"]
+    where = place(ann.pk, cursor, acme.pk)
+    assert where is not None
+    mark, position = where.get(GLOBAL, ("", None))
+
+    high = await off_loop(missed_across_a_new_log, ann, bob, position)
+    try:
+        back, answer = await resuming(ws, server, token, cursor, scope="acme")
+    finally:
+        await off_loop(go_on_after, high)
+    types = [frame["type"] for frame in await heard(back, ann)]
+
+    if each_transport == "redis":  # its streams are its history, not the table
+        assert (answer["data"]["resumed"], types) == (True, ["missed.before", "missed.after"])
+    else:  # the new log holds another message at the cursor's position
+        assert (answer["data"]["resumed"], types) == (False, [])
+        assert mark  # the cursor named the message it was made at
+
+
+async def test_a_cursor_made_before_cursors_named_their_message_is_refused_where_the_log_holds_it(
+    live_servers: LiveServers, ws: Clients, each_transport: str
+) -> None:
+    if each_transport == "redis":
+        pytest.skip("a global log's cursors only: Redis's name each stream's epoch")
+    acme = await off_loop(make_workspace, "acme")
+    ann, token = await off_loop(make_member, "ann", acme)
+    server = live_servers.get()
+    cursor = await went_away(ws, server, token, ann, scope="acme")
+    where = place(ann.pk, cursor, acme.pk)
+    assert where is not None
+    ((mark, position),) = where.values()
+    assert mark
+    # The earlier form: the log id and the scopes, no mark (the very string it made).
+    earlier = cursor_for(ann.pk, Vector({GLOBAL: ("", position)}), heard=[scope_channel(acme.pk)])
+    assert earlier.split(".")[0] == cursor.split(".")[0].replace(f"_{mark}", "")
+    await off_loop(Company.objects.create, workspace=acme, name="missed")
+
+    back, answer = await resuming(ws, server, token, earlier, scope="acme")
+
+    assert answer["data"]["resumed"] is False
+    assert await heard(back, ann) == []
+    live = await off_loop(Company.objects.create, workspace=acme, name="live")
+    assert kinds(await heard(back, ann)) == [("company.created", live.pk)]
 
 
 async def test_more_missed_frames_than_the_limit_start_afresh(

@@ -10,7 +10,11 @@ nothing. ``SECRET_KEY_FALLBACKS`` still verify cursors signed before a rotation.
 ``where`` takes one of two forms (``realtime.positions``):
 
 * a transport with one global log (table, pg_notify): the log id of the last message the
-  socket was handed, base 36, or ``-`` when there is none; then ``~<stream key>`` for each
+  socket was handed, base 36, or ``-`` when there is none; then ``_<mark>``, the mark of the
+  message at that id (``realtime.positions.mark_of``), when it is known: a resume checks that
+  the log still holds that message there (its ids may have started over since; a cursor
+  made before marks were, or bound to no message, is resumed only where the log no longer
+  holds its position); then ``~<stream key>`` for each
   channel of a scope the socket heard when the cursor was handed out (the key below). One
   log id is a place in every channel: it is one in a scope's only if the socket heard that
   scope then. A socket that comes back hearing a scope its cursor does not name (gained
@@ -58,6 +62,8 @@ EPOCH_CHARS: Final = 6
 STREAMS: Final = "2"
 STREAM_KEY_CHARS: Final = 4
 ENTRY_SEPARATOR: Final = "~"
+#: Between a global log's position and the mark of its message.
+MARK_SEPARATOR: Final = "_"
 
 
 def cursor_for(
@@ -133,12 +139,12 @@ def _where(where: Vector | None, heard: Collection[str]) -> str:
     if not where:
         return NO_POSITION
     if set(where) == {GLOBAL}:
-        epoch, offset = where[GLOBAL]
-        if not epoch:
-            named = {stream_key(channel) for channel in heard}
-            if len(named) < len(set(heard)):
-                return NO_POSITION  # two channels of one key: see the module docstring
-            return "".join([_base36(offset), *(f"{ENTRY_SEPARATOR}{k}" for k in sorted(named))])
+        mark, offset = where[GLOBAL]
+        named = {stream_key(channel) for channel in heard}
+        if len(named) < len(set(heard)):
+            return NO_POSITION  # two channels of one key: see the module docstring
+        position = f"{_base36(offset)}{MARK_SEPARATOR}{mark}" if mark else _base36(offset)
+        return "".join([position, *(f"{ENTRY_SEPARATOR}{k}" for k in sorted(named))])
     keys = [stream_key(stream) for stream in where]
     if len(set(keys)) < len(keys):
         return NO_POSITION  # two streams of one key: a cursor could not tell them apart
@@ -157,13 +163,16 @@ def _vector(where: str, streams: Collection[str], heard: Collection[str]) -> Vec
     if not kind:
         if "." in where:
             raise ValueError(where)
-        log_id, *named = where.split(ENTRY_SEPARATOR)
+        position, *named = where.split(ENTRY_SEPARATOR)
         if any(len(key) != STREAM_KEY_CHARS for key in named):
             raise ValueError(where)
         keys = {stream_key(channel) for channel in heard}
         if len(keys) < len(set(heard)) or not keys <= set(named):
             return None  # a scope heard now that the socket did not hear then
-        return Vector({GLOBAL: ("", _number(log_id))})
+        log_id, marked, mark = position.partition(MARK_SEPARATOR)
+        if marked:
+            _number(mark)
+        return Vector({GLOBAL: (mark, _number(log_id))})
     if kind != STREAMS:
         raise ValueError(where)
     by_key: dict[str, str] = {}

@@ -13,7 +13,9 @@ The history is one global log (table, pg_notify) or a stream per channel (Redis)
 a cursor says where the socket was in each stream it heard (``realtime.positions``), and on a
 global log which scopes it heard there (``realtime.sockets.cursors``). It is covered when, in
 every stream it names that the socket still hears, the epoch is the same and nothing after
-its offset was trimmed. That is asked twice: before the history is read (a cursor not covered
+its offset was trimmed; a global log has no epoch, and the message it holds at the cursor's
+position must be the one the cursor names (``_on_the_same_log``: its ids may have started
+over). That is asked twice: before the history is read (a cursor not covered
 is not read for), and again once it is read, for a trim may commit between the two and take
 what the read was about to start with — the read would then begin at the next message still
 held, and skip the others. A trim cuts only the start of a stream (the log's lowest ids, a
@@ -80,7 +82,7 @@ from realtime.conf import conf
 from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.limits import RESUME_SCAN_PER_FRAME
 from realtime.messages import USERS, addressed_to, base_channel, scope_channel
-from realtime.positions import StreamPos, Vector
+from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.readers import Ask, readers_now_many, row_of
 from realtime.sockets.batcher import SLICE
 from realtime.sockets.connection import Held, Socket
@@ -237,6 +239,11 @@ class Resumer:
                         request.socket.user_id,
                     )
                 _settle(request, _afresh(request, top))
+        try:
+            resuming = await _on_the_same_log(transport, resuming, bounds, top)
+        except Exception as exc:
+            _unreadable(resuming, top, exc)
+            return
         if not resuming:
             return
         try:
@@ -482,9 +489,11 @@ def _covered(request: _Request, bounds: dict[str, StreamBounds], base_stream: st
     after = {}
     for stream, (kept, offset) in said.items():
         held = bounds.get(stream)
-        if held is None or not _holds(held, kept, offset):
+        if held is None or not _holds(stream, held, kept, offset):
             return None
-        after[stream] = (held.epoch, offset)
+        # A global log's "epoch" is the mark of the message at the cursor (checked by
+        # ``_on_the_same_log``); a stream's is its own, which the cursor keeps the start of.
+        after[stream] = (kept if stream == GLOBAL else held.epoch, offset)
     return Vector(after)
 
 
@@ -496,19 +505,66 @@ def _still_covered(request: _Request, bounds: dict[str, StreamBounds] | None) ->
     if after is None or bounds is None:
         return False
     return all(
-        (held := bounds.get(stream)) is not None and _holds(held, epoch, offset)
+        (held := bounds.get(stream)) is not None and _holds(stream, held, epoch, offset)
         for stream, (epoch, offset) in after.items()
     )
 
 
-def _holds(held: StreamBounds, epoch: str, offset: int) -> bool:
-    """Whether a stream of bounds ``held`` holds every message after ``offset`` of
+def _holds(stream: str, held: StreamBounds, epoch: str, offset: int) -> bool:
+    """Whether ``stream``, of bounds ``held``, holds every message after ``offset`` of
     ``epoch``: the same epoch, and either nothing after the offset or the first message it
-    still holds right after it at the latest (a trim cuts only the start of a stream)."""
-    if not same_epoch(held.epoch, epoch):
+    still holds right after it at the latest (a trim cuts only the start of a stream).
+
+    The global log has no epoch: whether it still holds the message a cursor names is
+    ``_on_the_same_log``'s to check."""
+    if stream != GLOBAL and not same_epoch(held.epoch, epoch):
         return False
     first, last = held.first, held.last
     return offset == last or (offset < last and first is not None and first <= offset + 1)
+
+
+async def _on_the_same_log(
+    transport: Transport,
+    requests: list[_Request],
+    bounds: dict[str, StreamBounds],
+    top: Vector,
+) -> list[_Request]:
+    """``requests`` but those whose cursor names a message of a global log that the log no
+    longer holds at its position, which start afresh (``top``).
+
+    Such a log has no epoch, and its ids start over when it is emptied with them
+    (``manage.py flush``, ``TRUNCATE ... RESTART IDENTITY``, a backup restored): once the new
+    log grows past a cursor's position, its offset alone would pass for covered, and the
+    resume would replay only what came after it, skipping the new log's messages below. So
+    where the log holds the position (its first position at or below it), the message
+    there must be the one whose mark the cursor carries: one statement for the batch. A
+    cursor without a mark (made before marks were) is then refused as well; one whose
+    position the log no longer holds needs no check (nothing of it is read)."""
+    held = bounds.get(GLOBAL)
+    if held is None or held.first is None:
+        return requests
+    named = {}
+    for request in requests:
+        entry = None if request.after is None else request.after.get(GLOBAL)
+        if entry is not None and held.first <= entry[1] <= held.last:
+            named[request] = entry
+    if not named:
+        return requests
+    marks = await run_blocking(transport.log_marks, sorted({o for _, o in named.values()}))
+    kept = []
+    for request in requests:
+        entry = named.get(request)
+        if entry is not None and (not entry[0] or marks.get(entry[1]) != entry[0]):
+            logger.debug(
+                "realtime: a socket of account %s starts afresh: its cursor does not name "
+                "the message the log holds at its position (the log's ids started over "
+                "since, or the cursor names none)",
+                request.socket.user_id,
+            )
+            _settle(request, _afresh(request, top))
+        else:
+            kept.append(request)
+    return kept
 
 
 def _afresh(request: _Request, top: Vector | None) -> Resumed:

@@ -42,7 +42,12 @@ followed (a refreshed cursor rests on it, see ``realtime.sockets.refresh``). Two
   position the log still holds, and the last one settled: every message at or below it has
   committed or never will) and ``read_log(channels, after)`` (the messages of those channels
   after a position, in order), and may hand positions over as plain ids. It is trimmed
-  only from its start: every message after the first position it holds is still there;
+  only from its start: every message after the first position it holds is still there.
+  Its ids may start over (the table emptied with its sequence, a backup restored): a global
+  position carries the *mark* of its message (``realtime.positions.mark_of``), and such a
+  transport answers ``log_marks`` (the marks of the messages it holds at some positions) and
+  ``marked_log_bounds`` (``log_bounds`` and the mark of the last message, read together).
+  One that does not has every cursor the log still holds the position of refused;
 * a stream per channel (Redis): it answers ``stream_of``, ``stream_bounds`` and
   ``read_streams`` (which default to the global log's answers), and its ``follow`` tells
   where in the stream it starts.
@@ -58,7 +63,7 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import NamedTuple, TypeVar
 
-from realtime.positions import GLOBAL, StreamPos, Vector, global_position
+from realtime.positions import GLOBAL, StreamPos, Vector, global_position, mark_of
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +82,9 @@ StreamEntry = tuple[str, bytes, StreamPos]
 
 
 class StreamBounds(NamedTuple):
-    """What a stream holds: its epoch, the first offset it still holds (``None``: none) and
-    the last one settled (every message at or below it is in the stream or never will be)."""
+    """What a stream holds: its epoch (the global log's: the mark of its message at ``last``),
+    the first offset it still holds (``None``: none) and the last one settled (every message
+    at or below it is in the stream or never will be)."""
 
     epoch: str
     first: int | None
@@ -167,6 +173,23 @@ class Transport(abc.ABC):
         bounds = self.log_bounds()
         return None if bounds is None else bounds[1]
 
+    def marked_log_bounds(self) -> tuple[int | None, int, str] | None:
+        """``log_bounds`` and the mark of the message at the last position (``""``: none, or
+        unknown), read together; ``None`` without a log.
+
+        Sync (it queries): call it off the event loop.
+        """
+        bounds = self.log_bounds()
+        return None if bounds is None else (*bounds, "")
+
+    def log_marks(self, positions: Collection[int]) -> dict[int, str]:
+        """The mark of the message at each of ``positions`` that the log holds (a position
+        it holds no message at is left out).
+
+        Sync (it queries): call it off the event loop. The default knows none.
+        """
+        return {}
+
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
         """At most ``limit`` messages of ``channels`` after position ``after``, in order.
 
@@ -184,12 +207,14 @@ class Transport(abc.ABC):
         or answered with ``first`` ``None``); ``None`` without a history.
 
         Sync (it queries): call it off the event loop. The default answers the global log's
-        ``log_bounds``.
+        ``marked_log_bounds``, the mark of its last message as its epoch (see
+        ``realtime.positions``).
         """
-        bounds = self.log_bounds()
+        bounds = self.marked_log_bounds()
         if bounds is None:
             return None
-        return {GLOBAL: StreamBounds("", bounds[0], bounds[1])}
+        first, last, mark = bounds
+        return {GLOBAL: StreamBounds(mark, first, last)}
 
     def read_streams(self, channels: Sequence[str], after: Vector, limit: int) -> list[StreamEntry]:
         """At most ``limit`` messages of ``channels`` after ``after``: in each stream, those
@@ -199,10 +224,10 @@ class Transport(abc.ABC):
         Sync (it queries): call it off the event loop. The default reads the global log.
         """
         start = after.position(GLOBAL)
-        if start is None or start.epoch:
+        if start is None:
             return []
         return [
-            (channel, payload, global_position(position))
+            (channel, payload, global_position(position, mark_of(payload)))
             for channel, payload, position in self.read_log(channels, start.seq, limit)
         ]
 
@@ -257,7 +282,7 @@ class Transport(abc.ABC):
         A transport with one global log may give its position as the log id (an ``int``).
         """
         if isinstance(position, int):
-            position = global_position(position)
+            position = global_position(position, mark_of(payload))
         for callback in tuple(self._listeners):
             try:
                 callback(channel, payload, position)

@@ -26,7 +26,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -315,6 +315,12 @@ class PgNotifyTransport(Transport):
 
     def log_bounds(self) -> tuple[int | None, int] | None:
         return self.store.bounds() if self.log else None
+
+    def marked_log_bounds(self) -> tuple[int | None, int, str] | None:
+        return self.store.marked_bounds() if self.log else None
+
+    def log_marks(self, positions: Collection[int]) -> dict[int, str]:
+        return self.store.marks(positions) if self.log else {}
 
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
         return self.store.read_log(channels, after, limit) if self.log else []

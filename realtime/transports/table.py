@@ -2,15 +2,15 @@
 
 Publishing inserts one row per message in one transaction; listening is ``Poller``'s thread
 (see ``table_poller`` for why it keeps a floor rather than a watermark). The table is also the
-log resumable delivery reads (``log_bounds``, ``read_log``): publishers serialize, so ids
-grow in commit order (see ``MessageStore.insert``). Expired rows are trimmed beside
-publishing (see ``trimming``).
+log resumable delivery reads (``log_bounds``, ``log_marks``, ``read_log``): publishers
+serialize, so ids grow in commit order (see ``MessageStore.insert``). Expired rows are
+trimmed beside publishing (see ``trimming``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
@@ -111,6 +111,12 @@ class TableTransport(Transport):
 
     def log_bounds(self) -> tuple[int | None, int] | None:
         return self.store.bounds()
+
+    def marked_log_bounds(self) -> tuple[int | None, int, str] | None:
+        return self.store.marked_bounds()
+
+    def log_marks(self, positions: Collection[int]) -> dict[int, str]:
+        return self.store.marks(positions)
 
     def read_log(self, channels: Sequence[str], after: int, limit: int) -> list[LogEntry]:
         return self.store.read_log(channels, after, limit)

@@ -27,6 +27,7 @@ from realtime.chunks import chunked, weighed_chunks
 from realtime.compat.django import driver_connection, driver_errors
 from realtime.exceptions import ChannelTooLongError, PublishError, TransportError
 from realtime.fields import to_naive_utc
+from realtime.positions import mark_of
 from realtime.transports.base import LogEntry
 
 logger = logging.getLogger(__name__)
@@ -455,6 +456,29 @@ class MessageStore:
         if row and row[1] is not None:
             return int(row[0]), int(row[1])
         return None, self._last_handed_out()
+
+    def marked_bounds(self) -> tuple[int | None, int, str]:
+        """``bounds``, and the mark of the message at the highest id (``""`` when the table
+        is empty), read in the same statement: the mark is that of the very row whose id is
+        the last position (see ``realtime.positions``)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT b.low, b.high, m.payload "
+                f"FROM (SELECT MIN(id) AS low, MAX(id) AS high FROM {TABLE}) AS b "
+                f"LEFT JOIN {TABLE} AS m ON m.id = b.high"
+            )
+            row = cursor.fetchone()
+        if row and row[1] is not None:
+            mark = "" if row[2] is None else mark_of(bytes(row[2]))
+            return int(row[0]), int(row[1]), mark
+        return None, self._last_handed_out(), ""
+
+    def marks(self, ids: Collection[int]) -> dict[int, str]:
+        """The mark of the message of each of these ids that the table holds."""
+        marks: dict[int, str] = {}
+        for chunk in chunked(sorted(ids), READ_CHUNK):
+            marks.update((row.id, mark_of(row.payload)) for row in self.read_ids(chunk))
+        return marks
 
     def first_kept(self) -> int:
         """The first position the log holds: its lowest id, or one past the last id handed
