@@ -106,9 +106,14 @@ class Vector(Mapping[str, tuple[str, int]]):
 
     def reached(self, position: StreamPos) -> bool:
         """Whether this vector is at ``position`` or past it, or in another epoch of its
-        stream (that stream's history was made anew since)."""
+        stream (that stream's history was made anew since); on the global log, whose epoch
+        is a message's mark, by offset alone."""
         entry = self._entries.get(position.stream)
-        return entry is not None and (entry[0] != position.epoch or entry[1] >= position.seq)
+        if entry is None:
+            return False
+        if position.stream == GLOBAL:
+            return entry[1] >= position.seq
+        return entry[0] != position.epoch or entry[1] >= position.seq
 
     def advanced(self, position: StreamPos) -> Vector:
         """This vector moved on to ``position`` in its stream (never back within an epoch;

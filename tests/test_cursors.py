@@ -98,6 +98,15 @@ def test_a_global_log_cursor_with_its_mark_names_up_to_42_scopes() -> None:
     assert cursor_for(5, widest, heard=heard).startswith("-.")
 
 
+def test_a_global_position_is_reached_by_its_offset_whatever_their_marks() -> None:
+    # A mark is no epoch: another mark at a lower offset is not a log made anew.
+    where = Vector({GLOBAL: ("abc", 10)})
+    assert where.reached(global_position(10, "xyz"))
+    assert where.reached(global_position(9, "xyz"))
+    assert not where.reached(global_position(11, "xyz"))
+    assert not Vector().reached(global_position(1, "xyz"))
+
+
 def test_a_global_position_covers_another_by_its_offset_whatever_their_marks() -> None:
     where = Vector({GLOBAL: ("abc", 10)})
     assert where.covers(global_position(10, "xyz"))
