@@ -9,11 +9,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, WebSocket, expect, sync_playwright
 
 from tests.example import ExampleProject as Example
 
@@ -266,4 +266,113 @@ def test_the_live_list_of_a_company_follows_writes_made_elsewhere(
         "c.company = Company.objects.get(name='Initech'); c.save()"
     )
     expect(listed).to_contain_text("Ann Perkins", timeout=WAIT_MS)
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def boosted() -> Iterator[Example]:
+    """The example project with htmx-boosted pages (tests/boosted/)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        project = Example(Path(workdir), DJANGO_SETTINGS_MODULE="tests.boosted.settings")
+        project.prepare()
+        project.start_runserver()
+        yield project
+        project.stop()
+
+
+class Sockets:
+    """The sockets a page opened and closed, as the browser saw them."""
+
+    def __init__(self, page: Page) -> None:
+        self.opened = self.closed = 0
+        page.on("websocket", self._opened)
+
+    def _opened(self, socket: WebSocket) -> None:
+        self.opened += 1
+        socket.on("close", self._closed)
+
+    def _closed(self, _socket: WebSocket) -> None:
+        self.closed += 1
+
+    @property
+    def open(self) -> int:
+        return self.opened - self.closed
+
+
+def wait_until(page: Page, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not condition() and time.monotonic() < deadline:
+        page.wait_for_timeout(20)
+    assert condition()
+
+
+def boosted_visit(page: Page, link: str) -> None:
+    """Follow ``link`` as htmx boosts it (the body swapped, the document kept), and give the
+    scripts it swapped in a second to run (a client started there opens within it)."""
+    page.evaluate("document.querySelector('nav').dataset.old = 'yes'")
+    page.click(link)
+    page.wait_for_selector("nav:not([data-old])", timeout=WAIT_MS)
+    page.wait_for_timeout(1000)
+    assert page.evaluate("window.sameDocument") is True
+
+
+def created_on_the_page(page: Page, example: Example, slug: str, name: str) -> int:
+    """Create contact ``name`` in another process; the rows fetches until the page shows it."""
+    fetched: list[str] = []
+    page.on(
+        "request", lambda request: fetched.append(request.url) if "/rows" in request.url else None
+    )
+    example.shell(
+        "from example_project.crm.models import Contact, Workspace; "
+        f"Contact.objects.create(workspace=Workspace.objects.get(slug={slug!r}), name={name!r})"
+    )
+    expect(page.locator("#contacts")).to_contain_text(name, timeout=WAIT_MS)
+    return len(fetched)
+
+
+def test_boosted_visits_keep_one_socket_and_a_page_without_the_tag_closes_it(
+    browser: Browser, boosted: Example
+) -> None:
+    page = signed_in(browser, boosted, "alice")
+    sockets = Sockets(page)
+    page.add_init_script(STATE_ON_HTML)
+    page.goto(f"{boosted.url}/boosted/w/acme/")
+    expect(page.locator("html")).to_have_attribute("data-realtime", "open", timeout=WAIT_MS)
+    page.evaluate("window.sameDocument = true")
+    # The same page again: htmx runs its module script again, which keeps the running client.
+    for _ in range(2):
+        boosted_visit(page, "#to-acme")
+    assert (sockets.opened, sockets.closed) == (1, 0)
+    assert created_on_the_page(page, boosted, "acme", "Boosted twice") == 1
+    # A page without the tag: the client leaves with its element, its socket closes.
+    boosted_visit(page, "#to-away")
+    wait_until(page, lambda: sockets.open == 0)
+    boosted_visit(page, "#to-acme")
+    wait_until(page, lambda: sockets.open == 1)
+    assert created_on_the_page(page, boosted, "acme", "Boosted back") == 1
+    # Another scope: the acme client closes, a globex one starts.
+    boosted_visit(page, "#to-globex")
+    wait_until(page, lambda: (sockets.opened, sockets.closed) == (3, 2))
+    assert created_on_the_page(page, boosted, "globex", "Boosted elsewhere") == 1
+    page.close()
+
+
+def test_a_page_restored_from_htmx_history_keeps_one_socket(
+    browser: Browser, boosted: Example
+) -> None:
+    page = signed_in(browser, boosted, "bob")
+    sockets = Sockets(page)
+    page.add_init_script(STATE_ON_HTML)
+    page.goto(f"{boosted.url}/boosted/w/acme/")
+    expect(page.locator("html")).to_have_attribute("data-realtime", "open", timeout=WAIT_MS)
+    page.evaluate("window.sameDocument = true")
+    boosted_visit(page, "#to-away")
+    wait_until(page, lambda: sockets.open == 0)
+    page.go_back()
+    expect(page.locator("#contacts")).to_be_visible(timeout=WAIT_MS)
+    wait_until(page, lambda: sockets.open == 1)
+    page.wait_for_timeout(1000)
+    assert sockets.open == 1
+    assert page.evaluate("window.sameDocument") is True
+    assert created_on_the_page(page, boosted, "acme", "Restored from history") == 1
     page.close()

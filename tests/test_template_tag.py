@@ -44,7 +44,7 @@ def test_the_page_is_given_the_client_the_token_view_the_scope_and_the_channels(
     }
     module = re.search(r'<script type="module">(.*?)</script>', html, re.DOTALL)
     assert module, html
-    assert 'document.getElementById("realtime-config")' in module[1]
+    assert 'const id = "realtime-config";' in module[1]
     assert "getToken" in module[1]
 
 
@@ -57,7 +57,7 @@ def test_several_scopes_a_socket_path_and_an_element_id_of_the_pages_own() -> No
     config = config_of(html, "tickets")
     assert config["scopes"] == ["acme", "globex"]
     assert config["path"] == "/ws/realtime"
-    assert 'document.getElementById("tickets")' in html
+    assert 'const id = "tickets";' in html
 
 
 @pytest.mark.urls(__name__)
@@ -94,3 +94,18 @@ def test_the_request_s_csp_nonce_is_put_on_the_module_script(context: dict[str, 
 def test_without_realtime_s_urls_the_error_says_what_to_include() -> None:
     with pytest.raises(ImproperlyConfigured, match=r'include\("realtime.urls"\)'):
         render('{% realtime_script "contact" %}')
+
+
+@pytest.mark.urls(__name__)
+def test_the_module_script_is_the_same_text_on_every_page() -> None:
+    """A CSP allows it by its hash, and a page swapped in by htmx reuses the running client."""
+
+    def module_of(html: str) -> str:
+        found = re.search(r'<script type="module">(.*?)</script>', html, re.DOTALL)
+        assert found, html
+        return found[1]
+
+    acme = render('{% realtime_script "contact" scope="acme" %}')
+    globex = render('{% realtime_script "contact" "company" scopes=slugs %}', slugs=["globex"])
+    assert module_of(acme) == module_of(globex)
+    assert "realtime.pageClients" in module_of(acme)

@@ -31,22 +31,52 @@ register = template.Library()
 SOCKET_PATH = "/api/ws"
 
 #: The module script: its text never changes (its values come from the JSON element before it).
+#: One client per page and element id, kept on ``globalThis``: htmx runs the script again on each
+#: boosted visit and history restore, where a client of its own each time would add a socket
+#: (never closed) and dispatch each frame once more. The same values reuse the running client;
+#: other values close it and start anew; and it is closed when its element leaves the page (a
+#: boosted visit to a page without the tag), with or without htmx.
 CONNECT = """
-const config = JSON.parse(document.getElementById(%s).textContent);
-const { RealtimeClient } = await import(config.module);
-const url = new URL(config.path, location.href);
-url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
-const client = new RealtimeClient({
-  url: url.href,
-  getToken: async () => {
-    const answer = await fetch(config.token, { credentials: "same-origin" });
-    if (!answer.ok) throw new Error(`realtime: ${config.token} answered ${answer.status}`);
-    return (await answer.json()).token;
-  },
-  ...(config.scopes ? { scopes: config.scopes } : { scope: config.scope }),
-});
-client.subscribe(config.channels);
-client.connect();
+const id = %s;
+const clients = (globalThis[Symbol.for("realtime.pageClients")] ??= new Map());
+const text = document.getElementById(id).textContent;
+const running = clients.get(id);
+if (running?.text === text) {
+  running.started.then((client) => client.connect());
+} else {
+  running?.stop();
+  const config = JSON.parse(text);
+  const started = import(config.module).then(({ RealtimeClient }) => {
+    const url = new URL(config.path, location.href);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const client = new RealtimeClient({
+      url: url.href,
+      getToken: async () => {
+        const answer = await fetch(config.token, { credentials: "same-origin" });
+        if (!answer.ok) throw new Error(`realtime: ${config.token} answered ${answer.status}`);
+        return (await answer.json()).token;
+      },
+      ...(config.scopes ? { scopes: config.scopes } : { scope: config.scope }),
+    });
+    client.subscribe(config.channels);
+    return client;
+  });
+  const left = new MutationObserver(() => {
+    if (document.getElementById(id)?.textContent !== text) entry.stop();
+  });
+  const entry = {
+    text,
+    started,
+    stop() {
+      left.disconnect();
+      if (clients.get(id) === entry) clients.delete(id);
+      started.then((client) => client.close());
+    },
+  };
+  clients.set(id, entry);
+  left.observe(document, { childList: true, subtree: true });
+  started.then((client) => clients.get(id) === entry && client.connect());
+}
 """
 
 
