@@ -376,3 +376,24 @@ def test_a_page_restored_from_htmx_history_keeps_one_socket(
     assert page.evaluate("window.sameDocument") is True
     assert created_on_the_page(page, boosted, "acme", "Restored from history") == 1
     page.close()
+
+
+def test_a_burst_of_writes_all_reach_a_server_rendered_page(
+    browser: Browser, example: Example
+) -> None:
+    """htmx's default queueing (one fetch in flight, the last event queued) reads after the
+    burst's last write, as docs/htmx.md says; ``throttle:`` would have dropped the second."""
+    page = signed_in(browser, example, "bob")
+    page.add_init_script(STATE_ON_HTML)
+    page.goto(f"{example.url}/w/acme/server-rendered/")
+    expect(page.locator("html")).to_have_attribute("data-realtime", "open", timeout=WAIT_MS)
+    example.shell(
+        "import time; from example_project.crm.models import Contact, Workspace; "
+        "acme = Workspace.objects.get(slug='acme'); "
+        "Contact.objects.create(workspace=acme, name='Burst first'); time.sleep(0.3); "
+        "Contact.objects.create(workspace=acme, name='Burst second'); "
+        "Contact.objects.create(workspace=acme, name='Burst third')"
+    )
+    for name in ("Burst first", "Burst second", "Burst third"):
+        expect(page.locator("#contacts")).to_contain_text(name, timeout=WAIT_MS)
+    page.close()

@@ -11,6 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.template import Context, Engine
 from django.urls import include, path
 
+from tests.helpers import ROOT
+
 urlpatterns = [path("realtime/", include("realtime.urls"))]
 ENGINE = Engine(libraries={"realtime": "realtime.templatetags.realtime"})
 
@@ -109,3 +111,14 @@ def test_the_module_script_is_the_same_text_on_every_page() -> None:
     globex = render('{% realtime_script "contact" "company" scopes=slugs %}', slugs=["globex"])
     assert module_of(acme) == module_of(globex)
     assert "realtime.pageClients" in module_of(acme)
+
+
+def test_the_htmx_page_warns_against_throttle_which_drops_writes() -> None:
+    """htmx's ``throttle:`` drops the events within its window with no fetch after it: a write
+    made then is never shown, so docs/htmx.md names it only to say not to use it."""
+    paragraphs = (ROOT / "docs" / "htmx.md").read_text().split("\n\n")
+    naming = [paragraph for paragraph in paragraphs if "throttle" in paragraph]
+    assert naming
+    for paragraph in naming:
+        assert "Do not add `throttle:" in paragraph, paragraph
+        assert "queue last" in paragraph, paragraph
