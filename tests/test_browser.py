@@ -397,3 +397,18 @@ def test_a_burst_of_writes_all_reach_a_server_rendered_page(
     for name in ("Burst first", "Burst second", "Burst third"):
         expect(page.locator("#contacts")).to_contain_text(name, timeout=WAIT_MS)
     page.close()
+
+
+def test_a_server_rendered_page_whose_session_ended_goes_to_sign_in_whole(
+    browser: Browser, example: Example
+) -> None:
+    """The partial's view answers an htmx request without a session by reloading the page,
+    not with the redirect to the sign-in page that htmx would swap into the table."""
+    page = signed_in(browser, example, "bob")
+    page.goto(f"{example.url}/w/acme/server-rendered/")
+    expect(page.locator("#contacts")).to_contain_text("Ann Perkins")
+    page.context.clear_cookies()  # signed out, as in another tab
+    page.evaluate("document.dispatchEvent(new CustomEvent('realtime:contact.updated'))")
+    page.wait_for_url(f"{example.url}/login/?next=/w/acme/server-rendered/", timeout=WAIT_MS)
+    expect(page.locator("input[name=username]")).to_have_count(1)
+    page.close()

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRefresh
 
 from example_project.crm.models import Company, Contact, PrivateNote, Workspace
 from realtime.auth import issue_token
+
+
+def htmx_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``login_required`` for a partial htmx fetches into a page: once the session is gone, an
+    htmx request is told to reload the whole page (whose own ``login_required`` then asks to sign
+    in) rather than redirected, which htmx would follow and swap the sign-in page into the table.
+    """
+    signed_in_only = login_required(view)
+
+    @wraps(view)
+    def partial(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.headers.get("HX-Request") == "true" and not request.user.is_authenticated:
+            return HttpResponseClientRefresh()
+        return signed_in_only(request, *args, **kwargs)
+
+    return partial
 
 
 def _workspace(request: HttpRequest, slug: str) -> Workspace:
@@ -57,7 +76,7 @@ def server_rendered(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@login_required
+@htmx_login_required
 def contact_rows(request: HttpRequest, slug: str) -> HttpResponse:
     """The table's rows, read with the session of whoever asks: what they may see, exactly."""
     current = _workspace(request, slug)
