@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import AppConfig
+from django.contrib.auth.signals import user_logged_out
 from django.core.signals import setting_changed
 
 from realtime.conf import PREFIX
@@ -66,6 +67,7 @@ class RealtimeConfig(AppConfig):
         for model in [*shared_roots.link_models(), *guard_links.link_models()]:
             querysets.install(model)  # their writes (the manager's too) change readers
         rechecks.connect()
+        user_logged_out.connect(rechecks.on_logged_out, dispatch_uid=rechecks.LOGGED_OUT_UID)
         relay.connect()
         setting_changed.connect(_reset_on_setting_changed, dispatch_uid="realtime.settings")
         # daphne runs no lifespan events: a worker's start, for it, is when its apps are ready.

@@ -19,7 +19,9 @@ module is the contract between them. A message is a JSON object with a ``target`
     (``true``: a model's event about the row its data names, which a resume re-decides; an
     application's own event never has it).
 ``recheck``
-    on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now.
+    on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now; optionally
+    ``ended_sessions`` (the ``session_claim`` of sessions signed out of: their sockets are
+    refused at once, and every worker reads the message to remember them, ``names_sessions``).
 
 Every message carries a unique ``mid`` (PostgreSQL merges identical notifications of one
 transaction): 32 hex digits, the publish time in microseconds since the epoch (13 digits)
@@ -120,6 +122,16 @@ def addressed_to(payload: bytes) -> list[Any] | None:
         return None
     ids = tail.get("user_ids") if isinstance(tail, dict) else None
     return ids if isinstance(ids, list) else None
+
+
+_ENDED_SESSIONS: Final = b'"ended_sessions":'
+
+
+def names_sessions(payload: bytes) -> bool:
+    """Whether a message may name sessions signed out of (a recheck's ``ended_sessions``):
+    every worker decodes it, holding a socket of its accounts or not, to remember them for
+    the sockets still to come. A string holding the key's text costs only a decoding."""
+    return _ENDED_SESSIONS in payload
 
 
 _PUB: Final = b'{"pub":'

@@ -2,10 +2,11 @@
 
 A token holds an account id, a fingerprint of what it remembers of the account (username,
 email, and the password with ``REALTIME_REVOKE_ON_PASSWORD_CHANGE``) and the second it was
-issued, signed with Django's ``signing``. It stands while it is younger than
-``REALTIME_TOKEN_MAX_AGE`` and the account is active and still what it remembers
-(``stands``: the one rule, whether an account is read as an instance or as columns). Its
-signature is checked once per worker and remembered; its age at every read.
+issued, signed with Django's ``signing``; one the token view issued also names the session it
+was issued to (``session_claim``), so that signing out of that session ends its sockets. It
+stands while it is younger than ``REALTIME_TOKEN_MAX_AGE`` and the account is active and still
+what it remembers (``stands``: the one rule, whether an account is read as an instance or as
+columns). Its signature is checked once per worker and remembered; its age at every read.
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core import signing
+from django.utils.crypto import salted_hmac
 
 from realtime.conf import conf
 
 TOKEN_SALT = "realtime.token"  # noqa: S105 - a namespace for signing, not a secret
+#: The namespace of the keyed hash that names a session in a token (never its key itself).
+SESSION_SALT = "realtime.token.session"
+#: Hex digits of that hash a token holds: enough that two sessions never share one.
+SESSION_CLAIM_DIGITS = 16
 
 #: Well-signed tokens kept once checked (least recently used dropped first): a socket's token
 #: is read again at every recheck, and checking a signature was a quarter of the cost. Only
@@ -45,7 +51,7 @@ def claims_of(token: str) -> tuple[Any, str] | None:
     most, until the last such token expires.
     """
     try:
-        user_id, fingerprint, issued = _signed(token)
+        user_id, fingerprint, issued, _ = _signed(token)
         if issued is None:
             max_age = datetime.timedelta(seconds=conf.TOKEN_MAX_AGE)
             signing.loads(token, salt=TOKEN_SALT, max_age=max_age)
@@ -56,18 +62,28 @@ def claims_of(token: str) -> tuple[Any, str] | None:
     return user_id, fingerprint
 
 
+def session_claim(token: str) -> str | None:
+    """The session a well-signed token was issued to (``session_hash`` of its key), else
+    ``None``: a token ``issue_token`` signed without one, or none of this project's."""
+    try:
+        return _signed(token)[3]
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
+
+
 @functools.lru_cache(maxsize=CHECKED_TOKENS)
-def _signed(token: str) -> tuple[Any, str, int | float | None]:
-    """What a token signed with this project's keys holds: its account id, its fingerprint
-    and the second it was issued (``None``: a token from before it was held); raises
-    ``BadSignature`` (or ``ValueError``) for any other."""
+def _signed(token: str) -> tuple[Any, str, int | float | None, str | None]:
+    """What a token signed with this project's keys holds: its account id, its fingerprint,
+    the second it was issued (``None``: a token from before it was held) and the session it
+    names (``None``: none); raises ``BadSignature`` (or ``ValueError``) for any other."""
     claims = signing.loads(token, salt=TOKEN_SALT)
     if not isinstance(claims, dict) or "u" not in claims or "f" not in claims:
         raise signing.BadSignature("not a realtime token")
     issued = claims.get("t")
     if issued is not None and (isinstance(issued, bool) or not isinstance(issued, int | float)):
         raise signing.BadSignature("not a realtime token")
-    return claims["u"], str(claims["f"]), issued
+    session = claims.get("s")
+    return claims["u"], str(claims["f"]), issued, session if isinstance(session, str) else None
 
 
 def refusal_cause(token: str, account: Callable[[Any], Any | None]) -> str:
@@ -75,7 +91,7 @@ def refusal_cause(token: str, account: Callable[[Any], Any | None]) -> str:
     server's log only (the client is told the protocol's one reason). ``account`` reads the
     account of an id (``None``: there is none); it is asked only of a well-signed token."""
     try:
-        user_id, fingerprint, issued = _signed(token)
+        user_id, fingerprint, issued, _ = _signed(token)
     except (signing.BadSignature, ValueError, TypeError):
         if _looks_signed(token):
             return (
@@ -190,8 +206,28 @@ def _bytes(value: str | bytes) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def issue_token(user: Any) -> str:
-    """Sign a bearer for ``user`` that the default ``RealtimeAuth.user_of_token`` accepts."""
+def issue_token(user: Any, *, session_key: str | None = None) -> str:
+    """Sign a bearer for ``user`` that the default ``RealtimeAuth.user_of_token`` accepts.
+
+    ``session_key``: the Django session it is issued to (the token view's). The token then
+    names it (its ``session_hash``, never the key), and signing out of that session through
+    Django's ``logout`` refuses its sockets at once (``realtime.writes.rechecks``)."""
     pk = user.pk if isinstance(user.pk, int | str) else str(user.pk)
     claims = {"u": pk, "f": token_fingerprint(user), "t": int(time.time())}
+    if session_key:
+        claims["s"] = session_hash(session_key)
     return signing.dumps(claims, salt=TOKEN_SALT)
+
+
+def session_hash(session_key: str, secret: str | bytes | None = None) -> str:
+    """How a token names a session: a keyed hash of its key (``SESSION_SALT``, keyed with
+    ``secret``, default the ``SECRET_KEY``), so that a token reveals nothing of it."""
+    digest = salted_hmac(SESSION_SALT, session_key, secret=secret, algorithm="sha256")
+    return digest.hexdigest()[:SESSION_CLAIM_DIGITS]
+
+
+def session_hashes(session_key: str) -> list[str]:
+    """Every name a token may give a session: under the secret key and under each fallback
+    key (a token issued before the key was rotated)."""
+    keys = (None, *settings.SECRET_KEY_FALLBACKS)
+    return list(dict.fromkeys(session_hash(session_key, key) for key in keys))

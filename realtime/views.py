@@ -6,7 +6,8 @@ Clients fetch it from scripts: the JavaScript client's ``refreshToken`` option w
 refuses a token, a page that opens a socket without rendering a token in its HTML. So an
 anonymous request gets a JSON 403, never a redirect to the login page, and no answer is ever
 cached. The token comes from ``realtime.auth.issue_token``, which the default ``RealtimeAuth``
-accepts; a project with its own ``REALTIME_AUTH`` issues its bearers with its own view.
+accepts; a project with its own ``REALTIME_AUTH`` issues its bearers with its own view. It
+names the request's session, so that signing out of it ends its sockets at once.
 Include ``realtime.urls`` to serve it.
 
 ``metrics`` answers the Prometheus text exposition of realtime's metrics (every worker's, with
@@ -33,7 +34,9 @@ def token(request: HttpRequest) -> JsonResponse:
     """Answer ``{"token": ...}`` for a signed-in, active account; 403 for anyone else."""
     if not request.user.is_authenticated or not request.user.is_active:
         return JsonResponse({"detail": "Authentication required."}, status=FORBIDDEN)
-    return JsonResponse({"token": issue_token(request.user)})
+    session = getattr(request, "session", None)
+    session_key = None if session is None else session.session_key
+    return JsonResponse({"token": issue_token(request.user, session_key=session_key)})
 
 
 @never_cache

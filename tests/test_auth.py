@@ -186,6 +186,27 @@ def test_a_token_holds_the_second_it_was_issued_in_its_signed_payload(
     assert before <= claims["t"] <= time.time()
 
 
+def test_a_token_issue_token_signs_for_an_account_names_no_session(make_user: MakeUser) -> None:
+    # Tokens of FastEdgy-style clients and of tests: as before, no sign-out ends their sockets.
+    token = issue_token(make_user("alice"))
+    assert "s" not in signing.loads(token, salt=TOKEN_SALT)
+    assert tokens_module.session_claim(token) is None
+
+
+def test_a_token_issued_to_a_session_names_it_by_a_keyed_hash_never_its_key(
+    auth: RealtimeAuth, make_user: MakeUser
+) -> None:
+    alice = make_user("alice")
+    key = "k" * 32
+    token = issue_token(alice, session_key=key)
+    claimed = tokens_module.session_claim(token)
+    assert claimed == tokens_module.session_hash(key)
+    assert claimed in tokens_module.session_hashes(key)
+    assert len(claimed) == 16
+    assert key not in signing.loads(token, salt=TOKEN_SALT).values()
+    assert auth.user_of_token(token) == alice
+
+
 def test_a_token_issued_before_the_issue_time_was_in_its_payload_still_stands(
     auth: RealtimeAuth, make_user: MakeUser
 ) -> None:

@@ -6,8 +6,9 @@ recheck answers: the socket gets ``auth_error`` and 1008, and none of the events
 after the deactivation. ``QuerySet.update(is_active=False)`` sends no signal: the delivery-time
 audience check still refuses the account every guarded row, and ``recheck_users`` closes it.
 A removed membership is held the same way: nothing of that scope committed after it arrives;
-a recheck the account passes lets every held frame through, in order. Real daphne workers,
-real clients.
+a recheck the account passes lets every held frame through, in order. Signing out of a session
+(Django's ``logout``) refuses at once the sockets whose token the token view issued to it, and
+only those. Real daphne workers, real clients.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import Client as HttpClient
+from django.urls import include, path
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_users, recheck_users
@@ -24,6 +27,8 @@ from tests.live import Client, Clients, LiveServers
 from tests.testapp.models import Contact, Membership, PrivateNote, Workspace
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_transport")]
+
+urlpatterns = [path("realtime/", include("realtime.urls"))]
 
 User = get_user_model()
 TOKEN_REFUSED = {"type": "auth_error", "data": {"message": "Invalid authentication token"}}
@@ -156,3 +161,61 @@ async def test_events_committed_after_a_membership_is_removed_never_reach_the_so
     await in_thread(broadcast_to_users, [ann.pk], "test.marker", None)
     # The socket stays open for what is addressed to the account, and heard none of them.
     assert await client.frames_until("test.marker") == []
+
+
+def signed_in(user: Any) -> tuple[HttpClient, str]:
+    """A browser signed in as ``user`` (a session of its own), and the token realtime's token
+    view answers it."""
+    browser = HttpClient()
+    browser.force_login(user)
+    response = browser.get("/realtime/token")
+    assert response.status_code == 200
+    return browser, response.json()["token"]
+
+
+def sign_out_then_write(browser: HttpClient, acme: Workspace) -> list[int]:
+    browser.logout()
+    return [Contact.objects.create(workspace=acme, name=f"after {n}").pk for n in range(3)]
+
+
+@pytest.mark.urls(__name__)
+async def test_signing_out_refuses_at_once_the_sockets_of_that_session_only(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    settings.SESSION_ENGINE = "django.contrib.sessions.backends.cache"  # no table needed
+    settings.MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+    ]
+    acme, ann, bob = await in_thread(make_members)
+    server, elsewhere = live_servers.get(), live_servers.get("elsewhere")
+    # The other worker holds none of Ann's sockets when she signs out.
+    await ws.authenticated(elsewhere, await in_thread(issue_token, bob), scope="acme")
+    (laptop, laptop_token), (_, phone_token) = [await in_thread(signed_in, ann) for _ in "ab"]
+    laptop_socket, phone_socket = [
+        await ws.authenticated(server, token, scope="acme", channels=["contact"])
+        for token in (laptop_token, phone_token)
+    ]
+    await in_thread(Contact.objects.create, workspace=acme, name="before")
+    for socket in (laptop_socket, phone_socket):
+        await socket.wait_for(lambda f: f["type"] == "contact.created")
+
+    written = await in_thread(sign_out_then_write, laptop, acme)
+    await in_thread(broadcast_to_users, [ann.pk], "test.marker", None)
+
+    # The other session's socket stays, and heard every write made after the sign-out.
+    heard = await phone_socket.frames_until("test.marker")
+    assert [f["data"]["id"] for f in heard if f["type"] == "contact.created"] == written
+    # The signed-out session's socket was refused as a token that no longer stands is, and
+    # heard none of them on the way.
+    assert await laptop_socket.closed_with() == 1008
+    assert [f["type"] for f in laptop_socket.received] == [
+        "auth_success",
+        "contact.created",
+        "auth_error",
+    ]
+    assert laptop_socket.received[-1] == TOKEN_REFUSED
+    # A client that kept the token and connects again with it is refused, on each worker.
+    for worker in (server, elsewhere):
+        again = await ws.connect(worker)
+        assert await again.authenticate(laptop_token, scope="acme") == TOKEN_REFUSED

@@ -173,9 +173,11 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             return await self._refuse(Refusal.TOKEN)
         if user is None:
             return await self._refuse(Refusal.TOKEN, await _token_refusal_cause(token))
+        manager = get_manager()
+        if manager.signed_out(token):
+            return await self._refuse(Refusal.TOKEN, "its session was signed out of")
         if ask.asked and not scopes:
             return await self._refuse(Refusal.SCOPE)
-        manager = get_manager()
         if not manager.reserve(user.pk):
             return await self._refuse(Refusal.TOO_MANY)
         self.reserved = user.pk

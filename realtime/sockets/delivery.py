@@ -56,6 +56,7 @@ from realtime.messages import (
     Publication,
     addressed_to,
     base_channel,
+    names_sessions,
     publication_of,
     scope_channel,
 )
@@ -123,7 +124,9 @@ class Host(Protocol):
 
     def drop_soon(self, socket: Socket) -> None: ...
 
-    def request_recheck(self, user_ids: Iterable[Any]) -> None: ...
+    def request_recheck(
+        self, user_ids: Iterable[Any], ended_sessions: Collection[str] = ()
+    ) -> None: ...
 
     def on_missed(self, channels: frozenset[str]) -> None: ...
 
@@ -411,7 +414,11 @@ class Dispatcher:
         if position is not None:
             self._planning(position)  # first: what it is checked against is now known
         named = addressed_to(payload)
-        if named is not None and not any(user_id in self.index.by_user for user_id in named):
+        if (
+            named is not None
+            and not any(user_id in self.index.by_user for user_id in named)
+            and not names_sessions(payload)
+        ):
             return None  # another worker's accounts: not decoded (every worker hears them)
         message = read_message(payload)
         if message is None:
@@ -445,7 +452,8 @@ class Dispatcher:
             return await self._plan_users(message, among, readers)
         if target == messages.RECHECK and among is None:
             ids = list(message.get("user_ids") or ())
-            return Plan(set(), action=lambda: self.host.request_recheck(ids))
+            ended = frozenset(message.get("ended_sessions") or ())
+            return Plan(set(), action=lambda: self.host.request_recheck(ids, ended))
         return None
 
     async def _plan_scope(

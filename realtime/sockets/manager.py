@@ -39,7 +39,7 @@ import logging
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Collection, Coroutine, Iterable
 from typing import Any
 
 from realtime import metrics
@@ -49,7 +49,7 @@ from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
-from realtime.messages import base_channel, scope_channel
+from realtime.messages import base_channel, names_sessions, scope_channel
 from realtime.positions import StreamPos
 from realtime.sockets import access, subscriptions
 from realtime.sockets.batcher import Batcher
@@ -60,6 +60,7 @@ from realtime.sockets.limits import log_hook_failure, log_own_failure, log_troub
 from realtime.sockets.protocol import CloseCode, Refusal, ScopeAsk
 from realtime.sockets.refresh import cursor_answer
 from realtime.sockets.resume import Resumer
+from realtime.tokens import session_claim
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
 
@@ -119,6 +120,11 @@ class SocketManager:
         #: When a recheck was last asked for each account, for ``ASKED_MEMORY`` seconds: a
         #: socket whose handshake read its account before then is owed one.
         self._asked: OrderedDict[Any, float] = OrderedDict()
+        #: The sessions signed out of, and when, for ``REALTIME_TOKEN_MAX_AGE`` (no token
+        #: naming one lasts longer): a socket registered since with a token naming one (its
+        #: handshake under way then, or a client that kept its token) is refused at the
+        #: recheck it is owed.
+        self._ended: OrderedDict[str, float] = OrderedDict()
         self.dispatcher = Dispatcher(self.index, self, SocketManager)
         self.resumer = Resumer(self.dispatcher, self.transport)
         #: One bound method for every socket's ``on_failure`` (not one per socket).
@@ -215,9 +221,10 @@ class SocketManager:
         """
         socket.next_recheck = time.monotonic() + conf.RECHECK_INTERVAL * random.uniform(0.5, 1.0)
         asked = self._asked.get(socket.user_id)
-        if asked is not None and asked >= socket.read_from:
-            # Asked while its handshake was reading: its frames, held for the handshake, stay
-            # held until that recheck answers (``go_live``).
+        if (asked is not None and asked >= socket.read_from) or self.signed_out(socket.token):
+            # Asked while its handshake was reading (or its session was signed out of): its
+            # frames, held for the handshake, stay held until that recheck answers
+            # (``go_live``), which refuses a socket of a session signed out of.
             socket.recheck_asked = True
             socket.next_recheck = 0.0
         socket.on_failure = self._on_failure
@@ -476,8 +483,9 @@ class SocketManager:
     # Delivery -------------------------------------------------------------------------
 
     def on_message(self, channel: str, payload: bytes, position: StreamPos | None = None) -> None:
-        """Transport listener: queue a message for delivery (drop it if nobody is here)."""
-        if self.index.sockets:
+        """Transport listener: queue a message for delivery (drop it if nobody is here, but a
+        sign-out's: the sessions it names are remembered, ``signed_out``)."""
+        if self.index.sockets or names_sessions(payload):
             self.dispatcher.put(channel, payload, position)
 
     def on_missed(self, channels: frozenset[str]) -> None:
@@ -547,20 +555,29 @@ class SocketManager:
 
     # Rechecks and housekeeping ------------------------------------------------------------
 
-    def request_recheck(self, user_ids: Iterable[Any]) -> None:
+    def request_recheck(
+        self, user_ids: Iterable[Any], ended_sessions: Collection[str] = ()
+    ) -> None:
         """Recheck the sockets of these accounts at the next round (now), holding their
-        frames until it answers.
+        frames until it answers; refuse at once those whose token names one of
+        ``ended_sessions`` (signed out of: ``realtime.writes.rechecks``).
 
         Called in delivery order: every message published after the write that asked for
-        the recheck (an account deactivated, a membership removed) is sent after this, so
-        holding here means none of them reaches a socket the recheck is about to refuse.
+        the recheck (an account deactivated, a membership removed, a sign-out) is sent after
+        this, so holding here means none of them reaches a socket the recheck is about to
+        refuse.
         """
         now = time.monotonic()
         asked = self._asked
         for user_id in user_ids:
             asked[user_id] = now
             asked.move_to_end(user_id)
-            for socket in self.index.by_user.get(user_id, ()):
+            for socket in list(self.index.by_user.get(user_id, ())):
+                if _names_one_of(socket.token, ended_sessions):
+                    # Beside delivery: the client may not be reading its auth_error.
+                    self.index.remove(socket)
+                    self._beside(self._refuse(socket))
+                    continue
                 socket.next_recheck = 0.0
                 if socket.held is None:
                     socket.held = deque()
@@ -570,9 +587,19 @@ class SocketManager:
                     socket.recheck_asked = socket in self._in_batch
                 else:  # held for its handshake, or for a recheck that may have asked already
                     socket.recheck_asked = True
-        while asked and next(iter(asked.values())) < now - ASKED_MEMORY:
-            asked.popitem(last=False)
+        for session in ended_sessions:
+            self._ended[session] = now
+            self._ended.move_to_end(session)
+        for memory, kept in ((asked, ASKED_MEMORY), (self._ended, conf.TOKEN_MAX_AGE)):
+            while memory and next(iter(memory.values())) < now - kept:
+                memory.popitem(last=False)
         self._wake_up()
+
+    def signed_out(self, token: str) -> bool:
+        """Whether ``token`` names a session this worker heard signed out of (within
+        ``REALTIME_TOKEN_MAX_AGE``): it stands no more, though it still stands for its
+        account (a client that kept it is refused)."""
+        return _names_one_of(token, self._ended)
 
     def _wake_up(self) -> None:
         """Run a housekeeping round now (a recheck is due)."""
@@ -646,7 +673,7 @@ class SocketManager:
             for socket, version, answer in zip(due, versions, answers, strict=True):
                 if socket.closed or socket not in self.index.sockets:
                     continue
-                if answer is None:
+                if answer is None or self.signed_out(socket.token):
                     # Beside the round: the client may not be reading its auth_error.
                     self.index.remove(socket)
                     self._beside(self._refuse(socket))
@@ -853,3 +880,11 @@ def get_manager() -> SocketManager:
             _managers.pop(old_loop).detach()
         manager = _managers[loop] = SocketManager()
     return manager
+
+
+def _names_one_of(token: str, sessions: Collection[str]) -> bool:
+    """Whether ``token`` names one of these sessions (signed out of)."""
+    if not sessions:
+        return False
+    session = session_claim(token)
+    return session is not None and session in sessions

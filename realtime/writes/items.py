@@ -8,7 +8,7 @@ model's primary key field when the messages are built, as the broadcast API docu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from realtime.auth import account_ids, scope_key
@@ -25,12 +25,14 @@ class Announcement(Protocol):
 
 @dataclass
 class Recheck:
-    """A request that every worker recheck the sockets of these accounts."""
+    """A request that every worker recheck the sockets of these accounts, refusing at once
+    those whose token names one of ``ended_sessions`` (a sign-out's)."""
 
     user_ids: list[Any]
+    ended_sessions: list[str] = field(default_factory=list)
 
     def messages(self, budget: int | None) -> list[tuple[str, bytes]]:
-        return recheck_messages(self.user_ids, budget)
+        return recheck_messages(self.user_ids, budget, self.ended_sessions)
 
 
 @dataclass

@@ -51,6 +51,8 @@ def dump(item: Any) -> bytes:
         body = _dump_event(item)
     elif isinstance(item, Recheck):
         body = {"k": "recheck", "user_ids": item.user_ids}
+        if item.ended_sessions:
+            body["ended_sessions"] = item.ended_sessions
     elif isinstance(item, ScopeBroadcast):
         body = {
             "k": "scope",
@@ -99,7 +101,7 @@ def _load(body: dict[str, Any]) -> Item:
     if kind == "event":
         return _load_event(body)
     if kind == "recheck":
-        return Recheck(list(body["user_ids"]))
+        return Recheck(list(body["user_ids"]), list(body.get("ended_sessions") or ()))
     if kind == "scope":
         about = body["about"]
         return ScopeBroadcast(

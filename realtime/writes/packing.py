@@ -195,11 +195,18 @@ def users_messages(
     return out
 
 
-def recheck_messages(user_ids: Iterable[Any], budget: int | None) -> list[tuple[str, bytes]]:
-    """Build the messages asking every worker to recheck the sockets of these accounts."""
+def recheck_messages(
+    user_ids: Iterable[Any], budget: int | None, ended_sessions: Iterable[str] = ()
+) -> list[tuple[str, bytes]]:
+    """Build the messages asking every worker to recheck the sockets of these accounts, and to
+    refuse at once those whose token names one of ``ended_sessions`` (each message carries
+    them all; a message without them, an older worker's, asks the recheck alone)."""
+    ended = sorted(set(ended_sessions))
     out: list[tuple[str, bytes]] = []
     for ids in _id_slices(user_ids):
         base: Message = {"target": messages.RECHECK}
+        if ended:
+            base["ended_sessions"] = ended
         out += [
             (base_channel(), payload)
             for payload in _fit_with_ids(base, "user_ids", ids, [], "recheck", budget)

@@ -134,11 +134,11 @@ def build(
     # Rechecks first: a worker holds the frames of an account's sockets from its recheck on,
     # so none of the transaction's events reaches a member it removed (or an account it
     # deactivated). What the recheck reads is the committed state, the events' own.
-    rechecks = {
-        user_id for item, _ in coalesced if isinstance(item, Recheck) for user_id in item.user_ids
-    }
+    asked = [item for item, _ in coalesced if isinstance(item, Recheck)]
+    rechecks = {user_id for item in asked for user_id in item.user_ids}
+    ended = [session for item in asked for session in item.ended_sessions]
     if rechecks:
-        _extend(messages, runs, recheck_messages(rechecks, budget), RECHECKS)
+        _extend(messages, runs, recheck_messages(rechecks, budget, ended), RECHECKS)
     for item, last in coalesced:
         if isinstance(item, Recheck):
             continue

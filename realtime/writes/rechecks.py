@@ -11,6 +11,12 @@ another account drops the former member at once. A name change triggers nothing.
 get receivers and so lose Django's fast delete. Writes that send no signal (``update()``,
 ``bulk_*``) trigger nothing: call ``recheck_users`` after them.
 
+Signing out through Django's ``logout`` (``user_logged_out``) asks the account's recheck too,
+naming the session it ends (``session_hashes``): each worker refuses at once the sockets whose
+token the token view issued to that session, and rechecks the account's others as usual. A
+session that merely expires, or is deleted on the server, sends no signal: its sockets stand
+until their token expires (``REALTIME_TOKEN_MAX_AGE``).
+
 Like every receiver of the write side, these never fail the write, and the queries they add
 run in savepoints.
 """
@@ -25,7 +31,7 @@ from typing import Any
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import DEFAULT_DB_ALIAS, models
 from django.db.models import ForeignObjectRel
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 from django.dispatch import Signal
@@ -33,12 +39,14 @@ from django.dispatch import Signal
 from realtime.auth import member_ids, scope_model
 from realtime.conf import conf
 from realtime.paths import is_foreign_key, resolve_path, values_on_path
+from realtime.tokens import session_hashes
 from realtime.writes import on_commit, pending
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.items import Recheck
 
 logger = logging.getLogger(__name__)
 
+LOGGED_OUT_UID = "realtime:logged-out"
 PENDING = "_realtime_pending_recheck"
 BEFORE = "_realtime_accounts_before"
 UID = "realtime:recheck"
@@ -139,6 +147,18 @@ def request(user_ids: Iterable[Any], using: str = "default") -> None:
     ids = [user_id for user_id in user_ids if user_id is not None]
     if ids:
         on_commit.add(Recheck(ids), using)
+
+
+@never_raises
+def on_logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    """``user_logged_out``: the sockets of the session signed out of are refused at once, on
+    every worker, after the current commit (a sign-out without a session or an account asks
+    nothing)."""
+    session = getattr(request, "session", None)
+    session_key = None if session is None else session.session_key
+    if user is None or user.pk is None or not session_key:
+        return
+    on_commit.add(Recheck([user.pk], session_hashes(session_key)), DEFAULT_DB_ALIAS)
 
 
 @never_raises
