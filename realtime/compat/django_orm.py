@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -478,11 +479,10 @@ class Returning:
         rest: Sequence[int] = (),
     ) -> None:
         connection = connections[using]
-        quote = connection.ops.quote_name
-        table = quote(model._meta.db_table)
-        self.prefix = f"UPDATE {table} SET " if verb == "UPDATE" else f"DELETE FROM {table}"
-        # On a line of its own: a wrapper may end the statement with a ``--`` comment (a tag).
-        self.clause = "\nRETURNING " + ", ".join(quote(field.column) for field in fields)
+        layout = _layout(model, connection, verb, fields)
+        self.prefix = layout.prefix
+        self.clause = layout.clause
+        self.converting = layout.converting
         self.fields = list(fields)
         self.table = model._meta.db_table
         self.using = using
@@ -537,23 +537,70 @@ class Returning:
     def converted(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         """The rows kept and the distinct values of the others, as a fetch makes them."""
         connection = connections[self.using]
-        cols = [field.get_col(self.table) for field in self.fields]
-        convert = [
-            [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]
-            for col in cols
-        ]
+        convert: dict[int, tuple[Any, list[Any]]] = {}
+        for index in self.converting:
+            col = self.fields[index].get_col(self.table)
+            found = [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]
+            convert[index] = (col, found)
 
         def row_of(values: Sequence[Any], at: Iterable[int]) -> tuple[Any, ...]:
+            if not convert:
+                return tuple(values)
             out = []
             for value, index in zip(values, at, strict=True):
-                for converter in convert[index]:
-                    value = converter(value, cols[index], connection)
+                col, converters = convert.get(index, (None, ()))
+                for converter in converters:
+                    value = converter(value, col, connection)
                 out.append(value)
             return tuple(out)
 
-        every = range(len(cols))
+        every = range(len(self.fields))
         rows = [row_of(row, every) for row in self.rows]
         return rows, list({row_of(values, self.rest_at) for values in self.rest})
+
+
+class _Layout:
+    """What a ``Returning`` of some columns of one model needs that depends only on the
+    model, the database's vendor and the verb: its statement's text, and the columns a fetch
+    converts (the converters themselves are asked for each write: they are bound to the
+    fields). Text and numbers only: a model defined in a test can still be released."""
+
+    __slots__ = ("clause", "converting", "prefix")
+
+    def __init__(self, prefix: str, clause: str, converting: tuple[int, ...]) -> None:
+        self.prefix = prefix
+        self.clause = clause
+        self.converting = converting
+
+
+_layouts: weakref.WeakKeyDictionary[type[models.Model], dict[Any, _Layout]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _layout(
+    model: type[models.Model], connection: Any, verb: str, fields: Sequence[Any]
+) -> _Layout:
+    """The ``_Layout`` of a ``Returning`` of ``fields`` of ``model`` on ``connection``,
+    worked out once per vendor, verb and columns."""
+    key = (connection.vendor, verb, tuple(field.column for field in fields))
+    by_key = _layouts.get(model)
+    if by_key is None:
+        by_key = _layouts[model] = {}
+    layout = by_key.get(key)
+    if layout is None:
+        quote = connection.ops.quote_name
+        table = quote(model._meta.db_table)
+        prefix = f"UPDATE {table} SET " if verb == "UPDATE" else f"DELETE FROM {table}"
+        # On a line of its own: a wrapper may end the statement with a ``--`` comment (a tag).
+        clause = "\nRETURNING " + ", ".join(quote(field.column) for field in fields)
+        converting = []
+        for index, field in enumerate(fields):
+            col = field.get_col(model._meta.db_table)
+            if connection.ops.get_db_converters(col) or col.get_db_converters(connection):
+                converting.append(index)
+        layout = by_key[key] = _Layout(prefix, clause, tuple(converting))
+    return layout
 
 
 def _probe_returning(using: str) -> None:

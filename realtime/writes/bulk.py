@@ -121,7 +121,7 @@ def update(
     returning = (
         None
         if moving
-        else failsafe(what, db, False, lambda: _returning(queryset.model, options, fields, db))
+        else failsafe(what, db, False, lambda: _returning(queryset.model, options, db))
     )
     if returning is not None:
         with connections[db].execute_wrapper(returning):
@@ -376,7 +376,7 @@ def _returning_delete(
         return None  # (the rows past the limit fold to their accounts, read before they go)
     if not can_return_rows(db):
         return None
-    return _returning_columns(model, options, [], db, "DELETE")
+    return _returning_columns(model, options, db, "DELETE")
 
 
 def _announce_deleted(
@@ -511,29 +511,28 @@ def _own_column(model: type[models.Model]) -> tuple[str, str]:
 # update() ------------------------------------------------------------------------------------
 
 
-def _returning(
-    model: type[models.Model], options: ModelOptions, fields: list[Any], db: str
-) -> Returning | None:
-    """What reads the rows an ``update()`` writing ``fields`` changes from its own statement,
+def _returning(model: type[models.Model], options: ModelOptions, db: str) -> Returning | None:
+    """What reads the rows an ``update()`` changes from its own statement,
     when that tells all its events need: the model's columns all in its own table (no parent
     of multi-table inheritance), the audience the scope column (not an account path) and
     the database one that returns rows; else ``None``."""
     if options.user_field is not None or not can_return_rows(db):
         return None
-    return _returning_columns(model, options, fields, db, "UPDATE")
+    return _returning_columns(model, options, db, "UPDATE")
 
 
 def _returning_columns(
-    model: type[models.Model], options: ModelOptions, fields: list[Any], db: str, verb: str
+    model: type[models.Model], options: ModelOptions, db: str, verb: str
 ) -> Returning | None:
     """A ``Returning`` of every column of ``model`` (the scope's kept past the bulk limit),
-    when they all live in its own table, with ``fields``; else ``None``."""
+    when they all live in its own table; else ``None``."""
     concrete = model._meta.concrete_model
     if concrete is None:
         return None
-    local = concrete._meta.local_concrete_fields
-    columns = list(model._meta.concrete_fields)
-    if len(local) != len(columns) or any(field not in local for field in fields):
+    columns = model._meta.concrete_fields
+    # Every column is the table's own (no parent of multi-table inheritance): so are the
+    # columns written, which are columns of the model.
+    if len(concrete._meta.local_concrete_fields) != len(columns):
         return None
     scope = [at for at, field in enumerate(columns) if field.attname == options.scope_attname]
     return Returning(concrete, db, verb, columns, conf.BULK_LIMIT, rest=scope)

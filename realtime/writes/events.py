@@ -79,7 +79,7 @@ class Before:
     channels: list[str] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """One announcement of one row, as prepared in the transaction that wrote it."""
 

@@ -52,9 +52,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from django.db import connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
-from realtime.compat.django import callbacks_committed, callbacks_released
+from realtime.compat.django import callbacks_committed, callbacks_released, in_transaction
 from realtime.compat.django_orm import keep_on_state, kept_on_state
 from realtime.paths import key_fields
 
@@ -137,13 +138,13 @@ class Fate:
 
     __slots__ = ("__weakref__", "_callback", "_connection", "ran", "using")
 
-    def __init__(self, using: str) -> None:
+    def __init__(self, using: str, connection: BaseDatabaseWrapper) -> None:
         self.using = using
         self.ran = False
         #: The callback Django holds for it, weakly (``_unregistered`` until there is one).
         self._callback: Callable[[], object | None] = _unregistered
         #: The connection of the write, weakly: the one whose state tells a release apart.
-        self._connection = weakref.ref(connections[using])
+        self._connection = weakref.ref(connection)
 
     def stands(self) -> bool | None:
         """``True``: committed or still held; ``False``: rolled back; ``None``: cannot tell."""
@@ -204,7 +205,7 @@ class _Callback:
 def fate(using: str, register: bool = True) -> Fate:
     """The fate of a write made now on ``using`` (committed at once outside a transaction);
     ``register=False``: one to be told by an announcement's callback, or ``register``ed."""
-    made = Fate(using)
+    made = Fate(using, connections[using])
     if register:
         _register(made)
     return made
@@ -217,6 +218,12 @@ def register(made: Fate) -> None:
 
 
 def _register(made: Fate) -> None:
+    connection = made._connection()
+    if connection is not None and not in_transaction(connection):
+        # Committed already (autocommit), or under manual transaction management, with no
+        # commit to await: what ``on_commit`` would do at once, without a callback.
+        made.ran = True
+        return
     callback = _Callback(made)
     made._callback = weakref.ref(callback, _released_by(made))
     try:
