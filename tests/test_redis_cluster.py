@@ -16,10 +16,12 @@ tests; nodes a test killed are started again after it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -39,6 +41,7 @@ from realtime.exceptions import PublishError, TransportError
 from realtime.positions import Vector
 from realtime.transports.base import Transport
 from realtime.transports.redis import RedisTransport
+from realtime.transports.redis_client import cluster_async_client
 from realtime.transports.redis_cluster_listener import ClusterListener
 from realtime.transports.redis_keys import shard_channel
 
@@ -141,6 +144,12 @@ def shard_channels(cluster: RedisCluster) -> dict[int, set[str]]:
         node.port: set(cluster.cli(node, "PUBSUB", "SHARDCHANNELS").split())
         for node in cluster.primaries()
     }
+
+
+def connections_named(cluster: RedisCluster, name: str) -> int:
+    """The connections named ``name`` on the Cluster's running nodes (``CLIENT LIST``)."""
+    running = [node for node in cluster.nodes if node.process is not None]
+    return sum(cluster.cli(node, "CLIENT", "LIST").count(f" name={name} ") for node in running)
 
 
 def cluster_listener(transport: RedisTransport) -> ClusterListener:
@@ -360,6 +369,37 @@ async def test_a_node_connection_that_cannot_come_back_while_the_node_answers_is
     lost = [r for r in caplog.records if "is lost" in r.getMessage()]
     assert len(lost) == 1
     assert name in lost[0].getMessage()
+
+
+async def test_the_client_of_the_map_of_slots_is_closed_whole_though_its_close_was_cancelled(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster
+) -> None:
+    # The listener closes the client that read the map before it reads it again, and a
+    # transport that stops cancels that read. redis-py's close, cancelled midway, left the
+    # client's nodes connected, for the garbage collector to close (a ResourceWarning).
+    (channel, *_), *_ = channels_by_node(redis_cluster).values()
+    transport = make_cluster_transport()
+    await transport.start()
+    listener = cluster_listener(transport)
+    name = f"map-{uuid.uuid4().hex[:8]}"  # this test's connections, by name
+    built: list[Any] = []  # kept: a connection left open stays open, the GC closes none
+
+    def topology() -> Any:
+        client = cluster_async_client(transport.cluster_nodes, 1.0, transport.keepalive, name)
+        built.append(client)
+        return client
+
+    listener.topology = topology
+    await transport.follow(channel)
+    assert built
+    assert connections_named(redis_cluster, name) > 0
+    closing = asyncio.create_task(listener.close())
+    await asyncio.sleep(0)  # redis-py's close is under way
+    closing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await closing
+    await transport.stop()
+    await eventually(lambda: connections_named(redis_cluster, name) == 0)
 
 
 async def test_pubsub_clients_of_a_node_killed_come_back_on_every_slot_and_lose_nothing(

@@ -9,7 +9,10 @@ subscription it confirms followed by a gap fill, exactly as on a standalone serv
 Who serves a slot is read from the Cluster's map of slots: a redis-py ``RedisCluster`` of
 this listener's own, used for nothing else (``get_node_from_key``), a new one each time the
 map is read (then the previous one is closed: redis-py offers no public way to read the map
-again on a client that already read it). A node listener whose
+again on a client that already read it). Each client let go is closed in a task of its own,
+which ``close`` waits for: redis-py's ``aclose``, cancelled midway (the transport stopping
+while the map is read again), leaves the client's nodes connected, for the garbage collector
+to close. A node listener whose
 connection fails, whose subscription is refused with ``MOVED``, or whose subscription the
 server takes back (Redis unsubscribes the shard channels of a slot that leaves the node)
 says so (``on_displaced``); this listener then reads the map again and moves each channel
@@ -78,6 +81,8 @@ class ClusterListener:
         self._tasks: Tasks | None = None
         #: Tasks of node listeners let go, closing their connection (held until done).
         self._closing: set[asyncio.Task[None]] = set()
+        #: Tasks closing the clients of maps let go (held until done, waited for by ``close``).
+        self._closing_maps: set[asyncio.Task[None]] = set()
         #: Times the map of slots was read (the first time, then again).
         self.map_reads = 0
         #: Channels moved to another node.
@@ -213,21 +218,33 @@ class ClusterListener:
             async with asyncio.timeout(self.options.heartbeat_timeout * 2):
                 await fresh.initialize()
         except (RedisError, OSError, TimeoutError) as exc:
-            await _close(fresh)
+            self._let_go(fresh)
             self._map_outage.failed(exc, self.options.backoff_start)
             return
         except BaseException:
-            await _close(fresh)
+            self._let_go(fresh)
             raise
         self._map = fresh
         self.map_reads += 1
         self._map_outage.recovered()
 
     async def close(self) -> None:
-        """Close the client of the map of slots (the transport stops)."""
+        """Close the client of the map of slots (the transport stops), and wait until every
+        client let go is closed, even one whose close an earlier call, cancelled, left
+        under way."""
         old, self._map = self._map, None
         if old is not None:
-            await _close(old)
+            self._let_go(old)
+        if self._closing_maps:
+            # ``wait`` cancels nothing it waits for: cancelled here, the closes go on.
+            await asyncio.wait(set(self._closing_maps))
+
+    def _let_go(self, client: Any) -> None:
+        """Close ``client`` in a task of its own, held until done: cancelled midway, redis-py's
+        ``aclose`` would leave the client's nodes connected."""
+        task = asyncio.get_running_loop().create_task(_close(client))
+        self._closing_maps.add(task)
+        task.add_done_callback(self._closing_maps.discard)
 
     async def _rehome(self) -> None:
         """Read the map again; move each channel wanted whose slot another node serves now,
