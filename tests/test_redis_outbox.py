@@ -241,6 +241,32 @@ def test_a_late_relay_of_a_row_deleted_since_announces_nothing(
     assert said(redis_alone, acme) == [("ticket.deleted", "v1")]
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_late_relay_of_a_row_moved_then_deleted_tells_its_earlier_scope_it_went(
+    redis_alone: RedisServer,
+) -> None:
+    """One transaction moves a ticket to another scope, then deletes it; its publish fails.
+    Relayed late, the move is read again and found gone: it must still be merged into the
+    delete, as a publish on time merges them, for the scope it left to hear it go."""
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    ticket = Ticket.objects.create(workspace=acme, title="v0")
+    redis_alone.stop()  # the writer's relay fails: its rows stay in the outbox
+    try:
+        with transaction.atomic():
+            ticket.workspace = beta
+            ticket.save()
+            Ticket.objects.get(pk=ticket.pk).delete()
+        assert outbox_rows("default") == 2
+    finally:
+        redis_alone.start()
+    assert Sweeper(grace=0.0).sweep() == 2
+    assert outbox_rows("default") == 0
+    entries = redis_alone.entries(stream_key(scope_channel(acme.pk)))  # a new server's
+    told = [json.loads(fields[b"p"]) for _, fields in entries]
+    assert [(m["event_type"], m["data"]["id"]) for m in told] == [("ticket.deleted", ticket.pk)]
+
+
 @pytest.mark.parametrize(
     "written",
     [{"score": Decimal("9.9")}, {"score": 10}, {"company_id": "company"}],

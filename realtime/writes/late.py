@@ -14,6 +14,12 @@ accounts and readers taken afresh (the audience is asked after commit, as for ev
 publish); ``before`` and the order are kept. Deletes, account moves, folded bulk events and
 announcements that are not a model's pass as written.
 
+A row the relayed transaction wrote more than once is decided by its last announcement there:
+the earlier ones pass as written when it stands (re-read, or a delete), and go with it when it
+does not. Coalescing (``realtime.writes.publish``) then merges them into the last, which keeps
+what only the first knew: who could read the row before the transaction. A transaction that
+moved a row and then deleted it so tells the readers the move took it from that it went.
+
 "Differ" is judged as each field reads the values (``to_python``), not by their JSON forms:
 the announcement holds what the writer's instance held, which need not be the form the
 database gives back — ``Decimal("9.9")`` in a field of two places is stored ``9.90``, ``10``
@@ -69,7 +75,34 @@ def as_now(items: Sequence[Any], using: str) -> list[Any | None]:
         row = now.get((item.options.model, row_key(item.pk)))
         # A row gone since is not announced: its delete tells the rest.
         out.append(None if row is None else _fresh(item, row, using))
+    return _with_earlier(items, out)
+
+
+def _with_earlier(items: Sequence[Any], decided: list[Any | None]) -> list[Any | None]:
+    """``decided`` (``items`` each read again) with the earlier announcements of each row
+    the relay announces more than once settled by its last: as written where it stands (a
+    delete, or the row read again), dropped with it where it does not."""
+    last: dict[Any, int] = {}
+    for at, item in enumerate(items):
+        if _rereadable(item) or _deleted(item):
+            last[item.key] = at
+    out = list(decided)
+    for at, item in enumerate(items):
+        if not _rereadable(item):
+            continue
+        final = last[item.key]
+        if final != at:
+            out[at] = item if decided[final] is not None else None
     return out
+
+
+def _deleted(item: Any) -> bool:
+    return (
+        isinstance(item, Event)
+        and item.action == "deleted"
+        and not item.folded
+        and item.accounts is None
+    )
 
 
 def _rereadable(item: Any) -> bool:
