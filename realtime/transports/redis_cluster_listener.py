@@ -231,13 +231,21 @@ class ClusterListener:
     async def close(self) -> None:
         """Close the client of the map of slots (the transport stops), and wait until every
         client let go is closed, even one whose close an earlier call, cancelled, left
-        under way."""
+        under way (within the heartbeat timeout: one that hangs is logged and let go of)."""
         old, self._map = self._map, None
         if old is not None:
             self._let_go(old)
         if self._closing_maps:
-            # ``wait`` cancels nothing it waits for: cancelled here, the closes go on.
-            await asyncio.wait(set(self._closing_maps))
+            # ``wait`` cancels nothing it waits for: cancelled here, the closes go on. Bounded
+            # as a stop is: a close that hangs (a node that never answers) is let go of.
+            bound = self.options.heartbeat_timeout
+            _, pending = await asyncio.wait(set(self._closing_maps), timeout=bound)
+            if pending:
+                logger.error(
+                    "realtime: a Redis Cluster client of the map of slots did not close within "
+                    "%.1f s; it is let go of (its connections close when the nodes answer)",
+                    bound,
+                )
 
     def _let_go(self, client: Any) -> None:
         """Close ``client`` in a task of its own, held until done: cancelled midway, redis-py's

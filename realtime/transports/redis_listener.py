@@ -70,11 +70,16 @@ class Connection:
         self.client = client
         self.pubsub: PubSub = client.pubsub()
 
-    async def close(self) -> None:
+    async def close(self, bound: float) -> None:
+        """Close both, each within ``bound`` seconds: a close waits for the server to see it
+        (a node that stopped answering would hold a stopping listener for good); one that
+        takes longer is let go of, its socket closed once the server answers."""
         with contextlib.suppress(Exception):
-            await self.pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            async with asyncio.timeout(bound):
+                await self.pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
         with contextlib.suppress(Exception):
-            await self.client.aclose()
+            async with asyncio.timeout(bound):
+                await self.client.aclose()
 
 
 class RedisListener:
@@ -190,7 +195,7 @@ class RedisListener:
                 self.subscribed = set()
                 self._connection = None
                 if connection is not None:
-                    await connection.close()
+                    await connection.close(self.options.heartbeat_timeout)
 
     @property
     def prompt_retries(self) -> int:
@@ -242,7 +247,7 @@ class RedisListener:
         except (RedisError, OSError, TimeoutError) as again:
             self.outage.escalate("cannot come back although Redis answers", again)
         finally:
-            await probe.close()
+            await probe.close(self.options.heartbeat_timeout)
 
     async def _send(self, connection: Connection, command: str, *names: str) -> None:
         """Send one Pub/Sub command, bounded by the heartbeat timeout."""
