@@ -21,7 +21,7 @@ module is the contract between them. A message is a JSON object with a ``target`
 ``recheck``
     on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now; optionally
     ``ended_sessions`` (the ``session_claim`` of sessions signed out of: their sockets are
-    refused at once, and every worker reads the message to remember them, ``names_sessions``).
+    refused at once); every worker reads it, to remember it (``asks_recheck``).
 
 Every message carries a unique ``mid`` (PostgreSQL merges identical notifications of one
 transaction): 32 hex digits, the publish time in microseconds since the epoch (13 digits)
@@ -124,14 +124,16 @@ def addressed_to(payload: bytes) -> list[Any] | None:
     return ids if isinstance(ids, list) else None
 
 
-_ENDED_SESSIONS: Final = b'"ended_sessions":'
+_RECHECK: Final = b'"recheck"'
 
 
-def names_sessions(payload: bytes) -> bool:
-    """Whether a message may name sessions signed out of (a recheck's ``ended_sessions``):
-    every worker decodes it, holding a socket of its accounts or not, to remember them for
-    the sockets still to come. A string holding the key's text costs only a decoding."""
-    return _ENDED_SESSIONS in payload
+def asks_recheck(payload: bytes) -> bool:
+    """Whether a message may be a ``recheck``: every worker decodes it, holding a socket of
+    its accounts or not, to remember the request for the sockets still in their handshake
+    (their account read before it, they are owed it once registered), and the sessions it
+    names signed out of (``ended_sessions``) for the sockets still to come with their
+    tokens. A string holding the word costs only a decoding."""
+    return _RECHECK in payload
 
 
 _PUB: Final = b'{"pub":'

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from realtime.messages import addressed_to, names_sessions
+from realtime.messages import addressed_to, asks_recheck
 from realtime.writes.packing import recheck_messages, users_messages
 
 
@@ -39,12 +39,17 @@ def test_a_top_level_key_before_others_is_still_read() -> None:
     assert addressed_to(json.dumps({"user_ids": [1], "exclude": [2]}).encode()) == [1]
 
 
-def test_a_recheck_naming_sessions_signed_out_of_is_read_by_every_worker() -> None:
+def test_a_recheck_is_read_by_every_worker() -> None:
     # Its user_ids are still read, but a worker holding none of them decodes it too: it
-    # remembers the sessions for the sockets still to come with their tokens.
+    # remembers the request for the sockets in their handshake, and the sessions it names
+    # for the sockets still to come with their tokens.
     (_, ended), *_ = recheck_messages(["a"], budget=None, ended_sessions=["0123abcd"])
-    assert names_sessions(ended)
+    assert asks_recheck(ended)
     assert json.loads(ended)["ended_sessions"] == ["0123abcd"]
     (_, plain), *_ = recheck_messages(["a"], budget=None)
-    assert not names_sessions(plain)
+    assert asks_recheck(plain)
     assert "ended_sessions" not in json.loads(plain)
+    (_, event), *_ = users_messages(
+        ["a"], "note.created", {}, channels=None, meta={}, budget=None, row=True
+    )
+    assert not asks_recheck(event)

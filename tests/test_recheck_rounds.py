@@ -25,6 +25,7 @@ from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
 from realtime.sockets.manager import SocketManager
+from realtime.writes.packing import recheck_messages
 from tests.helpers import WAIT
 from tests.test_manager import Account, FakeSend, MakeTransport, Message, scope_event
 
@@ -397,6 +398,39 @@ async def test_a_recheck_asked_while_a_handshake_read_the_account_holds_the_sock
     await manager.go_live(socket)
     publish(manager, 1)
     await heard(beside, 1)
+
+    assert socket.held is not None
+    assert socket._send.frames == []  # type: ignore[attr-defined]
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+    await heard(socket, 1)
+
+
+@pytest.mark.parametrize("others", [0, 1], ids=["first-socket-here", "beside-others"])
+async def test_a_recheck_message_for_an_account_with_no_socket_here_yet_is_owed_to_its_handshake(
+    manager: SocketManager, auth: MemoryAuth, others: int
+) -> None:
+    """The request as the transport hands it: a worker holding no socket of the account yet
+    (its first socket still in its handshake), and maybe none at all, still remembers the
+    recheck, so the socket registering with what its handshake read holds its frames until
+    a recheck answers (a membership removed meanwhile never lets a frame of that scope out)."""
+    await open_sockets(manager, others)
+    manager.dispatcher.ensure_running()
+    socket = Socket(
+        consumer=None,
+        send=TellingSend(),
+        user=Account(7),
+        token="t7",
+        ask=protocol.read_scopes({}),
+        scopes={SCOPE: f"scope-{SCOPE}"},
+        read_from=time.monotonic(),  # its handshake reads the account now...
+    )
+    for channel, payload in recheck_messages([socket.user_id], None):
+        manager.on_message(channel, payload)  # ...a membership of it is removed...
+    await asyncio.wait_for(manager.dispatcher.quiet(), WAIT)  # (the request is carried out)
+    await manager.register(socket, ["contact"])  # ...and it registers with what it read
+    await manager.go_live(socket)
+    publish(manager, 1)
+    await asyncio.wait_for(manager.dispatcher.quiet(), WAIT)
 
     assert socket.held is not None
     assert socket._send.frames == []  # type: ignore[attr-defined]

@@ -55,8 +55,8 @@ from realtime.logs import describe
 from realtime.messages import (
     Publication,
     addressed_to,
+    asks_recheck,
     base_channel,
-    names_sessions,
     publication_of,
     scope_channel,
 )
@@ -417,9 +417,11 @@ class Dispatcher:
         if (
             named is not None
             and not any(user_id in self.index.by_user for user_id in named)
-            and not names_sessions(payload)
+            and not asks_recheck(payload)
         ):
-            return None  # another worker's accounts: not decoded (every worker hears them)
+            # Another worker's accounts: not decoded (every worker hears them). A recheck is:
+            # a socket of its accounts may be in its handshake here (``asks_recheck``).
+            return None
         message = read_message(payload)
         if message is None:
             return None

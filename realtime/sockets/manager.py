@@ -3,7 +3,8 @@
 The manager follows on the transport exactly the scopes it holds a socket of (the first socket
 of a scope follows it, the last one leaving unfollows it), plus the base channel for account
 events and recheck requests. A message for a worker holding no socket is dropped before it is
-parsed; the others go to the ``Dispatcher``, which hands one encoded frame straight to each
+parsed, but a recheck request (remembered for the sockets in their handshake, ``register``);
+the others go to the ``Dispatcher``, which hands one encoded frame straight to each
 target's ASGI ``send`` — never through a channel layer or a consumer's dispatch. Housekeeping
 runs every ``TICK``: due rechecks (in batches, off the event loop) and scopes whose follow
 failed earlier; a watch of its own, on the same tick and never waiting for the database,
@@ -49,7 +50,7 @@ from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
-from realtime.messages import base_channel, names_sessions, scope_channel
+from realtime.messages import asks_recheck, base_channel, scope_channel
 from realtime.positions import StreamPos
 from realtime.sockets import access, subscriptions
 from realtime.sockets.batcher import Batcher
@@ -484,8 +485,9 @@ class SocketManager:
 
     def on_message(self, channel: str, payload: bytes, position: StreamPos | None = None) -> None:
         """Transport listener: queue a message for delivery (drop it if nobody is here, but a
-        sign-out's: the sessions it names are remembered, ``signed_out``)."""
-        if self.index.sockets or names_sessions(payload):
+        recheck's: it is remembered for the sockets in their handshake, and the sessions it
+        names for those still to come, ``signed_out``)."""
+        if self.index.sockets or asks_recheck(payload):
             self.dispatcher.put(channel, payload, position)
 
     def on_missed(self, channels: frozenset[str]) -> None:
