@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import gc
 import json
+import logging
 import random
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core import checks
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test.utils import isolate_apps
 
@@ -25,8 +27,10 @@ from realtime.checks.declarations import check_models
 from realtime.registry import ModelOptions, options_for
 from realtime.sockets.live_queries import (
     LiveQuery,
+    Queries,
     QueryRefusedError,
     Sorting,
+    Term,
     capacity,
     entry_of,
     queryset,
@@ -39,7 +43,7 @@ from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers, each_server  # noqa: F401 - a fixture
 from tests.live_lists import apply_frames, orm_answer, same_rows
-from tests.testapp.models import Alert, Bin, Case, Company, Crate, Membership, Workspace
+from tests.testapp.models import Alert, Bin, Case, Company, Crate, Membership, Shift, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -540,6 +544,63 @@ def test_a_row_entering_the_list_pushes_its_last_row_into_the_reserve() -> None:
     ]
 
 
+@dataclasses.dataclass(eq=False)
+class Reader:
+    """What ``Queries`` asks of a socket."""
+
+    user: Any
+    scopes: set[Any]
+    queries: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+async def test_a_query_a_write_cannot_be_matched_against_reads_again_and_stops_no_other(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Matching a message against one socket's query fails (values Python cannot order, as a
+    field's ``to_python`` of the application's own may give): that query reads its rows
+    again, logged once, and the message still reaches the other sockets' queries. The
+    failure, raised while the message was planned, failed its delivery to every socket."""
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    reader = await off_loop(account, "reader")
+    sent: list[tuple[Any, dict[str, Any]]] = []
+
+    async def deliver(socket: Any, text: str) -> None:
+        sent.append((socket, json.loads(text)))
+
+    queries = Queries(deliver, restart=lambda socket: None)
+    fine, odd = (Reader(reader, {workspace.pk}) for _ in range(2))
+    await queries.start(fine, {"id": "q", "model": "case", "where": {"status": "open"}})
+    await queries.start(odd, {"id": "q", "model": "case", "where": {"due__gte": "2026-01-01"}})
+    query = odd.queries["q"]
+    # A datetime for a date: the ORM reads its date, Python orders no date with it.
+    noon = datetime.datetime(2026, 1, 1, 12)
+    query.shape = query.sorting.shape = dataclasses.replace(
+        query.shape, terms=(Term("due", "gte", noon),)
+    )
+    options = case_options()
+    for title in ("one", "two"):
+        case = await off_loop(
+            Case.objects.create, workspace=workspace, title=title, due=datetime.date(2026, 5, 1)
+        )
+        entry = entry_of(options, row_of_instance(options, case))
+        assert entry is not None
+        change = (entry, case.pk)
+        with caplog.at_level(logging.ERROR, logger="realtime"):
+            touched = queries.sockets_touched("case", change)
+            assert touched == {fine, odd}
+            queries.carry("case", {fine, odd}, change, touched)
+            await queries.flush()
+
+    def entered(socket: Reader) -> list[str]:
+        diffs = [frame for to, frame in sent if to is socket and frame["type"] == "query.diff"]
+        return [row["title"] for frame in diffs for row in frame["data"]["enter"]]
+
+    # The odd query's rows were read again: the database's answer.
+    assert entered(fine) == entered(odd) == ["one", "two"]
+    failures = [r for r in caplog.records if "could not match a write" in r.getMessage()]
+    assert len(failures) == 1
+
+
 # Over sockets ----------------------------------------------------------------------------------
 
 
@@ -630,6 +691,62 @@ async def test_a_live_query_lists_the_orm_answer_and_follows_the_writes(
     await client.send("unquery", {"id": "open"})
     await off_loop(Case.objects.create, workspace=workspace, title="late", priority=20)
     assert [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query")] == []
+
+
+#: A project without ``USE_TZ``: its columns hold naive wall-clock times of ``TIME_ZONE``.
+NAIVE_TIMES = {"USE_TZ": False, "TIME_ZONE": "Europe/Paris"}
+
+
+async def test_without_use_tz_an_aware_where_datetime_is_compared_as_the_wall_clock_time(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    """Without ``USE_TZ``, a ``where`` datetime written as JavaScript's ``toISOString()``
+    writes it (``"...Z"``), and an aware datetime an application saves (PostgreSQL stores
+    it), are compared as ``TIME_ZONE``'s wall-clock times, as the rows' values are: the list
+    is the ORM's answer, and the worker's other sockets hear the model's writes. Matching the
+    aware value against naive ones raised, and each write of the model reached no socket."""
+    for name, value in NAIVE_TIMES.items():
+        setattr(settings, name, value)
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    bob = await _member(workspace, "bob")
+    server = live_servers.get("naive-times", **NAIVE_TIMES)
+    await off_loop(  # 09:30 in Paris, 08:30 UTC: before the query's bound
+        Shift.objects.create,
+        workspace=workspace,
+        title="early",
+        starts=datetime.datetime(2020, 1, 1, 9, 30),
+    )
+    listener = await ws.authenticated(server, issue_token(bob), scope="acme", channels=["shift"])
+    client = await ws.authenticated(server, issue_token(ann), scope="acme")
+    ask = {"model": "shift", "where": {"starts__gte": "2020-01-01T09:00:00.000Z"}}
+    await client.send("query", {"id": "q", **ask})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"].startswith("query."))])
+    assert lists == {"q": []}
+    written = [
+        ("late", datetime.datetime(2020, 1, 1, 12)),
+        ("edge", datetime.datetime(2020, 1, 1, 10)),
+    ]
+    if await off_loop(lambda: connection.vendor) == "postgresql":  # SQLite, MySQL refuse them
+        utc = datetime.UTC
+        written += [
+            ("aware early", datetime.datetime(2020, 1, 1, 8, 30, tzinfo=utc)),
+            ("aware late", datetime.datetime(2020, 1, 1, 9, 30, tzinfo=utc)),
+        ]
+    for title, starts in written:
+        await off_loop(Shift.objects.create, workspace=workspace, title=title, starts=starts)
+    apply_frames(lists, await marker_for(client, ann.pk))
+    paris_ten = datetime.datetime(2020, 1, 1, 10)  # 09:00 UTC
+    expected = await off_loop(
+        lambda: sorted(Shift.objects.filter(starts__gte=paris_ten).values_list("title", flat=True))
+    )
+    assert sorted(row["title"] for row in lists["q"]) == expected
+    assert set(expected) == {"late", "edge", "aware late"} & {title for title, _ in written}
+    heard = await marker_for(listener, bob.pk)
+    assert [f["data"]["title"] for f in heard if f["type"] == "shift.created"] == [
+        title for title, _ in written
+    ]
 
 
 async def test_rows_written_with_values_assigned_as_text_are_listed_as_committed(

@@ -21,7 +21,9 @@ Those carried out while its first rows are read are kept and applied on top of w
 ``query.rows`` handed to the socket, before any ``query.diff`` of the query.
 
 Values are compared as the database compares them: each side read by the field's
-``to_python``, ``NULL`` matching no comparison (``exact`` with ``null`` is ``isnull``), and
+``to_python`` (datetimes made aware, or naive, as ``USE_TZ`` has the columns hold them: a
+message the matcher still cannot compare makes the query read its rows again, never fails
+the others), ``NULL`` matching no comparison (``exact`` with ``null`` is ``isnull``), and
 sorted where the database sorts nulls (``features.nulls_order_largest``). Text is compared
 for equality only: ranges and ordering by text depend on collations, which Python does not
 share, and are refused.
@@ -199,10 +201,25 @@ def read_value(field: models.Field[Any, Any], value: Any) -> Any:
     if isinstance(value, dict | list):
         raise ValidationError("not a single value")
     read = (column_values_field(field) or field).to_python(value)
-    if isinstance(read, datetime.datetime) and settings.USE_TZ and timezone.is_naive(read):
-        # As the ORM reads a naive value given to a filter: in the current time zone.
-        read = timezone.make_aware(read)
+    if isinstance(read, datetime.datetime):
+        return _as_compared(read)
     return read
+
+
+def _as_compared(value: datetime.datetime) -> datetime.datetime:
+    """A datetime as the database compares it with the column's values: all aware, or all
+    naive, never both (Python refuses to order them, and one write's values would fail
+    every query's matching). Under ``USE_TZ`` a naive value is read in the current time
+    zone, as the ORM reads one given to a filter. Without it the columns hold naive wall-clock
+    times of ``TIME_ZONE``: an aware value (``"...Z"``, as JavaScript's ``toISOString()``
+    writes it; or saved so by the application, which PostgreSQL stores) is that zone's wall
+    clock then, as PostgreSQL reads it in its session's time zone (SQLite and MySQL refuse
+    one in a filter)."""
+    if settings.USE_TZ:
+        return timezone.make_aware(value) if timezone.is_naive(value) else value
+    if timezone.is_aware(value):
+        return timezone.make_naive(value, timezone.get_default_timezone())
+    return value
 
 
 def _term(options: ModelOptions, key: Any, value: Any) -> Term:
@@ -445,6 +462,7 @@ class LiveQuery:
         "again",
         "capacity",
         "capped",
+        "failed",
         "held",
         "holders",
         "id",
@@ -500,6 +518,9 @@ class LiveQuery:
         #: Its rows are being read (``Queries._load``); another read was asked meanwhile.
         self.loading = False
         self.again = False
+        #: Matching a message against it failed (logged then, once): such messages make
+        #: it read its rows again instead.
+        self.failed = False
 
     @property
     def options(self) -> ModelOptions:
@@ -907,7 +928,7 @@ class Queries:
             return set()
         if change in (UNREAD, FOLDED):
             return {query.socket for query in group.all}
-        return {query.socket for query in group.touched(*change) if query.may_change(*change)}
+        return {query.socket for query in group.touched(*change) if _may_change(query, change)}
 
     async def start(self, socket: Any, data: dict[str, Any]) -> None:
         """Answer a ``query`` frame: ``query.rows``, or ``query.error`` with its reason."""
@@ -1001,7 +1022,7 @@ class Queries:
             query.load(rows)
             heard, query.pending = query.pending, None
             settled = all(
-                change not in (UNREAD, FOLDED) and query.apply(*change) for change in heard
+                change not in (UNREAD, FOLDED) and _applied(query, change) for change in heard
             )
             if settled:
                 break
@@ -1098,12 +1119,7 @@ class Queries:
         if change is FOLDED:
             query.stale = query.afresh = True
             return
-        try:
-            applied = change is not UNREAD and query.apply(*change)
-        except Exception:
-            logger.exception("realtime: live query %r could not follow a write", query.id)
-            applied = False
-        if not applied:
+        if change is UNREAD or not _applied(query, change):
             query.stale = True
 
     @property
@@ -1225,6 +1241,39 @@ def _reader(query: LiveQuery) -> tuple[Any, ...]:
     scopes = None if options.user_field is not None else frozenset(socket.scopes)
     account = socket.user.pk if options.user_field is not None else None
     return (options.name, shape.terms, shape.order, shape.limit, account, scopes)
+
+
+def _may_change(query: LiveQuery, change: Any) -> bool:
+    """``query.may_change(*change)``; ``True`` when matching fails, so that the query is
+    read again once the message is carried (``_applied``): a query the message cannot be
+    matched against never keeps it from the others' sockets."""
+    try:
+        return query.may_change(*change)
+    except Exception as failure:
+        _failed(query, failure)
+        return True
+
+
+def _applied(query: LiveQuery, change: Any) -> bool:
+    """``query.apply(*change)``; ``False`` (its rows are read again) when it fails."""
+    try:
+        return query.apply(*change)
+    except Exception as failure:
+        _failed(query, failure)
+        return False
+
+
+def _failed(query: LiveQuery, failure: Exception) -> None:
+    """Log, once per query, that matching a message against it failed: its rows are read
+    again for such messages, so its list stays the database's answer, at one statement per
+    write."""
+    if not query.failed:
+        query.failed = True
+        logger.error(
+            "realtime: live query %r could not match a write; its rows are read again instead",
+            query.id,
+            exc_info=failure,
+        )
 
 
 def _touched(group: ModelQueries, change: Any) -> list[LiveQuery]:

@@ -1050,3 +1050,15 @@ class Draft(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+@realtime_model(fields=["title", "starts"], filters=["starts"])
+class Shift(models.Model):
+    """Queryable by a datetime: the live queries of ``USE_TZ = False`` (naive columns)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    title = models.CharField(max_length=100)
+    starts = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.title
