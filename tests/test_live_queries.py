@@ -131,6 +131,43 @@ def test_filters_the_database_and_python_may_compare_apart_are_check_errors() ->
     assert all(isinstance(m, checks.Error) and m.hint for m in errors)
 
 
+@isolate_apps("tests.testapp")
+def test_filters_naming_text_of_a_collation_of_its_own_are_check_errors() -> None:
+    """A ``db_collation`` (a case-insensitive one on PostgreSQL, Django's replacement for
+    ``CICharField``) has the database find rows a live query, comparing exactly, would not:
+    refused on every database, the field and the way out named."""
+
+    class Handle(models.Model):  # noqa: DJ008 - never shown
+        code = models.CharField(primary_key=True, max_length=20, db_collation="und-ci")
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        name = models.CharField(max_length=50, db_collation="und-ci")
+        plain = models.CharField(max_length=50)
+
+        class Meta:
+            app_label = "testapp"
+
+    class Pin(models.Model):  # noqa: DJ008 - never shown
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        handle = models.ForeignKey(Handle, on_delete=models.CASCADE)  # a key of that collation
+
+        class Meta:
+            app_label = "testapp"
+
+    realtime_model(filters=["name", "plain"])(Handle)
+    realtime_model(filters=["handle"])(Pin)
+    try:
+        errors = [m for m in check_models() if m.obj in (Handle, Pin)]
+    finally:
+        unregister(Handle)
+        unregister(Pin)
+    assert [(m.id, m.obj) for m in errors] == [("realtime.E050", Handle), ("realtime.E050", Pin)]
+    handle, pin = errors
+    assert "filters names 'name', which is text of the collation 'und-ci'" in handle.msg
+    assert "filters names 'handle', which is text of the collation 'und-ci'" in pin.msg
+    assert "Leave 'name' out of filters=" in str(handle.hint)
+    assert "'plain'" not in handle.msg
+
+
 # The publications carry the filters' values ------------------------------------------------
 
 

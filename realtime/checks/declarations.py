@@ -92,7 +92,7 @@ FILTER_KINDS = frozenset(
 def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
     """``filters=`` names local concrete columns (a foreign key by its id) whose comparison
     Python and the database agree on (``FILTER_KINDS``): no relation path, many-to-many,
-    long text, JSON or kind of column outside that list."""
+    long text, text of a collation of its own, JSON or kind of column outside that list."""
     model = options.model
     out: list[checks.CheckMessage] = []
     hint = (
@@ -100,6 +100,7 @@ def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
         "at most 255 characters, or foreign keys to such keys."
     )
     for name in options.declared_filters:
+        fix: str | None = None
         try:
             field = model._meta.get_field(name)
         except FieldDoesNotExist:
@@ -125,9 +126,21 @@ def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
             why = "lives in a parent model's table"
         elif (kind := _column_kind(field)) not in FILTER_KINDS:
             why = f"is a {kind} column, which the database may compare otherwise than Python"
+        elif collation := getattr(column_values_field(field), "db_collation", None):
+            # A nondeterministic collation on PostgreSQL (Django's replacement for
+            # CICharField), most of MySQL's: equal text Python tells apart.
+            why = (
+                f"is text of the collation {collation!r} (db_collation), which the database "
+                "may compare case- or accent-insensitively where a live query compares it "
+                "exactly"
+            )
+            fix = (
+                f"Leave {name!r} out of filters=, or filter by a column of its values in one "
+                "case without db_collation (a GeneratedField of Lower(...), say)."
+            )
         else:
             continue
-        out.append(_e(50, model, f"filters names {name!r}, which {why}.", hint))
+        out.append(_e(50, model, f"filters names {name!r}, which {why}.", fix or hint))
     return out
 
 
