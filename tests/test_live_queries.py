@@ -168,6 +168,45 @@ def test_filters_naming_text_of_a_collation_of_its_own_are_check_errors() -> Non
     assert "'plain'" not in handle.msg
 
 
+@isolate_apps("tests.testapp")
+def test_decimals_sqlite_would_compare_rounded_are_refused() -> None:
+    """SQLite keeps 15 significant digits of a decimal (a floating-point number) and
+    compares them so, where a live query compares decimals exactly: on SQLite, filters= of a
+    decimal field of more digits is a check error, and so is, in a query, a value of more
+    significant digits (trailing zeros aside). Other databases keep decimals whole."""
+
+    class Ledger(models.Model):  # noqa: DJ008 - never shown
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        wide = models.DecimalField(max_digits=16, decimal_places=2)
+        narrow = models.DecimalField(max_digits=15, decimal_places=2)
+
+        class Meta:
+            app_label = "testapp"
+
+    realtime_model(filters=["wide", "narrow"])(Ledger)
+    on_sqlite = connection.vendor == "sqlite"
+    try:
+        errors = [m for m in check_models() if m.obj is Ledger]
+        ask = {"id": "q", "model": "ledger"}
+        read_query({**ask, "where": {"narrow__gte": "1234567890123.45"}})
+        read_query({**ask, "where": {"narrow__gte": "1.50000000000000000000"}})
+        if on_sqlite:
+            with pytest.raises(QueryRefusedError) as refused:
+                read_query({**ask, "where": {"narrow__gte": "1.0000000000000001"}})
+            assert refused.value.reason == "Invalid value for narrow__gte"
+        else:
+            read_query({**ask, "where": {"narrow__gte": "1.0000000000000001"}})
+    finally:
+        unregister(Ledger)
+    if on_sqlite:
+        (error,) = errors
+        assert error.id == "realtime.E050"
+        assert "filters names 'wide', which is a decimal of 16 digits" in error.msg
+        assert "max_digits=15 or fewer" in str(error.hint)
+    else:
+        assert errors == []
+
+
 # The publications carry the filters' values ------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import FieldDoesNotExist
-from django.db import models
+from django.db import connections, models
 
 from realtime.auth import scope_model
 from realtime.paths import (
@@ -23,6 +23,7 @@ from realtime.paths import (
     path_target,
     resolve_path,
 )
+from realtime.primary import primary
 from realtime.registry import (
     ModelOptions,
     all_options,
@@ -31,6 +32,7 @@ from realtime.registry import (
     options_for,
     relation_target,
 )
+from realtime.sockets.live_queries import SQLITE_DECIMAL_DIGITS
 from realtime.writes.memberships import followed, membership_models, watch_of
 
 
@@ -92,7 +94,8 @@ FILTER_KINDS = frozenset(
 def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
     """``filters=`` names local concrete columns (a foreign key by its id) whose comparison
     Python and the database agree on (``FILTER_KINDS``): no relation path, many-to-many,
-    long text, text of a collation of its own, JSON or kind of column outside that list."""
+    long text, text of a collation of its own, JSON or kind of column outside that list, and
+    no decimal the database rounds (``SQLITE_DECIMAL_DIGITS``)."""
     model = options.model
     out: list[checks.CheckMessage] = []
     hint = (
@@ -138,10 +141,31 @@ def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
                 f"Leave {name!r} out of filters=, or filter by a column of its values in one "
                 "case without db_collation (a GeneratedField of Lower(...), say)."
             )
+        elif (digits := _rounded_digits(field)) is not None:
+            why = (
+                f"is a decimal of {digits} digits, and SQLite keeps {SQLITE_DECIMAL_DIGITS} "
+                "significant digits of one (a floating-point number): the database compares "
+                "rounded values where a live query compares them exactly"
+            )
+            fix = (
+                f"Declare {name!r} with max_digits={SQLITE_DECIMAL_DIGITS} or fewer, or leave "
+                "it out of filters= (PostgreSQL, MySQL and MariaDB keep decimals whole)."
+            )
         else:
             continue
         out.append(_e(50, model, f"filters names {name!r}, which {why}.", fix or hint))
     return out
+
+
+def _rounded_digits(field: Any) -> int | None:
+    """A decimal column's ``max_digits`` when its database rounds its values (SQLite,
+    past ``SQLITE_DECIMAL_DIGITS``); ``None`` when it keeps them whole."""
+    target = column_values_field(field)
+    if not isinstance(target, models.DecimalField) or target.max_digits is None:
+        return None
+    if target.max_digits <= SQLITE_DECIMAL_DIGITS:
+        return None
+    return target.max_digits if connections[primary(field.model)].vendor == "sqlite" else None
 
 
 def _column_kind(field: Any) -> str:

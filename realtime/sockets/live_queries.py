@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import datetime
+import decimal
 import functools
 import itertools
 import json
@@ -258,16 +259,33 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+#: The significant digits of a decimal SQLite keeps: it stores one as a floating-point number
+#: (``REAL``), and compares it so. ``realtime.E050`` refuses in ``filters=`` a decimal field of
+#: more ``max_digits`` there.
+SQLITE_DECIMAL_DIGITS: Final = 15
+
+
 def _compared(field: models.Field[Any, Any], value: Any) -> Any:
     """A lookup's ``value`` read by ``field`` (``read_value``); an integer outside 64 bits
     raises ``ValueError``. No integer column of any database holds one, and SQLite cannot even
     be sent it (``OverflowError`` at the read). Within 64 bits a comparison keeps its meaning
     past the column's own range (``size__gte: -1`` on a positive column matches every row):
-    every database compares it, and so does the window in Python."""
+    every database compares it, and so does the window in Python. A decimal of more
+    significant digits than SQLite keeps raises ``ValueError`` there: SQLite would compare
+    it rounded, the window exactly."""
     read = read_value(field, value)
     if isinstance(read, int) and not INT64_MIN <= read <= INT64_MAX:
         raise ValueError(f"{read} does not fit in 64 bits")
+    if isinstance(read, decimal.Decimal) and _rounded_by_database(field, read):
+        raise ValueError(f"{read} has more digits than SQLite keeps")
     return read
+
+
+def _rounded_by_database(field: models.Field[Any, Any], value: decimal.Decimal) -> bool:
+    """Whether ``field``'s database compares ``value`` rounded: SQLite, past
+    ``SQLITE_DECIMAL_DIGITS`` significant digits (trailing zeros aside: ``1.500`` has 2)."""
+    digits = len("".join(map(str, value.as_tuple().digits)).rstrip("0"))
+    return digits > SQLITE_DECIMAL_DIGITS and database_vendor(primary(field.model)) == "sqlite"
 
 
 def _rounded(field: models.Field[Any, Any], lookup: str, value: Any) -> Any:
