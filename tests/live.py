@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -156,15 +156,17 @@ def start_server(
     kind: str = "daphne",
     stack: str = "bare",
     environ: dict[str, str] | None = None,
+    args: Sequence[str] = (),
 ) -> Server:
-    """Start a server on the test database (``environ``: more environment variables)."""
+    """Start a server on the test database (``environ``: more environment variables;
+    ``args``: more options of the server's command line)."""
     port = free_port()
     env = {**subprocess_env(), **(environ or {})}
     env["REALTIME_TEST_SETTINGS"] = json.dumps(settings)
     path = os.path.join(tempfile.gettempdir(), f"{kind}-{port}.log")
     log = open(path, "wb")  # noqa: SIM115
     process = subprocess.Popen(
-        [sys.executable, *COMMANDS[kind](port), STACKS[stack]],
+        [sys.executable, *COMMANDS[kind](port), *args, STACKS[stack]],
         cwd=ROOT,
         env=env,
         stdout=log,

@@ -21,14 +21,15 @@ from typing import Any
 from django import template
 from django.core.exceptions import ImproperlyConfigured
 from django.templatetags.static import static
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch, get_script_prefix, reverse
 from django.utils.html import format_html, json_script
 from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
-#: Where ``realtime.routing.websocket_urlpatterns`` serves the socket.
-SOCKET_PATH = "/api/ws"
+#: Where ``realtime.routing.websocket_urlpatterns`` serves the socket, under the site's script
+#: prefix (``SOCKET_ROUTE``: the path a page opens on a site served at the root).
+SOCKET_ROUTE = "api/ws"
 
 #: The module script: its text never changes (its values come from the JSON element before it).
 #: One client per page and element id, kept on ``globalThis``: htmx runs the script again on each
@@ -86,16 +87,17 @@ def realtime_script(
     *channels: str,
     scope: str | None = None,
     scopes: Any = None,
-    path: str = SOCKET_PATH,
+    path: str | None = None,
     element_id: str = "realtime-config",
 ) -> SafeString:
     """The page's client, connected to ``scope`` (one slug) or ``scopes`` (several), hearing
-    ``channels``; ``path`` is where the socket is routed, ``element_id`` the id of the JSON
-    element (two tags on one page need two)."""
+    ``channels``; ``path`` is where the socket is routed (by default ``api/ws`` under the
+    site's script prefix), ``element_id`` the id of the JSON element (two tags on one page
+    need two)."""
     config = {
         "module": static("realtime/realtime.js"),
         "token": _token_url(),
-        "path": path,
+        "path": _socket_path() if path is None else path,
         "scope": scope,
         "scopes": None if scopes is None else [str(slug) for slug in scopes],
         "channels": [str(channel) for channel in channels],
@@ -119,6 +121,13 @@ def _csp_nonce(context: Any) -> Any:
         if nonce:
             return nonce
     return getattr(context.get("request"), "csp_nonce", None)
+
+
+def _socket_path() -> str:
+    """``api/ws`` under the site's script prefix, as ``reverse()`` builds the token view's URL:
+    a site a proxy serves under ``/app/`` (uvicorn's ``--root-path``, ``FORCE_SCRIPT_NAME``)
+    routes only what is under it, and ``/api/ws`` beside it would be answered 404."""
+    return get_script_prefix() + SOCKET_ROUTE
 
 
 def _token_url() -> str:
