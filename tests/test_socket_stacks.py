@@ -7,7 +7,8 @@ lost and what cures it, and the metrics count each such socket. Inside
 ``SocketOriginValidator``, outermost (``tests.asgi.guarded``), the same middleware loses
 nothing: refusals close with the protocol's codes and a socket that stops reading is closed
 1011 while another hears everything. A worker reports its server's self-test when it starts,
-before any socket. Absence is proven after a marker frame came back.
+before any socket. A stopping worker closes its sockets 1012 and ends, though a client that
+stopped reading holds a backlog. Absence is proven after a marker frame came back.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ import asyncio
 import base64
 import contextlib
 import os
+import subprocess
 from typing import Any
 
 import pytest
 import websockets
 from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user, broadcast_to_users
-from tests.helpers import off_loop
+from tests.helpers import WAIT, off_loop
 from tests.live import (  # noqa: F401
     FAST,
     Client,
@@ -46,6 +49,11 @@ NOT_LOOKED_INSIDE = "slow-socket protection"
 CURE = "Wrap the socket route in realtime.origins.SocketOriginValidator, outermost"
 #: Events sent at most to fill a socket that stopped reading: 30 MB of 20,000-character frames.
 MAX_EVENTS = 1500
+#: Frames of 500,000 characters that fill a connection past the kernel's send queue (up to
+#: 4 MiB on loopback), the client's buffers and the server's high-water mark (8 MB).
+BACKLOG = 16
+#: The send timeout of the server stopped with such a backlog.
+STOP_SEND_TIMEOUT = 3.0
 
 
 def members(count: int) -> tuple[Workspace, list[Any], list[str]]:
@@ -207,6 +215,46 @@ async def test_a_stopping_server_closes_its_sockets_1012(
         assert await client.closed_with() == 1012
     finally:
         await asyncio.to_thread(server.stop)
+
+
+@pytest.mark.usefixtures("each_server")
+async def test_a_stopping_server_ends_while_a_client_that_stopped_reading_holds_a_backlog(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    # uvicorn closes each socket 1012 as it stops, and waits for its connections to close:
+    # the stalled one's close frame waits behind a backlog the client never takes, and the
+    # connection is cut REALTIME_SEND_TIMEOUT after its application ended.
+    settings = {**FAST, "REALTIME_SEND_TIMEOUT": STOP_SEND_TIMEOUT}
+    # Not compressed: deflating megabytes for each socket takes seconds on a loaded machine,
+    # and the stall watch's clock runs from the backlog's first frames.
+    args = ("--ws-per-message-deflate", "false") if live_servers.kind == "uvicorn" else ()
+    server = await asyncio.to_thread(start_server, settings, live_servers.kind, args=args)
+    try:
+        (stalled_user, reading_user), tokens = await off_loop(accounts, "stalled", "reading")
+        reading = await ws.authenticated(server, tokens[1])
+        stalled = await ws.not_reading(server, tokens[0])
+        await off_loop(backlog_for, [stalled_user.pk, reading_user.pk])
+        await reading.wait_for(lambda f: f["type"] == "big" and f["data"]["n"] == BACKLOG - 1)
+        # Still served: the stop, not the stall watch, is what closes it.
+        state = await asyncio.to_thread(server.state)
+        assert stalled_user.pk in [s["user_id"] for s in state["sockets"]]
+        await asyncio.to_thread(server.process.terminate)
+        assert await reading.closed_with() == 1012
+        try:
+            await asyncio.to_thread(server.process.wait, STOP_SEND_TIMEOUT + WAIT)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the server did not end: {server.log_text()[-2000:]}") from None
+        stalled.drop()
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def backlog_for(user_ids: list[Any]) -> None:
+    """``BACKLOG`` large frames to these accounts, in one transaction: sent within a moment,
+    well within the send timeout that would drop a socket not reading them."""
+    with transaction.atomic():
+        for n in range(BACKLOG):
+            broadcast_to_users(user_ids, "big", {"n": n, "b": noise(500_000)})
 
 
 async def test_a_consumer_its_server_cancels_closes_its_socket_1012() -> None:

@@ -428,6 +428,9 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         self._proven()
         metrics.closed(self.code)
         self.inbox.close()
+        # A client that stopped reading may leave its close frame, its own or the stopping
+        # server's, behind a backlog it never takes: the connection is cut then, as a send's.
+        self.link.let_go(conf.SEND_TIMEOUT)
         if self.socket is not None:
             self.socket.stop()
             try:

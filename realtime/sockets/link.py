@@ -117,6 +117,10 @@ class Link:
     def abort(self) -> None:
         """Cut the connection (the peer did not answer the close in time)."""
 
+    def let_go(self, within: float) -> None:
+        """The application is done with the connection: cut it if the server still holds
+        bytes for it ``within`` seconds from now (see ``AsyncioLink.let_go``)."""
+
     async def shut(self, send: Send, code: int, answer_within: float) -> None:
         """Close with ``code``, giving the peer ``answer_within`` seconds; then cut it.
 
@@ -178,6 +182,23 @@ class AsyncioLink(Link):
 
     def abort(self) -> None:
         self.transport.abort()
+
+    def let_go(self, within: float) -> None:
+        """Cut the connection ``within`` seconds from now if its buffer still holds bytes.
+
+        asyncio closes a transport only once its buffer is sent, and a client that stopped
+        reading never takes it: the connection, and the buffer, would stay for as long as the
+        client keeps it open, and a stopping uvicorn, which closes its sockets 1012 and ends
+        their applications with ``websocket.disconnect``, waits for it without end. The
+        close frame is at the end of that buffer: a client reading its backlog gets it in
+        time, as a send is given ``REALTIME_SEND_TIMEOUT`` before its socket is dropped.
+        """
+        if self.buffer():
+            asyncio.get_running_loop().call_later(within, self._cut_if_held)
+
+    def _cut_if_held(self) -> None:
+        if self.buffer():
+            self.abort()
 
 
 def record_server_send(scope: MutableMapping[str, Any], send: Any) -> dict[str, Any]:
