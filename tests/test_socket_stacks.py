@@ -8,7 +8,8 @@ lost and what cures it, and the metrics count each such socket. Inside
 nothing: refusals close with the protocol's codes and a socket that stops reading is closed
 1011 while another hears everything. A worker reports its server's self-test when it starts,
 before any socket. A stopping worker closes its sockets 1012 and ends, though a client that
-stopped reading holds a backlog. Absence is proven after a marker frame came back.
+stopped reading holds a backlog; a socket the worker closes during its handshake is sent
+nothing after its close. Absence is proven after a marker frame came back.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from django.db import transaction
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user, broadcast_to_users
+from realtime.messages import scope_channel
+from realtime.sockets.manager import get_manager
 from tests.helpers import WAIT, off_loop
 from tests.live import (  # noqa: F401
     FAST,
@@ -271,6 +274,50 @@ async def test_a_consumer_its_server_cancels_closes_its_socket_1012() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(communicator.future, 10)
     assert communicator.output_queue.get_nowait() == {"type": "websocket.close", "code": 1012}
+
+
+async def test_a_socket_the_manager_closes_during_its_handshake_is_told_nothing_after_the_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Messages its scope may have missed (``on_missed``) close every socket reading it 1012,
+    one still waiting for that scope's follow in its handshake too: its ``auth_success``,
+    after the close, would be refused by the server (uvicorn raises)."""
+    from channels.testing import WebsocketCommunicator
+
+    from realtime.consumers import RealtimeConsumer
+
+    _, _, (token,) = await off_loop(members, 1)
+    manager = get_manager()
+    await manager.ensure_listening()
+    transport = manager.transport()
+    follow, following, followed = transport.follow, asyncio.Event(), asyncio.Event()
+
+    async def held_follow(channel: str) -> Any:
+        """The scope's follow, completing once the test says so."""
+        following.set()
+        await followed.wait()
+        return await follow(channel)
+
+    monkeypatch.setattr(transport, "follow", held_follow)
+    communicator = WebsocketCommunicator(RealtimeConsumer.as_asgi(), "/api/ws")
+    connected, _ = await communicator.connect()
+    assert connected
+    ask = {"token": token, "scope": "acme"}
+    await communicator.send_json_to({"type": "authenticate", "data": ask})
+    async with asyncio.timeout(WAIT):
+        await following.wait()
+    (socket,) = manager.index.sockets
+    manager.on_missed(frozenset({scope_channel(next(iter(socket.scopes)))}))
+    assert await communicator.receive_output(WAIT) == {"type": "websocket.close", "code": 1012}
+    followed.set()
+    # The client answers the close; the consumer has ended by then, or ends on it.
+    await communicator.send_input({"type": "websocket.disconnect", "code": 1012})
+    async with asyncio.timeout(WAIT):
+        await communicator.wait()
+    sent = []
+    while not communicator.output_queue.empty():
+        sent.append(communicator.output_queue.get_nowait())
+    assert sent == []
 
 
 def accounts(*names: str) -> tuple[list[Any], list[str]]:

@@ -234,10 +234,11 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         )
         # Indexed, the socket holds its place itself: counted once while it resumes.
         self.reserved = None
-        if not await manager.register(socket, channels, allowed, reserved=True):
+        followed = await manager.register(socket, channels, allowed, reserved=True)
+        if not followed:
             metrics.handshake("not_listening")
-            await self._close(CloseCode.SERVICE_RESTART)
-            return False
+        if not followed or socket.closed:
+            return await self._restart()
         slugs = list(socket.scopes.values())
         if not resume.opted:
             await self.base_send(_text(protocol.auth_success(socket.user_id, slugs)))
@@ -247,8 +248,8 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
         start = await self.inbox.watching(manager.resumer.resume(socket, resume))
         if start.unreadable:
             metrics.handshake("history_unreadable")
-            await self._close(CloseCode.SERVICE_RESTART)
-            return False
+        if start.unreadable or socket.closed:
+            return await self._restart()
         socket.floor = start.floor
         success = protocol.auth_success(socket.user_id, slugs, start.cursor, start.resumed)
         await self.base_send(_text(success))
@@ -259,6 +260,23 @@ class RealtimeConsumer(AsyncConsumer):  # type: ignore[misc]
             socket.held.extendleft(reversed(start.frames))
             await manager.go_live(socket)
         return True
+
+    async def _restart(self) -> bool:
+        """End the handshake with close 1012 (its client comes back); ``False``.
+
+        The manager may have closed the socket already while the handshake waited for its
+        follows or its resume's reads: 1012, as it may have missed messages (``on_missed``)
+        or its scope's follow was late (its frames are held until ``auth_success``: none
+        can find it not reading). Nothing more goes out then, ``auth_success`` least of all:
+        the server refuses a frame after the close (uvicorn raises).
+        """
+        socket = self.socket
+        if socket is not None and socket.closed:
+            self.state = State.CLOSED
+            self.code = CloseCode.SERVICE_RESTART
+        else:
+            await self._close(CloseCode.SERVICE_RESTART)
+        return False
 
     async def _start_listening(self) -> None:
         manager = get_manager()
