@@ -24,6 +24,7 @@ from realtime.conf import conf
 from realtime.sockets import manager as manager_module
 from realtime.sockets import protocol
 from realtime.sockets.connection import Socket
+from realtime.sockets.link import Link
 from realtime.sockets.manager import SocketManager
 from realtime.writes.packing import recheck_messages
 from tests.helpers import WAIT
@@ -436,3 +437,79 @@ async def test_a_recheck_message_for_an_account_with_no_socket_here_yet_is_owed_
     assert socket._send.frames == []  # type: ignore[attr-defined]
     await asyncio.wait_for(manager.recheck_due(), WAIT)
     await heard(socket, 1)
+
+
+class LosingAuth(MemoryAuth):
+    """``MemoryAuth`` whose accounts no longer read the scopes in ``lost``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost: set[int] = set()
+
+    def scopes_of_many(self, questions: Sequence[ScopeQuestion]) -> list[list[Scope]]:
+        kept = super().scopes_of_many(questions)
+        return [[scope for scope in scopes if scope.id not in self.lost] for scopes in kept]
+
+
+class GatedSend(TellingSend):
+    """The ``send`` of a server that writes in place (``Link.buffered``: realtime awaits each
+    frame): while ``closed``, each send waits for ``opened``; ``entered`` tells that one is
+    waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def __call__(self, message: Message) -> None:
+        if self.closed:
+            self.entered.set()
+            await asyncio.wait_for(self.opened.wait(), WAIT)
+        await super().__call__(message)
+
+
+def publish_in(manager: SocketManager, scope_id: int, number: int) -> None:
+    """Hand the manager an event of scope ``scope_id`` as its transport would."""
+    message = scope_event(scope_id, data={"model": "contact", "id": number}, channels=["contact"])
+    manager.on_message(f"scope-{scope_id}", json.dumps(message).encode())
+
+
+async def test_a_recheck_asked_while_held_frames_go_out_holds_the_frames_after_it_until_it_answers(
+    manager: SocketManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recheck asked while a socket's held frames (its handshake's, its resume's backlog)
+    are going out stops them there: a frame published after the request, of a scope the
+    recheck then finds the account lost, never reaches the socket."""
+    auth = LosingAuth()
+    monkeypatch.setattr(auth_module, "_auth", auth)
+    manager.dispatcher.ensure_running()
+    send = GatedSend()
+    socket = Socket(
+        consumer=None,
+        send=send,
+        user=Account(7),
+        token="t7",
+        ask=protocol.read_scopes({}),
+        scopes={1: "scope-1", 2: "scope-2"},
+        link=Link(buffered=True),
+    )
+    await manager.register(socket, ["contact"])
+    publish_in(manager, 1, 1)  # held: its handshake is not over
+    await asyncio.wait_for(manager.dispatcher.quiet(), WAIT)
+    send.closed = True
+    going_live = asyncio.get_running_loop().create_task(manager.go_live(socket))
+    await asyncio.wait_for(send.entered.wait(), WAIT)  # frame 1 is going out...
+    auth.lost.add(1)  # ...a membership of scope 1 is removed...
+    manager.request_recheck([socket.user_id])
+    publish_in(manager, 1, 2)  # ...and scope 1 says something more
+    await asyncio.wait_for(manager.dispatcher.quiet(), WAIT)
+    send.opened.set()
+    await asyncio.wait_for(going_live, WAIT)
+
+    assert socket.held is not None
+    await asyncio.wait_for(manager.recheck_due(), WAIT)
+    assert list(socket.scopes) == [2]
+    publish_in(manager, 2, 3)  # a marker, in the scope it still reads
+    await heard(socket, 3)
+    assert [json.loads(frame)["data"]["id"] for frame in send.frames] == [1, 3]

@@ -248,11 +248,7 @@ class SocketManager:
         ``Socket.floor``, and, after a recheck, those of scopes it lost), in order, then hand
         it its frames as they come."""
         if socket.recheck_asked:
-            # A recheck asked while they were held answers first: a frame of a scope the
-            # socket has just lost never goes out.
-            socket.recheck_asked, socket.rechecking = False, True
-            socket.next_recheck = 0.0  # a batch under way set it an interval ahead
-            self._wake_up()
+            self._hold_for_recheck(socket)
             return
         held = socket.held
         rechecked, socket.rechecking = socket.rechecking, False
@@ -263,8 +259,21 @@ class SocketManager:
                 await self._release(socket, held, rechecked, behind_delivery=True)
         elif held:
             await self._release(socket, held, rechecked, behind_delivery=False)
+        if socket.recheck_asked:
+            # Asked while they went out (a resume's backlog takes a while): those left, from
+            # the request on, wait for its answer.
+            self._hold_for_recheck(socket)
+            return
         # No await since the queue was last seen empty: no frame falls between.
         socket.held = None
+
+    def _hold_for_recheck(self, socket: Socket) -> None:
+        """Keep ``socket``'s frames held until the recheck asked while they were held (its
+        handshake, its resume, their release) answers: a frame of a scope the socket has
+        just lost never goes out."""
+        socket.recheck_asked, socket.rechecking = False, True
+        socket.next_recheck = 0.0  # a batch under way set it an interval ahead
+        self._wake_up()
 
     async def _release(
         self,
@@ -275,11 +284,12 @@ class SocketManager:
         behind_delivery: bool,
     ) -> None:
         """Send the frames in ``held`` until it is empty (frames that come meanwhile join
-        it); with ``behind_delivery``, let the live messages under way go first after every
+        it) or a recheck is asked (the frames from the request on wait for its answer); with
+        ``behind_delivery``, let the live messages under way go first after every
         ``RELEASE_CHUNK`` frames."""
         timeout = conf.SEND_TIMEOUT
         sent = 0
-        while held:
+        while held and not socket.recheck_asked:
             entry = held.popleft()
             if socket.has_heard(entry.position) or (rechecked and not socket.reads(entry)):
                 continue
