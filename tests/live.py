@@ -346,3 +346,11 @@ async def wait_for_socket(server: Server, user_id: Any, **expected: Any) -> dict
             f"expected one socket with {expected}; the server holds {last}"
         ) from None
     return sockets_of(state, user_id)[0]
+
+
+async def wait_for_follow(server: Server, *scope_ids: Any) -> None:
+    """Wait until ``server`` follows the scopes ``scope_ids``. A scope a recheck gives a socket
+    shows in its ``scopes`` as the worker starts following it: a write there before the
+    follow is done is never heard (an opted-in client is told the scope only after, with a
+    cursor)."""
+    await server.wait_for_state(lambda state: set(scope_ids) <= set(state["followed"]))

@@ -22,7 +22,7 @@ from django.contrib.auth import get_user_model
 
 from realtime.broadcast import broadcast_to_user, recheck_users
 from tests.helpers import WAIT, off_loop
-from tests.live import Client, Clients, LiveServers, Server, wait_for_socket
+from tests.live import Client, Clients, LiveServers, Server, wait_for_follow, wait_for_socket
 from tests.test_socket_protocol import make_member, make_workspaces, read_log
 from tests.testapp.models import Company, Contact, Membership, Tag, Workspace
 
@@ -333,6 +333,7 @@ async def test_a_subscribe_waiting_on_the_hook_is_heard_in_a_scope_a_recheck_gav
     await off_loop(Membership.objects.create, workspace=beta, user=user)
     await off_loop(recheck_users, [user.pk])
     await wait_for_socket(server, user.pk, scopes=[acme.pk, beta.pk])
+    await wait_for_follow(server, beta.pk)
     gate.open("company")
     await wait_for_socket(server, user.pk, channels=["company"])
     company = await off_loop(write_company, beta)
@@ -352,6 +353,7 @@ async def test_a_scope_a_recheck_gives_carries_the_channels_the_hook_allows_ther
     await off_loop(Membership.objects.create, workspace=beta, user=user)
     await off_loop(recheck_users, [user.pk])
     await wait_for_socket(server, user.pk, scopes=[acme.pk, beta.pk])
+    await wait_for_follow(server, beta.pk)
     await off_loop(write_company, beta)
     contact = await off_loop(write_contact, beta)
     assert await heard(client, user) == [("contact.created", contact)]
