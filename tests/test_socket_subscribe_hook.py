@@ -393,6 +393,10 @@ async def test_sockets_subscribing_at_the_same_moment_are_asked_in_one_batch(
     members = [await off_loop(make_member, name, acme) for name in ("g1", "g2", "a", "b", "c")]
     clients = [await ws.authenticated(server, token, scope="acme") for _, token in members]
     (g1, g2, *rest), users = clients, [user for user, _ in members]
+    # The rechecks their memberships asked for are over (see ``ann_in_acme``): one heard
+    # after a subscribe would ask the hook about its channel in a trip of its own.
+    for client, user in zip(clients, users, strict=True):
+        assert await heard(client, user) == []
     # Both lanes of the hook's batches are held, one subscribe each.
     gate.close("company")
     await g1.send("subscribe", {"channel": "company"})
