@@ -19,7 +19,16 @@ from django.db import models, transaction
 from realtime.compat.django_orm import kept_on_state
 from realtime.writes import tracking
 from tests.helpers import events, forget_messages
-from tests.testapp.models import Animal, Contact, Document, Dog, Workspace, each_as_it_is
+from tests.testapp.models import (
+    Address,
+    Animal,
+    Contact,
+    Document,
+    Dog,
+    Parcel,
+    Workspace,
+    each_as_it_is,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,6 +86,28 @@ def test_a_save_of_an_unchanged_mutable_value_announces_nothing(workspace: Works
     loaded = Document.objects.get(pk=document.pk)
     forget_messages()
     loaded.save()
+    assert changes() == []
+
+
+def test_a_value_of_a_text_field_of_the_applications_own_changed_in_place_is_announced(
+    workspace: Workspace,
+) -> None:
+    """A ``TextField`` whose value is an object, a ``CharField`` whose value is a list
+    (django-multiselectfield's): their kind is text, their values change in place."""
+    Parcel.objects.create(  # type: ignore[misc] # the stubs take the fields' kinds for theirs
+        workspace=workspace, address=Address("Main St", "Paris"), picks=["a"]
+    )
+    loaded = Parcel.objects.get()
+    forget_messages()
+    loaded.address.city = "Lyon"
+    loaded.save()
+    loaded.picks.append("b")
+    loaded.save()
+    assert changes() == [("parcel.updated", ["address"]), ("parcel.updated", ["picks"])]
+    stored = Parcel.objects.get()
+    assert (stored.address, stored.picks) == (Address("Main St", "Lyon"), ["a", "b"])
+    forget_messages()
+    stored.save()
     assert changes() == []
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, connection, models
 from django.db.models import Q
 from django.db.models.query import ModelIterable
@@ -1062,3 +1065,92 @@ class Shift(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+# Values of field kinds of the application's own -----------------------------------------------
+
+
+@dataclasses.dataclass
+class Address:
+    """A value that changes in place, kept as JSON text by ``AddressField``."""
+
+    street: str
+    city: str
+
+
+class AddressField(models.TextField):  # type: ignore[type-arg]
+    """An ``Address`` kept as JSON text: a text column whose value is an object."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Address | None:
+        return None if value is None else Address(**json.loads(value))
+
+    def to_python(self, value: Any) -> Address | None:
+        if value is None or isinstance(value, Address):
+            return value
+        return Address(**json.loads(value))
+
+    def get_prep_value(self, value: Any) -> str | None:
+        return None if value is None else json.dumps(dataclasses.asdict(value))
+
+
+class PicksField(models.CharField):  # type: ignore[type-arg]
+    """A list kept as comma-separated text: a ``CharField`` whose value is a list, as
+    django-multiselectfield's."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[str] | None:
+        return None if value is None else [part for part in value.split(",") if part]
+
+    def to_python(self, value: Any) -> list[str] | None:
+        if value is None or isinstance(value, list):
+            return value
+        return [part for part in value.split(",") if part]
+
+    def get_prep_value(self, value: Any) -> str | None:
+        return None if value is None else ",".join(value)
+
+
+@dataclasses.dataclass
+class Point:
+    """A value a ``JSONField`` holds through an encoder and a decoder of the application's."""
+
+    x: int
+    y: int
+
+
+class PointEncoder(DjangoJSONEncoder):
+    """Writes a ``Point`` as ``{"x": ..., "y": ...}`` and a set as a sorted list, and dates
+    as Django's encoder does (``Z``, milliseconds)."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, Point):
+            return {"x": o.x, "y": o.y}
+        if isinstance(o, set):
+            return sorted(o)
+        return super().default(o)
+
+
+class PointDecoder(json.JSONDecoder):
+    """Reads ``{"x": ..., "y": ...}`` back as a ``Point``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, object_hook=self.point, **kwargs)
+
+    @staticmethod
+    def point(found: dict[str, Any]) -> Any:
+        return Point(**found) if found.keys() == {"x", "y"} else found
+
+
+@realtime_model(fields=["address", "picks", "shape", "span"], filters=["rank"])
+class Parcel(models.Model):
+    """Values of field kinds of the application's own, a duration, and a ``JSONField`` with
+    an encoder and a decoder of its own."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    rank = models.IntegerField(default=0)
+    address = AddressField(null=True)
+    picks = PicksField(max_length=200, default=list, blank=True)
+    shape = models.JSONField(null=True, encoder=PointEncoder, decoder=PointDecoder)
+    span = models.DurationField(null=True)
+
+    def __str__(self) -> str:
+        return f"parcel {self.pk}"
