@@ -6,6 +6,7 @@ as they are."""
 from __future__ import annotations
 
 import gc
+import json
 import pickle
 import tracemalloc
 from collections.abc import Callable
@@ -86,6 +87,26 @@ def test_a_save_of_an_unchanged_mutable_value_announces_nothing(workspace: Works
     loaded = Document.objects.get(pk=document.pk)
     forget_messages()
     loaded.save()
+    assert changes() == []
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(1, True), (0, False), ({"on": [1, 0]}, {"on": [True, False]}), (True, 1)],
+)
+def test_a_json_number_changed_to_a_boolean_or_back_is_announced(
+    workspace: Workspace, before: Any, after: Any
+) -> None:
+    """Python's ``True == 1``; JSON's ``true`` is not its ``1``."""
+    document = Document.objects.create(workspace=workspace, title="Doc", meta=before)
+    loaded = Document.objects.get(pk=document.pk)
+    forget_messages()
+    loaded.meta = after
+    loaded.save()
+    assert changes() == [("document.updated", ["meta"])]
+    assert json.dumps(events()[0]["data"]["meta"]) == json.dumps(after)
+    forget_messages()
+    Document.objects.get(pk=document.pk).save()
     assert changes() == []
 
 

@@ -86,7 +86,8 @@ class Past:
             return False
         if self.known is None or not _knows(self.known, attname):
             return True
-        return tracking.differs(self.instance.__dict__, self.known, attname)
+        strict = attname in tracking.kept_as_given(type(self.instance))
+        return tracking.differs(self.instance.__dict__, self.known, attname, strict)
 
     def knows(self, attnames: Iterable[str]) -> bool:
         """Whether the snapshot knows every one of ``attnames`` (reading them costs nothing)."""
@@ -213,8 +214,11 @@ def unsure_attnames(
     unsure: set[str] = set()
     for instance, known in instances:
         values = instance.__dict__
+        strict = tracking.kept_as_given(type(instance))
         for attname in left - unsure:
-            if attname in values and (known is None or tracking.differs(values, known, attname)):
+            if attname in values and (
+                known is None or tracking.differs(values, known, attname, attname in strict)
+            ):
                 unsure.add(attname)
         if unsure == left:
             break

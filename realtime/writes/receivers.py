@@ -234,10 +234,11 @@ def _with_generated(
     what was known; one Django deferred after the save (Django 6 on MySQL and MariaDB) is
     unknown, so told."""
     names = set(changed)
+    strict = tracking.kept_as_given(type(instance))
     for field in options.generated_fields:
         attname = field.attname
         now = row.__dict__ if attname in row.__dict__ else instance.__dict__
-        if attname not in now or tracking.differs(now, known or {}, attname):
+        if attname not in now or tracking.differs(now, known or {}, attname, attname in strict):
             names.add(field.name)
     return sorted(names)
 

@@ -713,18 +713,44 @@ def changed_fields(
         stored = known(instance)
     if stored is None:
         return sorted(f.name for f in concrete)
-    return sorted(f.name for f in concrete if differs(values, stored, f.attname))
+    strict = _shape(type(instance)).looked_at
+    return sorted(
+        f.name for f in concrete if differs(values, stored, f.attname, f.attname in strict)
+    )
 
 
-def differs(values: dict[str, Any], stored: dict[str, Any], attname: str) -> bool:
-    """Whether the instance's value of ``attname`` differs from the one known."""
+def kept_as_given(model: type[models.Model]) -> frozenset[str]:
+    """The columns of ``model`` whose values are kept as the application gave them (a
+    ``JSONField``'s, a field's of the application's own): compared ``strict``ly."""
+    return _shape(model).looked_at
+
+
+def differs(
+    values: dict[str, Any], stored: dict[str, Any], attname: str, strict: bool = False
+) -> bool:
+    """Whether the instance's value of ``attname`` differs from the one known. ``strict``:
+    for a column whose values are kept as given (``kept_as_given``), where ``True`` and
+    ``1`` are two values JSON writes apart: equal values differ too where one holds a
+    boolean and the other a number (``_alike``)."""
     was = stored.get(attname, UNKNOWN)
     if was is UNKNOWN:
         return True
+    now = values.get(attname, UNKNOWN)
     try:
-        return bool(values.get(attname, UNKNOWN) != was)
+        return bool(now != was) or (strict and not _alike(now, was))
     except Exception:  # a value whose comparison fails is taken as changed
         return True
+
+
+def _alike(now: Any, was: Any) -> bool:
+    """Whether ``now`` and ``was``, equal in Python, hold booleans in the same places, dicts
+    and lists walked: Python's ``True == 1``, but JSON's ``true`` is not its ``1``. Numbers
+    of one value are alike (``1`` and ``1.0``: one number to JSON, and to a client)."""
+    if isinstance(now, dict):
+        return all(_alike(item, was[key]) for key, item in now.items())
+    if isinstance(now, list | tuple):
+        return all(_alike(item, other) for item, other in zip(now, was, strict=True))
+    return isinstance(now, bool) is isinstance(was, bool)
 
 
 def written_attnames(instance: models.Model, update_fields: Iterable[str] | None) -> list[str]:
