@@ -45,6 +45,20 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def encoded(value: Any, encoder: type[json.JSONEncoder] | None) -> Any:
+    """The value of a ``JSONField`` with an encoder or a decoder of its own, as the row holds
+    it: written by the field's ``encoder`` (``None``: JSON's own), as Django writes it, and
+    read back: a ``Point`` the encoder writes ``{"x": 1, "y": 2}`` is that, not its text, and
+    a date is what the encoder makes of it. A value the encoder refuses, which no write could
+    store, is ``jsonable``'s."""
+    if value is None:
+        return None
+    try:
+        return json.loads(json.dumps(value, cls=encoder))
+    except Exception:  # the application's encoder may raise anything
+        return jsonable(value)
+
+
 def strict_jsonable(value: Any, where: str = "") -> Any:
     """``jsonable`` for a structure application code hands over (a model's ``payload=``):
     lists, tuples and dicts walked, each value in the form ``jsonable`` gives it; a value

@@ -8,6 +8,7 @@ looks up: it connects no receiver and imports nothing of the parts above it.
 
 from __future__ import annotations
 
+import json
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -74,6 +75,19 @@ class ModelOptions:
         ``pk``, and ``id`` where no field has that name: the primary key's)."""
         meta = self.model._meta
         return {wire: _column_attname(meta, name) for wire, name in self.fields.items()}
+
+    @cached_property
+    def encoders(self) -> dict[str, type[json.JSONEncoder] | None]:
+        """The encoder of each declared field (by attname) that is a ``JSONField`` with an
+        encoder or a decoder of its own (``None``: JSON's own encoder): its value is sent as
+        that encoder writes it (``realtime.encoding.encoded``)."""
+        by_attname = {str(f.attname): f for f in self.model._meta.concrete_fields}
+        found = (by_attname.get(attname) for attname in self.field_attnames.values())
+        return {
+            str(f.attname): f.encoder
+            for f in found
+            if isinstance(f, models.JSONField) and (f.encoder or f.decoder)
+        }
 
     @cached_property
     def filter_attnames(self) -> dict[str, str]:

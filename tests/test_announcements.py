@@ -43,7 +43,9 @@ from tests.testapp.models import (
     Locker,
     Message,
     Notification,
+    Parcel,
     Plain,
+    Point,
     Preference,
     Preview,
     PrivateNote,
@@ -286,6 +288,28 @@ class TestCreateUpdateDelete:
         (message,) = events()
         assert message["data"]["born"] == "2026-09-15T12:30:00.120000+00:00"
         assert message["data"]["score"] == "12.50"
+
+    def test_a_json_field_with_an_encoder_of_its_own_travels_as_the_row_holds_it(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        when = datetime.datetime(2020, 1, 1, 10, 0, 0, 123456, tzinfo=datetime.UTC)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            parcel = Parcel.objects.create(
+                workspace=workspace, shape={"p": Point(1, 2), "s": {3, 1}, "when": when}
+            )
+        loaded = Parcel.objects.get(pk=parcel.pk)  # its decoder reads the point back
+        assert loaded.shape is not None
+        assert loaded.shape["p"] == Point(1, 2)
+        with django_capture_on_commit_callbacks(execute=True):
+            loaded.rank = 2
+            loaded.save()
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT shape FROM {Parcel._meta.db_table}")
+            (raw,) = cursor.fetchone()
+        stored = json.loads(raw) if isinstance(raw, str) else raw
+        assert stored == {"p": {"x": 1, "y": 2}, "s": [1, 3], "when": "2020-01-01T10:00:00.123Z"}
+        assert [message["data"]["shape"] for message in events()] == [stored, stored]
 
     def test_disabled_actions_announce_nothing(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture

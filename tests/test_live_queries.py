@@ -43,7 +43,18 @@ from realtime.writes.packing import fit as encode_message
 from tests.helpers import events, off_loop
 from tests.live import Client, Clients, LiveServers, each_server  # noqa: F401 - a fixture
 from tests.live_lists import apply_frames, orm_answer, same_rows
-from tests.testapp.models import Alert, Bin, Case, Company, Crate, Membership, Shift, Workspace
+from tests.testapp.models import (
+    Alert,
+    Bin,
+    Case,
+    Company,
+    Crate,
+    Membership,
+    Parcel,
+    Point,
+    Shift,
+    Workspace,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -847,6 +858,25 @@ async def test_rows_written_with_values_assigned_as_text_are_listed_as_committed
     expected = await off_loop(orm_answer, {**ask, "limit": 3}, ann, [workspace.pk])
     assert [row["title"] for row in expected] == ["a", "c", "b"]
     assert same_rows(lists["q"], expected)  # "7", "2026-1-5" told as 7, "2026-01-05"
+
+
+async def test_a_json_field_with_an_encoder_of_its_own_is_listed_and_updated_alike(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """The rows a query lists and the rows of its diffs hold such a value as the row does."""
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    shape = {"p": Point(1, 2), "s": {3, 1}}
+    parcel = await off_loop(Parcel.objects.create, workspace=workspace, rank=1, shape=shape)
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    await client.send("query", {"id": "q", "model": "parcel", "where": {"rank": 1}})
+    rows = await client.wait_for(lambda f: f["type"] == "query.rows")
+    stored = {"p": {"x": 1, "y": 2}, "s": [1, 3]}
+    assert [row["shape"] for row in rows["data"]["rows"]] == [stored]
+    parcel.picks = ["a"]
+    await off_loop(parcel.save)
+    diffs = [f for f in await marker_for(client, ann.pk) if f["type"] == "query.diff"]
+    assert [row["shape"] for diff in diffs for row in diff["data"]["update"]] == [stored]
 
 
 @pytest.mark.usefixtures("each_transport")

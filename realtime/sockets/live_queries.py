@@ -53,7 +53,7 @@ from django.utils import timezone
 from realtime.audience import active
 from realtime.blocking import run_blocking, run_for_delivery
 from realtime.conf import conf
-from realtime.encoding import id_order, jsonable, row_key
+from realtime.encoding import encoded, id_order, jsonable, row_key
 from realtime.guard_checks import in_process
 from realtime.paths import column_values_field, key_fields, key_lookup
 from realtime.primary import on_primary, primary
@@ -351,8 +351,10 @@ def row_of_values(options: ModelOptions, pk: Any, values: dict[str, Any]) -> dic
     """A query's row from its key and its columns' values by ``attname``, in the forms
     announcements use."""
     row: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
+    encoders = options.encoders
     for wire, attname in options.field_attnames.items():
-        row[wire] = jsonable(values.get(attname))
+        value = values.get(attname)
+        row[wire] = encoded(value, encoders[attname]) if attname in encoders else jsonable(value)
     for name, attname in options.filter_attnames.items():
         row.setdefault(name, jsonable(values.get(attname)))
     return row

@@ -47,7 +47,14 @@ from django.db import models, router
 from realtime import limits
 from realtime.audience import ROWS_PER_STATEMENT
 from realtime.chunks import chunked
-from realtime.encoding import jsonable, record_channel, row_key, sorted_ids, strict_jsonable
+from realtime.encoding import (
+    encoded,
+    jsonable,
+    record_channel,
+    row_key,
+    sorted_ids,
+    strict_jsonable,
+)
 from realtime.logs import log_hook_failure
 from realtime.messages import LINKS
 from realtime.middleware import current_origin
@@ -186,8 +193,10 @@ def read_event(
     else:
         user_ids = read_accounts(options, instance, using)
     data: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
+    encoders = options.encoders
     for wire, attname in options.field_attnames.items():
-        data[wire] = jsonable(values.get(attname))
+        value = values.get(attname)
+        data[wire] = encoded(value, encoders[attname]) if attname in encoders else jsonable(value)
     failed = with_payload and not add_payload(options, instance, action, data, using)
     event = Event(
         options=options,
