@@ -360,27 +360,27 @@ test('decimals come as text and sort by value; keys sort as the server sorts the
   assert.deepEqual(ids(named), ['d', 'c', 'b']);
 });
 
-test('compare: where rows go, for values the client cannot order (durations as text)', async () => {
+test('compare: where rows go, for values the client cannot order (durations in ISO 8601)', async () => {
   const { server, realtime, recorder } = await opened();
   // As docs/javascript-client.md writes it.
   function seconds(duration) {
-    const [days, time] = duration.includes(',') ? duration.split(', ') : ['0', duration];
-    const clock = time.split(':').reduce((sum, part) => sum * 60 + Number(part), 0);
-    return parseInt(days, 10) * 86400 + clock;
+    const [, sign, days, hours, minutes, secs] = duration.match(/^(-?)P(\d+)DT(\d+)H(\d+)M([\d.]+)S$/);
+    const total = Number(days) * 86400 + Number(hours) * 3600 + Number(minutes) * 60 + Number(secs);
+    return sign ? -total : total;
   }
   const list = realtime.liveQuery(
     { model: 'call', orderBy: ['length'] },
     { compare: (a, b) => seconds(a.length) - seconds(b.length) || a.id - b.id },
   );
   await server.until(() => received(server, 'query').length === 1);
-  await deliver(server, recorder, [rows(list.id, [{ id: 1, length: '2:00:00' }])]);
+  await deliver(server, recorder, [rows(list.id, [{ id: 1, length: 'P0DT02H00M00S' }])]);
   const enter = [
-    { id: 2, length: '10:00:00' },
-    { id: 3, length: '1 day, 0:00:00' },
-    { id: 4, length: '-1 day, 23:00:00' },
+    { id: 2, length: 'P10DT00H00M00S' },
+    { id: 3, length: 'P2DT00H00M00S' },
+    { id: 4, length: '-P0DT01H00M00.500000S' },
   ];
   await deliver(server, recorder, [diff(list.id, { enter })]);
-  assert.deepEqual(ids(list), [4, 1, 2, 3]); // as text, '-1 day...' then '1 day...' first
+  assert.deepEqual(ids(list), [4, 1, 3, 2]); // as text, 'P10D...' would come before 'P2D...'
 });
 
 test('replace(): the same id asked again; the old rows stay until the new ones come', async () => {

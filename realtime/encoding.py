@@ -3,7 +3,8 @@
 Internal messages travel between processes and frames go to clients, so a value must have
 one JSON form whoever writes it: compact, non-ASCII kept as is, dates in ISO 8601 with aware
 values in UTC (``+00:00``, microseconds kept; not Django's encoder, which writes ``Z`` and cuts
-to milliseconds), ``Decimal`` and ``UUID`` as strings, bytes as base64.
+to milliseconds), durations in ISO 8601 as Django writes them (``P1DT02H00M00S``), ``Decimal``
+and ``UUID`` as strings, bytes as base64, a range (a PostgreSQL range field's) as its bounds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TypeGuard
 
 from django.core.exceptions import ValidationError
 from django.db.models import Model
+from django.utils.duration import duration_iso_string
 from django.utils.functional import Promise
 
 #: Types JSON holds as they are; looked up by exact type first (ids are read in every batch).
@@ -36,13 +38,34 @@ def jsonable(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return duration_iso_string(value)
     if isinstance(value, decimal.Decimal | uuid.UUID):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, tuple):  # a composite primary key: its values, in the key's order
         return [jsonable(part) for part in value]
+    if is_range(value):
+        return _range_form(value)
     return str(value)
+
+
+def is_range(value: Any) -> bool:
+    """Whether ``value`` is a range as psycopg and psycopg2 read PostgreSQL's (told by what
+    both have, without importing either)."""
+    return all(hasattr(value, name) for name in ("isempty", "lower", "upper", "lower_inc"))
+
+
+def _range_form(value: Any) -> dict[str, Any]:
+    """A range as Django's serializers write it, its bounds in their JSON forms: ``{"lower":
+    1, "upper": 5, "bounds": "[)"}`` (``None``: unbounded), or ``{"empty": true}``. Its bounds
+    as given: PostgreSQL keeps an integer or a date range as ``[)``, so the ``[1, 5]`` written
+    is ``[1, 6)`` when read back, the same range."""
+    if value.isempty:
+        return {"empty": True}
+    bounds = ("[" if value.lower_inc else "(") + ("]" if value.upper_inc else ")")
+    return {"lower": jsonable(value.lower), "upper": jsonable(value.upper), "bounds": bounds}
 
 
 def encoded(value: Any, encoder: type[json.JSONEncoder] | None) -> Any:
@@ -79,7 +102,7 @@ def strict_jsonable(value: Any, where: str = "") -> Any:
         return out
     if isinstance(value, list | tuple):
         return [strict_jsonable(item, f"{where}[{index}]") for index, item in enumerate(value)]
-    if isinstance(value, _JSONABLE):
+    if isinstance(value, _JSONABLE) or is_range(value):
         return jsonable(value)
     raise TypeError(f"{where or 'the value'}: a {type(value).__name__} has no JSON form")
 
@@ -89,6 +112,7 @@ def strict_jsonable(value: Any, where: str = "") -> Any:
 _JSONABLE = (
     datetime.date,
     datetime.time,
+    datetime.timedelta,
     decimal.Decimal,
     uuid.UUID,
     bytes,

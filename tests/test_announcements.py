@@ -20,6 +20,7 @@ from django.db.models.signals import post_save
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext, isolate_apps
+from django.utils.dateparse import parse_duration
 
 from realtime import announce, limits, realtime_model
 from realtime.auth import RealtimeAuth
@@ -288,6 +289,22 @@ class TestCreateUpdateDelete:
         (message,) = events()
         assert message["data"]["born"] == "2026-09-15T12:30:00.120000+00:00"
         assert message["data"]["score"] == "12.50"
+
+    def test_durations_travel_in_iso_8601_as_django_writes_them(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        spans = [
+            datetime.timedelta(days=1, hours=2),
+            datetime.timedelta(seconds=-1.5),
+            datetime.timedelta(0),
+        ]
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            for span in spans:
+                Parcel.objects.create(workspace=workspace, span=span)
+        sent = [message["data"]["span"] for message in events()]
+        assert sent == ["P1DT02H00M00S", "-P0DT00H00M01.500000S", "P0DT00H00M00S"]
+        assert [parse_duration(text) for text in sent] == spans
 
     def test_a_json_field_with_an_encoder_of_its_own_travels_as_the_row_holds_it(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture

@@ -17,9 +17,10 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils.functional import lazy
+from psycopg.types.range import Range
 
 from realtime import announce, realtime_model, silent
-from realtime.encoding import strict_jsonable
+from realtime.encoding import jsonable, strict_jsonable
 from realtime.logs import PLACE_LINES_PER_MINUTE
 from tests.helpers import events, forget_messages
 from tests.testapp.models import Card, Company, Workspace
@@ -53,6 +54,28 @@ def test_a_payloads_values_take_the_json_forms_of_declared_fields() -> None:
         "nested": [{"price": "1.50", "key": str(key)}, ["a", 2, None, True, 0.5]],
         "lazy": "text",
     }
+
+
+def test_durations_and_ranges_take_one_json_form_in_a_payload_and_in_declared_fields() -> None:
+    """A duration in ISO 8601 as Django writes it; a range (what PostgreSQL's range fields
+    hold) as its bounds, as Django's serializers write it, or ``{"empty": true}``."""
+    when = datetime.datetime(
+        2026, 9, 15, 14, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=2))
+    )
+    value = {
+        "span": datetime.timedelta(days=1, hours=2, microseconds=5),
+        "ints": Range(1, 5, "[]"),
+        "open": Range(None, when),
+        "none": Range(empty=True),
+    }
+    expected = {
+        "span": "P1DT02H00M00.000005S",
+        "ints": {"lower": 1, "upper": 5, "bounds": "[]"},
+        "open": {"lower": None, "upper": "2026-09-15T12:30:00+00:00", "bounds": "()"},
+        "none": {"empty": True},
+    }
+    assert strict_jsonable(value) == expected
+    assert {name: jsonable(item) for name, item in value.items()} == expected
 
 
 @pytest.mark.parametrize(
