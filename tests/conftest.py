@@ -137,6 +137,19 @@ async def make_table_transport() -> AsyncIterator[Callable[..., TableTransport]]
 
 
 @pytest.fixture
+async def sync_thread_closed() -> AsyncIterator[None]:
+    """Close, after the test, the connections of the thread asgiref runs thread-sensitive sync
+    code on from the test's event loop (Django's async ORM, a sync view under ``AsyncClient``,
+    a broadcast or ``announce`` from async code): one left open would keep PostgreSQL from
+    dropping the test database."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
 def inbox() -> Inbox:
     return Inbox()
 

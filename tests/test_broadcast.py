@@ -4,14 +4,19 @@ when they are published (after commit, at once, from async code), and what a fai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection, connections, transaction
-from django.test import override_settings
+from django.http import HttpRequest, HttpResponse
+from django.test import AsyncClient, override_settings
+from django.urls import path
 from pytest_django import DjangoCaptureOnCommitCallbacks
 
 from realtime.broadcast import (
@@ -21,8 +26,8 @@ from realtime.broadcast import (
     recheck_users,
 )
 from realtime.encoding import encode
-from realtime.writes import broadcast
-from tests.helpers import WAIT, events, forget_messages, published, without_mid
+from realtime.writes import from_async
+from tests.helpers import WAIT, events, forget_messages, off_loop, published, without_mid
 from tests.testapp.models import Contact, VipContact
 
 TABLE = "firm_channel_messages"
@@ -274,13 +279,15 @@ def test_broadcast_outside_a_transaction_is_published_at_once() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("sync_thread_closed")
 async def test_broadcast_from_async_code_publishes_from_a_thread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    earlier = set(broadcast._tasks)
+    earlier = set(from_async._tasks)
     broadcast_to_scope(7, "deal.won", {"amount": 5})
-    pending = set(broadcast._tasks) - earlier
-    # The work runs in a thread; its task is kept referenced until it is done.
+    pending = set(from_async._tasks) - earlier
+    # The work runs in asgiref's thread for thread-sensitive code; its task is kept referenced
+    # until it is done.
     assert len(pending) == 1
     rows = await asyncio.to_thread(wait_for_rows, 1)
     # Done callbacks run in the order they were added, so once this one has run, broadcast's
@@ -289,7 +296,7 @@ async def test_broadcast_from_async_code_publishes_from_a_thread(
     finished = asyncio.get_running_loop().create_future()
     task.add_done_callback(lambda _: finished.set_result(None))
     await asyncio.wait_for(finished, WAIT)
-    assert pending.isdisjoint(broadcast._tasks)
+    assert pending.isdisjoint(from_async._tasks)
     assert [channel for channel, _ in rows] == ["realtime_7"]
     assert [without_mid(message) for _, message in rows] == [
         scope_event(7, "deal.won", {"amount": 5})
@@ -298,15 +305,112 @@ async def test_broadcast_from_async_code_publishes_from_a_thread(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("sync_thread_closed")
 async def test_every_broadcast_kind_works_from_async_code() -> None:
-    earlier = set(broadcast._tasks)
+    earlier = set(from_async._tasks)
     broadcast_to_users([2, 1], "note.sent", None)
     recheck_users([3])
-    pending = set(broadcast._tasks) - earlier
+    pending = set(from_async._tasks) - earlier
     assert len(pending) == 2
     await asyncio.wait_for(asyncio.gather(*pending), WAIT)
     rows = await asyncio.to_thread(wait_for_rows, 2)
     assert sorted(message["target"] for _, message in rows) == ["recheck", "users"]
+
+
+class RollbackError(Exception):
+    pass
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("commits", [True, False], ids=["commits", "rolls-back"])
+def test_broadcasts_of_an_async_helper_under_async_to_sync_follow_the_caller_s_transaction(
+    commits: bool,
+) -> None:
+    """Sync code in a transaction (a task in ``atomic()``, a sync view under
+    ``ATOMIC_REQUESTS``) calling an async helper through ``async_to_sync``: the helper's
+    broadcasts are published when that transaction commits, never before, nothing after a
+    rollback. They are its last statements: the caller's thread takes no more work once the
+    helper has returned."""
+
+    async def helper() -> None:
+        broadcast_to_scope(7, "deal.won", None)
+        recheck_users([5])
+
+    with contextlib.suppress(RollbackError), transaction.atomic():
+        async_to_sync(helper)()
+        assert published() == []
+        if not commits:
+            raise RollbackError
+    broadcast_to_scope(7, "marker", None)
+    told = [message.get("event_type", message["target"]) for message in events()]
+    assert told == (["recheck", "deal.won", "marker"] if commits else ["marker"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_last_broadcast_of_a_coroutine_run_by_asyncio_run_is_published() -> None:
+    """A script's or a command's ``asyncio.run`` whose coroutine broadcasts and returns at once:
+    asyncio.run then cancels what is left, which must not withdraw the work (queued on
+    asgiref's thread for thread-sensitive code, in autocommit there)."""
+
+    async def notify(number: int) -> None:
+        broadcast_to_scope(7, "note", {"n": number})
+
+    async def close_the_thread_s_connections() -> None:
+        await sync_to_async(connections.close_all)()
+
+    def command() -> None:
+        for number in range(20):
+            asyncio.run(notify(number))
+        asyncio.run(close_the_thread_s_connections())
+
+    thread = threading.Thread(target=command)
+    thread.start()
+    thread.join(WAIT)
+    assert sorted(message["data"]["n"] for _, message in wait_for_rows(20)) == list(range(20))
+
+
+def a_sync_view_with_an_async_helper(request: HttpRequest) -> HttpResponse:
+    """A sync view, run in the request's transaction under ``ATOMIC_REQUESTS``, whose async
+    helper broadcasts; ``?fail`` makes it raise after, so that the transaction rolls back."""
+
+    async def helper() -> None:
+        broadcast_to_scope(7, "deal.won", {"request": request.GET["n"]})
+
+    Contact.objects.create(name=request.GET["n"])
+    async_to_sync(helper)()
+    if "fail" in request.GET:
+        raise ValueError("the view failed")
+    return HttpResponse("ok")
+
+
+urlpatterns = [path("helper/", a_sync_view_with_an_async_helper)]
+
+
+@pytest.fixture
+def atomic_requests(settings: Any) -> Iterator[None]:
+    """``ATOMIC_REQUESTS`` on the default database, as a project sets it, with this module's
+    view."""
+    settings.ROOT_URLCONF = __name__
+    database = connections["default"].settings_dict
+    database["ATOMIC_REQUESTS"] = True
+    try:
+        yield
+    finally:
+        database["ATOMIC_REQUESTS"] = False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("atomic_requests", "sync_thread_closed")
+async def test_a_broadcast_of_a_sync_view_s_async_helper_follows_atomic_requests() -> None:
+    """Through Django's request handler: the broadcast of a request that failed is not
+    published (its transaction rolled back), the next request's is."""
+    client = AsyncClient(raise_request_exception=False)
+    assert (await client.get("/helper/", {"n": "failed", "fail": "1"})).status_code == 500
+    assert (await client.get("/helper/", {"n": "served"})).status_code == 200
+    names = await off_loop(lambda: list(Contact.objects.values_list("name", flat=True)))
+    assert names == ["served"]
+    told = await off_loop(lambda: [message["data"] for message in events("scope")])
+    assert told == [{"request": "served"}]
 
 
 # Failures --------------------------------------------------------------------------------------
@@ -382,13 +486,14 @@ def test_the_types_refused_are_those_of_the_frames_the_socket_protocol_sends() -
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("sync_thread_closed")
 async def test_a_broadcast_from_async_code_under_a_frame_type_of_the_protocol_is_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    earlier = set(broadcast._tasks)
+    earlier = set(from_async._tasks)
     broadcast_to_scope(7, "auth_success", {"user_id": 5})
     broadcast_to_user(5, "marker", None)
-    await asyncio.wait_for(asyncio.gather(*(set(broadcast._tasks) - earlier)), WAIT)
+    await asyncio.wait_for(asyncio.gather(*(set(from_async._tasks) - earlier)), WAIT)
     rows = await asyncio.to_thread(wait_for_rows, 1)
     assert [message["event_type"] for _, message in rows] == ["marker"]
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]

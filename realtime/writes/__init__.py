@@ -20,10 +20,11 @@ The path of one write, top to bottom (each module one room)::
                     a relay sweeps what writers left
 
 Beside the path: ``memberships``, ``shared_roots`` and ``guard_links`` (readers gained or lost
-when links change; ``link_tables``: the writes of an auto-created table of them),
-``deletes`` (cascades, and rows a delete sets to NULL), ``rechecks`` (sockets to recheck when
-memberships or accounts change), ``manual`` (``announce()``, ``deleting()``), ``broadcast``
-and ``items`` (the application's own events), ``outbox``, ``outbox_form`` and ``relay`` (the
-durable outbox, its rows' form, and the sweeper). The write side never imports the socket
-side: they meet only in ``realtime.messages``, through a transport.
+when links change; ``link_tables``: the writes of an auto-created table of them), ``deletes``
+(cascades, and rows a delete sets to NULL), ``rechecks`` (sockets to recheck when memberships
+or accounts change), ``manual`` (``announce()``, ``deleting()``), ``broadcast`` and ``items``
+(the application's own events), ``from_async`` (their work and ``announce()``'s, asked for from
+async code, run on the thread of the caller's transaction), ``outbox``, ``outbox_form`` and
+``relay`` (the durable outbox, its rows' form, and the sweeper). The write side never imports
+the socket side: they meet only in ``realtime.messages``, through a transport.
 """

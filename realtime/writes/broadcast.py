@@ -1,20 +1,20 @@
 """Broadcast API: events of the application's own, to a scope or to accounts.
 
 Each call publishes after the current transaction commits (at once outside one), from sync or
-async code; from async code the work runs in a thread whose task is kept referenced until it
-is done. Failures are logged, never raised into the caller. The ids a call is given are read
-by their model's primary key field (``realtime.auth.scope_key``, ``account_ids``): a scope or
-an account named ``"3"`` where the key is an integer is the one of key ``3``. A scope id whose
-channel no transport takes (over 1,024 bytes: ``ChannelTooLongError``) is refused at the call,
-logged like any failure: with a durable transport its outbox row would fail every relay. So is
-an event type the socket protocol uses for its own frames (``auth_success``, ``auth_error``,
-``cursor``, ``query.rows``, ``query.diff``, ``query.error``: a ``ValueError``), which clients
-would take for the protocol's frame rather than hear as an event.
+async code; from async code the work runs on the thread that holds the caller's transaction
+(``realtime.writes.from_async``). Failures are logged, never raised into the caller. The ids a
+call is given are read by their model's primary key field (``realtime.auth.scope_key``,
+``account_ids``): a scope or an account named ``"3"`` where the key is an integer is the one of
+key ``3``. A scope id whose channel no transport takes (over 1,024 bytes:
+``ChannelTooLongError``) is refused at the call, logged like any failure: with a durable
+transport its outbox row would fail every relay. So is an event type the socket protocol uses
+for its own frames (``auth_success``, ``auth_error``, ``cursor``, ``query.rows``,
+``query.diff``, ``query.error``: a ``ValueError``), which clients would take for the
+protocol's frame rather than hear as an event.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -25,41 +25,26 @@ from realtime.auth import account_ids, scope_key
 from realtime.messages import PROTOCOL_FRAME_TYPES, scope_channel
 from realtime.registry import wire_name
 from realtime.transports.table_store import encode_channel
-from realtime.writes import on_commit, rechecks
+from realtime.writes import from_async, on_commit, rechecks
 from realtime.writes.items import ScopeBroadcast, UsersBroadcast
 
 logger = logging.getLogger(__name__)
-
-_tasks: set[asyncio.Task[None]] = set()
 
 Broadcast = TypeVar("Broadcast", ScopeBroadcast, UsersBroadcast)
 
 
 def _submit(work: Callable[[], None]) -> None:
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    if loop is None:
-        try:
-            work()
-        except Exception:
-            logger.exception("realtime: broadcasting failed")
-        return
-    task = loop.create_task(asyncio.to_thread(_logged, work))
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
+    if from_async.in_async_code():
+        from_async.hand_over(lambda: _logged(work))
+    else:
+        _logged(work)
 
 
 def _logged(work: Callable[[], None]) -> None:
-    from django.db import close_old_connections
-
     try:
         work()
     except Exception:
         logger.exception("realtime: broadcasting failed")
-    finally:
-        close_old_connections()
 
 
 def _about(about: tuple[type[models.Model] | str, Any] | None) -> tuple[str, Any] | None:
