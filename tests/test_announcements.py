@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
@@ -1453,6 +1454,59 @@ class TestAnnounce:
             announce([], "renamed")
         with pytest.raises(TypeError, match="realtime_model"):
             announce(Plain(workspace=workspace, name="x"), "created")
+
+    @pytest.mark.django_db(transaction=True)
+    def test_announce_from_async_code_publishes_when_the_caller_s_transaction_commits(
+        self, workspace: Workspace
+    ) -> None:
+        """An async helper run by ``async_to_sync`` from sync code in a transaction: the row is
+        read and announced on the caller's thread, in its transaction."""
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        forget_messages()
+
+        async def helper() -> None:
+            announce(Contact.objects.filter(pk=contact.pk), "updated", changed=["name"])
+
+        with transaction.atomic():
+            with connection.cursor() as cursor:  # a write no signal sees
+                table = connection.ops.quote_name(Contact._meta.db_table)
+                cursor.execute(f"UPDATE {table} SET name = %s", ["Raw"])
+            async_to_sync(helper)()
+            assert published() == []
+        (message,) = events()
+        assert (message["event_type"], message["data"]["name"]) == ("contact.updated", "Raw")
+
+    @pytest.mark.django_db(transaction=True)
+    @pytest.mark.parametrize("action", ["updated", "deleted"])
+    def test_announce_from_async_code_reads_the_accounts_of_a_path(self, action: str) -> None:
+        ann = get_user_model().objects.create(username="ann")
+        thread = Thread.objects.create(title="t")
+        thread.members.add(ann)
+        message = Message.objects.create(thread=thread, text="hi")
+        forget_messages()
+
+        async def helper() -> None:
+            announce(message, action)
+
+        async_to_sync(helper)()
+        assert [(m["event_type"], m["user_ids"]) for m in events("users")] == [
+            (f"message.{action}", [ann.pk])
+        ]
+
+    @pytest.mark.django_db(transaction=True)
+    def test_announce_from_async_code_logs_what_it_cannot_announce(
+        self, workspace: Workspace, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        async def helper() -> None:
+            with pytest.raises(ValueError, match="action"):
+                announce([], "renamed")
+            announce(Plain(workspace=workspace, name="x"), "created")
+
+        async_to_sync(helper)()
+        (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert error.getMessage() == "realtime: announcing failed"
+        assert error.exc_info is not None
+        assert isinstance(error.exc_info[1], TypeError)
 
 
 class AddsAnAuditor(RealtimeAuth):

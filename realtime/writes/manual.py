@@ -11,16 +11,19 @@ commits.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from django.db import DEFAULT_DB_ALIAS, models, router, transaction
 
 from realtime.registry import ACTIONS, options_for
-from realtime.writes import on_commit, tracking
+from realtime.writes import from_async, on_commit, tracking
 from realtime.writes.audiences import prepare_delete
 from realtime.writes.events import Event, lacks_columns, read_event, write_queries
 from realtime.writes.failsafe import failsafe
+
+logger = logging.getLogger(__name__)
 
 
 def announce(
@@ -36,9 +39,38 @@ def announce(
     ``using`` defaults to the database each instance was read from, else ``"default"``.
     ``changed`` names the fields an ``"updated"`` wrote (default: every concrete field). For
     deletes, prefer ``deleting``: a row already gone has no readers left to ask.
+
+    From async code the announcing (reading the rows, their readers, the event) runs on the
+    thread of the caller's transaction, as ``broadcast_*`` does (``realtime.writes.from_async``);
+    what fails there (an instance of a model that is no ``@realtime_model`` included) is
+    logged, not raised into the caller.
     """
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
+    if from_async.in_async_code():
+        from_async.hand_over(lambda: _logged(instances, action, changed, using))
+    else:
+        _announce(instances, action, changed, using)
+
+
+def _logged(
+    instances: models.Model | Iterable[models.Model],
+    action: str,
+    changed: Iterable[str] | None,
+    using: str | None,
+) -> None:
+    try:
+        _announce(instances, action, changed, using)
+    except Exception:
+        logger.exception("realtime: announcing failed")
+
+
+def _announce(
+    instances: models.Model | Iterable[models.Model],
+    action: str,
+    changed: Iterable[str] | None,
+    using: str | None,
+) -> None:
     if isinstance(instances, models.Model):
         instances = [instances]
     for instance in instances:
