@@ -137,19 +137,6 @@ async def make_table_transport() -> AsyncIterator[Callable[..., TableTransport]]
 
 
 @pytest.fixture
-async def sync_thread_closed() -> AsyncIterator[None]:
-    """Close, after the test, the connections of the thread asgiref runs thread-sensitive sync
-    code on from the test's event loop (Django's async ORM, a sync view under ``AsyncClient``,
-    a broadcast or ``announce`` from async code): one left open would keep PostgreSQL from
-    dropping the test database."""
-    from asgiref.sync import sync_to_async
-    from django.db import connections
-
-    yield
-    await sync_to_async(connections.close_all)()
-
-
-@pytest.fixture
 def inbox() -> Inbox:
     return Inbox()
 
@@ -200,13 +187,19 @@ def live_servers(django_db_setup: None, django_db_blocker: Any) -> Any:
 @pytest.fixture(scope="session", autouse=True)
 def _release_transports(django_db_setup: None) -> Any:
     """Close this process's transport before the test database goes (its threads hold
-    connections that would keep PostgreSQL from dropping it)."""
+    connections that would keep PostgreSQL from dropping it), and the connections of the
+    thread asgiref runs thread-sensitive sync code on when no sync code waits (a broadcast or
+    ``announce`` from a test's async code, Django's async ORM there)."""
     yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
     from realtime.blocking import close_connections
     from realtime.transports import reset_transport
 
     reset_transport()
     close_connections()
+    asyncio.run(sync_to_async(connections.close_all)())
 
 
 #: The transports ``each_transport`` runs a test on: all of them, or those

@@ -279,7 +279,6 @@ def test_broadcast_outside_a_transaction_is_published_at_once() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("sync_thread_closed")
 async def test_broadcast_from_async_code_publishes_from_a_thread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -305,7 +304,6 @@ async def test_broadcast_from_async_code_publishes_from_a_thread(
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("sync_thread_closed")
 async def test_every_broadcast_kind_works_from_async_code() -> None:
     earlier = set(from_async._tasks)
     broadcast_to_users([2, 1], "note.sent", None)
@@ -400,7 +398,7 @@ def atomic_requests(settings: Any) -> Iterator[None]:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("atomic_requests", "sync_thread_closed")
+@pytest.mark.usefixtures("atomic_requests")
 async def test_a_broadcast_of_a_sync_view_s_async_helper_follows_atomic_requests() -> None:
     """Through Django's request handler: the broadcast of a request that failed is not
     published (its transaction rolled back), the next request's is."""
@@ -486,7 +484,6 @@ def test_the_types_refused_are_those_of_the_frames_the_socket_protocol_sends() -
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("sync_thread_closed")
 async def test_a_broadcast_from_async_code_under_a_frame_type_of_the_protocol_is_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -11,23 +11,18 @@ thread; under a bare ``asyncio.run``, asgiref's one shared thread. Any other thr
 connection of its own, outside that transaction: what it registered would publish before the
 commit, even after a rollback, and on SQLite wait on the caller's lock.
 
-The work is handed to that thread at the call, not when a task first runs: a helper that
-broadcasts and returns at once ends ``async_to_sync``, whose thread then stops taking work. A
-task then sees the call through, referenced until it is done; when it is cancelled
-(``asyncio.run`` cancels what is left once its coroutine returns) the work already handed
-over still runs: only the wait for it stops.
+The work is queued on that thread at the call (``realtime.compat.asgiref``), not when a task
+first runs: a helper that broadcasts and returns at once ends ``async_to_sync``, whose thread
+then stops taking work. A task sees the call through, referenced until it is done.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-import types
-from collections.abc import Callable, Coroutine, Generator
-from typing import Any
+from collections.abc import Callable
 
-from asgiref.sync import sync_to_async
+from realtime.compat import asgiref
 
 logger = logging.getLogger(__name__)
 
@@ -46,45 +41,13 @@ def in_async_code() -> bool:
 def hand_over(work: Callable[[], None]) -> None:
     """Run ``work`` on the thread of the caller's transaction, from async code.
 
-    ``work`` logs its own failures: nothing is raised into the caller. Its call is started here,
-    in a context of its own (as a task's first step would be): asgiref picks the thread and
-    queues the work on it before it first waits."""
-    call = sync_to_async(work, thread_sensitive=True)()
-    context = contextvars.copy_context()
+    ``work`` logs its own failures: nothing is raised into the caller, not even asgiref's
+    refusal to start it."""
     try:
-        waiting = context.run(call.send, None)
-    except StopIteration:
-        return
+        task = asgiref.start_task(work)
     except Exception:
         logger.exception("realtime: the work could not be handed to the caller's thread")
         return
-    task = asyncio.get_running_loop().create_task(_finish(call, waiting), context=context)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
-
-
-async def _finish(call: Coroutine[Any, Any, None], waiting: Any) -> None:
-    await _resume(call, waiting)
-
-
-@types.coroutine
-def _resume(call: Coroutine[Any, Any, None], waiting: Any) -> Generator[Any, Any, None]:
-    """Go on with ``call`` from where its first step stopped, as ``await call`` would, except
-    when cancelled: ``call`` is then closed rather than told, as asgiref would withdraw work its
-    thread has not started yet."""
-    while True:
-        try:
-            sent = yield waiting
-        except asyncio.CancelledError:
-            call.close()
-            raise
-        except BaseException as error:  # handed on to the call, as await does
-            try:
-                waiting = call.throw(error)
-            except StopIteration:
-                return
-        else:
-            try:
-                waiting = call.send(sent)
-            except StopIteration:
-                return
+    if task is not None:
+        _tasks.add(task)
+        task.add_done_callback(_tasks.discard)
