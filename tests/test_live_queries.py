@@ -25,6 +25,7 @@ from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from realtime.checks.declarations import check_models
 from realtime.registry import ModelOptions, options_for
+from realtime.sockets.collations import loose_key
 from realtime.sockets.live_queries import (
     LiveQuery,
     Queries,
@@ -834,6 +835,61 @@ async def test_without_use_tz_an_aware_where_datetime_is_compared_as_the_wall_cl
     assert [f["data"]["title"] for f in heard if f["type"] == "shift.created"] == [
         title for title, _ in written
     ]
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("Open", "open  "),  # case, and trailing spaces (PAD SPACE collations)
+        ("Zürich", "ZURICH"),  # accents
+        ("straße", "STRASSE"),  # utf8mb4_unicode_ci: ß is ss
+        ("straße", "strase"),  # utf8mb4_general_ci: ß is s
+        ("Æsop", "aesop"),  # letters Unicode does not decompose
+        ("\uff4f\uff50\uff45\uff4e", "open"),  # compatibility forms (full-width)
+        ("カナ", "かな"),  # katakana and hiragana
+        ("a\u200bb", "ab"),  # what collations ignore
+    ],
+)
+def test_texts_a_collation_may_take_for_one_share_a_loose_key(one: str, other: str) -> None:
+    assert loose_key(one) == loose_key(other)
+
+
+@pytest.mark.parametrize(("one", "other"), [("open", "opened"), ("open", "closed"), ("1", "2")])
+def test_texts_no_collation_takes_for_one_have_keys_apart(one: str, other: str) -> None:
+    assert loose_key(one) != loose_key(other)
+
+
+async def test_text_a_collation_may_take_for_the_asked_one_is_listed_as_the_database_says(
+    live_servers: LiveServers, ws: Clients
+) -> None:
+    """MySQL and MariaDB compare text by the column's collation (the suite's:
+    ``utf8mb4_unicode_ci``, case- and accent-insensitive, blind to trailing spaces);
+    PostgreSQL and SQLite as Python does. Whichever it is, the lists are the ORM's answer."""
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    held = await off_loop(Case.objects.create, workspace=workspace, title="held", status="Open")
+    asks = {
+        "exact": {"model": "case", "where": {"status": "open"}},
+        "in": {"model": "case", "where": {"status__in": ["open", "done"]}},
+    }
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    lists: dict[str, list[dict[str, Any]]] = {}
+    for query_id, ask in asks.items():
+        await client.send("query", {"id": query_id, **ask})
+        answer = await client.wait_for(lambda f: f["type"] == "query.rows")
+        assert answer["data"]["id"] == query_id
+        apply_frames(lists, [answer])
+    for title, status in [("upper", "OPEN"), ("spaced", "open "), ("accent", "Öpen")]:
+        await off_loop(Case.objects.create, workspace=workspace, title=title, status=status)
+    await off_loop(Case.objects.create, workspace=workspace, title="other", status="closed")
+    held.priority = 3  # a row the database listed for a text that is not the one asked
+    await off_loop(held.save)
+    apply_frames(lists, await marker_for(client, ann.pk))
+    for query_id, ask in asks.items():
+        expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
+        assert same_rows(lists[query_id], expected), query_id
+    by_collation = connection.vendor == "mysql"
+    assert ("held" in [row["title"] for row in lists["exact"]]) is by_collation
 
 
 async def test_rows_written_with_values_assigned_as_text_are_listed_as_committed(

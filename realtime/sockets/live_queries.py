@@ -26,7 +26,9 @@ message the matcher still cannot compare makes the query read its rows again, ne
 the others), ``NULL`` matching no comparison (``exact`` with ``null`` is ``isnull``), and
 sorted where the database sorts nulls (``features.nulls_order_largest``). Text is compared
 for equality only: ranges and ordering by text depend on collations, which Python does not
-share, and are refused.
+share, and are refused. Where the database compares text by a collation (MySQL, MariaDB), a
+text that differs from the one asked but that a collation may take for it
+(``realtime.sockets.collations``) makes the query read its rows again.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from realtime.guard_checks import in_process
 from realtime.paths import column_values_field, key_fields, key_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
+from realtime.sockets.collations import loose_key
 from realtime.sockets.index import discard
 from realtime.sockets.limits import log_bad_input
 from realtime.sockets.protocol import encode
@@ -100,6 +103,11 @@ def refusal_id(data: dict[str, Any]) -> Any:
 # Asking ---------------------------------------------------------------------------------------
 
 
+#: The ``Term.keys`` of a term compared as Python compares: one set, shared (an empty
+#: frozenset is an object of its own each time, which the garbage collector tracks).
+NO_KEYS: Final[frozenset[str]] = frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class Term:
     """One lookup of ``where``: ``name`` (a ``filters`` field), ``lookup``, its value read by
@@ -108,17 +116,24 @@ class Term:
     name: str
     lookup: str
     value: Any
+    #: The ``loose_key`` of each text asked, where the database compares text by a collation
+    #: (MySQL, MariaDB); empty elsewhere.
+    keys: frozenset[str] = NO_KEYS
 
     def matches(self, value: Any) -> bool:
+        """Whether a row's value matches; ``CollationSaysError`` when only the database's
+        collation can say (a text that differs from the one asked but shares its key)."""
         lookup = self.lookup
         if lookup == "isnull":
             return (value is None) is self.value
         if value is None:
             return False
-        if lookup == "exact":
-            return bool(value == self.value)
-        if lookup == "in":
-            return value in self.value
+        if lookup == "exact" or lookup == "in":
+            if value == self.value if lookup == "exact" else value in self.value:
+                return True
+            if self.keys and loose_key(value) in self.keys:
+                raise CollationSaysError(self.name)
+            return False
         if lookup == "range":
             low, high = self.value
             return bool(low <= value <= high)
@@ -240,8 +255,8 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
         if lookup == "in":
             if not isinstance(value, list) or len(value) > MAX_IN:
                 raise invalid
-            read = [_compared(field, item) for item in value]
-            return Term(name, lookup, tuple(item for item in read if item is not None))
+            read = tuple(item for item in (_compared(field, v) for v in value) if item is not None)
+            return Term(name, lookup, read, _keys(options, name, read))
         if lookup == "range":
             if not isinstance(value, list) or len(value) != 2 or None in value:
                 raise invalid
@@ -250,9 +265,34 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
             if lookup != "exact":
                 raise invalid
             return Term(name, "isnull", True)
-        return Term(name, lookup, _compared(field, _rounded(field, lookup, value)))
+        read = _compared(field, _rounded(field, lookup, value))
+        return Term(name, lookup, read, _keys(options, name, (read,)))
     except (ValidationError, TypeError, ValueError, ArithmeticError) as exc:
         raise invalid from exc
+
+
+class CollationSaysError(Exception):
+    """Whether a row matches is the database's collation to say: the query reads its rows
+    again (``realtime.sockets.collations``)."""
+
+
+def loose_names(options: ModelOptions) -> frozenset[str]:
+    """The ``filters`` fields of ``options`` holding text its database compares by a
+    collation (MySQL, MariaDB): their equality is told by ``loose_key`` first."""
+    if database_vendor(primary(options.model)) != "mysql":
+        return frozenset()
+    return frozenset(
+        name
+        for name, field in options.filter_fields.items()
+        if isinstance(column_values_field(field), models.CharField | models.TextField)
+    )
+
+
+def _keys(options: ModelOptions, name: str, values: tuple[Any, ...]) -> frozenset[str]:
+    """The ``Term.keys`` of ``values`` asked of the field ``name``."""
+    if name not in loose_names(options):
+        return NO_KEYS
+    return frozenset(loose_key(value) for value in values)
 
 
 #: The range of a 64-bit integer column, SQLite's and every database's widest.
@@ -847,6 +887,8 @@ class ModelQueries:
 
     def __init__(self) -> None:
         self.all: set[LiveQuery] = set()
+        #: The fields whose values the index keeps by their ``loose_key`` (``loose_names``).
+        self.loose: frozenset[str] = frozenset()
         #: By the names of a query's exact terms, then by their values.
         self.by_terms: dict[tuple[str, ...], dict[tuple[Any, ...], set[LiveQuery]]] = {}
         self.unindexed: set[LiveQuery] = set()
@@ -860,6 +902,7 @@ class ModelQueries:
 
     def add(self, query: LiveQuery) -> None:
         self.all.add(query)
+        self.loose = loose_names(query.options)
         names, values = _exact_terms(query.shape)
         if not names:
             self.unindexed.add(query)
@@ -901,15 +944,27 @@ class ModelQueries:
         if entry is not None:
             found += self.unindexed
             typed = entry[TYPED]
+            loose = self.loose
             for names, by_values in self.by_terms.items():
-                found += by_values.get(tuple(typed[name] for name in names), ())
+                values = (_indexed(typed[name], name in loose) for name in names)
+                found += by_values.get(tuple(values), ())
         return found
 
 
 def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    """The names and values of a shape's ``exact`` terms, in name order (its index key)."""
-    terms = sorted((term.name, term.value) for term in shape.terms if term.lookup == "exact")
+    """The names and values of a shape's ``exact`` terms, in name order (its index key): a
+    text compared by a collation by its ``loose_key``."""
+    terms = sorted(
+        (term.name, _indexed(term.value, bool(term.keys)))
+        for term in shape.terms
+        if term.lookup == "exact"
+    )
     return tuple(name for name, _ in terms), tuple(value for _, value in terms)
+
+
+def _indexed(value: Any, loose: bool) -> Any:
+    """``value`` as the index of exact terms keeps it."""
+    return loose_key(value) if loose and value is not None else value
 
 
 class Queries:
@@ -1269,6 +1324,8 @@ def _may_change(query: LiveQuery, change: Any) -> bool:
     matched against never keeps it from the others' sockets."""
     try:
         return query.may_change(*change)
+    except CollationSaysError:
+        return True
     except Exception as failure:
         _failed(query, failure)
         return True
@@ -1278,6 +1335,8 @@ def _applied(query: LiveQuery, change: Any) -> bool:
     """``query.apply(*change)``; ``False`` (its rows are read again) when it fails."""
     try:
         return query.apply(*change)
+    except CollationSaysError:
+        return False
     except Exception as failure:
         _failed(query, failure)
         return False
