@@ -173,3 +173,49 @@ def _through_key(field: Any, side: int, model: Any) -> Any:
     ]
     # A many-to-many to its own model has two keys to it: the source first, the target next.
     return keys[side if len(keys) > 1 and field.model == field.related_model else 0]
+
+
+#: What a field class overrides to hold, read, write or store its values otherwise than the
+#: Django field class it derives from: the instance's attribute (``descriptor_class``), what
+#: a read gives (``from_db_value``, ``get_db_converters``), what a value given is taken as
+#: (``to_python``), what is written (``get_prep_value`` and the two after it), the
+#: column (``db_type``: ``citext`` compares case-insensitively), and what the field puts on
+#: its model (``contribute_to_class``: older fields install their own descriptor there).
+VALUE_HOOKS = (
+    "contribute_to_class",
+    "descriptor_class",
+    "from_db_value",
+    "get_db_converters",
+    "to_python",
+    "get_prep_value",
+    "get_db_prep_value",
+    "get_db_prep_save",
+    "db_type",
+)
+
+
+def value_hooks(field: models.Field[Any, Any]) -> tuple[str, ...]:
+    """The ``VALUE_HOOKS`` ``field``'s class overrides: none for a class of Django's, nor for a
+    subclass of the application's that changes something else only (``formfield``,
+    ``deconstruct``, a default ``max_length``); some for one whose values are not what its
+    ``get_internal_type()`` says (a ``CharField`` holding a list, as django-multiselectfield's
+    does, a ``TextField`` an object it keeps as JSON text)."""
+    kind, django = type(field), _django_class(type(field))
+    return tuple(
+        hook for hook in VALUE_HOOKS if getattr(kind, hook, None) is not getattr(django, hook, None)
+    )
+
+
+def django_field_class(field: models.Field[Any, Any]) -> type[models.Field[Any, Any]] | None:
+    """The class of Django's whose values ``field`` holds, read and writes: its own, or the
+    one it derives from when its class overrides no ``value_hooks``; ``None`` otherwise."""
+    return None if value_hooks(field) else _django_class(type(field))
+
+
+def _django_class(kind: type[Any]) -> type[models.Field[Any, Any]]:
+    """The first field class of Django's among ``kind``'s bases (``kind`` itself, if it is)."""
+    return next(
+        base
+        for base in kind.__mro__
+        if issubclass(base, models.Field) and base.__module__.split(".")[0] == "django"
+    )

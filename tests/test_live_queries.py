@@ -52,6 +52,7 @@ from tests.testapp.models import (
     Crate,
     Membership,
     Parcel,
+    PicksField,
     Point,
     Shift,
     Workspace,
@@ -178,6 +179,72 @@ def test_filters_naming_text_of_a_collation_of_its_own_are_check_errors() -> Non
     assert "filters names 'handle', which is text of the collation 'und-ci'" in pin.msg
     assert "Leave 'name' out of filters=" in str(handle.hint)
     assert "'plain'" not in handle.msg
+
+
+class CodeField(models.CharField):  # type: ignore[type-arg]
+    """A ``CharField`` of the application's that changes nothing of its values: a default
+    ``max_length``, its own form field and deconstruction."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 12)
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        if kwargs.get("max_length") == 12:
+            del kwargs["max_length"]
+        return name, path, args, kwargs
+
+    def formfield(self, **kwargs: Any) -> Any:
+        return super().formfield(**{"strip": False, **kwargs})
+
+
+class TrimmedField(models.CharField):  # type: ignore[type-arg]
+    """A ``CharField`` writing its values trimmed: the column holds what Python does not."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        value = super().get_prep_value(value)
+        return value.strip() if isinstance(value, str) else value
+
+
+@isolate_apps("tests.testapp")
+def test_filters_naming_a_field_whose_class_handles_its_values_itself_are_check_errors() -> None:
+    """A subclass of an accepted field that reads and writes its values itself reports its
+    parent's kind (a ``CharField`` holding a list, as django-multiselectfield's; a key to a
+    key written trimmed): a live query would compare the list, or the untrimmed text, with a
+    client's value where the database compares the stored text. Refused, the field, its class
+    and what it overrides named; a subclass that leaves its values to Django passes."""
+
+    class Shelf(models.Model):  # noqa: DJ008 - never shown
+        code = TrimmedField(primary_key=True, max_length=20)
+
+        class Meta:
+            app_label = "testapp"
+
+    class Basket(models.Model):  # noqa: DJ008 - never shown
+        workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+        picks = PicksField(max_length=100, default=list)
+        shelf = models.ForeignKey(Shelf, on_delete=models.CASCADE)
+        code = CodeField()
+
+        class Meta:
+            app_label = "testapp"
+
+    realtime_model(filters=["picks", "shelf", "code"])(Basket)
+    try:
+        errors = [m for m in check_models() if m.obj is Basket]
+    finally:
+        unregister(Basket)
+    assert [m.id for m in errors] == ["realtime.E050", "realtime.E050"]
+    picks, shelf = errors
+    assert (
+        "filters names 'picks', which is a tests.testapp.models.PicksField, a field class that "
+        "handles its values itself (from_db_value, to_python, get_prep_value)" in picks.msg
+    )
+    assert "Leave 'picks' out of filters=" in str(picks.hint)
+    assert f"filters names 'shelf', which is a {__name__}.TrimmedField" in shelf.msg
+    assert "(get_prep_value)" in shelf.msg
+    assert "'code'" not in " ".join(m.msg for m in errors)
 
 
 @isolate_apps("tests.testapp")

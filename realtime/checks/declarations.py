@@ -22,6 +22,7 @@ from realtime.paths import (
     is_foreign_key,
     path_target,
     resolve_path,
+    value_hooks,
 )
 from realtime.primary import primary
 from realtime.registry import (
@@ -66,7 +67,9 @@ FILTER_TEXT_MAX = 255
 #: The kinds of columns (``get_internal_type()``, a key's target's) live queries compare in
 #: Python as the databases do. Others are refused: addresses (PostgreSQL's ``inet``
 #: normalises them), bytes, files, durations (compared as text in Python) and the custom
-#: fields of an application, whose stored form only it knows.
+#: fields of an application, whose stored form only it knows: those reporting a kind of
+#: their own, and those reporting one of these whose class handles its values itself
+#: (``value_hooks``: a ``CharField`` holding a list).
 FILTER_KINDS = frozenset(
     {
         "AutoField",
@@ -94,8 +97,9 @@ FILTER_KINDS = frozenset(
 def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
     """``filters=`` names local concrete columns (a foreign key by its id) whose comparison
     Python and the database agree on (``FILTER_KINDS``): no relation path, many-to-many,
-    long text, text of a collation of its own, JSON or kind of column outside that list, and
-    no decimal the database rounds (``SQLITE_DECIMAL_DIGITS``)."""
+    long text, text of a collation of its own, JSON, field class handling its values itself
+    (``value_hooks``) or kind of column outside that list, and no decimal the database rounds
+    (``SQLITE_DECIMAL_DIGITS``)."""
     model = options.model
     out: list[checks.CheckMessage] = []
     hint = (
@@ -129,6 +133,17 @@ def _check_filters(options: ModelOptions) -> list[checks.CheckMessage]:
             why = "lives in a parent model's table"
         elif (kind := _column_kind(field)) not in FILTER_KINDS:
             why = f"is a {kind} column, which the database may compare otherwise than Python"
+        elif own := _own_values(field):
+            cls, hooks = own
+            why = (
+                f"is a {cls.__module__}.{cls.__qualname__}, a field class that handles its "
+                f"values itself ({', '.join(hooks)}): a live query would compare them as "
+                "Python holds them, the database as the column stores them"
+            )
+            fix = (
+                f"Leave {name!r} out of filters=, or filter by a field of Django's own class "
+                "(or of a subclass that leaves its values to it)."
+            )
         elif collation := getattr(column_values_field(field), "db_collation", None):
             # A nondeterministic collation on PostgreSQL (Django's replacement for
             # CICharField), most of MySQL's: equal text Python tells apart.
@@ -166,6 +181,16 @@ def _rounded_digits(field: Any) -> int | None:
     if target.max_digits <= SQLITE_DECIMAL_DIGITS:
         return None
     return target.max_digits if connections[primary(field.model)].vendor == "sqlite" else None
+
+
+def _own_values(field: Any) -> tuple[type[Any], tuple[str, ...]] | None:
+    """The class, of the field's and a foreign key's target's, that holds, reads or writes
+    its values otherwise than the Django class it derives from (``value_hooks``: a
+    ``CharField`` holding a list reports ``CharField`` still), and the hooks it overrides."""
+    for each in (field, column_values_field(field)):
+        if each is not None and (hooks := value_hooks(each)):
+            return type(each), hooks
+    return None
 
 
 def _column_kind(field: Any) -> str:

@@ -57,7 +57,7 @@ from django.db.transaction import TransactionManagementError
 
 from realtime.compat.django import callbacks_committed, callbacks_released, in_transaction
 from realtime.compat.django_orm import keep_on_state, kept_on_state
-from realtime.paths import key_fields
+from realtime.paths import django_field_class, key_fields
 
 #: Stands for a value nobody knows: compares unequal to anything.
 UNKNOWN: Any = object()
@@ -90,10 +90,11 @@ _IMMUTABLE = frozenset(
         uuid.UUID,
     }
 )
-#: Django's own fields whose values never change in place: exactly these classes. A subclass
-#: may read its column otherwise, whatever ``get_internal_type()`` it reports: a
-#: ``CharField`` giving a list (django-multiselectfield's), a ``TextField`` an object it keeps
-#: as JSON text. The values of any other field are looked at, and copied when they could.
+#: Django's own fields whose values never change in place: these classes, and the subclasses
+#: that leave their values to them (``django_field_class``). A subclass may read its column
+#: otherwise, whatever ``get_internal_type()`` it reports: a ``CharField`` giving a list
+#: (django-multiselectfield's), a ``TextField`` an object it keeps as JSON text. The values
+#: of any other field are looked at, and copied when they could.
 _PLAIN_FIELDS: frozenset[type[models.Field[Any, Any]]] = frozenset(
     {
         models.AutoField,
@@ -459,7 +460,7 @@ class _Shape:
         self.columns = tuple(f.attname for f in meta.concrete_fields)
         #: Columns whose values may change in place: looked at one by one, copied if so.
         self.looked_at = frozenset(
-            f.attname for f in meta.concrete_fields if type(f) not in _PLAIN_FIELDS
+            f.attname for f in meta.concrete_fields if django_field_class(f) not in _PLAIN_FIELDS
         )
 
 
