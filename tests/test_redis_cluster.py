@@ -29,7 +29,7 @@ import pytest
 
 from tests.helpers import WAIT, Inbox, eventually, off_loop, start_worker
 from tests.live import free_port
-from tests.redis_cluster import Node, RedisCluster
+from tests.redis_cluster import NODE_TIMEOUT_MS, Node, RedisCluster
 from tests.redis_server import transports
 from tests.transport_contract import MARKER, TransportContract
 
@@ -39,9 +39,10 @@ from redis.crc import key_slot
 
 from realtime.exceptions import PublishError, TransportError
 from realtime.positions import Vector
+from realtime.sockets.manager import LISTEN_WAIT
 from realtime.transports.base import Transport
 from realtime.transports.redis import RedisTransport
-from realtime.transports.redis_client import cluster_async_client
+from realtime.transports.redis_client import async_client, node_url
 from realtime.transports.redis_cluster_listener import ClusterListener
 from realtime.transports.redis_keys import shard_channel
 
@@ -374,9 +375,10 @@ async def test_a_node_connection_that_cannot_come_back_while_the_node_answers_is
 async def test_the_client_of_the_map_of_slots_is_closed_whole_though_its_close_was_cancelled(
     make_cluster_transport: MakeTransport, redis_cluster: RedisCluster
 ) -> None:
-    # The listener closes the client that read the map before it reads it again, and a
-    # transport that stops cancels that read. redis-py's close, cancelled midway, left the
-    # client's nodes connected, for the garbage collector to close (a ResourceWarning).
+    # The listener closes the client that read the map once it answered, and a transport
+    # that stops waits for that close, and may be cancelled meanwhile. redis-py's close,
+    # cancelled midway, left the node connected, for the garbage collector to close (a
+    # ResourceWarning).
     (channel, *_), *_ = channels_by_node(redis_cluster).values()
     transport = make_cluster_transport()
     await transport.start()
@@ -384,15 +386,15 @@ async def test_the_client_of_the_map_of_slots_is_closed_whole_though_its_close_w
     name = f"map-{uuid.uuid4().hex[:8]}"  # this test's connections, by name
     built: list[Any] = []  # kept: a connection left open stays open, the GC closes none
 
-    def topology() -> Any:
-        client = cluster_async_client(transport.cluster_nodes, 1.0, transport.keepalive, name)
+    def topology(host: str, port: int) -> Any:
+        url = node_url(transport.cluster_nodes[0], host, port)
+        client = async_client(url, 1.0, transport.keepalive, name, retry=False)
         built.append(client)
         return client
 
     listener.topology = topology
     await transport.follow(channel)
     assert built
-    assert connections_named(redis_cluster, name) > 0
     closing = asyncio.create_task(listener.close())
     await asyncio.sleep(0)  # redis-py's close is under way
     closing.cancel()
@@ -689,3 +691,88 @@ async def test_a_follow_on_a_stale_map_of_slots_is_refused_and_goes_where_the_sl
     assert shard_channel(later) in shard_channels(redis_cluster)[target.port]
     await off_loop(transport.publish, [(later, MARKER)])
     await inbox.wait_for(later, MARKER)
+
+
+async def test_a_worker_whose_url_names_only_a_node_gone_for_good_follows_the_failover(
+    redis_cluster: RedisCluster, inbox: Inbox, make_cluster_transport: MakeTransport
+) -> None:
+    # The URL names some of the Cluster's nodes; here one, which dies for good. The map of
+    # slots is read again from the nodes the last map named, not from the URL's alone.
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    named = next(node for node in redis_cluster.primaries() if node.port == ports[0])
+    on_named, elsewhere, later = by_node[ports[0]][0], by_node[ports[1]][0], by_node[ports[2]][0]
+    publisher = make_cluster_transport()
+    url = f"redis+cluster://{named.address}"
+    async with transports(url, heartbeat_interval=0.5, heartbeat_timeout=1.0) as make:
+        worker = make(backoff_start=0.1, backoff_max=1.0)
+        worker.add_listener(inbox)
+        await worker.follow(on_named)
+        await worker.follow(elsewhere)
+        await off_loop(redis_cluster.kill, named)
+        await off_loop(redis_cluster.wait_ok)
+        new_home = redis_cluster.primary_of(shard_channel(on_named))
+        listener = cluster_listener(worker)
+        await eventually(
+            lambda: listener.home.get(shard_channel(on_named)) == new_home.address,
+            timeout=SETTLE,
+        )
+        await asyncio.wait_for(worker.follow(later), LISTEN_WAIT)
+        await off_loop(publisher.publish, [(c, MARKER) for c in (on_named, elsewhere, later)])
+        for channel in (on_named, elsewhere, later):
+            await inbox.wait_for(channel, MARKER)
+
+
+def slot_zero_primary(cluster: RedisCluster) -> Node:
+    """The primary serving slot 0: the node a redis-py Cluster client asks first."""
+    return next(node for node in cluster.primaries() if "0" in slot_starts(cluster, node))
+
+
+def slot_starts(cluster: RedisCluster, node: Node) -> list[str]:
+    """The first slot of each range ``node`` serves, in its own view."""
+    for line in cluster.cli(node, "CLUSTER", "NODES").splitlines():
+        parts = line.split()
+        if "myself" in parts[2]:
+            return [span.partition("-")[0] for span in parts[8:]]
+    return []
+
+
+async def test_a_channel_of_a_healthy_primary_is_followed_during_another_primarys_failover(
+    redis_cluster: RedisCluster, make_cluster_transport: MakeTransport
+) -> None:
+    # Until its replica takes over (after cluster-node-timeout, 8 s here), a dead primary
+    # still has its slots in every node's map: the other primaries' channels are served
+    # where they were, by a worker running then and by one starting then alike, within the
+    # bound of a follow. The dead one serves slot 0, where a redis-py Cluster client asks
+    # first.
+    by_node = channels_by_node(redis_cluster)
+    victim = slot_zero_primary(redis_cluster)
+    healthy = [port for port in by_node if port != victim.port]
+    running = make_cluster_transport(backoff_start=0.2, backoff_max=2.0)
+    for port in by_node:
+        await running.follow(by_node[port][0])
+    listener = cluster_listener(running)
+    for node in redis_cluster.nodes:
+        redis_cluster.cli(node, "CONFIG", "SET", "cluster-node-timeout", "8000")
+    try:
+        await off_loop(redis_cluster.kill, victim)
+        # The dead node's connection fails: the running worker reads the map again.
+        await eventually(lambda: listener.nodes[victim.address].outage.down)
+        await asyncio.sleep(0.5)
+        new = shard_channel(by_node[healthy[0]][1])
+        await asyncio.wait_for(listener.subscribe(new), LISTEN_WAIT)
+        assert listener.home[new] == f"127.0.0.1:{healthy[0]}"
+        fresh = make_cluster_transport(backoff_start=0.2, backoff_max=2.0)
+        await fresh.start()
+        other = shard_channel(by_node[healthy[1]][0])
+        await asyncio.wait_for(cluster_listener(fresh).subscribe(other), LISTEN_WAIT)
+        subscribed = shard_channels(redis_cluster)
+        assert new in subscribed[healthy[0]]
+        assert other in subscribed[healthy[1]]
+    finally:
+        for node in redis_cluster.nodes:
+            if node.process is not None:
+                redis_cluster.cli(
+                    node, "CONFIG", "SET", "cluster-node-timeout", str(NODE_TIMEOUT_MS)
+                )
+        await off_loop(redis_cluster.wait_ok)

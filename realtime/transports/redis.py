@@ -77,6 +77,7 @@ from realtime.transports.redis_client import (
     async_client,
     cluster_async_client,
     cluster_sync_client,
+    node_name,
     node_url,
     parse_url,
     sync_client,
@@ -411,9 +412,9 @@ class RedisTransport(Transport):
                 self._reader = cluster_async_client(
                     self.cluster_nodes, timeout, self.keepalive, READER_NAME
                 )
-                nodes, keepalive = self.cluster_nodes, self.keepalive
                 self.listener = ClusterListener(
-                    lambda: cluster_async_client(nodes, timeout, keepalive, TOPOLOGY_NAME),
+                    lambda host, port: self._node_client(host, port, TOPOLOGY_NAME),
+                    [node_name(node) for node in self.cluster_nodes],
                     lambda host, port: self._node_client(host, port, LISTENER_NAME),
                     self.options,
                     self._received,

@@ -147,6 +147,12 @@ def node_url(template: str, host: str, port: int) -> str:
     return parts._replace(netloc=netloc, path="").geturl()
 
 
+def node_name(url: str) -> str:
+    """``host:port`` of a Cluster node's URL, as the Cluster's map of slots names nodes."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 6379}"
+
+
 def _options(timeout: float, keepalive: tuple[int, int, int]) -> dict[str, Any]:
     idle, interval, count = keepalive
     keepalive_options = {

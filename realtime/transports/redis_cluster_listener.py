@@ -6,13 +6,15 @@ channel it follows, not one per node of the Cluster: each with its own heartbeat
 reconnection backoff, logs (``Outage``, naming the node) and stall bound, and each
 subscription it confirms followed by a gap fill, exactly as on a standalone server.
 
-Who serves a slot is read from the Cluster's map of slots: a redis-py ``RedisCluster`` of
-this listener's own, used for nothing else (``get_node_from_key``), a new one each time the
-map is read (then the previous one is closed: redis-py offers no public way to read the map
-again on a client that already read it). Each client let go is closed in a task of its own,
-which ``close`` waits for: redis-py's ``aclose``, cancelled midway (the transport stopping
-while the map is read again), leaves the client's nodes connected, for the garbage collector
-to close. A node listener whose
+Who serves a slot is read from the Cluster's map of slots: ``CLUSTER SLOTS``, asked of one
+node at a time on a client of this listener's own (closed once it answered: a map is read
+only when something moved), until one answers — first the node that answered last, then
+the other nodes the last map names (primaries and replicas), then the URL's. So a worker
+goes on when the nodes ``REALTIME_REDIS_URL`` names are gone for good, and a read does not
+wait on any one node: a primary in its failover window answers nothing, but the others do.
+Each client let go is closed in a task of its own, which ``close`` waits for: a close
+cancelled midway (the transport stopping while the map is read) would leave the node
+connected, for the garbage collector to close. A node listener whose
 connection fails, whose subscription is refused with ``MOVED``, or whose subscription the
 server takes back (Redis unsubscribes the shard channels of a slot that leaves the node)
 says so (``on_displaced``); this listener then reads the map again and moves each channel
@@ -20,6 +22,13 @@ whose slot another node serves now: unsubscribed on the old node's listener, sub
 the new one's, whose confirmation brings the gap fill. A map read while a failover is under
 way still names the dead primary: the dead node's listener keeps failing, and each failure
 asks for another read, with backoff, until a replica took over.
+
+The last map read is kept until another is read, and channels are placed from it: a read
+that fails (no node answers, or the answer is not a map) is logged as an outage, once, and
+tried again with backoff, never a stop of this listener. A failover moves only the failed
+primary's slots, so the rest of the map holds, and a stale entry corrects itself: the node
+it names refuses the subscription (``MOVED``) or fails, which asks for another read. Only a
+worker that has read no map yet depends on the URL's nodes.
 
 redis-py's own ``ClusterPubSub`` is not used for reading: without a ``target_node``, its
 ``get_sharded_message`` waits on each node's connection in turn (one node's message waits
@@ -35,10 +44,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from realtime.transports.outage import Outage
 from realtime.transports.redis_listener import ListenerOptions, RedisListener
@@ -53,7 +62,8 @@ class ClusterListener:
 
     def __init__(
         self,
-        topology: Callable[[], Any],
+        topology: Callable[[str, int], Any],
+        seeds: Sequence[str],
         client: Callable[[str, int], Any],
         options: ListenerOptions,
         on_message: Callable[[str, bytes], None],
@@ -61,10 +71,14 @@ class ClusterListener:
         on_stalled: Callable[[frozenset[str]], None],
         node_answers: Callable[[str, int], Awaitable[bool]],
     ) -> None:
-        #: Builds a ``redis.asyncio.cluster.RedisCluster``, to read the map of slots with.
+        #: ``topology(host, port)`` builds an asyncio client of one node, to read the map with.
         self.topology = topology
-        #: The client that read the map last (``None``: not read yet, or the read failed).
-        self._map: Any = None
+        #: The nodes (``host:port``) ``REALTIME_REDIS_URL`` names: asked after those of the map.
+        self.seeds = tuple(seeds)
+        #: The last map read (``None``: none read yet); kept when a read fails.
+        self._map: SlotMap | None = None
+        #: The node that answered the last read: asked first next time.
+        self._source: str | None = None
         #: ``client(host, port)`` builds an asyncio client of one node.
         self.client = client
         self.options = options
@@ -197,44 +211,60 @@ class ClusterListener:
         return listener
 
     async def _owner(self, name: str) -> str | None:
-        """The node serving ``name``'s slot, from the map (read first if never read; read
-        again until it can be: ``None`` if ``name`` is taken back meanwhile)."""
+        """The node serving ``name``'s slot, from the last map (read first if none was; read
+        again until it can be, or until a node serves the slot: ``None`` if ``name`` is
+        taken back meanwhile)."""
         while name in self.wanted:
-            async with self._mapping:
-                if self._map is None:
-                    await self._read_map()
-                if self._map is not None:
-                    return str(self._map.get_node_from_key(name).name)
+            if self._map is None:
+                async with self._mapping:
+                    if self._map is None:
+                        await self._read_map()
+            owner = self._map.owner(name) if self._map is not None else None
+            if owner is not None:
+                return owner
+            if self._map is not None:
+                self._look_again.set()  # a slot no node serves: read the map again
             await asyncio.sleep(self.options.backoff_start)
         return None
 
-    async def _read_map(self) -> None:
-        """Read the map of slots again (from any node that answers), on a new client; on
-        failure, no map is left (``_map`` is ``None``) and the failure is logged as an
-        outage."""
-        await self.close()
-        fresh = self.topology()
+    async def _read_map(self) -> bool:
+        """Read the map of slots again, asking the nodes one at a time until one answers;
+        whether it was read. On failure the last map stays, and the failure is logged as an
+        outage (one WARNING, then DEBUG lines, until a read works again)."""
+        failure: BaseException = ConnectionError("no Redis Cluster node to ask")
+        for node in self._nodes_to_ask():
+            try:
+                fresh = await self._ask(node)
+            except Exception as exc:  # any failure (a reply that is no map too): ask the next
+                failure = exc
+                continue
+            self._map, self._source = fresh, node
+            self.map_reads += 1
+            self._map_outage.recovered()
+            return True
+        self._map_outage.failed(failure, self.options.backoff_start)
+        return False
+
+    def _nodes_to_ask(self) -> list[str]:
+        """The node that answered last, the other nodes of the last map, then the URL's."""
+        known = self._map.nodes if self._map is not None else ()
+        return list(dict.fromkeys(n for n in (self._source, *known, *self.seeds) if n))
+
+    async def _ask(self, node: str) -> SlotMap:
+        """``node``'s map of slots (``CLUSTER SLOTS``), on a client closed afterwards."""
+        host, _, port = node.rpartition(":")
+        client = self.topology(host, int(port))
         try:
             async with asyncio.timeout(self.options.heartbeat_timeout * 2):
-                await fresh.initialize()
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._let_go(fresh)
-            self._map_outage.failed(exc, self.options.backoff_start)
-            return
-        except BaseException:
-            self._let_go(fresh)
-            raise
-        self._map = fresh
-        self.map_reads += 1
-        self._map_outage.recovered()
+                reply = await client.execute_command("CLUSTER", "SLOTS")
+        finally:
+            self._let_go(client)
+        return SlotMap(reply, host)
 
     async def close(self) -> None:
-        """Close the client of the map of slots (the transport stops), and wait until every
-        client let go is closed, even one whose close an earlier call, cancelled, left
-        under way (within the heartbeat timeout: one that hangs is logged and let go of)."""
-        old, self._map = self._map, None
-        if old is not None:
-            self._let_go(old)
+        """Wait until every client of the map let go is closed (the transport stops), even
+        one whose close an earlier call, cancelled, left under way (within the heartbeat
+        timeout: one that hangs is logged and let go of)."""
         if self._closing_maps:
             # ``wait`` cancels nothing it waits for: cancelled here, the closes go on. Bounded
             # as a stop is: a close that hangs (a node that never answers) is let go of.
@@ -249,7 +279,7 @@ class ClusterListener:
 
     def _let_go(self, client: Any) -> None:
         """Close ``client`` in a task of its own, held until done: cancelled midway, redis-py's
-        ``aclose`` would leave the client's nodes connected."""
+        ``aclose`` would leave the node connected."""
         task = asyncio.get_running_loop().create_task(_close(client))
         self._closing_maps.add(task)
         task.add_done_callback(self._closing_maps.discard)
@@ -257,15 +287,20 @@ class ClusterListener:
     async def _rehome(self) -> None:
         """Read the map again; move each channel wanted whose slot another node serves now,
         place those wanted that have no node yet, and ask again for those still served where
-        they are but not subscribed."""
+        they are but not subscribed. A read that fails leaves the last map to place them
+        from, and is tried again after the pause."""
         async with self._mapping:
-            await self._read_map()
-            if self._map is None:
-                self._look_again.set()  # try again after the pause
-                return
-            owners = {name: str(self._map.get_node_from_key(name).name) for name in self.wanted}
+            if not await self._read_map():
+                self._look_again.set()
+        slots = self._map
+        if slots is None:
+            return
+        owners = {name: slots.owner(name) for name in self.wanted}
         moved: dict[tuple[str, str], list[str]] = {}
         for name, owner in owners.items():
+            if owner is None:
+                self._look_again.set()  # a slot no node serves (yet): read again later
+                continue
             if name not in self.wanted:
                 continue  # taken back meanwhile
             old = self.home.setdefault(name, owner)
@@ -293,3 +328,33 @@ class ClusterListener:
 async def _close(client: Any) -> None:
     with contextlib.suppress(Exception):
         await client.aclose()
+
+
+class SlotMap:
+    """The Cluster's map of slots, as one node's ``CLUSTER SLOTS`` gave it: the primary
+    (``host:port``) serving each slot, and every node it names, primaries and replicas."""
+
+    def __init__(self, reply: Any, asked_host: str) -> None:
+        #: Slot → the primary serving it (``None``: no node serves it).
+        self.owners: list[str | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+        #: Every node named, primaries first: any of them may answer the next read.
+        self.nodes: list[str] = []
+        replicas: list[str] = []
+        for start, end, primary, *others in reply:
+            owner = _node_name(primary, asked_host)
+            self.owners[int(start) : int(end) + 1] = [owner] * (int(end) - int(start) + 1)
+            self.nodes.append(owner)
+            replicas += [_node_name(node, asked_host) for node in others]
+        self.nodes = list(dict.fromkeys([*self.nodes, *replicas]))
+
+    def owner(self, name: str) -> str | None:
+        """The primary serving the slot of the shard channel ``name``."""
+        return self.owners[key_slot(name.encode())]
+
+
+def _node_name(node: Any, asked_host: str) -> str:
+    """``host:port`` of a node of ``CLUSTER SLOTS`` (``[host, port, id, ...]``); a node that
+    does not know its address leaves the host empty: the one asked, reached at ``asked_host``."""
+    host, port = node[0], node[1]
+    host = host.decode() if isinstance(host, bytes) else str(host)
+    return f"{host or asked_host}:{int(port)}"
