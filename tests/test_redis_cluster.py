@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,8 +40,9 @@ from redis.crc import key_slot
 from realtime.exceptions import PublishError, TransportError
 from realtime.positions import Vector
 from realtime.sockets.manager import LISTEN_WAIT
+from realtime.transports import redis as redis_module
 from realtime.transports.base import Transport
-from realtime.transports.redis import RedisTransport
+from realtime.transports.redis import LIVE_INLINE, RedisTransport
 from realtime.transports.redis_client import async_client, node_url
 from realtime.transports.redis_cluster_listener import ClusterListener
 from realtime.transports.redis_keys import shard_channel
@@ -334,6 +335,34 @@ async def test_stream_reads_span_the_nodes(
     assert sorted((channel, payload) for channel, payload, _ in entries) == sorted(
         (c, f"{c}:2".encode()) for c in channels
     )
+
+
+async def test_quiet_streams_on_every_node_keep_their_epoch_while_a_worker_follows_them(
+    make_cluster_transport: MakeTransport,
+    redis_cluster: RedisCluster,
+    inbox: Inbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Metas live 0.4 s here: the worker renews them, each on the node serving its slot.
+    monkeypatch.setattr(redis_module, "META_TTL_MIN", 0.4)
+    channels = [names[0] for names in channels_by_node(redis_cluster).values()]
+    transport = make_cluster_transport(resume_window=0.1, supervise_interval=0.05)
+    transport.add_listener(inbox)
+    for channel in channels:
+        await transport.follow(channel)
+    await off_loop(transport.publish, [(channel, b"first") for channel in channels])
+    for channel in channels:
+        await inbox.wait_for(channel, b"first")
+    # Rounds spanning more than twice the metas' lifetime: without them they would be gone.
+    start = transport.meta_refreshes
+    await eventually(lambda: transport.meta_refreshes >= start + 8)
+    await off_loop(transport.publish, [(channel, b"second") for channel in channels])
+    for channel in channels:
+        await inbox.wait_for(channel, b"second")
+    places = [place for place in inbox.heard_at() if place.stream in channels]
+    for channel in channels:
+        first, second = [place for place in places if place.stream == channel]
+        assert (second.epoch, second.seq) == (first.epoch, 2)
 
 
 async def test_a_node_connection_that_cannot_come_back_while_the_node_answers_is_one_error(
@@ -737,42 +766,88 @@ def slot_starts(cluster: RedisCluster, node: Node) -> list[str]:
     return []
 
 
-async def test_a_channel_of_a_healthy_primary_is_followed_during_another_primarys_failover(
-    redis_cluster: RedisCluster, make_cluster_transport: MakeTransport
+@contextlib.contextmanager
+def slow_failover(cluster: RedisCluster, timeout_ms: int = 8000) -> Iterator[None]:
+    """A primary killed meanwhile stays in the map of slots for ``timeout_ms`` (its
+    failover window: dead, its replica not promoted yet) rather than one second."""
+    for node in cluster.nodes:
+        cluster.cli(node, "CONFIG", "SET", "cluster-node-timeout", str(timeout_ms))
+    try:
+        yield
+    finally:
+        for node in cluster.nodes:
+            if node.process is not None:
+                cluster.cli(node, "CONFIG", "SET", "cluster-node-timeout", str(NODE_TIMEOUT_MS))
+
+
+def not_promoted(cluster: RedisCluster, replica: Node) -> bool:
+    """Whether ``replica`` is a replica still: its primary's failover window is not over."""
+    return "role:slave" in cluster.cli(replica, "INFO", "replication").split()
+
+
+#: A payload too large to travel live: the worker reads it from its stream.
+LARGE = b"x" * (LIVE_INLINE + 1)
+
+
+async def test_a_running_worker_follows_and_reads_healthy_primaries_during_a_failover(
+    redis_cluster: RedisCluster, inbox: Inbox, make_cluster_transport: MakeTransport
 ) -> None:
     # Until its replica takes over (after cluster-node-timeout, 8 s here), a dead primary
-    # still has its slots in every node's map: the other primaries' channels are served
-    # where they were, by a worker running then and by one starting then alike, within the
-    # bound of a follow. The dead one serves slot 0, where a redis-py Cluster client asks
-    # first.
+    # still has its slots in every node's map: the other primaries' channels are followed
+    # (subscribed, then their stream's top read) and their streams read, within the bound
+    # of a follow, and none of them is reported missed. The dead one serves slot 0, the
+    # default node of a redis-py Cluster client.
     by_node = channels_by_node(redis_cluster)
     victim = slot_zero_primary(redis_cluster)
     healthy = [port for port in by_node if port != victim.port]
+    publisher = make_cluster_transport()
     running = make_cluster_transport(backoff_start=0.2, backoff_max=2.0)
+    missed: list[frozenset[str]] = []
+    running.add_listener(inbox, missed=missed.append)
     for port in by_node:
         await running.follow(by_node[port][0])
     listener = cluster_listener(running)
-    for node in redis_cluster.nodes:
-        redis_cluster.cli(node, "CONFIG", "SET", "cluster-node-timeout", "8000")
-    try:
+    replica = replica_of(redis_cluster, victim)
+    with slow_failover(redis_cluster):
         await off_loop(redis_cluster.kill, victim)
-        # The dead node's connection fails: the running worker reads the map again.
+        # The dead node's connection fails, and its streams' reads with it.
         await eventually(lambda: listener.nodes[victim.address].outage.down)
         await asyncio.sleep(0.5)
-        new = shard_channel(by_node[healthy[0]][1])
-        await asyncio.wait_for(listener.subscribe(new), LISTEN_WAIT)
-        assert listener.home[new] == f"127.0.0.1:{healthy[0]}"
+        new = by_node[healthy[0]][1]
+        await asyncio.wait_for(running.follow(new), LISTEN_WAIT)
+        assert listener.home[shard_channel(new)] == f"127.0.0.1:{healthy[0]}"
+        await off_loop(publisher.publish, [(new, LARGE), (by_node[healthy[1]][0], LARGE)])
+        await inbox.wait_for(new, LARGE, timeout=LISTEN_WAIT)
+        await inbox.wait_for(by_node[healthy[1]][0], LARGE, timeout=LISTEN_WAIT)
+        assert not_promoted(redis_cluster, replica)
+    assert not [report for report in missed if report - {by_node[victim.port][0]}]
+    await off_loop(redis_cluster.wait_ok)
+
+
+async def test_a_worker_starting_during_a_primarys_failover_follows_and_reads_healthy_primaries(
+    redis_cluster: RedisCluster, inbox: Inbox, make_cluster_transport: MakeTransport
+) -> None:
+    # A worker (and a publisher) starting while a primary is in its failover window: the
+    # other primaries' channels are followed and read, published to, within the bound of a
+    # follow; the dead primary's are followed once its replica took over.
+    by_node = channels_by_node(redis_cluster)
+    victim = slot_zero_primary(redis_cluster)
+    doomed, healthy = by_node[victim.port][0], [by_node[p][0] for p in by_node if p != victim.port]
+    replica = replica_of(redis_cluster, victim)
+    with slow_failover(redis_cluster):
+        await off_loop(redis_cluster.kill, victim)
+        publisher = make_cluster_transport()
         fresh = make_cluster_transport(backoff_start=0.2, backoff_max=2.0)
-        await fresh.start()
-        other = shard_channel(by_node[healthy[1]][0])
-        await asyncio.wait_for(cluster_listener(fresh).subscribe(other), LISTEN_WAIT)
-        subscribed = shard_channels(redis_cluster)
-        assert new in subscribed[healthy[0]]
-        assert other in subscribed[healthy[1]]
-    finally:
-        for node in redis_cluster.nodes:
-            if node.process is not None:
-                redis_cluster.cli(
-                    node, "CONFIG", "SET", "cluster-node-timeout", str(NODE_TIMEOUT_MS)
-                )
+        fresh.add_listener(inbox)
+        waiting = asyncio.ensure_future(fresh.follow(doomed))
+        for channel in healthy:
+            await asyncio.wait_for(fresh.follow(channel), LISTEN_WAIT)
+        await off_loop(publisher.publish, [(channel, LARGE) for channel in healthy])
+        for channel in healthy:
+            await inbox.wait_for(channel, LARGE, timeout=LISTEN_WAIT)
+        assert not waiting.done()
+        assert not_promoted(redis_cluster, replica)
         await off_loop(redis_cluster.wait_ok)
+        await asyncio.wait_for(waiting, SETTLE)
+        await off_loop(publisher.publish, [(doomed, MARKER)])
+        await inbox.wait_for(doomed, MARKER)

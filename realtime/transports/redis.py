@@ -12,13 +12,14 @@ nothing is ever skipped silently.
 
 A worker holds one Pub/Sub connection (``redis_listener``), ``SSUBSCRIBE``d to the shard
 channel of each channel it follows; on a Redis Cluster, one per node serving a channel it
-follows (``redis_cluster_listener``), moved with the channel's slot. ``follow`` returns once
-the subscription is confirmed and the stream's current ``(epoch, top)`` is read: only what
-comes after is handed over. Messages are handed over per stream in offset order, with no gap
-and no duplicate (``redis_sequencer``): what is missing, too large to travel live (over
-``LIVE_INLINE``, or past the ``limits.LIVE_CALL_BYTES`` its script call sends live), or
-beyond the listeners' room is read from the stream; each (re)subscription reads what was sent
-while the connection was down.
+follows (``redis_cluster_listener``), moved with the channel's slot, and its stream reads go
+to the node serving each stream's slot in the same map of slots (``redis_cluster_reads``).
+``follow`` returns once the subscription is confirmed and the stream's current ``(epoch,
+top)`` is read: only what comes after is handed over. Messages are handed over per stream in
+offset order, with no gap and no duplicate (``redis_sequencer``): what is missing, too large
+to travel live (over ``LIVE_INLINE``, or past the ``limits.LIVE_CALL_BYTES`` its script call
+sends live), or beyond the listeners' room is read from the stream; each (re)subscription
+reads what was sent while the connection was down.
 
 Streams keep what a resume may ask for: entries of the last ``REALTIME_RESUME_WINDOW`` (plus
 a margin for clocks), at most ``REALTIME_RESUME_MAX_FRAMES`` times the resume's scan budget
@@ -56,7 +57,6 @@ from typing import Any, Final
 
 import redis
 import redis.asyncio
-import redis.asyncio.cluster
 import redis.cluster
 from django.core.exceptions import ImproperlyConfigured
 
@@ -75,7 +75,6 @@ from realtime.transports.redis_client import (
     TOPOLOGY_NAME,
     UrlError,
     async_client,
-    cluster_async_client,
     cluster_sync_client,
     node_name,
     node_url,
@@ -83,6 +82,7 @@ from realtime.transports.redis_client import (
     sync_client,
 )
 from realtime.transports.redis_cluster_listener import ClusterListener
+from realtime.transports.redis_cluster_reads import ClusterReads
 from realtime.transports.redis_keys import (
     dedupe_key,
     meta_key,
@@ -211,7 +211,8 @@ class RedisTransport(Transport):
         #: ``RELAY`` and ``READ`` on the publisher's client.
         self._scripts: tuple[Any, Any] = (None, None)
         self._publisher_lock = threading.Lock()
-        self._reader: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None
+        #: The stream reads' client (on a Cluster, one per node, as the listener's map says).
+        self._reader: redis.asyncio.Redis | ClusterReads | None = None
         self._read_script: Any = None
         self._tasks: Tasks | None = None
         self._refreshed_at = 0.0
@@ -409,9 +410,6 @@ class RedisTransport(Transport):
             wanted = self.listener.wanted if self.listener is not None else set()
             timeout = self.options.heartbeat_timeout
             if self.url is None:
-                self._reader = cluster_async_client(
-                    self.cluster_nodes, timeout, self.keepalive, READER_NAME
-                )
                 self.listener = ClusterListener(
                     lambda host, port: self._node_client(host, port, TOPOLOGY_NAME),
                     [node_name(node) for node in self.cluster_nodes],
@@ -421,6 +419,10 @@ class RedisTransport(Transport):
                     self._subscribed,
                     self._stalled,
                     self._node_answers,
+                )
+                self._reader = ClusterReads(
+                    self.listener,
+                    lambda host, port: self._node_client(host, port, READER_NAME, retry=True),
                 )
             else:
                 url = self.url
@@ -549,19 +551,21 @@ class RedisTransport(Transport):
     async def _redis_answers(self) -> bool:
         """Whether Redis answers a command of another connection now."""
         reader = self._reader
-        if reader is None:
-            return False
+        if not isinstance(reader, redis.asyncio.Redis):
+            return False  # not started (a Cluster's nodes answer ``_node_answers``)
         try:
             async with asyncio.timeout(self.options.heartbeat_timeout):
                 return bool(await reader.ping())
         except (redis.RedisError, OSError, TimeoutError):
             return False
 
-    def _node_client(self, host: str, port: int, name: str) -> redis.asyncio.Redis:
-        """A client of one Cluster node, reached as the URL's nodes are (no retries: the
-        Pub/Sub connections')."""
+    def _node_client(
+        self, host: str, port: int, name: str, *, retry: bool = False
+    ) -> redis.asyncio.Redis:
+        """A client of one Cluster node, reached as the URL's nodes are (without retries,
+        as the Pub/Sub connections are; with, for the stream reads)."""
         url = node_url(self.cluster_nodes[0], host, port)
-        return async_client(url, self.options.heartbeat_timeout, self.keepalive, name, retry=False)
+        return async_client(url, self.options.heartbeat_timeout, self.keepalive, name, retry=retry)
 
     async def _node_answers(self, host: str, port: int) -> bool:
         """Whether a Cluster node answers a command of another connection now."""
@@ -592,10 +596,14 @@ class RedisTransport(Transport):
         if reader is None or not channels or now - self._refreshed_at < self.meta_ttl_ms / 4000:
             return
         self._refreshed_at = now
-        async with reader.pipeline(transaction=False) as pipe:
-            for channel in channels:
-                pipe.pexpire(meta_key(channel), self.meta_ttl_ms)
-            await pipe.execute()
+        keys = [meta_key(channel) for channel in channels]
+        if isinstance(reader, ClusterReads):
+            await reader.pexpire_each(keys, self.meta_ttl_ms)
+        else:
+            async with reader.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.pexpire(key, self.meta_ttl_ms)
+                await pipe.execute()
         self.meta_refreshes += 1
 
 

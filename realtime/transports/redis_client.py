@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
-    import redis.asyncio.cluster
     import redis.cluster
 
 #: Schemes of a standalone server.
@@ -204,25 +203,6 @@ def cluster_sync_client(
         first,
         startup_nodes=[_startup_node(redis.cluster.ClusterNode, node) for node in others],
         client_name=PUBLISHER_NAME,
-        retry=Retry(NoBackoff(), 1),
-        **_options(timeout, keepalive),
-    )
-
-
-def cluster_async_client(
-    nodes: Sequence[str], timeout: float, keepalive: tuple[int, int, int], name: str
-) -> redis.asyncio.cluster.RedisCluster:
-    """A Cluster client on the running event loop: the stream reads' (tried once more after a
-    failure, on the map of slots read again), and the listener's map of slots."""
-    import redis.asyncio.cluster
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    first, *others = nodes
-    return redis.asyncio.cluster.RedisCluster.from_url(
-        first,
-        startup_nodes=[_startup_node(redis.asyncio.cluster.ClusterNode, node) for node in others],
-        client_name=name,
         retry=Retry(NoBackoff(), 1),
         **_options(timeout, keepalive),
     )

@@ -28,7 +28,9 @@ that fails (no node answers, or the answer is not a map) is logged as an outage,
 tried again with backoff, never a stop of this listener. A failover moves only the failed
 primary's slots, so the rest of the map holds, and a stale entry corrects itself: the node
 it names refuses the subscription (``MOVED``) or fails, which asks for another read. Only a
-worker that has read no map yet depends on the URL's nodes.
+worker that has read no map yet depends on the URL's nodes. The transport's stream reads go
+by the same map (``node_of``), and ask for another read when a node fails them or refuses
+a slot (``look_again``): one map of slots per worker.
 
 redis-py's own ``ClusterPubSub`` is not used for reading: without a ``target_node``, its
 ``get_sharded_message`` waits on each node's connection in turn (one node's message waits
@@ -204,26 +206,39 @@ class ClusterListener:
                 self.on_subscribed,
                 self.on_stalled,
                 lambda: self.node_answers(host, int(port)),
-                on_displaced=self._look_again.set,
+                on_displaced=self.look_again,
                 what=f"the Redis Pub/Sub connection to node {node}",
             )
             self._tend()
         return listener
+
+    async def node_of(self, key: str) -> str | None:
+        """The primary serving ``key``'s slot in the last map (read first if none was):
+        where the transport's stream reads go too, so that subscriptions and reads follow
+        one map. ``None`` when no map could be read, or when no node serves the slot (then
+        the map is read again)."""
+        if self._map is None:
+            async with self._mapping:
+                if self._map is None:
+                    await self._read_map()
+        owner = self._map.owner(key) if self._map is not None else None
+        if owner is None and self._map is not None:
+            self._look_again.set()  # a slot no node serves: read the map again
+        return owner
+
+    def look_again(self) -> None:
+        """A node failed, or refused a key of a slot it no longer serves (``MOVED``): read
+        the map again, and move what it moves (after the pause between reads)."""
+        self._look_again.set()
 
     async def _owner(self, name: str) -> str | None:
         """The node serving ``name``'s slot, from the last map (read first if none was; read
         again until it can be, or until a node serves the slot: ``None`` if ``name`` is
         taken back meanwhile)."""
         while name in self.wanted:
-            if self._map is None:
-                async with self._mapping:
-                    if self._map is None:
-                        await self._read_map()
-            owner = self._map.owner(name) if self._map is not None else None
+            owner = await self.node_of(name)
             if owner is not None:
                 return owner
-            if self._map is not None:
-                self._look_again.set()  # a slot no node serves: read the map again
             await asyncio.sleep(self.options.backoff_start)
         return None
 
@@ -348,7 +363,7 @@ class SlotMap:
         self.nodes = list(dict.fromkeys([*self.nodes, *replicas]))
 
     def owner(self, name: str) -> str | None:
-        """The primary serving the slot of the shard channel ``name``."""
+        """The primary serving the slot of ``name`` (a shard channel, or a key)."""
         return self.owners[key_slot(name.encode())]
 
 
