@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 from django.core.exceptions import FieldDoesNotExist
-from django.db import models
+from django.db import connections, models
 
 from realtime.chunks import chunked
-from realtime.encoding import normal_id, sorted_ids
+from realtime.collations import loose_key
+from realtime.encoding import id_order, normal_id, sorted_ids
 from realtime.primary import on_primary
 
 
@@ -99,7 +100,7 @@ def values_on_path(instance: models.Model, path: str, using: str | None = None) 
     return sorted_ids(value for value in ids if value is not None)
 
 
-#: Values of a key read in one statement by ``target_pks``.
+#: Values of a key read in one statement by ``pks_by_value``.
 VALUES_PER_STATEMENT = 500
 
 
@@ -113,20 +114,67 @@ def target_pks(field: Any, values: Iterable[Any], using: str | None = None) -> d
     """The primary key of the row each of ``values`` names, held in the foreign key ``field``,
     by ``normal_id`` of the value. Audiences and record channels name rows by primary key,
     and a key declared with ``to_field`` (``ForeignKey(User, to_field="username")``) holds
-    another column's values: those are looked up on ``using`` (else where the target's
-    writes go), one statement per 500 values. A key holding the primary key (every key not
-    declared so) is its own answer: no statement. ``None``, and a value naming no row (a key
-    without a constraint), name nothing."""
-    wanted = {normal_id(value): value for value in values if value is not None}
+    another column's values: those are looked up (``pks_by_value``). A key holding the
+    primary key (every key not declared so) is its own answer: no statement. ``None``, and a
+    value naming no row (a key without a constraint), name nothing."""
     if holds_target_pk(field):
-        return wanted
-    column = field.target_field.attname
-    rows = on_primary(field.related_model, using, base=True).order_by()
-    found: dict[Any, Any] = {}
-    for chunk in chunked(list(wanted.values()), VALUES_PER_STATEMENT):
+        return {normal_id(value): value for value in values if value is not None}
+    return pks_by_value(field.related_model, field.target_field.attname, values, using)
+
+
+def pks_by_value(
+    model: type[models.Model], column: str, values: Iterable[Any], using: str | None = None
+) -> dict[Any, Any]:
+    """The primary key of the row of ``model`` whose unique ``column`` holds each of
+    ``values``, by ``normal_id`` of the value given: read on ``using`` (else where the
+    model's writes go), one statement per 500 values. The database matches by its own
+    equality, and on MySQL and MariaDB a text column's collation takes ``"ANN"`` or
+    ``"ann "`` for the ``"ann"`` the row holds and answers ``"ann"``: a value the answer does
+    not hold as given takes the row whose text it may be taken for (``loose_key``), and
+    where several are, the database is asked for that value alone. Elsewhere a value names
+    the row holding it exactly; ``None`` names nothing."""
+    wanted = {normal_id(value): value for value in values if value is not None}
+    rows = on_primary(model, using, base=True).order_by()
+    stored: dict[Any, Any] = {}
+    for chunk in chunked(sorted(wanted.values(), key=id_order), VALUES_PER_STATEMENT):
         pairs = rows.filter(**{f"{column}__in": chunk}).values_list(column, "pk")
-        found.update((normal_id(value), pk) for value, pk in pairs)
+        stored.update((normal_id(value), pk) for value, pk in pairs)
+    found = {key: stored[key] for key in wanted if key in stored}
+    if len(found) == len(wanted) or not collates_text(model, column, rows.db):
+        return found
+    for key, value in wanted.items():
+        if key not in found and (pk := _taken_for(rows, column, value, stored)) is not None:
+            found[key] = pk
     return found
+
+
+def collates_text(model: type[models.Model], column: str, using: str) -> bool:
+    """Whether the database of ``using`` compares ``model``'s ``column`` by a collation that
+    may take one text for another (MySQL, MariaDB: case- and accent-insensitive, blind to
+    trailing spaces), where PostgreSQL and SQLite compare text as Python does."""
+    field = model._meta.get_field(column)
+    held = column_values_field(field) if isinstance(field, models.Field) else None
+    is_text = isinstance(held, models.CharField | models.TextField)
+    return is_text and connections[using].vendor == "mysql"
+
+
+def _taken_for(
+    rows: models.QuerySet[Any, Any], column: str, value: Any, stored: dict[Any, Any]
+) -> Any:
+    """The primary key of the row of ``stored`` (primary keys by the text their ``column``
+    holds) a collation took the text ``value`` for: the one row whose text shares its
+    ``loose_key``; of several, the one the database matches to ``value`` alone. ``None``
+    for none."""
+    if not isinstance(value, str):
+        return None
+    taken = [
+        pk
+        for held, pk in stored.items()
+        if isinstance(held, str) and loose_key(held) == loose_key(value)
+    ]
+    if len(taken) > 1:
+        taken = list(rows.filter(**{column: value}).values_list("pk", flat=True)[:1])
+    return taken[0] if taken else None
 
 
 def target_pk(field: Any, value: Any, using: str | None = None) -> Any:

@@ -26,9 +26,10 @@ from django.utils.dateparse import parse_duration
 from realtime import announce, limits, realtime_model
 from realtime.auth import RealtimeAuth
 from realtime.middleware import OriginMiddleware
+from realtime.paths import target_pks
 from realtime.writes import receivers
 from realtime.writes.decorator import unregister
-from tests.helpers import events, forget_messages, published
+from tests.helpers import events, forget_messages, only_on, published
 from tests.testapp.models import (
     Animal,
     Attachment,
@@ -970,6 +971,37 @@ class TestToFieldRelationChannels:
             ["sighting", f"sighting:{sighting.pk}", f"crew:{blue.pk}"],
         ) in heard, heard
 
+    @only_on("mysql")  # its collation takes "BLUE" for "blue"; elsewhere the key is refused
+    def test_a_key_written_in_another_form_than_its_target_holds_is_heard_on_that_targets_channel(
+        self,
+        workspace: Workspace,
+        crews: tuple[Crew, Crew],
+        django_capture_on_commit_callbacks: Capture,
+    ) -> None:
+        blue, _ = crews
+        held = Sighting.objects.create(workspace=workspace, crew_id="Blue ", text="held")
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            Sighting.objects.create(workspace=workspace, crew_id="BLUE", text="hi")
+            held.text = "again"
+            held.save()
+        assert self.crew_channels() == [[f"crew:{blue.pk}"], [f"crew:{blue.pk}"]]
+
+    def test_the_targets_of_keys_are_the_rows_the_database_matched_them_to(
+        self, crews: tuple[Crew, Crew], django_assert_num_queries: Callable[..., Any]
+    ) -> None:
+        blue, red = crews
+        ab, a_b = (Crew.objects.create(code=code, name=code) for code in ("ab", "a-b"))
+        crew = Sighting._meta.get_field("crew")
+        with django_assert_num_queries(1):  # every key as its target holds it: one statement
+            assert target_pks(crew, ["blue", "red"]) == {"blue": blue.pk, "red": red.pk}
+        given = ["BLUE", "Red ", "ab", "A-B", "green"]
+        if connection.vendor == "mysql":  # "A-B" shares its loose key with "ab" and "a-b"
+            expected = {"BLUE": blue.pk, "Red ": red.pk, "ab": ab.pk, "A-B": a_b.pk}
+        else:  # text compared as Python does: a key names the row holding it exactly
+            expected = {"ab": ab.pk}
+        assert target_pks(crew, given) == expected
+
     def test_a_key_holding_the_targets_primary_key_reads_no_row(
         self,
         workspace: Workspace,
@@ -1021,6 +1053,33 @@ class TestAccountEvents:
         # The accounts the rows held, looked up by username for all of them at once.
         by_name = [q["sql"] for q in queries if "username" in q["sql"] and " IN " in q["sql"]]
         assert len(by_name) == 1, by_name
+
+    @only_on("mysql")  # its collation takes "ANN" for "ann"; elsewhere the key is refused
+    def test_rows_whose_to_field_key_names_their_account_in_another_form_leave_and_enter_it(
+        self, make_user: Callable[..., Any], django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        ann, bob = make_user("ann"), make_user("bob")
+        locker = Locker.objects.create(owner_id="ANN", title="hers")
+        others = [Locker.objects.create(owner_id="Ann ", title=str(n)) for n in range(2)]
+
+        def heard_of(write: Callable[[], Any]) -> list[tuple[str, list[Any]]]:
+            forget_messages()
+            with django_capture_on_commit_callbacks(execute=True):
+                write()
+            return sorted((e["event_type"], e["user_ids"]) for e in events("users"))
+
+        locker.owner = bob
+        assert heard_of(locker.save) == [("locker.created", [bob.pk]), ("locker.deleted", [ann.pk])]
+        for other in others:
+            other.owner = bob
+        assert heard_of(lambda: Locker.objects.bulk_update(others, ["owner"])) == [
+            *[("locker.created", [bob.pk])] * 2,
+            *[("locker.deleted", [ann.pk])] * 2,
+        ]
+        assert heard_of(lambda: Locker.objects.filter(pk=locker.pk).update(owner="ANN")) == [
+            ("locker.created", [ann.pk]),
+            ("locker.deleted", [bob.pk]),
+        ]
 
     @override_settings(REALTIME_BULK_LIMIT=1)
     def test_an_update_writing_a_to_field_key_folds_its_surplus_rows_to_the_accounts_pk(

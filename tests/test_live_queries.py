@@ -24,8 +24,8 @@ from realtime import realtime_model
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from realtime.checks.declarations import check_models
+from realtime.collations import loose_key
 from realtime.registry import ModelOptions, options_for
-from realtime.sockets.collations import loose_key
 from realtime.sockets.live_queries import (
     LiveQuery,
     Queries,

@@ -13,16 +13,19 @@ from django.db import transaction
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_user
-from tests.helpers import events, forget_messages, off_loop
+from tests.helpers import events, forget_messages, off_loop, only_on
 from tests.live import Clients, LiveServers
 from tests.testapp.models import (
+    Berth,
     Board,
     Chat,
     ChatLine,
     ChatPin,
+    Crew,
     Desk,
     DeskNote,
     GuardedTask,
+    Logbook,
     Membership,
     Message,
     Project,
@@ -710,3 +713,35 @@ async def test_over_sockets_a_chat_deleted_tells_its_member_once_per_line(
         ("chat_line.created", line.pk),
         ("chat_line.deleted", line.pk),
     ]
+
+
+# Links by keys other than primary ones (``to_field``) ----------------------------------------
+
+
+def test_a_crews_mate_linked_by_username_hears_its_logbook_created_and_deleted(ann: Any) -> None:
+    crew = Crew.objects.create(code="blue", name="Blue")
+    log = Logbook.objects.create(crew=crew, text="log")
+    forget_messages()
+
+    berth = Berth.objects.create(crew=crew, mate=ann)
+    assert heard() == [("logbook.created", (ann.pk,), log.pk, True)]
+    forget_messages()
+
+    berth.delete()
+    assert heard() == [("logbook.deleted", (ann.pk,), log.pk, True)]
+
+
+@only_on("mysql")  # its collation takes "ANN" for "ann"; elsewhere the key is refused
+def test_a_mate_linked_by_its_username_in_another_form_hears_the_logbook_created_and_deleted(
+    ann: Any,
+) -> None:
+    crew = Crew.objects.create(code="blue", name="Blue")
+    log = Logbook.objects.create(crew=crew, text="log")
+    forget_messages()
+
+    berth = Berth.objects.create(crew_id="BLUE", mate_id="Ann ")
+    assert heard() == [("logbook.created", (ann.pk,), log.pk, True)]
+    forget_messages()
+
+    berth.delete()
+    assert heard() == [("logbook.deleted", (ann.pk,), log.pk, True)]

@@ -28,7 +28,7 @@ sorted where the database sorts nulls (``features.nulls_order_largest``). Text i
 for equality only: ranges and ordering by text depend on collations, which Python does not
 share, and are refused. Where the database compares text by a collation (MySQL, MariaDB), a
 text that differs from the one asked but that a collation may take for it
-(``realtime.sockets.collations``) makes the query read its rows again.
+(``realtime.collations``) makes the query read its rows again.
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ from django.utils import timezone
 
 from realtime.audience import active
 from realtime.blocking import run_blocking, run_for_delivery
+from realtime.collations import loose_key
 from realtime.conf import conf
 from realtime.encoding import encoded, id_order, jsonable, row_key
 from realtime.guard_checks import in_process
 from realtime.paths import column_values_field, key_fields, key_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
-from realtime.sockets.collations import loose_key
 from realtime.sockets.index import discard
 from realtime.sockets.limits import log_bad_input
 from realtime.sockets.protocol import encode
@@ -273,7 +273,7 @@ def _term(options: ModelOptions, key: Any, value: Any) -> Term:
 
 class CollationSaysError(Exception):
     """Whether a row matches is the database's collation to say: the query reads its rows
-    again (``realtime.sockets.collations``)."""
+    again (``realtime.collations``)."""
 
 
 def loose_names(options: ModelOptions) -> frozenset[str]:

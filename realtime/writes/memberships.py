@@ -49,6 +49,7 @@ from realtime.conf import conf
 from realtime.encoding import id_order, normal_id, row_key, sorted_ids
 from realtime.paths import (
     is_foreign_key,
+    pks_by_value,
     resolve_path,
     source_key,
     split_path,
@@ -412,13 +413,8 @@ def _account_ids(watch: Watch, db: str, values: set[Any]) -> dict[Any, Any]:
     the keys themselves, unless their foreign key names another field)."""
     if watch.account_target == "pk":
         return {value: value for value in values}
-    target = watch.account_target
-    found: dict[Any, Any] = {}
-    accounts = get_user_model()._base_manager.using(db)
-    for chunk in chunked(sorted(values, key=id_order), CHUNK):
-        rows = accounts.filter(**{f"{target}__in": chunk}).values_list(target, "pk")
-        found.update((normal_id(value), normal_id(pk)) for value, pk in rows)
-    return found
+    found = pks_by_value(get_user_model(), watch.account_target, values, db)
+    return {value: normal_id(pk) for value, pk in found.items()}
 
 
 def _records_of(watch: Watch, owner: Any, db: str) -> models.QuerySet[Any, Any]:

@@ -10,7 +10,9 @@ what Python can say for sure is which ones *no* such collation does. ``loose_key
 text into a key coarser than any of them: two texts of different keys are different for
 every collation, two equal texts are the same for every one, and two texts that differ but
 share a key (``"Open"`` and ``"open"``, ``"Zürich"`` and ``"zurich"``, ``"a-b"`` and ``"ab"``)
-are the database's to compare: the live query reads its rows again.
+are the database's to compare: the live query reads its rows again, and a key written in
+another form than the row holds (``Locker(owner_id="ANN")`` for the account ``"ann"``) is
+matched to the row the database found for it (``realtime.paths.pks_by_value``).
 """
 
 from __future__ import annotations
