@@ -129,10 +129,10 @@ def pks_by_value(
     ``values``, by ``normal_id`` of the value given: read on ``using`` (else where the
     model's writes go), one statement per 500 values. The database matches by its own
     equality, and on MySQL and MariaDB a text column's collation takes ``"ANN"`` or
-    ``"ann "`` for the ``"ann"`` the row holds and answers ``"ann"``: a value the answer does
-    not hold as given takes the row whose text it may be taken for (``loose_key``), and
-    where several are, the database is asked for that value alone. Elsewhere a value names
-    the row holding it exactly; ``None`` names nothing."""
+    ``"ann "`` for the ``"ann"`` the row holds and answers ``"ann"``: for a value the answer
+    does not hold as given, when a row of the answer may be the one it names
+    (``loose_key``), the database is asked for that value alone. Elsewhere a value names the
+    row holding it exactly; ``None`` names nothing."""
     wanted = {normal_id(value): value for value in values if value is not None}
     rows = on_primary(model, using, base=True).order_by()
     stored: dict[Any, Any] = {}
@@ -161,20 +161,18 @@ def collates_text(model: type[models.Model], column: str, using: str) -> bool:
 def _taken_for(
     rows: models.QuerySet[Any, Any], column: str, value: Any, stored: dict[Any, Any]
 ) -> Any:
-    """The primary key of the row of ``stored`` (primary keys by the text their ``column``
-    holds) a collation took the text ``value`` for: the one row whose text shares its
-    ``loose_key``; of several, the one the database matches to ``value`` alone. ``None``
-    for none."""
+    """The primary key of the row the database matches the text ``value`` to, asked of it
+    for ``value`` alone, when a row it answered (``stored``: primary keys by the text their
+    ``column`` holds) may be that row: its text shares ``value``'s ``loose_key``, or either
+    has none. ``None`` for none."""
     if not isinstance(value, str):
         return None
-    taken = [
-        pk
-        for held, pk in stored.items()
-        if isinstance(held, str) and loose_key(held) == loose_key(value)
-    ]
-    if len(taken) > 1:
-        taken = list(rows.filter(**{column: value}).values_list("pk", flat=True)[:1])
-    return taken[0] if taken else None
+    key = loose_key(value)
+    if not any(
+        isinstance(held, str) and (key is None or loose_key(held) in (key, None)) for held in stored
+    ):
+        return None
+    return rows.filter(**{column: value}).values_list("pk", flat=True).first()
 
 
 def target_pk(field: Any, value: Any, using: str | None = None) -> Any:

@@ -105,7 +105,7 @@ def refusal_id(data: dict[str, Any]) -> Any:
 
 #: The ``Term.keys`` of a term compared as Python compares: one set, shared (an empty
 #: frozenset is an object of its own each time, which the garbage collector tracks).
-NO_KEYS: Final[frozenset[str]] = frozenset()
+NO_KEYS: Final[frozenset[str | None]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +116,14 @@ class Term:
     name: str
     lookup: str
     value: Any
-    #: The ``loose_key`` of each text asked, where the database compares text by a collation
-    #: (MySQL, MariaDB); empty elsewhere.
-    keys: frozenset[str] = NO_KEYS
+    #: The ``loose_key`` of each text asked (``None``: any text may be taken for it), where
+    #: the database compares text by a collation (MySQL, MariaDB); empty elsewhere.
+    keys: frozenset[str | None] = NO_KEYS
 
     def matches(self, value: Any) -> bool:
         """Whether a row's value matches; ``CollationSaysError`` when only the database's
-        collation can say (a text that differs from the one asked but shares its key)."""
+        collation can say (a text that differs from the one asked but shares its key, or
+        either has none)."""
         lookup = self.lookup
         if lookup == "isnull":
             return (value is None) is self.value
@@ -131,7 +132,8 @@ class Term:
         if lookup == "exact" or lookup == "in":
             if value == self.value if lookup == "exact" else value in self.value:
                 return True
-            if self.keys and loose_key(value) in self.keys:
+            keys = self.keys
+            if keys and ((key := loose_key(value)) is None or key in keys or None in keys):
                 raise CollationSaysError(self.name)
             return False
         if lookup == "range":
@@ -288,7 +290,7 @@ def loose_names(options: ModelOptions) -> frozenset[str]:
     )
 
 
-def _keys(options: ModelOptions, name: str, values: tuple[Any, ...]) -> frozenset[str]:
+def _keys(options: ModelOptions, name: str, values: tuple[Any, ...]) -> frozenset[str | None]:
     """The ``Term.keys`` of ``values`` asked of the field ``name``."""
     if name not in loose_names(options):
         return NO_KEYS
@@ -904,7 +906,7 @@ class ModelQueries:
         self.all.add(query)
         self.loose = loose_names(query.options)
         names, values = _exact_terms(query.shape)
-        if not names:
+        if not names or ANY_TEXT in values:
             self.unindexed.add(query)
         else:
             self.by_terms.setdefault(names, {}).setdefault(values, set()).add(query)
@@ -914,7 +916,7 @@ class ModelQueries:
         self.unindexed.discard(query)
         self.loading.discard(query)
         names, values = _exact_terms(query.shape)
-        if names:
+        if names and ANY_TEXT not in values:
             by_values = self.by_terms.get(names, {})
             discard(by_values, values, query)
             if not by_values:
@@ -946,14 +948,18 @@ class ModelQueries:
             typed = entry[TYPED]
             loose = self.loose
             for names, by_values in self.by_terms.items():
-                values = (_indexed(typed[name], name in loose) for name in names)
-                found += by_values.get(tuple(values), ())
+                values = tuple(_indexed(typed[name], name in loose) for name in names)
+                if ANY_TEXT in values:  # a text any other may be taken for: every value's
+                    found += itertools.chain.from_iterable(by_values.values())
+                else:
+                    found += by_values.get(values, ())
         return found
 
 
 def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     """The names and values of a shape's ``exact`` terms, in name order (its index key): a
-    text compared by a collation by its ``loose_key``."""
+    text compared by a collation by its ``loose_key`` (``ANY_TEXT`` when it has none: such a
+    query is not indexed)."""
     terms = sorted(
         (term.name, _indexed(term.value, bool(term.keys)))
         for term in shape.terms
@@ -962,9 +968,16 @@ def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return tuple(name for name, _ in terms), tuple(value for _, value in terms)
 
 
+#: Stands, in the index of exact terms, for a text that has no ``loose_key``.
+ANY_TEXT: Final = object()
+
+
 def _indexed(value: Any, loose: bool) -> Any:
     """``value`` as the index of exact terms keeps it."""
-    return loose_key(value) if loose and value is not None else value
+    if not loose or value is None:
+        return value
+    key = loose_key(value)
+    return ANY_TEXT if key is None else key
 
 
 class Queries:
