@@ -27,7 +27,9 @@ from realtime.checks.declarations import check_models
 from realtime.collations import loose_key
 from realtime.registry import ModelOptions, options_for
 from realtime.sockets.live_queries import (
+    TYPED,
     LiveQuery,
+    ModelQueries,
     Queries,
     QueryRefusedError,
     Sorting,
@@ -526,6 +528,90 @@ async def test_queries_asked_on_many_sockets_make_no_connection_object_each() ->
     before = wrappers()
     await asyncio.gather(*(asyncio.create_task(ask()) for _ in range(20)))
     assert wrappers() - before <= 1
+
+
+def _random_where(rng: random.Random) -> dict[str, Any]:
+    """A ``where`` of one to three random lookups on ``Case``'s filters: every lookup a live
+    query takes, on text, integers, dates and booleans."""
+    day = datetime.date(2026, 1, 1)
+    lookups: list[tuple[str, Any]] = [
+        ("status", rng.choice(["open", "closed"])),
+        ("status__in", rng.sample(["open", "closed", "waiting"], rng.randint(1, 2))),
+        ("priority", rng.randint(0, 9)),
+        ("priority__gte", rng.randint(0, 9)),
+        ("priority__gt", rng.randint(0, 9)),
+        ("priority__lte", rng.randint(0, 9)),
+        ("priority__lt", rng.randint(0, 9)),
+        (
+            "priority__range",
+            sorted([rng.randint(0, 9), rng.randint(0, 9)], reverse=rng.random() < 0.1),
+        ),
+        ("due__gte", str(day + datetime.timedelta(days=rng.randint(0, 9)))),
+        ("due__range", [str(day), str(day + datetime.timedelta(days=rng.randint(0, 9)))]),
+        ("due__isnull", rng.random() < 0.5),
+        ("private", rng.random() < 0.5),
+    ]
+    return dict(rng.sample(lookups, rng.randint(1, 3)))
+
+
+def _random_case_row(rng: random.Random, pk: int) -> dict[str, Any]:
+    due = None
+    if rng.random() < 0.8:
+        due = str(datetime.date(2026, 1, 1) + datetime.timedelta(days=rng.randint(0, 9)))
+    return {
+        "model": "case",
+        "id": pk,
+        "title": f"case {pk}",
+        "status": rng.choice(["open", "closed", "waiting"]),
+        "priority": rng.randint(0, 9),
+        "company": None,
+        "assignee": None,
+        "due": due,
+        "private": rng.random() < 0.5,
+    }
+
+
+def test_a_write_is_looked_at_by_every_query_its_row_matches() -> None:
+    """The index a model's queries are kept in (by their ``exact`` terms; without one, by
+    the bounds of an ordering term) hands a write every query its row matches, whatever the
+    lookups: random queries, random rows."""
+    rng = random.Random(20261207)
+    options = case_options()
+    group = ModelQueries()
+    queries = []
+    for n in range(300):
+        _, shape = read_query({"id": f"q{n}", "model": "case", "where": _random_where(rng)})
+        query = LiveQuery(f"q{n}", shape, None, group)
+        group.add(query)
+        queries.append(query)
+    for pk in range(1, 1001):
+        entry = entry_of(options, _random_case_row(rng, pk))
+        assert entry is not None
+        looked_at = set(group.touched(entry, pk))
+        matching = {query for query in queries if query.sorting.matches(entry[TYPED])}
+        assert matching <= looked_at, [query.id for query in matching - looked_at]
+
+
+def test_a_write_is_not_looked_at_by_range_queries_whose_bounds_leave_its_value_out() -> None:
+    """Queries without an ``exact`` term are indexed by an ordering term's bounds: a write of
+    priority 7 looks at the queries whose priority bounds hold 7, not at the others."""
+    group = ModelQueries()
+    asked = {
+        "around": {"priority__range": [5, 9]},
+        "below": {"priority__lt": 5},
+        "above": {"priority__gte": 7, "due__isnull": True},
+        "ends_at_it": {"priority__lte": 7},
+        "apart": {"priority__range": [0, 3]},
+        "past": {"priority__gt": 8},
+    }
+    for name, where in asked.items():
+        _, shape = read_query({"id": name, "model": "case", "where": where})
+        group.add(LiveQuery(name, shape, None, group))
+    options = case_options()
+    entry = entry_of(options, {**_random_case_row(random.Random(1), 1), "priority": 7})
+    assert entry is not None
+    looked_at = {query.id for query in group.touched(entry, 1)}
+    assert looked_at == {"around", "above", "ends_at_it"}
 
 
 def _window(where: dict[str, Any], order_by: list[str], limit: int) -> tuple[Any, Any, Any]:

@@ -883,9 +883,10 @@ FOLDED: Any = object()
 class ModelQueries:
     """The queries of one model, indexed so that a write looks only at those it may touch:
     by their ``exact`` terms together (a write of ``company=42, status="open"`` looks at the
-    queries asking for company 42 and status open, not those asking for another company),
-    the rest (no ``exact`` term) always, and by the rows each window holds (a row that
-    leaves)."""
+    queries asking for company 42 and status open, not those asking for another company);
+    without one, by the bounds an ordering term sets (a write of ``priority=7`` looks at the
+    queries whose ``priority`` range holds 7); the rest always; and by the rows each window
+    holds (a row that leaves)."""
 
     def __init__(self) -> None:
         self.all: set[LiveQuery] = set()
@@ -894,6 +895,9 @@ class ModelQueries:
         #: By the names of a query's exact terms, then by their values.
         self.by_terms: dict[tuple[str, ...], dict[tuple[Any, ...], set[LiveQuery]]] = {}
         self.unindexed: set[LiveQuery] = set()
+        #: Queries without an indexed ``exact`` term but with an ordering term, by its field:
+        #: the bounds it sets there (``None``: unbounded on that side).
+        self.bounded: dict[str, dict[LiveQuery, tuple[Any, Any]]] = {}
         #: By the key of each row a window holds, the serial numbers of the queries holding
         #: it: tuples of numbers, which the garbage collector stops tracking (see
         #: ``LiveQuery.window``).
@@ -906,10 +910,13 @@ class ModelQueries:
         self.all.add(query)
         self.loose = loose_names(query.options)
         names, values = _exact_terms(query.shape)
-        if not names or ANY_TEXT in values:
-            self.unindexed.add(query)
-        else:
+        if names and ANY_TEXT not in values:
             self.by_terms.setdefault(names, {}).setdefault(values, set()).add(query)
+        elif (bounds := _bounds(query.shape)) is not None:
+            name, low_high = bounds
+            self.bounded.setdefault(name, {})[query] = low_high
+        else:
+            self.unindexed.add(query)
 
     def remove(self, query: LiveQuery) -> None:
         self.all.discard(query)
@@ -921,6 +928,11 @@ class ModelQueries:
             discard(by_values, values, query)
             if not by_values:
                 self.by_terms.pop(names, None)
+        elif (bounds := _bounds(query.shape)) is not None:
+            by_query = self.bounded.get(bounds[0], {})
+            by_query.pop(query, None)
+            if not by_query:
+                self.bounded.pop(bounds[0], None)
         query.clear()
         self.by_serial.pop(query.serial, None)
 
@@ -953,6 +965,8 @@ class ModelQueries:
                     found += itertools.chain.from_iterable(by_values.values())
                 else:
                     found += by_values.get(values, ())
+            for name, by_query in self.bounded.items():
+                found += _within(by_query, typed[name])
         return found
 
 
@@ -966,6 +980,36 @@ def _exact_terms(shape: Shape) -> tuple[tuple[str, ...], tuple[Any, ...]]:
         if term.lookup == "exact"
     )
     return tuple(name for name, _ in terms), tuple(value for _, value in terms)
+
+
+def _bounds(shape: Shape) -> tuple[str, tuple[Any, Any]] | None:
+    """The field and bounds (``None``: unbounded on that side) of one of a shape's ordering
+    terms, a ``range`` first (bounded on both sides); ``None`` when it has none. Ordering
+    terms are never on text (refused): their bounds compare as Python compares."""
+    for term in sorted(shape.terms, key=lambda term: (term.lookup != "range", term.name)):
+        if term.lookup == "range":
+            return term.name, term.value
+        if term.lookup in ("gt", "gte"):
+            return term.name, (term.value, None)
+        if term.lookup in ("lt", "lte"):
+            return term.name, (None, term.value)
+    return None
+
+
+def _within(by_query: dict[LiveQuery, tuple[Any, Any]], value: Any) -> list[LiveQuery]:
+    """The queries whose bounds hold ``value``, ends included (a superset of those whose
+    ordering term it matches): none for a null, which no ordering term matches; all of them
+    where the value does not compare with a bound (their own matching says)."""
+    if value is None:
+        return []
+    try:
+        return [
+            query
+            for query, (low, high) in by_query.items()
+            if (low is None or low <= value) and (high is None or value <= high)
+        ]
+    except Exception:
+        return list(by_query)
 
 
 #: Stands, in the index of exact terms, for a text that has no ``loose_key``.
