@@ -520,6 +520,7 @@ class LiveQuery:
 
     __slots__ = (
         "_order",
+        "_sort_key",
         "afresh",
         "again",
         "capacity",
@@ -554,6 +555,12 @@ class LiveQuery:
         self.sorting = Sorting(shape)
         self.capacity = capacity(shape)
         self._order = functools.cmp_to_key(self.sorting.compare)
+        #: A held row's place in the window, by its key: the key's own sort value where only
+        #: the key orders the rows (ascending: as ``Sorting.compare`` orders them then), else
+        #: as ``compare`` says.
+        self._sort_key: Callable[[Any], Any] = (
+            _key_order if shape.order == (("pk", False),) else self._compared
+        )
         #: The keys of the rows it holds, in order (the client sees the first ``limit``), and
         #: each row and its values read, by key.
         #: No object per row: a full collection of the garbage collector walks every object
@@ -599,7 +606,7 @@ class LiveQuery:
         """A held row as ``Sorting`` compares it."""
         return key, self.typed[key]
 
-    def _sort_key(self, key: Any) -> Any:
+    def _compared(self, key: Any) -> Any:
         return self._order(self._at(key))
 
     def _listed(self, key: Any) -> dict[str, Any] | None:
