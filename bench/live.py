@@ -45,6 +45,7 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +135,14 @@ def run(count: int, rows: int, writes: int, seed: int) -> dict[str, float]:
             found.sort(key=lambda row: row["id"])
         return found[: live_queries.capacity(query.shape) + 1]
 
-    async def read(query: LiveQuery, refill: bool = False) -> list[dict[str, Any]]:
+    async def read_again(stale: Sequence[LiveQuery]) -> list[list[dict[str, Any]] | None]:
+        """A refill of queries of one shape and reader group: one statement on a worker (of
+        a guarded shape's accounts together), answered here in process."""
         nonlocal refills
         refills += 1
-        return answer(query)
+        return [answer(query) for query in stale]
 
-    queries._read = read  # type: ignore[method-assign]
+    queries._read_again = read_again  # type: ignore[method-assign,assignment]
     sockets = []
     gc.collect()
     tracked_before = len(gc.get_objects())
