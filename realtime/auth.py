@@ -37,6 +37,7 @@ from realtime.audience import readers
 from realtime.chunks import id_chunks
 from realtime.conf import conf
 from realtime.encoding import key_of, normal_id, storable
+from realtime.messages import row_alias
 from realtime.paths import to_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
@@ -294,8 +295,10 @@ class RealtimeAuth:
         of a global model, asked about every account holding a socket subscribed to it).
 
         An event ``about`` a record of a guarded model reaches that record's readers among
-        the accounts still active (one statement for up to 200 accounts); about a model
-        nobody declared, nobody; any other event, every account asked.
+        the accounts still active (one statement for up to 200 accounts), read on the
+        database the record was written on (``about["using"]`` when it was not where its
+        model's writes go: ``realtime.messages.row_alias``); about a model nobody declared,
+        nobody; any other event, every account asked.
         """
         if about is None:
             return user_ids
@@ -304,7 +307,8 @@ class RealtimeAuth:
             return []
         if options.guard is None:
             return user_ids
-        return readers(options, about.get("id"), user_ids, active_only=True)
+        using = row_alias(options.model, about)
+        return readers(options, about.get("id"), user_ids, active_only=True, using=using)
 
     def shared_readers(self, root: Any, scope_id: Any) -> Iterable[Any]:
         """Accounts outside ``scope_id`` reading ``root``; default ``root.realtime_readers()``."""

@@ -7,21 +7,27 @@ module is the contract between them. A message is a JSON object with a ``target`
 ``scope``
     on ``<REALTIME_CHANNEL>_<scope id>``: ``scope_id``, ``event_type``, ``data``, ``channels``
     (``null``: every socket of the scope), ``meta``; optionally ``only`` (the accounts it
-    reaches), ``exclude`` (accounts it skips) and ``about`` (``{"model", "id"}``: ask the
-    audience hook).
+    reaches), ``exclude`` (accounts it skips) and ``about`` (``{"model", "id"}``, and
+    ``using`` as below: ask the audience hook).
 ``global``
     on ``<REALTIME_CHANNEL>``: ``event_type``, ``data``, ``channels``, ``meta``; optionally
     ``only`` and ``about`` as above. An event of a global model (``scope_field=None``): every
     signed-in socket holding one of ``channels`` hears it, whatever scopes it reads.
 ``users``
     on ``<REALTIME_CHANNEL>``: ``user_ids``, ``event_type``, ``data``, ``channels``, ``meta``;
-    optionally ``skip_scope`` (sockets reading that scope heard it there already) and ``row``
+    optionally ``skip_scope`` (sockets reading that scope heard it there already), ``row``
     (``true``: a model's event about the row its data names, which a resume re-decides; an
-    application's own event never has it).
+    application's own event never has it) and, beside it, ``using`` as below.
 ``recheck``
     on ``<REALTIME_CHANNEL>``: ``user_ids`` whose sockets every worker rechecks now; optionally
     ``ended_sessions`` (the ``session_claim`` of sessions signed out of: their sockets are
     refused at once); every worker reads it, to remember it (``asks_recheck``).
+
+A message naming the row it tells of (``about``; an account message's ``row``) names the
+database alias the row was written on, ``using``, when that is not where its model's writes go
+(``router.db_for_write``): a write made with ``using=`` or on a queryset's ``using()``. Every
+read a worker makes about that row goes there (``row_alias``); the messages of writes made
+where their model's writes go have no such key.
 
 Every message carries a unique ``mid`` (PostgreSQL merges identical notifications of one
 transaction): 32 hex digits, the publish time in microseconds since the epoch (13 digits)
@@ -49,9 +55,13 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
+from django.db import models
+
 from realtime.conf import conf
+from realtime.primary import primary
 
 SCOPE: Final = "scope"
 GLOBAL: Final = "global"
@@ -80,6 +90,25 @@ def scope_channel(scope_id: Any) -> str:
 def base_channel() -> str:
     """The transport channel of account events and recheck requests."""
     return conf.CHANNEL
+
+
+#: The key naming the alias a message's row was written on (see the module docstring).
+USING: Final = "using"
+
+
+def named_alias(model: type[models.Model], using: str | None) -> str | None:
+    """The alias a message names for a row of ``model`` written on ``using``: ``None`` (it
+    names none) when that is where the model's writes go, or is not known."""
+    return None if using is None or using == primary(model) else using
+
+
+def row_alias(model: type[models.Model], naming: Mapping[str, Any]) -> str:
+    """The alias the row of ``model`` that ``naming`` tells of lives on (``naming``: a
+    message's ``about``, or an account message about a row): the alias it names, else where
+    the model's writes go. The one answer every read a worker makes about a message's row
+    asks."""
+    using = naming.get(USING)
+    return using if isinstance(using, str) else primary(model)
 
 
 def new_mid() -> str:

@@ -7,7 +7,8 @@ event only if its account would still be among them if the event were published 
 (``readers_now``): an account removed from a thread while away is not replayed the thread's
 messages. Which row an event is about is read from the event itself (``row_of``): a model's
 account event is marked so (``row``: an application's own event that looks like one is
-replayed as sent), and its data names its model and id. A delete goes to those who had the
+replayed as sent), and its data names its model and id; the row is read on the database it
+was written on (``realtime.messages.row_alias``). A delete goes to those who had the
 row when it was deleted, as published — the row is gone, so who may read it now cannot be
 asked — but replayed with the model and id alone (``replayed_data``), as a view's leave
 frame is: an account that lost the row's path since is told the row is gone, not what it
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import models
 
@@ -27,6 +28,7 @@ from realtime.auth import account_ids, get_auth, member_ids
 from realtime.chunks import id_chunks
 from realtime.encoding import normal_id, row_key, sorted_ids
 from realtime.logs import log_hook_failure
+from realtime.messages import row_alias
 from realtime.paths import key_lookup, path_target, values_on_path
 from realtime.primary import on_primary
 from realtime.registry import ModelOptions, options_named
@@ -34,11 +36,20 @@ from realtime.registry import ModelOptions, options_named
 logger = logging.getLogger(__name__)
 
 
-def row_of(message: dict[str, Any]) -> tuple[ModelOptions, Any] | None:
-    """The decorated model and the key of the row an account message tells of a change to
-    (a model's ``<model>.created`` or ``<model>.updated``, whose data names the row's
-    ``model`` and ``id``); ``None`` for any other — a delete, which goes to those who had
-    the row, or an application's own event."""
+class Row(NamedTuple):
+    """The row an account message tells of: its decorated model, its key, and the alias it
+    lives on (``None``: where the model's writes go)."""
+
+    options: ModelOptions
+    pk: Any
+    using: str | None = None
+
+
+def row_of(message: dict[str, Any]) -> Row | None:
+    """The row an account message tells of a change to (a model's ``<model>.created`` or
+    ``<model>.updated``, whose data names the row's ``model`` and ``id``), on the alias the
+    message says it was written on (``row_alias``); ``None`` for any other — a delete, which
+    goes to those who had the row, or an application's own event."""
     data, event_type = message.get("data"), message.get("event_type")
     if message.get("row") is not True or not isinstance(data, dict):
         return None
@@ -46,7 +57,9 @@ def row_of(message: dict[str, Any]) -> tuple[ModelOptions, Any] | None:
     if event_type not in (f"{name}.created", f"{name}.updated") or "id" not in data:
         return None
     options = options_named(str(name))
-    return None if options is None else (options, data["id"])
+    if options is None:
+        return None
+    return Row(options, data["id"], row_alias(options.model, message))
 
 
 def replayed_data(message: dict[str, Any]) -> Any:
@@ -61,40 +74,45 @@ def replayed_data(message: dict[str, Any]) -> Any:
     return {"model": name, "id": data["id"]}
 
 
-def readers_now(
-    row: tuple[ModelOptions, Any], event_type: Any, data: Any, user_ids: Iterable[Any]
-) -> list[Any]:
+def readers_now(row: Row, event_type: Any, data: Any, user_ids: Iterable[Any]) -> list[Any]:
     """Of ``user_ids``, those an account event about ``row`` (see ``row_of``) would reach if
     it were published now: none when the row is gone or a hook fails (logged)."""
     return readers_now_many([(row, event_type, data, list(user_ids))])[0]
 
 
 #: ``readers_now``'s arguments: the row, the event's type and data, the accounts asked.
-Ask = tuple[tuple[ModelOptions, Any], Any, Any, list[Any]]
+Ask = tuple[Row, Any, Any, list[Any]]
+
+#: Where rows are read: a model, on an alias (``None``: where its writes go).
+Place = tuple[type[models.Model], str | None]
 
 
 def readers_now_many(asks: Sequence[Ask]) -> list[list[Any]]:
-    """``readers_now`` of each ask, the rows of one model loaded in one query: a resume
-    decides a page of replayed account events at once."""
-    wanted: dict[type[models.Model], set[Any]] = {}
-    for (options, pk), _, _, user_ids in asks:
+    """``readers_now`` of each ask, the rows of one model on one database loaded in one
+    query: a resume decides a page of replayed account events at once."""
+    wanted: dict[Place, set[Any]] = {}
+    for row, _, _, user_ids in asks:
         if user_ids:
-            wanted.setdefault(options.model, set()).add(row_key(pk))
-    loaded: dict[tuple[type[models.Model], Any], models.Model] = {}
-    failed: set[type[models.Model]] = set()
-    for model, keys in wanted.items():
+            wanted.setdefault((row.options.model, row.using), set()).add(row_key(row.pk))
+    loaded: dict[tuple[Place, Any], models.Model] = {}
+    failed: set[Place] = set()
+    for place, keys in wanted.items():
+        model, using = place
         try:
-            loaded.update(((model, key), row) for key, row in rows_by_key(model, keys).items())
+            found = rows_by_key(model, keys, using)
         except Exception as exc:
-            failed.add(model)
+            failed.add(place)
             log_hook_failure(logger, "realtime: reading %s rows to replay failed", exc, model)
+            continue
+        loaded.update(((place, key), instance) for key, instance in found.items())
     answers: list[list[Any]] = []
-    for (options, pk), event_type, data, user_ids in asks:
-        found = loaded.get((options.model, row_key(pk)))
-        if not user_ids or found is None or options.model in failed:
+    for row, event_type, data, user_ids in asks:
+        place = (row.options.model, row.using)
+        instance = loaded.get((place, row_key(row.pk)))
+        if not user_ids or instance is None or place in failed:
             answers.append([])
         else:
-            answers.append(_readers_of(options, found, event_type, data, user_ids))
+            answers.append(_readers_of(row, instance, event_type, data, user_ids))
     return answers
 
 
@@ -113,18 +131,25 @@ def rows_by_key(
 
 
 def _readers_of(
-    options: ModelOptions, instance: Any, event_type: Any, data: Any, user_ids: Iterable[Any]
+    row: Row, instance: Any, event_type: Any, data: Any, user_ids: Iterable[Any]
 ) -> list[Any]:
+    options, using = row.options, row.using
     candidates = {normal_id(user_id) for user_id in user_ids}
     try:
         auth = get_auth()
         if options.user_field is not None:
-            reached = values_on_path(instance, options.user_field)
+            reached = values_on_path(instance, options.user_field, using)
             now = set(account_ids(auth.recipients(event_type, data, reached)))
         else:
             scope_id = getattr(instance, options.scope_attname or "", None)
             shared = shared_readers_of(
-                options, instance.pk, scope_id, None, event_type, "it is not replayed to them"
+                options,
+                instance.pk,
+                scope_id,
+                None,
+                event_type,
+                "it is not replayed to them",
+                using,
             )
             now = set(shared or ())
             if scope_id is not None:

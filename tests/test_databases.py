@@ -1,7 +1,8 @@
 """Several databases: a decorated model written on another alias is announced once *that*
 alias commits, whatever happens to a transaction open on ``default``, and realtime's publish
 never runs inside the application's transaction (so it never changes its settings nor holds
-the publish lock there)."""
+the publish lock there). Who may read a row written on another alias than its model's
+(``using=``) is decided on the alias it was written on, by the writer and by the worker."""
 
 from __future__ import annotations
 
@@ -10,12 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 
 from realtime import announce
+from realtime.auth import get_auth, issue_token
 from realtime.broadcast import broadcast_to_scope
-from tests.helpers import events, forget_messages, only_on
-from tests.testapp.models import Ticket, Workspace
+from realtime.readers import readers_now, row_of
+from tests.helpers import events, forget_messages, off_loop, only_on
+from tests.live import Clients, LiveServers
+from tests.test_live_queries import marker_for
+from tests.testapp.models import Case, Membership, Notification, Ticket, Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
 
@@ -165,3 +171,151 @@ def test_broadcasts_and_announce_take_the_database_they_follow(acme: Workspace) 
         assert events() == []
 
     assert [e["event_type"] for e in events()] == ["custom.kept", "ticket.updated"]
+
+
+# Rows written on another database than their model's --------------------------------------
+
+
+def members_on_both(workspace: Workspace, *names: str) -> list[Any]:
+    """Accounts of these names, members of ``workspace``, the same on both databases."""
+    accounts = []
+    for name in names:
+        user = get_user_model().objects.create_user(username=name)
+        get_user_model().objects.using("other").create(pk=user.pk, username=name)
+        Membership.objects.create(workspace=workspace, user=user)
+        Membership.objects.using("other").create(workspace_id=workspace.pk, user_id=user.pk)
+        accounts.append(user)
+    forget_messages()
+    return accounts
+
+
+def worker_audience(message: dict[str, Any], asked: list[Any]) -> list[Any]:
+    """What a worker holding sockets of ``asked`` decides for a scope message of a guarded
+    row: the accounts its ``only`` names, else ``auth.audience`` asked about its ``about``."""
+    if message.get("only") is not None:
+        return [user_id for user_id in asked if user_id in message["only"]]
+    about = message.get("about")
+    auth = get_auth()
+    return list(auth.audience(message["scope_id"], message["event_type"], None, asked, about))
+
+
+def test_a_guarded_row_written_on_another_database_reaches_its_readers_there(
+    acme: Workspace,
+) -> None:
+    ann, bob = members_on_both(acme, "ann", "bob")
+    with transaction.atomic(using="other"):
+        Case.objects.using("other").create(
+            workspace_id=acme.pk, title="ann's", private=True, assignee_id=ann.pk
+        )
+    Case.objects.create(workspace=acme, title="here", private=True, assignee=ann)
+
+    there, here = events()
+    assert there["about"] == {"model": "case", "id": there["data"]["id"], "using": "other"}
+    assert worker_audience(there, [ann.pk, bob.pk]) == [ann.pk]
+    # A write where the model's writes go names no database: its message is as it was.
+    assert here["about"] == {"model": "case", "id": here["data"]["id"]}
+    assert worker_audience(here, [ann.pk, bob.pk]) == [ann.pk]
+
+
+def test_a_row_of_the_same_key_on_the_models_database_never_decides_for_one_written_elsewhere(
+    acme: Workspace,
+) -> None:
+    ann, bob = members_on_both(acme, "ann", "bob")
+    public = Case.objects.create(workspace=acme, title="public here", private=False)
+    forget_messages()
+    with transaction.atomic(using="other"):
+        Case.objects.using("other").create(
+            pk=public.pk, workspace_id=acme.pk, title="ann's", private=True, assignee_id=ann.pk
+        )
+
+    [message] = events()
+    assert worker_audience(message, [ann.pk, bob.pk]) == [ann.pk]
+
+
+def test_an_update_on_another_database_taking_a_guarded_row_from_a_reader_tells_them_alone(
+    acme: Workspace,
+) -> None:
+    # Who reads the row after the update is read where it was written: on ``default`` the row
+    # of that key stays public, and read there bob would keep hearing ann's row.
+    ann, bob = members_on_both(acme, "ann", "bob")
+    public = Case.objects.create(workspace=acme, title="public here", private=False)
+    Case.objects.using("other").create(pk=public.pk, workspace_id=acme.pk, title="there")
+    forget_messages()
+    case = Case.objects.using("other").get(pk=public.pk)
+    case.private, case.assignee_id, case.title = True, ann.pk, "ann's now"
+    with transaction.atomic(using="other"):
+        case.save()
+
+    told = {tuple(message["only"]): message for message in events()}
+    assert sorted(told) == sorted([(ann.pk,), (bob.pk,)])
+    left, kept = told[(bob.pk,)], told[(ann.pk,)]
+    assert left["event_type"] == "case.deleted"
+    assert left["data"] == {"model": "case", "id": public.pk}
+    assert (kept["event_type"], kept["data"]["title"]) == ("case.updated", "ann's now")
+
+
+def test_a_resume_replays_an_account_event_written_on_another_database_to_its_account(
+    acme: Workspace,
+) -> None:
+    (ann,) = members_on_both(acme, "ann")
+    with transaction.atomic(using="other"):
+        Notification.objects.using("other").create(user_id=ann.pk, text="for ann")
+
+    [message] = events()
+    assert message["using"] == "other"
+    row = row_of(message)
+    assert row is not None
+    # What a resume asks before replaying it (``realtime.sockets.resume``).
+    assert readers_now(row, message["event_type"], message["data"], [ann.pk]) == [ann.pk]
+
+
+SERVER_KEYS = ("ENGINE", "NAME", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS")
+
+
+def both_test_databases() -> dict[str, Any]:
+    """``DATABASES`` for a server subprocess: this test's ``default`` and ``other``."""
+    return {
+        alias: {
+            key: value
+            for key, value in connections[alias].settings_dict.items()
+            if key in SERVER_KEYS
+        }
+        for alias in ("default", "other")
+    }
+
+
+async def test_a_worker_judges_a_guarded_row_on_the_database_it_was_written_on(
+    acme: Workspace, live_servers: LiveServers, ws: Clients
+) -> None:
+    server = live_servers.get("two-databases", DATABASES=both_test_databases())
+    ann, bob = await off_loop(members_on_both, acme, "ann", "bob")
+    public = await off_loop(Case.objects.create, workspace=acme, title="public here")
+    clients = {}
+    for user in (ann, bob):
+        client = await ws.authenticated(server, issue_token(user), scope="acme")
+        await client.send("subscribe", {"channels": ["case"]})
+        await marker_for(client, user.pk)
+        clients[user.pk] = client
+
+    def write() -> None:
+        with transaction.atomic(using="other"):
+            Case.objects.using("other").create(
+                pk=public.pk,
+                workspace_id=acme.pk,
+                title="ann's",
+                private=True,
+                assignee_id=ann.pk,
+            )
+
+    await off_loop(write)
+    heard = {}
+    for user in (ann, bob):
+        frames = await marker_for(clients[user.pk], user.pk)
+        heard[user.username] = [f for f in frames if f["type"].startswith("case.")]
+    assert [(f["type"], f["data"]["title"]) for f in heard["ann"]] == [("case.created", "ann's")]
+    assert heard["bob"] == []
+    # The database is the worker's to know, not the client's.
+    [frame] = heard["ann"]
+    assert "using" not in frame["data"]
+    assert "using" not in frame.get("meta", {})
+    assert set(frame) <= {"type", "data", "meta", "scope_id"}

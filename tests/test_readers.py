@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from realtime.encoding import normal_id
-from realtime.readers import readers_now, readers_now_many
+from realtime.readers import Row, readers_now, readers_now_many
 from realtime.registry import options_named
 from tests.testapp.models import Notification
 
@@ -26,7 +26,8 @@ def ask(note: Any, *accounts: Any) -> Any:
     options = options_named("notification")
     assert options is not None
     data = {"model": "notification", "id": normal_id(note.pk), "text": note.text}
-    return ((options, normal_id(note.pk)), "notification.updated", data, [a.pk for a in accounts])
+    row = Row(options, normal_id(note.pk))
+    return (row, "notification.updated", data, [a.pk for a in accounts])
 
 
 def test_a_page_of_rows_is_read_in_one_query_and_each_decided_alone() -> None:

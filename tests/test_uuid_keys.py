@@ -216,7 +216,7 @@ def test_ids_are_read_by_their_model_s_key_field_never_guessed() -> None:
 def test_readers_of_uuid_keyed_rows_are_asked_a_page_at_once() -> None:
     # A resume's page: the rows' keys come from JSON (text), the rows' from the database
     # (UUIDs); they must meet.
-    from realtime.readers import readers_now_many
+    from realtime.readers import Row, readers_now_many
     from realtime.registry import options_named
 
     ann = get_user_model().objects.create_user(username="ann")
@@ -226,7 +226,7 @@ def test_readers_of_uuid_keyed_rows_are_asked_a_page_at_once() -> None:
     assert options is not None
     asks = [
         (
-            (options, normal_id(alert.pk)),
+            Row(options, normal_id(alert.pk)),
             "alert.updated",
             None,
             [normal_id(u.pk) for u in (ann, bob)],

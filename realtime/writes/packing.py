@@ -59,6 +59,16 @@ def fit(message: Message, budget: int | None) -> bytes | None:
     return None
 
 
+def about_row(name: str, id: Any, using: str | None) -> dict[str, Any]:
+    """The ``about`` of a message of a guarded model's row, whose readers the worker decides:
+    its model and id, and ``using``, the alias it was written on, where the message names one
+    (``messages.named_alias``)."""
+    about: dict[str, Any] = {"model": name, "id": id}
+    if using is not None:
+        about[messages.USING] = using
+    return about
+
+
 def scope_messages(
     scope_id: Any,
     event_type: str,
@@ -172,11 +182,14 @@ def users_messages(
     skip_scope: Any = None,
     budget: int | None,
     row: bool = False,
+    using: str | None = None,
 ) -> list[tuple[str, bytes]]:
     """Build the messages of one account event: at most 200 ids each, sorted, no duplicates.
 
     ``row``: a model's event about the row its data names (not an application's own event,
-    whatever it looks like): a resume re-decides it by the model's rules (``readers``)."""
+    whatever it looks like): a resume re-decides it by the model's rules (``readers``), on
+    ``using``, the alias the row was written on where the message names one
+    (``messages.named_alias``)."""
     base: Message = {
         "target": messages.USERS,
         "event_type": event_type,
@@ -188,6 +201,8 @@ def users_messages(
         base["skip_scope"] = skip_scope
     if row:
         base["row"] = True
+        if using is not None:
+            base[messages.USING] = using
     out: list[tuple[str, bytes]] = []
     for ids in _id_slices(user_ids):
         for payload in _fit_with_ids(base, "user_ids", ids, [], event_type, budget):

@@ -31,12 +31,12 @@ from realtime import limits
 from realtime.compat.django import in_manual_transaction, in_transaction
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure, log_operation
-from realtime.messages import mark_publication
+from realtime.messages import mark_publication, named_alias
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
 from realtime.writes.events import Event
 from realtime.writes.items import Announcement, Recheck
-from realtime.writes.packing import place_messages, recheck_messages, users_messages
+from realtime.writes.packing import about_row, place_messages, recheck_messages, users_messages
 from realtime.writes.views import (
     earlier_readers_messages,
     outside_recipients,
@@ -73,7 +73,7 @@ def publish(
     items = list(items)
     try:
         transport = get_transport()
-        built = build(items, transport.max_message_bytes, seqs)
+        built = build(items, transport.max_message_bytes, seqs, using)
         if built.messages:
             _send(transport, built, using, txn, relayed, unsent)
         elif relayed is not None:
@@ -124,10 +124,13 @@ def build(
     items: Sequence[Event | Announcement],
     budget: int | None,
     seqs: Sequence[int] | None = None,
+    using: str | None = None,
 ) -> Built:
     """The messages of committed announcements, in write order: each row's events coalesced,
     the audiences asked now. An announcement that fails costs only its own messages (logged).
-    ``seqs``: the places of the outbox rows ``items`` came from, one each."""
+    ``seqs``: the places of the outbox rows ``items`` came from, one each; ``using``: the
+    alias their writes went to (``None``: each model's ``router.db_for_write``), where the
+    audiences of their rows are read and which their messages name."""
     messages: list[tuple[str, bytes]] = []
     runs: list[tuple[int, int]] = []
     coalesced = list(coalesce(items))
@@ -144,7 +147,9 @@ def build(
             continue
         try:
             made = (
-                event_messages(item, budget) if isinstance(item, Event) else item.messages(budget)
+                event_messages(item, budget, using)
+                if isinstance(item, Event)
+                else item.messages(budget)
             )
         except Exception as exc:
             # An audience hook's failure, most often: a traceback per place, within its budget.
@@ -367,15 +372,19 @@ def _merge(first: Event, then: Event) -> Event | None:
     return then
 
 
-def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
-    """The messages of one model event: to its scope (and beyond), or to its accounts."""
+def event_messages(
+    event: Event, budget: int | None, using: str | None = None
+) -> list[tuple[str, bytes]]:
+    """The messages of one model event: to its scope (and beyond), or to its accounts.
+    ``using``: the alias the row was written on (``None``: where its model's writes go)."""
     if event.leaves_only:  # its payload= failed: only the readers an update took it from
         if event.action != "updated" or event.before is None or event.accounts is not None:
             return []
-        return view_messages(event, budget)[0]
+        return view_messages(event, budget, using)[0]
     if event.action == "deleted" and event.before is not None:
-        earlier = earlier_readers_messages(event, budget)
-        return earlier + event_messages(replace(event, before=None), budget)
+        earlier = earlier_readers_messages(event, budget, using)
+        return earlier + event_messages(replace(event, before=None), budget, using)
+    named = named_alias(event.options.model, using)
     if event.accounts is not None:
         data = None if event.folded else event.kept
         return users_messages(
@@ -386,11 +395,12 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
             meta=event.meta(),
             budget=budget,
             row=True,
+            using=named,
         )
     if event.action == "updated" and event.before is not None:
-        messages, reached = view_messages(event, budget)
+        messages, reached = view_messages(event, budget, using)
         if event.options.user_field is None and event.scope_id is not None:
-            messages += _outside_messages(event, reached, budget)
+            messages += _outside_messages(event, reached, budget, using)
         return messages
     options = event.options
     data = None if event.folded else event.kept
@@ -403,27 +413,27 @@ def event_messages(event: Event, budget: int | None) -> list[tuple[str, bytes]]:
         accounts = event.readers
         if accounts is None:
             accounts = recipients(event)
-        return users_messages(accounts, event.event_type, data, row=True, **common)
+        return users_messages(accounts, event.event_type, data, row=True, using=named, **common)
     out: list[tuple[str, bytes]] = []
     place = (options.is_global, event.scope_id, event.event_type, data)
     if options.guard is not None and not event.folded and event.readers is not None:
         if event.readers:
             out += place_messages(*place, only=event.readers, **common)
     elif options.guard is not None and not event.folded:
-        about = {"model": options.name, "id": event.data["id"]}
+        about = about_row(options.name, event.data["id"], named)
         out += place_messages(*place, about=about, **common)
     else:
         out += place_messages(*place, **common)
     if event.folded or options.is_global:
         return out
-    shared = event.shared if event.shared is not None else shared_readers(event)
+    shared = event.shared if event.shared is not None else shared_readers(event, using)
     if shared:
-        out += users_messages(shared, event.event_type, data, row=True, **common)
-    return out + _outside_messages(event, shared, budget)
+        out += users_messages(shared, event.event_type, data, row=True, using=named, **common)
+    return out + _outside_messages(event, shared, budget, using)
 
 
 def _outside_messages(
-    event: Event, shared: list[Any], budget: int | None
+    event: Event, shared: list[Any], budget: int | None, using: str | None = None
 ) -> list[tuple[str, bytes]]:
     """The event again, to the outside recipients not served as shared readers."""
     outside = event.outside if event.outside is not None else outside_recipients(event)
@@ -442,4 +452,5 @@ def _outside_messages(
         skip_scope=event.scope_id,
         budget=budget,
         row=True,
+        using=named_alias(event.options.model, using),
     )

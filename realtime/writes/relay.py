@@ -156,7 +156,10 @@ class Sweeper:
                 if item is not None
             ]
             built = build(
-                [item for item, _ in now], transport.max_message_bytes, [s for _, s in now]
+                [item for item, _ in now],
+                transport.max_message_bytes,
+                [s for _, s in now],
+                alias,
             )
             if built.messages:
                 send_now(transport, built, relay_key(rows[0].txn, [r.seq for r in rows]))

@@ -40,20 +40,24 @@ from realtime.audience import readers
 from realtime.auth import account_ids, get_auth, overridden, readers_pool
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure
-from realtime.primary import primary
+from realtime.messages import named_alias
+from realtime.primary import on_primary
 from realtime.readers import shared_readers_of
 from realtime.writes.events import Before, Event, read_event
-from realtime.writes.packing import place_messages, scope_messages, users_messages
+from realtime.writes.packing import about_row, place_messages, scope_messages, users_messages
 
 logger = logging.getLogger(__name__)
 
 Messages = list[tuple[str, bytes]]
 
 
-def view_messages(event: Event, budget: int | None) -> tuple[Messages, list[Any]]:
+def view_messages(
+    event: Event, budget: int | None, using: str | None = None
+) -> tuple[Messages, list[Any]]:
     """The messages of an update whose audience may have changed, and the shared readers it
     reached: leavers first (a client hearing a leave and an enter of one row keeps it),
-    then enterers and those who stay."""
+    then enterers and those who stay. ``using``: the alias the row was written on, where
+    its readers now are read (``None``: where its model's writes go)."""
     before = event.before
     assert before is not None
     if event.options.user_field is not None:
@@ -66,30 +70,38 @@ def view_messages(event: Event, budget: int | None) -> tuple[Messages, list[Any]
             "nobody hears it leave; its readers now hear it as an update",
         )
         now = sorted_ids(now)
-        return _compare(event, now if was is None else sorted_ids(was), now, budget), []
-    out = _scope_messages(event, before, budget)
+        was = now if was is None else sorted_ids(was)
+        return _compare(event, was, now, budget, using), []
+    out = _scope_messages(event, before, budget, using)
     if event.options.shared_via is None:
         return out, []
     shared: list[Any] | None = []
     if event.scope_id is not None:
-        shared = shared_readers_or_none(event, "no reader outside its scope hears of it")
+        shared = shared_readers_or_none(event, "no reader outside its scope hears of it", using)
     if shared is None:
         return out, []
     was = before.shared if before.shared is not None else shared
-    return out + _compare(event, was, shared, budget), shared
+    return out + _compare(event, was, shared, budget, using), shared
 
 
-def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -> Messages:
+def _compare(
+    event: Event, was: list[Any], now: list[Any], budget: int | None, using: str | None
+) -> Messages:
     """Account messages: leave frames to ``was - now``, enter frames to ``now - was``."""
     name = event.options.name
     identity, moved, meta = _forms(event)
     before, after = set(was), set(now)
-    common: dict[str, Any] = {"channels": event.channels, "budget": budget, "row": True}
+    common: dict[str, Any] = {
+        "channels": event.channels,
+        "budget": budget,
+        "row": True,
+        "using": named_alias(event.options.model, using),
+    }
     leaves = users_messages(before - after, f"{name}.deleted", identity, meta=moved, **common)
     if event.leaves_only:
         return leaves
     entering = after - before
-    entered = _entered(event, entering)
+    entered = _entered(event, entering, using)
     enters: Messages = []
     if entered is not None:
         enters = users_messages(entering, f"{name}.created", entered, meta=moved, **common)
@@ -100,17 +112,19 @@ def _compare(event: Event, was: list[Any], now: list[Any], budget: int | None) -
     ]
 
 
-def _entered(event: Event, accounts: Iterable[Any]) -> dict[str, Any] | None:
+def _entered(event: Event, accounts: Iterable[Any], using: str | None) -> dict[str, Any] | None:
     """The data of the frame telling ``accounts`` that the row entered their view: the
-    event's, or for a change of the row's links alone the row as it is now, read once (the
-    fields its instance held may be older than a write of the row that committed before;
-    those readers never heard that write). ``None``: nobody enters, or the row is gone."""
+    event's, or for a change of the row's links alone the row as it is now, read once on
+    ``using`` (the fields its instance held may be older than a write of the row that
+    committed before; those readers never heard that write). ``None``: nobody enters, or the
+    row is gone."""
     if not event.links_only or not accounts:
         return event.data
     if "entered" not in event.extra:
-        row = event.options.model._base_manager.using(primary(event.options.model))
-        found = row.filter(pk=event.pk).first()
-        fresh = None if found is None else read_event(event.options, found, "created")
+        found = on_primary(event.options.model, using, base=True).filter(pk=event.pk).first()
+        fresh = None
+        if found is not None:
+            fresh = read_event(event.options, found, "created", using=using)
         event.extra["entered"] = None if fresh is None else fresh.data
     entered: dict[str, Any] | None = event.extra["entered"]
     return entered
@@ -127,13 +141,17 @@ def _forms(event: Event) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]
     return identity, moved, event.meta()
 
 
-def _scope_messages(event: Event, before: Before, budget: int | None) -> Messages:
+def _scope_messages(
+    event: Event, before: Before, budget: int | None, using: str | None
+) -> Messages:
     options = event.options
     name = options.name
     identity, moved, meta = _forms(event)
     now_scope = None if event.scope_id is None else normal_id(event.scope_id)
     was_scope = before.scope_id
-    about = {"model": name, "id": event.data["id"]} if options.guard is not None else None
+    about = None
+    if options.guard is not None:
+        about = about_row(name, event.data["id"], named_alias(options.model, using))
     left: dict[str, Any] = {"channels": before.channels or event.channels, "budget": budget}
     here: dict[str, Any] = {"channels": event.channels, "about": about, "budget": budget}
     guarded = options.guard is not None
@@ -154,11 +172,12 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
         return place_messages(
             options.is_global, now_scope, event.event_type, event.kept, meta=meta, **here
         )
-    now = set(sorted_ids(readers(options, event.pk, readers_pool(options, event.scope_id))))
+    pool = readers_pool(options, event.scope_id, using)
+    now = set(sorted_ids(readers(options, event.pk, pool, using=using)))
     was = set(before.readers)
     kinds = (
         (was - now, f"{name}.deleted", identity, moved, left),
-        (now - was, f"{name}.created", _entered(event, now - was), moved, here),
+        (now - was, f"{name}.created", _entered(event, now - was, using), moved, here),
         (now & was, event.event_type, event.kept, meta, here),
     )
     for accounts, event_type, data, frame_meta, where in kinds[:1] if event.leaves_only else kinds:
@@ -170,14 +189,16 @@ def _scope_messages(event: Event, before: Before, budget: int | None) -> Message
     return out
 
 
-def earlier_readers_messages(event: Event, budget: int | None) -> Messages:
+def earlier_readers_messages(
+    event: Event, budget: int | None, using: str | None = None
+) -> Messages:
     """The delete of a row an earlier write of its transaction took from some of its readers
     (an update that carried ``before``, merged into the delete: ``publish._merge``), to
     those readers: each who could read the row before the transaction and is not told the
     delete itself hears it, with the row's identity alone (what it became meanwhile was not
     theirs to read). The readers at the delete are those it carries, decided before the row
     went; a side whose readers before were not taken, or could not be decided, tells nobody
-    more."""
+    more. ``using``: the alias the row was written on."""
     before = event.before
     assert before is not None
     options = event.options
@@ -187,10 +208,11 @@ def earlier_readers_messages(event: Event, budget: int | None) -> Messages:
         "meta": event.meta(),
         "budget": budget,
     }
+    named = named_alias(options.model, using)
     if options.user_field is not None:
         was = recipients_or_none(event, before.accounts or [], "nobody else hears it go")
         gone = _gone(was or (), event.readers or ())
-        return users_messages(gone, event.event_type, identity, row=True, **common)
+        return users_messages(gone, event.event_type, identity, row=True, using=named, **common)
     out: Messages = []
     guarded = options.guard is not None
     now_scope = None if event.scope_id is None else normal_id(event.scope_id)
@@ -204,9 +226,9 @@ def earlier_readers_messages(event: Event, budget: int | None) -> Messages:
             place = (options.is_global, now_scope, event.event_type, identity)
             out += place_messages(*place, only=gone, **common)
     if before.shared and not options.is_global:
-        now = event.shared if event.shared is not None else shared_readers(event)
+        now = event.shared if event.shared is not None else shared_readers(event, using)
         gone = _gone(before.shared, now)
-        out += users_messages(gone, event.event_type, identity, row=True, **common)
+        out += users_messages(gone, event.event_type, identity, row=True, using=named, **common)
     return out
 
 
