@@ -319,3 +319,77 @@ async def test_a_worker_judges_a_guarded_row_on_the_database_it_was_written_on(
     assert "using" not in frame["data"]
     assert "using" not in frame.get("meta", {})
     assert set(frame) <= {"type", "data", "meta", "scope_id"}
+
+
+# An instance written on another database than the one it was read from --------------------
+
+
+def told() -> list[Any]:
+    return [
+        (e["event_type"], e["data"].get("title"), e["data"].get("points"), e["meta"].get("changed"))
+        for e in events()
+    ]
+
+
+def test_save_using_another_database_tells_what_changed_there(acme: Workspace) -> None:
+    # Django's way of copying a row to another database: the row there held other values,
+    # and what was read from ``default`` says nothing of it.
+    here = Ticket.objects.create(workspace=acme, title="A", points=1)
+    Ticket.objects.using("other").create(pk=here.pk, workspace_id=acme.pk, title="B", points=5)
+    forget_messages()
+    loaded = Ticket.objects.get(pk=here.pk)
+    with transaction.atomic(using="other"):
+        loaded.save(using="other")
+    edited = Ticket.objects.get(pk=here.pk)
+    edited.points = 2
+    edited.save(using="other")
+
+    [(kind, title, points, changed), (kind_after, _, points_after, changed_after)] = told()
+    assert (kind, title, points) == ("ticket.updated", "A", 1)
+    assert {"title", "points"} <= set(changed)
+    assert (kind_after, points_after) == ("ticket.updated", 2)
+    assert {"title", "points"} <= set(changed_after)
+
+
+def test_bulk_update_on_another_database_of_instances_read_from_default_is_told(
+    acme: Workspace,
+) -> None:
+    here = Ticket.objects.create(workspace=acme, title="A", points=1)
+    Ticket.objects.using("other").create(pk=here.pk, workspace_id=acme.pk, title="B", points=1)
+    forget_messages()
+    loaded = Ticket.objects.get(pk=here.pk)
+    Ticket.objects.using("other").bulk_update([loaded], ["title"])
+
+    assert told() == [("ticket.updated", "A", 1, ["title"])]
+
+
+def test_save_using_another_database_that_hides_a_guarded_row_tells_its_readers_there(
+    acme: Workspace,
+) -> None:
+    ann, bob = members_on_both(acme, "ann", "bob")
+    here = Case.objects.create(workspace=acme, title="secret", private=True, assignee=ann)
+    Case.objects.using("other").create(pk=here.pk, workspace_id=acme.pk, title="secret")
+    forget_messages()
+    loaded = Case.objects.get(pk=here.pk)
+    with transaction.atomic(using="other"):
+        loaded.save(using="other")
+
+    assert Case.objects.using("other").get(pk=here.pk).private
+    left = [m for m in events() if m["event_type"] == "case.deleted"]
+    assert [(m["only"], m["data"]) for m in left] == [([bob.pk], {"model": "case", "id": here.pk})]
+
+
+def test_a_delete_on_another_database_tells_the_account_holding_the_row_there(
+    acme: Workspace,
+) -> None:
+    ann, bob = members_on_both(acme, "ann", "bob")
+    note = Notification.objects.create(user=ann, text="ann's")
+    Notification.objects.using("other").create(pk=note.pk, user_id=bob.pk, text="bob's")
+    forget_messages()
+    loaded = Notification.objects.get(pk=note.pk)
+    with transaction.atomic(using="other"):
+        loaded.delete(using="other")
+
+    assert [(m["event_type"], m["user_ids"]) for m in events()] == [
+        ("notification.deleted", [bob.pk])
+    ]

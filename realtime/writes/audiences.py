@@ -70,7 +70,7 @@ class Past:
         if stored:
             known = dict(instance.__dict__)
         elif known is None:
-            known = tracking.known(instance)
+            known = tracking.known(instance, self.using)
         self.known = known
         meta = instance._meta
         self.written = (
@@ -455,7 +455,7 @@ def with_stored_audience(options: ModelOptions, instance: models.Model, using: s
     (``tracking.known``) costs nothing; the rest, one ``SELECT`` on ``using``. A delete is
     told to whoever holds the row now. A row already gone leaves the instance as it is; a
     column it was loaded without is read with the event's (``events.with_columns``)."""
-    known = tracking.known(instance)
+    known = tracking.known(instance, using)
     unsure = unsure_attnames(options, [(instance, known)], ())
     if not unsure:
         return instance

@@ -865,9 +865,9 @@ def _changes(
     accounts: dict[Any, Plan] = {}  # the accounts rows held: read together (take_befores)
     knowns = []
     for obj in objs:
-        known = tracking.known(obj)
+        known = tracking.known(obj, db)
         knowns.append((obj, known))
-        changed = tracking.changed_fields(obj, None, known)
+        changed = tracking.changed_fields(obj, None, known, db)
         names = sorted({obj._meta.get_field(name).name for name in fields} & set(changed))
         if not names:
             continue

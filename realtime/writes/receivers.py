@@ -119,7 +119,7 @@ def on_pre_save(
         pending.push(instance, PENDING_SAVE, None)
         return
     label = _label(options, instance)
-    known = failsafe(label, using, False, lambda: tracking.known(instance))
+    known = failsafe(label, using, False, lambda: tracking.known(instance, using))
     inputs = audience_inputs(options, instance)
     plan = failsafe(
         label, using, False, lambda: plan_before(options, instance, update_fields, using, known)
@@ -196,7 +196,7 @@ def _saved(
             False,
             lambda: _taken_late(options, instance, update_fields, using, known),
         )
-    changed = None if created else tracking.changed_fields(instance, update_fields, known)
+    changed = None if created else tracking.changed_fields(instance, update_fields, known, using)
     # Told by the announcement's callback; by one of its own where none is registered.
     made = tracking.fate(using, register=False)
     try:

@@ -563,14 +563,18 @@ def _refreshed(instance: models.Model, snapshot: Loaded, db: str) -> None:
     keep_on_state([instance._state], Own(db, snapshot.seq, values=values, depends=snapshot.depends))
 
 
-def known(instance: models.Model) -> dict[str, Any] | None:
-    """What this thread knows the row of ``instance`` holds, by attname (``UNKNOWN`` for a
-    column not known); ``None`` when it knows nothing of it."""
+def known(instance: models.Model, using: str | None = None) -> dict[str, Any] | None:
+    """What this thread knows the row of ``instance`` on ``using`` (``None``: the database it
+    was read from or last saved to) holds, by attname (``UNKNOWN`` for a column not known);
+    ``None`` when it knows nothing of it. What was learnt on another database is nothing known
+    of this row: ``save(using="other")`` of an instance read from ``default`` writes over a
+    row of ``other`` that may hold anything (Django moves ``_state.db`` once the save is
+    done)."""
     state = instance._state
     if state.adding:
         return None
     snapshot = kept_on_state(state)
-    if snapshot is None or snapshot.db != state.db:
+    if snapshot is None or snapshot.db != (using or state.db):
         return None
     pk = instance.pk
     own: tuple[Write, ...] = ()
@@ -701,17 +705,19 @@ def changed_fields(
     instance: models.Model,
     update_fields: Iterable[str] | None,
     stored: dict[str, Any] | None = None,
+    using: str | None = None,
 ) -> list[str]:
-    """The sorted ``Field.name``s a save of ``instance`` changed: those of ``update_fields``
-    when given, else every concrete column but the key whose value differs from what is known
-    (every one, when nothing is). ``stored``: what is known (``known``), when asked already."""
+    """The sorted ``Field.name``s a save of ``instance`` on ``using`` (``None``: its own
+    database) changed: those of ``update_fields`` when given, else every concrete column but
+    the key whose value differs from what is known of the row there (every one, when nothing
+    is). ``stored``: what is known (``known``), when asked already."""
     meta = instance._meta
     if update_fields is not None:
         return sorted({meta.get_field(name).name for name in update_fields})
     values = instance.__dict__
     concrete = [f for f in meta.concrete_fields if not f.primary_key and f.attname in values]
     if stored is None:
-        stored = known(instance)
+        stored = known(instance, using)
     if stored is None:
         return sorted(f.name for f in concrete)
     strict = _shape(type(instance)).looked_at
