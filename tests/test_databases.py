@@ -2,7 +2,10 @@
 alias commits, whatever happens to a transaction open on ``default``, and realtime's publish
 never runs inside the application's transaction (so it never changes its settings nor holds
 the publish lock there). Who may read a row written on another alias than its model's
-(``using=``) is decided on the alias it was written on, by the writer and by the worker."""
+(``using=``) is decided on the alias it was written on, by the writer and by the worker; a
+save to another alias than its instance was read from knows nothing of the row there; and
+routers that keep realtime's log off the database the transport writes it on are an error
+(``realtime.E026``)."""
 
 from __future__ import annotations
 
@@ -12,11 +15,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.checks import run_checks
 from django.db import connection, connections, transaction
 
 from realtime import announce
 from realtime.auth import get_auth, issue_token
 from realtime.broadcast import broadcast_to_scope
+from realtime.checks.database import check_log_database
 from realtime.readers import readers_now, row_of
 from tests.helpers import events, forget_messages, off_loop, only_on
 from tests.live import Clients, LiveServers
@@ -393,3 +398,42 @@ def test_a_delete_on_another_database_tells_the_account_holding_the_row_there(
     assert [(m["event_type"], m["user_ids"]) for m in events()] == [
         ("notification.deleted", [bob.pk])
     ]
+
+
+# Realtime's log where the transport writes it -----------------------------------------------
+
+
+class RealtimeElsewhere:
+    """A project's router keeping realtime's tables on ``other`` alone, as it keeps its
+    infrastructure apps together (never on the replica)."""
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool | None:
+        if db == "replica":
+            return False
+        if app_label == "realtime":
+            return db == "other"
+        return None
+
+
+def test_routers_keeping_realtimes_log_off_the_database_the_transport_writes_on_are_an_error(
+    settings: Any,
+) -> None:
+    settings.DATABASE_ROUTERS = [f"{__name__}.RealtimeElsewhere"]
+    settings.REALTIME_TRANSPORT = "table"
+    (error,) = check_log_database()
+    assert error.id == "realtime.E026"
+    assert "firm_channel_messages" in error.msg
+    assert "'default'" in error.msg
+    assert "'realtime'" in str(error.hint)
+    assert "realtime.E026" in [m.id for m in run_checks(include_deployment_checks=True)]
+    settings.REALTIME_TRANSPORT = "pg_notify"
+    assert [e.id for e in check_log_database()] == ["realtime.E026"]
+    # Transports that keep no log there.
+    settings.REALTIME_PG_NOTIFY_LOG = False
+    assert check_log_database() == []
+    settings.REALTIME_TRANSPORT = "redis"
+    assert check_log_database() == []
+    # The log allowed where the transport writes it.
+    settings.REALTIME_TRANSPORT = "table"
+    settings.DATABASE_ROUTERS = ["tests.routers.NoMigrationsOnTheReplica"]
+    assert check_log_database() == []

@@ -1,7 +1,8 @@
 """System checks of the databases: SQLite's options left on another database
 (``realtime.E022``), a database announcing writes that may not hold the outbox of a durable
-transport (``realtime.E025``), and the options the table transport needs on SQLite
-(``realtime.W002``/``W003``).
+transport (``realtime.E025``), realtime's log kept by the routers off the database the
+transport writes it on (``realtime.E026``), and the options the table transport needs on
+SQLite (``realtime.W002``/``W003``).
 
 The quickstart's SQLite ``OPTIONS`` (a ``PRAGMA`` ``init_command``, ``transaction_mode``,
 ``timeout``) kept when ``ENGINE`` becomes PostgreSQL or MySQL fail the first connection:
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -121,6 +123,53 @@ def check_outbox_databases(app_configs: Iterable[Any] | None = None, **kwargs: A
                 )
             )
     return errors
+
+
+#: The alias the table transport and pg_notify write realtime's log on: ``get_transport``
+#: builds them with no arguments, and they publish on ``"default"``.
+LOG_ALIAS = "default"
+
+
+@checks.register()
+def check_log_database(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """``realtime.E026``: the table transport, and pg_notify with its log, write every message
+    into realtime's log (``firm_channel_messages``) on ``LOG_ALIAS``: routers that keep the app
+    ``realtime`` off that alias leave the table missing there (``migrate`` honours them), and
+    every announcement fails to publish, logged and never raised into the write."""
+    if not (_uses_table_transport() or _uses_pg_notify_log()):
+        return []
+    from realtime.models import ChannelMessage
+
+    if router.allow_migrate_model(LOG_ALIAS, ChannelMessage):
+        return []
+    return [
+        checks.Error(
+            f"The transport writes realtime's log (realtime.ChannelMessage, table "
+            f"{ChannelMessage._meta.db_table}) on {LOG_ALIAS!r}, and the database routers do "
+            f"not let it live there: migrate does not create it, and every announcement "
+            f"fails to publish.",
+            hint=f"Let allow_migrate() accept app 'realtime' on {LOG_ALIAS!r}, then run "
+            f"migrate --database {LOG_ALIAS}.",
+            id="realtime.E026",
+        )
+    ]
+
+
+def _uses_pg_notify_log() -> bool:
+    """Whether the transport is pg_notify keeping its log (``REALTIME_PG_NOTIFY_LOG``)."""
+    from realtime.transports import transport_class
+
+    value = raw("TRANSPORT")
+    try:
+        chosen = transport_class(value) if isinstance(value, str) else None
+    except ImproperlyConfigured:
+        return False  # realtime.E001 says why
+    # A subclass of it has its module imported; it is not imported for nothing (it needs
+    # its driver).
+    pg_notify = sys.modules.get("realtime.transports.pg_notify")
+    if chosen is None or pg_notify is None or not issubclass(chosen, pg_notify.PgNotifyTransport):
+        return False
+    return raw("PG_NOTIFY_LOG") is not False
 
 
 def _mirrors(alias: str) -> bool:
