@@ -23,6 +23,8 @@ from realtime.auth import get_auth, issue_token
 from realtime.broadcast import broadcast_to_scope
 from realtime.checks.database import check_log_database
 from realtime.readers import readers_now, row_of
+from realtime.registry import options_for
+from realtime.sockets.live_queries import UNREAD, change_of
 from tests.helpers import events, forget_messages, off_loop, only_on
 from tests.live import Clients, LiveServers
 from tests.test_live_queries import marker_for
@@ -220,6 +222,25 @@ def test_a_guarded_row_written_on_another_database_reaches_its_readers_there(
     # A write where the model's writes go names no database: its message is as it was.
     assert here["about"] == {"model": "case", "id": here["data"]["id"]}
     assert worker_audience(here, [ann.pk, bob.pk]) == [ann.pk]
+
+
+def test_a_queryable_row_written_on_another_database_makes_live_queries_read_their_rows_again(
+    acme: Workspace,
+) -> None:
+    """Live queries list the rows of the database their model's writes go to: the message of
+    a row written on another carries no filters values, and a query it may change reads its
+    rows again (where that row is not) instead of listing it."""
+    with transaction.atomic(using="other"):
+        Case.objects.using("other").create(workspace_id=acme.pk, title="there", status="open")
+    Case.objects.create(workspace=acme, title="here", status="open")
+
+    there, here = events()
+    options = options_for(Case)
+    assert options is not None
+    assert there["meta"]["filters"] is None
+    assert change_of(options, there["data"], there["meta"], "row") is UNREAD
+    assert here["meta"]["filters"]["status"] == "open"
+    assert change_of(options, here["data"], here["meta"], "row") is not UNREAD
 
 
 def test_a_row_of_the_same_key_on_the_models_database_never_decides_for_one_written_elsewhere(

@@ -377,6 +377,11 @@ def event_messages(
 ) -> list[tuple[str, bytes]]:
     """The messages of one model event: to its scope (and beyond), or to its accounts.
     ``using``: the alias the row was written on (``None``: where its model's writes go)."""
+    if event.values is not None and named_alias(event.options.model, using) is not None:
+        # Live queries list the rows of the database their model's writes go to: a row written
+        # on another carries no filters values, so a query reads its rows again rather than
+        # list a row its database does not hold.
+        event = replace(event, values=None)
     if event.leaves_only:  # its payload= failed: only the readers an update took it from
         if event.action != "updated" or event.before is None or event.accounts is not None:
             return []
