@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +29,16 @@ from realtime.broadcast import (
 )
 from realtime.encoding import encode
 from realtime.writes import from_async
-from tests.helpers import WAIT, events, forget_messages, off_loop, published, without_mid
+from tests.helpers import (
+    ROOT,
+    WAIT,
+    events,
+    forget_messages,
+    off_loop,
+    published,
+    subprocess_env,
+    without_mid,
+)
 from tests.testapp.models import Contact, VipContact
 
 TABLE = "firm_channel_messages"
@@ -365,6 +376,27 @@ def test_the_last_broadcast_of_a_coroutine_run_by_asyncio_run_is_published() -> 
     thread.start()
     thread.join(WAIT)
     assert sorted(message["data"]["n"] for _, message in wait_for_rows(20)) == list(range(20))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_script_s_last_broadcasts_are_published_without_an_error_as_it_exits() -> None:
+    """A script whose ``asyncio.run`` broadcasts and returns, then exits: the work runs on
+    asgiref's thread while the interpreter shuts down, when no executor takes new work. A
+    trim asked for then (on every message at a batch size of 2) is skipped; the publish did
+    not fail."""
+    env = {**subprocess_env(), "REALTIME_TEST_SETTINGS": '{"REALTIME_TRIM_BATCH_SIZE": 2}'}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.worker", "broadcast-and-exit", "7", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "failed" not in done.stderr, done.stderr
+    assert sorted(message["data"]["n"] for message in events()) == [0, 1, 2]
 
 
 def a_sync_view_with_an_async_helper(request: HttpRequest) -> HttpResponse:

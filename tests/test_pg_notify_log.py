@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -96,6 +97,25 @@ async def test_every_message_is_a_row_of_the_log_and_arrives_with_its_position(
     rows = [row for row in await off_loop(stored) if row[1] == b"logged"]
     assert [payload for _, _, payload in rows] == [b"one", b"two"]
     assert inbox.positions == [position for position, _, _ in rows]
+
+
+def test_a_publish_whose_log_trim_cannot_be_scheduled_is_published_without_an_error(
+    caplog: pytest.LogCaptureFixture, settings: Any
+) -> None:
+    """As the table transport (tests/test_table_transport.py): the executor refusing new work
+    once the rows are in, as while the interpreter exits, skips the trim only."""
+    settings.REALTIME_TRIM_BATCH_SIZE = 2  # a trim asked for on every message
+    transport = PgNotifyTransport()
+    refusing = transport.trimmer._thread = ThreadPoolExecutor(max_workers=1)
+    refusing.shutdown()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="realtime"):
+            transport.publish([("logged", b"published")])
+    finally:
+        transport.trimmer._thread = None
+    assert [payload for _, _, payload in stored()] == [b"published"]
+    assert transport.trimmer.pending == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG] == []
 
 
 async def test_a_message_too_large_for_a_notification_arrives_whole_and_in_its_place(

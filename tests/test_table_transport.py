@@ -349,6 +349,23 @@ class TestTrimming:
             transport.close()
         assert remaining == [3, 1, 0]
 
+    def test_a_publish_whose_trim_cannot_be_scheduled_is_published_without_an_error(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """As when a script's last broadcasts run while the interpreter exits: the executor
+        refuses new work once the row is in. The trim is skipped, not the publish failed."""
+        transport = TableTransport(retention=60, trim_batch_size=2, auto_trim=True)
+        refusing = transport.trimmer._thread = ThreadPoolExecutor(max_workers=1)
+        refusing.shutdown()
+        try:
+            with caplog.at_level(logging.DEBUG, logger="realtime"):
+                transport.publish([("c", b"published")])
+        finally:
+            transport.trimmer._thread = None
+        assert payloads() == [b"published"]
+        assert transport.trimmer.pending == 0
+        assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG] == []
+
     @only_on("sqlite")
     def test_a_sqlite_trim_inside_a_transaction_is_refused_and_deletes_nothing(self) -> None:
         insert_row("old", b"old", age=3600)

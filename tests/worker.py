@@ -34,6 +34,9 @@ Commands
                                      COUNT times, as fast as it can; print "done". HOW:
                                      ``update`` (``update()`` in ``atomic()``) or ``save``
                                      (the row locked, then ``save()``, in ``atomic()``)
+    broadcast-and-exit SCOPE COUNT   asyncio.run() a coroutine that broadcasts COUNT events to
+                                     SCOPE and returns at once, then exit (the broadcasts run
+                                     on asgiref's thread as the interpreter shuts down)
     relay                            print "ready", wait for a line on stdin, sweep the
                                      outbox (no grace) until it is empty, print the number
                                      of rows this process relayed
@@ -180,6 +183,18 @@ def main(argv: list[str]) -> None:
         for n in range(int(args[2])):
             race_write(Ticket, how, pks[n % len(pks)])
         print("done", flush=True)
+    elif command == "broadcast-and-exit":
+        import asyncio
+
+        from realtime.broadcast import broadcast_to_scope
+
+        scope, events = (int(arg) for arg in args)
+
+        async def broadcast() -> None:
+            for number in range(events):
+                broadcast_to_scope(scope, "note", {"n": number})
+
+        asyncio.run(broadcast())
     elif command == "relay":
         from realtime.writes import outbox
         from realtime.writes.relay import Sweeper

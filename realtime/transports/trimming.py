@@ -91,12 +91,20 @@ class Trimmer:
         return count
 
     def published(self, count: int) -> None:
-        """``count`` messages were published: maybe submit trims, as many as they earn."""
+        """``count`` messages were published: maybe submit trims, as many as they earn.
+
+        Never raises: the messages are published, whatever becomes of their trims. A trim
+        not submitted is skipped (the next one, or ``manage.py realtime_trim``, deletes its
+        rows), as when the interpreter is shutting down: a script's last broadcasts, run on
+        asgiref's thread as it exits, find the executor refusing new work."""
         if not self.auto:
             return
-        expected = count * 2 / self.batch_size
-        for _ in range(int(expected) + (random.random() < expected % 1)):
-            self._submit()
+        try:
+            expected = count * 2 / self.batch_size
+            for _ in range(int(expected) + (random.random() < expected % 1)):
+                self._submit()
+        except Exception:
+            logger.debug("realtime: a trim of firm_channel_messages was skipped", exc_info=True)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the trims submitted so far have run (for tests and benchmarks)."""
@@ -119,7 +127,11 @@ class Trimmer:
                     self._thread = ThreadPoolExecutor(
                         max_workers=1, thread_name_prefix="realtime-trim"
                     )
-                self._last = self._thread.submit(self._trim_in_background)
+                try:
+                    self._last = self._thread.submit(self._trim_in_background)
+                except BaseException:
+                    self.pending -= 1
+                    raise
         if full:
             metrics.overflowed("trim_requests")
             self.overflows.add()
