@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import decimal
@@ -1534,6 +1535,33 @@ class TestAnnounce:
             assert published() == []
         (message,) = events()
         assert (message["event_type"], message["data"]["name"]) == ("contact.updated", "Raw")
+
+    @pytest.mark.django_db(transaction=True)
+    @pytest.mark.parametrize("commits", [True, False], ids=["commits", "rolls-back"])
+    def test_announce_from_a_coroutine_asyncio_run_runs_in_a_transaction_follows_it(
+        self, workspace: Workspace, commits: bool
+    ) -> None:
+        """A task in ``atomic()`` running its async helper with ``asyncio.run``: the loop runs
+        on the task's thread, in its block; the announcing waits for that block's commit (the
+        row read then), and is dropped if it rolls back."""
+        contact = Contact.objects.create(workspace=workspace, name="Ann")
+        forget_messages()
+
+        async def helper() -> None:
+            announce(Contact.objects.filter(pk=contact.pk), "updated", changed=["name"])
+
+        with contextlib.suppress(ZeroDivisionError), transaction.atomic():
+            with connection.cursor() as cursor:  # a write no signal sees
+                table = connection.ops.quote_name(Contact._meta.db_table)
+                cursor.execute(f"UPDATE {table} SET name = %s", ["Raw"])
+            asyncio.run(helper())
+            assert published() == []
+            if not commits:
+                raise ZeroDivisionError
+        announce(Contact.objects.get(pk=contact.pk), "updated", changed=["name"])  # a marker
+        told = [(m["event_type"], m["data"]["name"]) for m in events()]
+        marker = ("contact.updated", "Raw" if commits else "Ann")
+        assert told == ([("contact.updated", "Raw")] if commits else []) + [marker]
 
     @pytest.mark.django_db(transaction=True)
     @pytest.mark.parametrize("action", ["updated", "deleted"])

@@ -39,7 +39,7 @@ from tests.helpers import (
     subprocess_env,
     without_mid,
 )
-from tests.testapp.models import Contact, VipContact
+from tests.testapp.models import Contact, VipContact, Workspace
 
 TABLE = "firm_channel_messages"
 DATA = {"model": "contact", "id": 7, "name": "Zoë", "notes": "n" * 300}
@@ -355,6 +355,51 @@ def test_broadcasts_of_an_async_helper_under_async_to_sync_follow_the_caller_s_t
     assert told == (["recheck", "deal.won", "marker"] if commits else ["marker"])
 
 
+async def close_the_thread_s_connections() -> None:
+    """Run on asgiref's shared thread after what was queued there: once it returned, that
+    work has run."""
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("commits", [True, False], ids=["commits", "rolls-back"])
+@pytest.mark.parametrize("write", ["before", "after"], ids=["write-before", "write-after"])
+def test_broadcasts_of_an_async_helper_under_asyncio_run_follow_the_caller_s_transaction(
+    commits: bool, write: str
+) -> None:
+    """A task in ``atomic()`` running its async helper with ``asyncio.run`` rather than
+    ``async_to_sync``: the loop runs on the task's own thread, in its block, and asgiref's
+    shared thread is outside it. The helper's broadcasts are published when the block
+    commits, in their place among the block's own announcements, nothing if it rolls back."""
+
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    forget_messages()
+
+    async def helper() -> None:
+        broadcast_to_scope(7, "deal.won", None)
+        recheck_users([5])
+
+    with contextlib.suppress(RollbackError), transaction.atomic():
+        if write == "before":
+            Contact.objects.create(workspace=workspace, name="written")
+        asyncio.run(helper())
+        if write == "after":
+            Contact.objects.create(workspace=workspace, name="written")
+        assert published() == []
+        if not commits:
+            raise RollbackError
+    asyncio.run(close_the_thread_s_connections())
+    broadcast_to_scope(7, "marker", None)
+    told = [message.get("event_type", message["target"]) for message in events()]
+    helper_s = ["deal.won", "recheck"]
+    if not commits:
+        assert told == ["marker"]
+    elif write == "before":
+        assert told == ["contact.created", *helper_s, "marker"]
+    else:
+        assert told == [*helper_s, "contact.created", "marker"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_last_broadcast_of_a_coroutine_run_by_asyncio_run_is_published() -> None:
     """A script's or a command's ``asyncio.run`` whose coroutine broadcasts and returns at once:
@@ -363,9 +408,6 @@ def test_the_last_broadcast_of_a_coroutine_run_by_asyncio_run_is_published() -> 
 
     async def notify(number: int) -> None:
         broadcast_to_scope(7, "note", {"n": number})
-
-    async def close_the_thread_s_connections() -> None:
-        await sync_to_async(connections.close_all)()
 
     def command() -> None:
         for number in range(20):

@@ -8,6 +8,7 @@ realtime goes on the documented way, which is checked against the database too.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
@@ -17,7 +18,14 @@ from typing import Any, TypeVar
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError, connection, connections, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.models.signals import post_init
 from django.dispatch import Signal
 from django.test.utils import CaptureQueriesContext
@@ -30,10 +38,12 @@ from realtime.compat.django import (
     driver_connection,
     driver_errors,
     has_receivers,
+    in_atomic_block,
     in_transaction,
     live_receivers,
     plain_instances,
     socket_of,
+    sync_connection,
 )
 from realtime.encoding import normal_id
 from realtime.signals import send_robustly
@@ -404,6 +414,39 @@ def test_in_transaction_that_cannot_be_told_asks_autocommit(
         with transaction.atomic():
             assert in_transaction(connection) is True
     said_once(caplog, "in_atomic_block", "get_autocommit")
+
+
+def test_a_loop_on_a_thread_reads_the_connection_the_thread_s_sync_code_holds() -> None:
+    """``asyncio.run`` inside ``atomic()``: on the loop, ``connections`` answers a connection
+    of the loop's own, outside the block; ``sync_connection`` answers the thread's."""
+    held = connections[DEFAULT_DB_ALIAS]
+
+    async def ask() -> tuple[Any, Any, bool]:
+        mine = sync_connection(DEFAULT_DB_ALIAS)
+        loops = connections[DEFAULT_DB_ALIAS]
+        return mine, loops, mine is not None and in_atomic_block(mine)
+
+    with transaction.atomic():
+        mine, loops, in_block = asyncio.run(ask())
+    assert mine is held
+    assert in_block is True
+    assert loops is not held
+    assert in_atomic_block(loops) is False
+    assert django_compat._verdicts[django_compat.SYNC_CONNECTION] is True
+
+
+def test_a_thread_s_connection_that_cannot_be_read_from_its_loop_is_none(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing(monkeypatch, "_probe_sync_connection")
+
+    async def ask() -> Any:
+        return sync_connection(DEFAULT_DB_ALIAS)
+
+    with caplog.at_level(logging.ERROR, logger="realtime"), transaction.atomic():
+        assert asyncio.run(ask()) is None
+        assert asyncio.run(ask()) is None
+    said_once(caplog, "_connections", "async_to_sync keeps them in it")
 
 
 def test_atomic_block_tells_the_innermost_open_block_apart() -> None:

@@ -29,6 +29,15 @@ them:
   wrapper's ``in_atomic_block``. The documented ``transaction.get_autocommit()`` connects to
   the database, and a model built by hand, which runs no query, must not. Fallback:
   ``get_autocommit()``.
+* **A thread's connections, asked from an event loop running on it** (``sync_connection``).
+  ``connections[alias]`` answers per thread in sync code but per async context on a
+  loop's thread (asgiref's thread-critical ``Local``), so a coroutine that ``asyncio.run``
+  runs inside ``atomic()`` sees a connection of its own, outside the block its thread holds.
+  Realtime reads the thread's own from the handler's ``_connections`` (the ``Local``'s
+  thread-local ``_storage``), without a statement, to hold the work of ``broadcast_*``,
+  ``recheck_users`` and ``announce`` called there until that block commits. The self-test
+  runs a loop on a thread of its own and compares. Fallback: that work runs at once on
+  asgiref's shared thread, outside the block (``async_to_sync`` keeps it in).
 * **Which atomic block is open innermost** (``atomic_block``): the last of the wrapper's
   ``atomic_blocks``. Django's delete runs its ``pre_delete`` signals, the ``update()`` that
   sets children to ``NULL`` and its ``post_delete`` signals in one block of its own: what a
@@ -57,6 +66,7 @@ process.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -69,7 +79,14 @@ from typing import Any
 
 from django import get_version
 from django.conf import settings
-from django.db import DatabaseError, DataError, connections, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    DataError,
+    connections,
+    models,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import Signal
 
@@ -85,6 +102,9 @@ OPTIONS = "per-thread driver options (settings_dict, get_connection_params)"
 TRANSACTION = "the open-transaction flag of a connection wrapper (in_atomic_block)"
 ATOMIC = "the atomic blocks open on a connection wrapper (atomic_blocks)"
 CALLBACKS = "the release of the on_commit callbacks of rolled-back savepoints"
+SYNC_CONNECTION = (
+    "a thread's connections read from an event loop on it (ConnectionHandler._connections)"
+)
 
 #: What realtime does where each use does not fit.
 INSTEAD = {
@@ -117,7 +137,14 @@ INSTEAD = {
         "announcements are published one by one, without coalescing, and updates that cannot "
         "tell what was committed list every column as changed"
     ),
+    SYNC_CONNECTION: (
+        "broadcast_*, recheck_users and announce called by a coroutine that asyncio.run runs "
+        "inside atomic() publish at once, outside that block (async_to_sync keeps them in it)"
+    ),
 }
+
+#: How long a self-test run on a thread of its own is waited for, in seconds.
+PROBE_TIMEOUT = 10.0
 
 #: Each use's self-test verdict, once it ran.
 _verdicts: dict[str, bool] = {}
@@ -357,6 +384,54 @@ def in_transaction(connection: BaseDatabaseWrapper) -> bool:
     if _fits(TRANSACTION, _probe_transaction, connection):
         return bool(connection.in_atomic_block)
     return not transaction.get_autocommit(connection.alias)
+
+
+def in_atomic_block(connection: BaseDatabaseWrapper) -> bool:
+    """Whether an atomic block is open on ``connection``, read without a statement or a
+    connection, so from an event loop's thread too, where ``in_transaction``'s fallback would
+    connect; ``False`` where the flag does not fit this Django."""
+    return _fits(TRANSACTION, _probe_transaction, connection) and bool(connection.in_atomic_block)
+
+
+def sync_connection(alias: str) -> BaseDatabaseWrapper | None:
+    """The connection of ``alias`` that this thread's sync code holds, asked from an event loop
+    running on the thread, where ``connections[alias]`` answers the loop's own; ``None`` when
+    that code made none, or where this does not fit this Django and asgiref."""
+    if not _fits(SYNC_CONNECTION, _probe_sync_connection):
+        return None
+    return _held_by_thread(alias)
+
+
+def _held_by_thread(alias: str) -> BaseDatabaseWrapper | None:
+    storage = getattr(getattr(connections, "_connections", None), "_storage", None)
+    wrapper = getattr(storage, alias, None)
+    return wrapper if isinstance(wrapper, BaseDatabaseWrapper) else None
+
+
+def _probe_sync_connection() -> None:
+    """In a thread of its own (the caller runs a loop): the connection its sync code made is
+    the one answered from a loop ``asyncio.run`` runs there. No connection is opened."""
+    outcome: list[str | None] = []
+
+    def run() -> None:
+        try:
+            made = connections[DEFAULT_DB_ALIAS]
+
+            async def ask() -> BaseDatabaseWrapper | None:
+                return _held_by_thread(DEFAULT_DB_ALIAS)
+
+            answered = asyncio.run(ask())
+        except Exception as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+            return
+        outcome.append(None if answered is made else "another connection was answered")
+
+    thread = threading.Thread(target=run, name="realtime connections check", daemon=True)
+    thread.start()
+    thread.join(PROBE_TIMEOUT)
+    problem = outcome[0] if outcome else f"the probe did not end in {PROBE_TIMEOUT:g} s"
+    if problem is not None:
+        raise RuntimeError(problem)
 
 
 def in_manual_transaction(connection: BaseDatabaseWrapper) -> bool:

@@ -33,9 +33,9 @@ logger = logging.getLogger(__name__)
 Broadcast = TypeVar("Broadcast", ScopeBroadcast, UsersBroadcast)
 
 
-def _submit(work: Callable[[], None]) -> None:
+def _submit(work: Callable[[], None], using: str) -> None:
     if from_async.in_async_code():
-        from_async.hand_over(lambda: _logged(work))
+        from_async.hand_over(lambda: _logged(work), [using])
     else:
         _logged(work)
 
@@ -81,7 +81,7 @@ def broadcast_to_scope(
         about=_about(about),
         only=only,
     )
-    _submit(lambda: on_commit.add(_fitting(_application_event(item)), using))
+    _submit(lambda: on_commit.add(_fitting(_application_event(item)), using), using)
 
 
 def _application_event(item: Broadcast) -> Broadcast:
@@ -133,7 +133,7 @@ def broadcast_to_users(
         meta=dict(meta or {}),
         skip_scope=skip_scope,
     )
-    _submit(lambda: on_commit.add(_application_event(item), using))
+    _submit(lambda: on_commit.add(_application_event(item), using), using)
 
 
 def broadcast_to_user(
@@ -151,4 +151,4 @@ def broadcast_to_user(
 def recheck_users(user_ids: Iterable[Any]) -> None:
     """Have every worker re-resolve, at once, what let these accounts' sockets in."""
     ids = list(user_ids)
-    _submit(lambda: rechecks.request(account_ids(ids), DEFAULT_DB_ALIAS))
+    _submit(lambda: rechecks.request(account_ids(ids), DEFAULT_DB_ALIAS), DEFAULT_DB_ALIAS)

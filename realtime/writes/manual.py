@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from django.db import DEFAULT_DB_ALIAS, models, router, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 
 from realtime.registry import ACTIONS, options_for
 from realtime.writes import from_async, on_commit, tracking
@@ -48,9 +48,26 @@ def announce(
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
     if from_async.in_async_code():
-        from_async.hand_over(lambda: _logged(instances, action, changed, using))
+        aliases = _aliases(instances, using)
+        from_async.hand_over(lambda: _logged(instances, action, changed, using), aliases)
     else:
         _announce(instances, action, changed, using)
+
+
+def _aliases(instances: models.Model | Iterable[models.Model], using: str | None) -> list[str]:
+    """The databases whose transaction ``announce`` joins, known without a query (on an event
+    loop): ``using``, those the instances were read from, a queryset's; every database for
+    any other iterable, which only the work reads."""
+    if using is not None:
+        return [using]
+    if isinstance(instances, models.Model):
+        instances = [instances]
+    if isinstance(instances, models.QuerySet):
+        return [instances.db]
+    if isinstance(instances, (list, tuple)):
+        read_from = (getattr(getattr(item, "_state", None), "db", None) for item in instances)
+        return list(dict.fromkeys(alias or DEFAULT_DB_ALIAS for alias in read_from))
+    return list(connections)
 
 
 def _logged(

@@ -41,11 +41,12 @@ statement's window loses it. ``ATOMIC_REQUESTS`` or an atomic block closes it.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import secrets
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connections, transaction
@@ -66,6 +67,10 @@ logger = logging.getLogger(__name__)
 #: leave theirs behind, and a thread may never commit: a test suite inside ``TestCase``).
 COMPACT_AFTER = 256
 _sequence = itertools.count()
+#: The place (registration order) of the work ``after_commit`` runs now, if any.
+_placed_at: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "realtime_placed_at", default=None
+)
 
 
 class Row:
@@ -171,7 +176,7 @@ class _Held:
         ``fate`` too, when it registers one."""
         if not in_transaction(self.connection):
             if self._committed_pending():
-                self._flush(committed=True)
+                self._flush(committed=True, before=_placed_at.get())
             elif self.held:
                 self._flush()
             _publish_committed(list(items), self.using)
@@ -277,11 +282,17 @@ class _Held:
                 exc_info=exc,
             )
 
-    def _flush(self, committed: bool = False) -> None:
+    def _flush(self, committed: bool = False, before: int | None = None) -> None:
         """Publish what ran; ``committed``: and what is still to run, which committed (no
-        transaction is open), so that it is published before what is written next."""
+        transaction is open), so that it is published before what is written next —
+        registered before ``before`` only, when given: work ``after_commit`` runs stands
+        there among them."""
         if committed:
-            self.held.extend(entry for entry in self.entries if entry.pending())
+            self.held.extend(
+                entry
+                for entry in self.entries
+                if entry.pending() and (before is None or entry.seq < before)
+            )
         for entry in self.held:
             entry.ran = True
         held = sorted(self.held, key=lambda entry: entry.seq)
@@ -392,6 +403,27 @@ def _warn_no_outbox(using: str) -> None:
 _held_by_connection: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Held] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def after_commit(work: Callable[[], None], connection: BaseDatabaseWrapper) -> None:
+    """Run ``work``, which announces (``add``), once the transaction open on ``connection``
+    (this thread's) commits, never if it (or the savepoint it is made in) rolls back: a
+    callback of Django's, ``robust`` (a failure is logged, never raised into the commit).
+    What it announces is published in the place of this call among the transaction's
+    announcements: after those made before it, before those made after.
+
+    For work that cannot run now although the transaction is this thread's: async code on an
+    event loop run in it (``asyncio.run`` inside ``atomic()``), where no statement may run."""
+    place = next(_sequence)
+
+    def run() -> None:
+        placed = _placed_at.set(place)
+        try:
+            work()
+        finally:
+            _placed_at.reset(placed)
+
+    connection.on_commit(run, robust=True)
 
 
 def add(item: Any, using: str, fate: Fate | None = None) -> None:
