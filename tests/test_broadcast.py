@@ -455,7 +455,24 @@ def a_sync_view_with_an_async_helper(request: HttpRequest) -> HttpResponse:
     return HttpResponse("ok")
 
 
-urlpatterns = [path("helper/", a_sync_view_with_an_async_helper)]
+async def an_async_view_that_broadcasts(request: HttpRequest) -> HttpResponse:
+    """An async view whose broadcasts must be out before it returns: it awaits a
+    thread-sensitive ``sync_to_async`` call after them (``?wait=call``, or a query of the
+    async ORM: ``?wait=orm``), which runs after their work, queued on the request's thread
+    before it."""
+    for number in range(int(request.GET["count"])):
+        broadcast_to_scope(7, "note", {"n": number})
+    if request.GET.get("wait") == "call":
+        await sync_to_async(lambda: None)()
+    elif request.GET.get("wait") == "orm":
+        await Contact.objects.filter(pk=0).aexists()
+    return HttpResponse("ok")
+
+
+urlpatterns = [
+    path("helper/", a_sync_view_with_an_async_helper),
+    path("async/", an_async_view_that_broadcasts),
+]
 
 
 @pytest.fixture
@@ -483,6 +500,24 @@ async def test_a_broadcast_of_a_sync_view_s_async_helper_follows_atomic_requests
     assert names == ["served"]
     told = await off_loop(lambda: [message["data"] for message in events("scope")])
     assert told == [{"request": "served"}]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("wait", ["call", "orm"])
+async def test_an_async_view_s_broadcasts_are_published_before_its_response_once_it_awaits(
+    settings: Any, wait: str
+) -> None:
+    """docs/concepts.md: from an async view the publish may follow the response; a view
+    awaiting any thread-sensitive ``sync_to_async`` call after its broadcasts returns once
+    they are published."""
+    settings.ROOT_URLCONF = __name__
+    client = AsyncClient()
+    for _ in range(5):
+        await off_loop(forget_messages)
+        response = await client.get("/async/", {"count": "20", "wait": wait})
+        assert response.status_code == 200
+        told = await off_loop(lambda: [message["data"]["n"] for message in events("scope")])
+        assert told == list(range(20))
 
 
 # Failures --------------------------------------------------------------------------------------
