@@ -100,6 +100,27 @@ class RedisCluster:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
 
+    def launch_blank(self, node: Node) -> None:
+        """Restart ``node`` without its cluster configuration, as a node whose volume was lost
+        comes back: it knows no other node and serves no slot (``CLUSTER SLOTS`` is empty)
+        until joined again; ``restore`` starts it again as it was. Its data goes too: a
+        replica keeps what its primary sent in ``dump.rdb``, and a node without configuration
+        takes the slots of the keys it loads."""
+        folder = self.folder / str(node.port)
+        self.kill(node)
+        (folder / "nodes.conf").rename(folder / "nodes.conf.kept")
+        (folder / "dump.rdb").unlink(missing_ok=True)
+        self.launch(node)
+        self._wait_answering(node)
+
+    def restore(self, node: Node) -> None:
+        """Start ``node``, launched blank, again with its cluster configuration."""
+        folder = self.folder / str(node.port)
+        self.kill(node)
+        (folder / "nodes.conf.kept").replace(folder / "nodes.conf")
+        self.launch(node)
+        self._wait_answering(node)
+
     def cli(self, node: Node, *command: str) -> str:
         answer = subprocess.run(
             ["redis-cli", "-p", str(node.port), *command],

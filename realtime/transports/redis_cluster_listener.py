@@ -8,10 +8,14 @@ subscription it confirms followed by a gap fill, exactly as on a standalone serv
 
 Who serves a slot is read from the Cluster's map of slots: ``CLUSTER SLOTS``, asked of one
 node at a time on a client of this listener's own (closed once it answered: a map is read
-only when something moved), until one answers — first the node that answered last, then
-the other nodes the last map names (primaries and replicas), then the URL's. So a worker
-goes on when the nodes ``REALTIME_REDIS_URL`` names are gone for good, and a read does not
-wait on any one node: a primary in its failover window answers nothing, but the others do.
+only when something moved), until one answers with a map in which every slot is served —
+first the node that answered last, then the other nodes the last map names (primaries and
+replicas), then the URL's. So a worker goes on when the nodes ``REALTIME_REDIS_URL`` names
+are gone for good, and a read does not wait on any one node: a primary in its failover
+window answers nothing, but the others do. A node that answers a map leaving slots unserved
+(one restarted without its ``nodes.conf``, or reset: it knows no other node yet) is passed
+over like one that fails, and never becomes the node asked first: the worker would be held
+to its map, following no failover.
 Each client let go is closed in a task of its own, which ``close`` waits for: a close
 cancelled midway (the transport stopping while the map is read) would leave the node
 connected, for the garbage collector to close. A node listener whose
@@ -50,6 +54,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import ClusterDownError
 
 from realtime.transports.outage import Outage
 from realtime.transports.redis_listener import ListenerOptions, RedisListener
@@ -243,22 +248,40 @@ class ClusterListener:
         return None
 
     async def _read_map(self) -> bool:
-        """Read the map of slots again, asking the nodes one at a time until one answers;
-        whether it was read. On failure the last map stays, and the failure is logged as an
-        outage (one WARNING, then DEBUG lines, until a read works again)."""
+        """Read the map of slots again, asking the nodes one at a time until one answers
+        with a map in which every slot is served; whether a map was read. A node whose map
+        leaves slots unserved (restarted without its ``nodes.conf``, or after ``CLUSTER
+        RESET``: it knows no other node) is passed over, and is not asked first next time:
+        pinned, it would hold the worker to its map for good. When no node serves every slot
+        in its map, the map serving the most is taken (a Cluster missing slots), asked of the
+        nodes it names next time; one serving none is no map. On failure the last map stays,
+        and the failure is logged as an outage (one WARNING, then DEBUG lines, until a read
+        works again)."""
         failure: BaseException = ConnectionError("no Redis Cluster node to ask")
+        best: SlotMap | None = None
         for node in self._nodes_to_ask():
             try:
                 fresh = await self._ask(node)
             except Exception as exc:  # any failure (a reply that is no map too): ask the next
                 failure = exc
                 continue
-            self._map, self._source = fresh, node
-            self.map_reads += 1
-            self._map_outage.recovered()
+            if fresh.served == REDIS_CLUSTER_HASH_SLOTS:
+                self._took(fresh, node)
+                return True
+            failure = ClusterDownError(f"node {node} serves {fresh.served} slot(s) in its map")
+            if fresh.served and (best is None or fresh.served > best.served):
+                best = fresh
+        if best is not None:
+            self._took(best, None)
             return True
         self._map_outage.failed(failure, self.options.backoff_start)
         return False
+
+    def _took(self, fresh: SlotMap, source: str | None) -> None:
+        """Place channels from ``fresh`` from now on; ``source`` is asked first next time."""
+        self._map, self._source = fresh, source
+        self.map_reads += 1
+        self._map_outage.recovered()
 
     def _nodes_to_ask(self) -> list[str]:
         """The node that answered last, the other nodes of the last map, then the URL's."""
@@ -361,6 +384,8 @@ class SlotMap:
             self.nodes.append(owner)
             replicas += [_node_name(node, asked_host) for node in others]
         self.nodes = list(dict.fromkeys([*self.nodes, *replicas]))
+        #: How many slots a primary serves in this map (all of them in a whole Cluster's).
+        self.served = sum(1 for owner in self.owners if owner is not None)
 
     def owner(self, name: str) -> str | None:
         """The primary serving the slot of ``name`` (a shard channel, or a key)."""
