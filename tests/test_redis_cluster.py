@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -807,6 +808,77 @@ async def test_a_node_answering_an_empty_map_of_slots_is_passed_over_and_the_fai
         finally:
             await off_loop(redis_cluster.restore, source)
             await off_loop(redis_cluster.wait_ok)
+
+
+def sockets_to(port: int) -> set[str]:
+    """The inodes of this process's TCP sockets to 127.0.0.1:``port``, open or half-closed
+    (Linux's ``/proc``)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in list(table)[1:]]
+    return {row[9] for row in rows if row[9] in inodes and int(row[2].split(":")[1], 16) == port}
+
+
+async def test_the_stream_reads_let_go_of_a_dead_primarys_connections(
+    redis_cluster: RedisCluster, inbox: Inbox, make_cluster_transport: MakeTransport
+) -> None:
+    # The reads keep a client per node, with its pooled connections: those of a primary that
+    # died stayed open (CLOSE_WAIT) for good once its channels had moved, at each failover.
+    by_node = channels_by_node(redis_cluster)
+    port = ports_from_slot_zero_last(redis_cluster, by_node)[0]
+    victim = next(node for node in redis_cluster.primaries() if node.port == port)
+    doomed = by_node[port][:8]
+    before = sockets_to(port)  # other tests' (this process's), not this worker's
+    publisher = make_cluster_transport()
+    worker = make_cluster_transport(backoff_start=0.1, backoff_max=1.0)
+    worker.add_listener(inbox)
+    await asyncio.gather(*(worker.follow(c) for c in doomed))  # anchors read side by side
+    assert len(sockets_to(port) - before) > 2  # reads' connections besides the Pub/Sub one
+    replica = replica_of(redis_cluster, victim)
+    await off_loop(redis_cluster.kill, victim)
+    await off_loop(redis_cluster.wait_ok)
+    await eventually(
+        lambda: subscribed_on(redis_cluster, replica) >= {shard_channel(c) for c in doomed},
+        timeout=SETTLE,
+    )
+    await off_loop(publisher.publish, [(c, MARKER) for c in doomed])
+    for channel in doomed:
+        await inbox.wait_for(channel, MARKER)
+    await eventually(lambda: not sockets_to(port) - before)
+
+
+async def test_the_stream_reads_let_go_of_a_primary_that_became_a_replica(
+    redis_cluster: RedisCluster, inbox: Inbox, make_cluster_transport: MakeTransport
+) -> None:
+    # No read fails on a primary that hands over to its replica (a manual failover): once
+    # the map read again names it no more, its read connections are closed.
+    by_node = channels_by_node(redis_cluster)
+    port = ports_from_slot_zero_last(redis_cluster, by_node)[0]
+    primary = next(node for node in redis_cluster.primaries() if node.port == port)
+    channels = by_node[port][:4]
+    worker = make_cluster_transport()
+    worker.add_listener(inbox)
+    await asyncio.gather(*(worker.follow(c) for c in channels))
+
+    def readers() -> int:
+        return redis_cluster.cli(primary, "CLIENT", "LIST").count(" name=realtime-reader ")
+
+    assert readers() > 0
+    replica = replica_of(redis_cluster, primary)
+    await off_loop(manual_failover, redis_cluster, replica)
+    await eventually(
+        lambda: subscribed_on(redis_cluster, replica) >= {shard_channel(c) for c in channels},
+        timeout=SETTLE,
+    )
+    await eventually(lambda: readers() == 0)
+    await off_loop(make_cluster_transport().publish, [(c, MARKER) for c in channels])
+    for channel in channels:
+        await inbox.wait_for(channel, MARKER)
 
 
 def slot_zero_primary(cluster: RedisCluster) -> Node:

@@ -106,6 +106,8 @@ class ClusterListener:
         self._closing_maps: set[asyncio.Task[None]] = set()
         #: Times the map of slots was read (the first time, then again).
         self.map_reads = 0
+        #: Called with each map taken (the stream reads let go of the nodes it drops).
+        self.on_map: list[Callable[[SlotMap], None]] = []
         #: Channels moved to another node.
         self.moves = 0
         self._beat = time.monotonic()
@@ -282,6 +284,8 @@ class ClusterListener:
         self._map, self._source = fresh, source
         self.map_reads += 1
         self._map_outage.recovered()
+        for taken in self.on_map:
+            taken(fresh)
 
     def _nodes_to_ask(self) -> list[str]:
         """The node that answered last, the other nodes of the last map, then the URL's."""

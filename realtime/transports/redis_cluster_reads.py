@@ -18,10 +18,17 @@ whose connection fails (after one more try on a fresh connection: reads may be r
 makes the listener read the map again; the read fails, and its caller (the sequencer, a
 follow's anchor) tries again, as on a standalone server. A node that lacks the script
 (restarted, promoted) is given it.
+
+A node's client is let go of, its connections closed, when a read on it fails with a
+connection error, and when a map read no longer names it as a primary (its replica took
+over, or it serves no slot now): its pooled connections would otherwise stay open for good
+(half-closed by a dead node), one more set at each failover. Each close runs in a task of its
+own, which ``aclose`` waits for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +38,7 @@ import redis
 import redis.asyncio
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError
 
-from realtime.transports.redis_cluster_listener import ClusterListener
+from realtime.transports.redis_cluster_listener import ClusterListener, SlotMap
 
 
 class ClusterReads:
@@ -46,6 +53,9 @@ class ClusterReads:
         self.client = client
         #: Node name (``host:port``) → its client, kept for its pooled connections.
         self._clients: dict[str, redis.asyncio.Redis] = {}
+        #: Tasks closing the clients let go of (held until done, waited for by ``aclose``).
+        self._closing: set[asyncio.Task[None]] = set()
+        slots.on_map.append(self._keep_primaries)
 
     def register_script(self, script: str) -> Callable[..., Awaitable[Any]]:
         """``script`` as ``run(keys=..., args=...)``: run on the node serving ``keys[0]``."""
@@ -64,42 +74,48 @@ class ClusterReads:
             by_node.setdefault(await self._node_of(key), []).append(key)
         failure: Exception | None = None
         for node, its_keys in by_node.items():
+            client = self._on(node)
             try:
-                async with self._on(node).pipeline(transaction=False) as pipe:
+                async with client.pipeline(transaction=False) as pipe:
                     for key in its_keys:
                         pipe.pexpire(key, milliseconds)
                     await pipe.execute()
             except redis.RedisError as exc:
-                self._failed(exc)
+                self._failed(node, client, exc)
                 failure = failure or exc
         if failure is not None:
             raise failure
 
     async def aclose(self) -> None:
-        """Close every node's client."""
+        """Close every node's client, and wait for those let go of to be closed (within the
+        heartbeat timeout, as the listener waits for its own)."""
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             with contextlib.suppress(Exception):
                 await client.aclose()
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=self.slots.options.heartbeat_timeout)
 
     async def _script(self, script: str, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         node = await self._node_of(keys[0])
+        client = self._on(node)
         try:
             try:
-                return await self._evalsha(node, script, sha, keys, args)
+                return await self._evalsha(client, script, sha, keys, args)
             except AskError as exc:  # MOVED too (its subclass): sent once where it says
                 moved = isinstance(exc, MovedError)
                 if moved:
                     self.slots.look_again()
-                there = f"{exc.host}:{exc.port}"
-                return await self._evalsha(there, script, sha, keys, args, asking=not moved)
+                node = f"{exc.host}:{exc.port}"
+                client = self._on(node)
+                return await self._evalsha(client, script, sha, keys, args, asking=not moved)
         except redis.RedisError as exc:
-            self._failed(exc)
+            self._failed(node, client, exc)
             raise
 
     async def _evalsha(
         self,
-        node: str,
+        client: redis.asyncio.Redis,
         script: str,
         sha: str,
         keys: Sequence[str],
@@ -107,9 +123,8 @@ class ClusterReads:
         *,
         asking: bool = False,
     ) -> Any:
-        """``script`` on ``node`` (after ``ASKING``: a key being migrated to it), given to the
-        node first if it lacks it."""
-        client = self._on(node)
+        """``script`` on ``client``'s node (after ``ASKING``: a key being migrated to it),
+        given to the node first if it lacks it."""
         try:
             return await _evalsha_on(client, sha, keys, args, asking=asking)
         except NoScriptError:
@@ -129,11 +144,28 @@ class ClusterReads:
             client = self._clients[node] = self.client(host, int(port))
         return client
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, node: str, client: redis.asyncio.Redis, exc: Exception) -> None:
         """A node that failed, or refused a key's slot, may no longer serve it: read the map
-        again (a slot being migrated, ``ASK``, is still where the map says)."""
+        again (a slot being migrated, ``ASK``, is still where the map says). A client whose
+        connection failed is let go of: the node may be dead, its other pooled connections
+        with it (the next read on the node builds a client afresh)."""
         if isinstance(exc, redis.ConnectionError | redis.TimeoutError | MovedError):
             self.slots.look_again()
+        if isinstance(exc, redis.ConnectionError) and self._clients.get(node) is client:
+            self._let_go(node)
+
+    def _keep_primaries(self, slots: SlotMap) -> None:
+        """Let go of the clients of the nodes that serve no slot in the map just read."""
+        for node in self._clients.keys() - set(slots.owners):
+            self._let_go(node)
+
+    def _let_go(self, node: str) -> None:
+        """Drop ``node``'s client, and close it in a task of its own, held until done (a
+        close cancelled midway would leave the node connected)."""
+        client = self._clients.pop(node)
+        task = asyncio.get_running_loop().create_task(_close(client))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
 
 async def _evalsha_on(
@@ -146,3 +178,8 @@ async def _evalsha_on(
             pipe.execute_command("ASKING")
         pipe.evalsha(sha, len(keys), *keys, *args)
         return (await pipe.execute())[-1]
+
+
+async def _close(client: redis.asyncio.Redis) -> None:
+    with contextlib.suppress(Exception):
+        await client.aclose()
