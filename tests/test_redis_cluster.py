@@ -702,6 +702,67 @@ async def test_a_slot_migrated_under_traffic_moves_the_worker_and_loses_nothing_
     assert cluster_listener(transport).moves >= 1
 
 
+def start_migration(cluster: RedisCluster, key: str, target: Node) -> str:
+    """Begin moving ``key``'s slot to ``target`` and move its keys, but leave the slot open
+    (an interrupted ``redis-cli --cluster reshard``); its number."""
+    source = cluster.primary_of(key)
+    slot = cluster.cli(source, "CLUSTER", "KEYSLOT", key).strip()
+    target_id = cluster.cli(target, "CLUSTER", "MYID").strip()
+    source_id = cluster.cli(source, "CLUSTER", "MYID").strip()
+    assert cluster.cli(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id).strip() == "OK"
+    assert cluster.cli(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id).strip() == "OK"
+    keys = cluster.cli(source, "CLUSTER", "GETKEYSINSLOT", slot, "100").split()
+    answer = cluster.cli(
+        source, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys
+    )
+    assert answer.strip() == "OK", answer
+    return slot
+
+
+def finish_migration(cluster: RedisCluster, slot: str, target: Node) -> None:
+    """Give ``slot`` to ``target`` on every primary (``redis-cli --cluster fix``)."""
+    target_id = cluster.cli(target, "CLUSTER", "MYID").strip()
+    for node in [target, *cluster.primaries()]:
+        cluster.cli(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+
+async def test_a_publish_to_a_slot_being_migrated_is_refused_and_relayed_once_it_moved(
+    make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
+) -> None:
+    # While a slot is being migrated, once a channel's keys moved, a publish run on the node
+    # taking the slot (ASK) sent its live messages to that node's subscribers alone: the
+    # workers are subscribed on the node giving it away, which serves the shard channel
+    # until the migration is done. Nothing reached them, nothing was reported, for as long
+    # as the migration stayed open. The publish is refused instead, and its relay made
+    # again (as the outbox does) once the slot has moved reaches the worker, its stream in a
+    # new epoch: the channel is reported missed (its sockets closed 1012).
+    by_node = channels_by_node(redis_cluster)
+    ports = sorted(by_node)
+    moving, other = by_node[ports[0]][0], by_node[ports[1]][0]
+    target = next(node for node in redis_cluster.primaries() if node.port == ports[2])
+    publisher = make_cluster_transport()
+    worker = make_cluster_transport()
+    missed: list[frozenset[str]] = []
+    worker.add_listener(inbox, missed=missed.append)
+    await worker.follow(moving)
+    await worker.follow(other)
+    await off_loop(publisher.publish, [(moving, b"before")], txn="k1")
+    await inbox.wait_for(moving, b"before")
+    slot = await off_loop(start_migration, redis_cluster, shard_channel(moving), target)
+    try:
+        with pytest.raises(PublishError):
+            await off_loop(publisher.publish, [(moving, MARKER), (other, MARKER)], txn="k2")
+        await inbox.wait_for(other, MARKER)  # the other slots took their part
+    finally:
+        await off_loop(finish_migration, redis_cluster, slot, target)
+    await off_loop(publisher.publish, [(moving, MARKER), (other, MARKER)], txn="k2")
+    await eventually(lambda: any(moving in report for report in missed), timeout=SETTLE)
+    await off_loop(publisher.publish, [(other, b"after")])
+    await inbox.wait_for(other, b"after")
+    assert inbox.payloads(other) == [MARKER, b"after"]
+    assert inbox.payloads(moving) in ([b"before"], [b"before", MARKER])
+
+
 async def test_a_follow_on_a_stale_map_of_slots_is_refused_and_goes_where_the_slot_is(
     make_cluster_transport: MakeTransport,
     redis_cluster: RedisCluster,

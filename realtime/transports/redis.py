@@ -39,7 +39,8 @@ may leave some relayed and others not (``PublishError`` is raised). Relaying it 
 the same ``txn`` is harmless, whatever the relay made again holds: the streams that took it
 drop their part, and the others take theirs whole. Messages of one publish on
 different slots reach a worker over different connections, so their order across streams is
-not kept (within each stream it is).
+not kept (within each stream it is). A slot being migrated takes no publish (each names a
+key never written, ``redis_keys``'s guard): the outbox relays it once the slot has moved.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from realtime.transports.redis_cluster_listener import ClusterListener
 from realtime.transports.redis_cluster_reads import ClusterReads
 from realtime.transports.redis_keys import (
     dedupe_key,
+    guard_key,
     meta_key,
     parse_live,
     shard_channel,
@@ -608,7 +610,8 @@ class RedisTransport(Transport):
 
 
 def _keys(channel: str) -> list[str]:
-    return [stream_key(channel), meta_key(channel), dedupe_key(channel)]
+    """``RELAY``'s keys of ``channel`` (``READ`` takes the first two)."""
+    return [stream_key(channel), meta_key(channel), dedupe_key(channel), guard_key(channel)]
 
 
 def _stream_read(reply: list[Any]) -> StreamRead:

@@ -22,7 +22,8 @@ the history's window, a random one for a few seconds), so that a publish sent tw
 client's retry after a connection broke while the reply was on its way, a sweeper's relay
 of rows whose writer relayed them and died — lands once.
 
-``RELAY``: ``KEYS`` are ``x, m, t`` of each stream of the publish (see ``redis_keys``);
+``RELAY``: ``KEYS`` are ``x, m, t, g`` of each stream of the publish (see ``redis_keys``:
+``g`` is never touched, and keeps the call from running while a Cluster migrates its slot);
 ``ARGV`` the candidate epoch, the publish's key, the milliseconds a stream keeps entries (and
 its keys live on without a write), the most entries a stream keeps, the milliseconds a meta
 lives without a write, the largest payload sent live, the milliseconds the key is remembered,
@@ -109,7 +110,7 @@ local oldest = math.max(0, now - keep)
 local streams, order = {}, {}
 for i = 10, #ARGV, 2 do
   local s, payload = tonumber(ARGV[i]), ARGV[i + 1]
-  local x, m, d = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+  local x, m, d = KEYS[4 * s - 3], KEYS[4 * s - 2], KEYS[4 * s - 1]
   local st = streams[s]
   if not st then
     local e, n, t = meta(x, m, candidate, meta_ttl)
@@ -143,7 +144,7 @@ end
 local result = {}
 for _, s in ipairs(order) do
   local st = streams[s]
-  local x, m, d = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+  local x, m, d = KEYS[4 * s - 3], KEYS[4 * s - 2], KEYS[4 * s - 1]
   if not st.skip then
     redis.call('HSET', m, 'n', st.n, 't', st.t)
     redis.call('PEXPIRE', x, keep)
