@@ -1171,10 +1171,12 @@ async def test_a_socket_without_queries_sees_nothing_new(
 
 
 async def test_refused_queries_answer_query_error_and_the_socket_stays(
-    live_servers: LiveServers, ws: Clients, settings: Any
+    live_servers: LiveServers, ws: Clients, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.REALTIME_MAX_QUERIES = 1
-    live_servers.defaults = {"REALTIME_MAX_QUERIES": 1}
+    # For this test alone: the servers are the session's, and a later test's second query
+    # would be refused.
+    monkeypatch.setattr(live_servers, "defaults", {"REALTIME_MAX_QUERIES": 1})
     workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
     ann = await _member(workspace, "ann")
     client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
