@@ -389,7 +389,6 @@ def event_messages(
     if event.action == "deleted" and event.before is not None:
         earlier = earlier_readers_messages(event, budget, using)
         return earlier + event_messages(replace(event, before=None), budget, using)
-    named = named_alias(event.options.model, using)
     if event.accounts is not None:
         data = None if event.folded else event.kept
         return users_messages(
@@ -400,7 +399,7 @@ def event_messages(
             meta=event.meta(),
             budget=budget,
             row=True,
-            using=named,
+            using=named_alias(event.options.model, using),
         )
     if event.action == "updated" and event.before is not None:
         messages, reached = view_messages(event, budget, using)
@@ -418,6 +417,7 @@ def event_messages(
         accounts = event.readers
         if accounts is None:
             accounts = recipients(event)
+        named = named_alias(options.model, using)
         return users_messages(accounts, event.event_type, data, row=True, using=named, **common)
     out: list[tuple[str, bytes]] = []
     place = (options.is_global, event.scope_id, event.event_type, data)
@@ -425,7 +425,7 @@ def event_messages(
         if event.readers:
             out += place_messages(*place, only=event.readers, **common)
     elif options.guard is not None and not event.folded:
-        about = about_row(options.name, event.data["id"], named)
+        about = about_row(options.name, event.data["id"], named_alias(options.model, using))
         out += place_messages(*place, about=about, **common)
     else:
         out += place_messages(*place, **common)
@@ -433,6 +433,7 @@ def event_messages(
         return out
     shared = event.shared if event.shared is not None else shared_readers(event, using)
     if shared:
+        named = named_alias(options.model, using)
         out += users_messages(shared, event.event_type, data, row=True, using=named, **common)
     return out + _outside_messages(event, shared, budget, using)
 
