@@ -660,19 +660,7 @@ def known_as_replica(cluster: RedisCluster, replica: Node, info: list[str]) -> b
 def migrate(cluster: RedisCluster, key: str, target: Node) -> None:
     """Move ``key``'s slot to ``target`` as ``redis-cli --cluster reshard`` does: importing,
     migrating, the keys moved, then the slot given to ``target`` on every primary."""
-    source = cluster.primary_of(key)
-    slot = cluster.cli(source, "CLUSTER", "KEYSLOT", key).strip()
-    target_id = cluster.cli(target, "CLUSTER", "MYID").strip()
-    source_id = cluster.cli(source, "CLUSTER", "MYID").strip()
-    assert cluster.cli(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id).strip() == "OK"
-    assert cluster.cli(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id).strip() == "OK"
-    while keys := cluster.cli(source, "CLUSTER", "GETKEYSINSLOT", slot, "100").split():
-        answer = cluster.cli(
-            source, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys
-        )
-        assert answer.strip() in ("OK", "NOKEY"), answer
-    for node in [target, source, *cluster.primaries()]:
-        cluster.cli(node, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    finish_migration(cluster, start_migration(cluster, key, target), target)
 
 
 async def test_a_slot_migrated_under_traffic_moves_the_worker_and_loses_nothing_silently(
@@ -711,11 +699,11 @@ def start_migration(cluster: RedisCluster, key: str, target: Node) -> str:
     source_id = cluster.cli(source, "CLUSTER", "MYID").strip()
     assert cluster.cli(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id).strip() == "OK"
     assert cluster.cli(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id).strip() == "OK"
-    keys = cluster.cli(source, "CLUSTER", "GETKEYSINSLOT", slot, "100").split()
-    answer = cluster.cli(
-        source, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys
-    )
-    assert answer.strip() == "OK", answer
+    while keys := cluster.cli(source, "CLUSTER", "GETKEYSINSLOT", slot, "100").split():
+        answer = cluster.cli(
+            source, "MIGRATE", "127.0.0.1", str(target.port), "", "0", "5000", "KEYS", *keys
+        )
+        assert answer.strip() in ("OK", "NOKEY"), answer
     return slot
 
 
