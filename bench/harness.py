@@ -347,17 +347,23 @@ PROBE = BENCH / "probe"
 
 
 def probing_collections(
-    env: dict[str, str], log: Path | None, threshold: str | None = None
+    env: dict[str, str],
+    log: Path | None,
+    threshold: str | None = None,
+    switch_interval: float | None = None,
 ) -> dict[str, str]:
     """``env`` for a server that logs each of its garbage collections into the directory
-    ``log``, and runs with ``gc.set_threshold(*threshold)`` (``"700,10,10"``) if given."""
-    if log is None and threshold is None:
+    ``log``, and runs with ``gc.set_threshold(*threshold)`` (``"700,10,10"``) and
+    ``sys.setswitchinterval(switch_interval)`` if given."""
+    if log is None and threshold is None and switch_interval is None:
         return env
     probed = {**env, "PYTHONPATH": os.pathsep.join([str(PROBE), env.get("PYTHONPATH", "")])}
     if log is not None:
         probed["REALTIME_BENCH_GC_LOG"] = str(log)
     if threshold is not None:
         probed["REALTIME_BENCH_GC_THRESHOLD"] = threshold
+    if switch_interval is not None:
+        probed["REALTIME_BENCH_SWITCH_INTERVAL"] = str(switch_interval)
     return probed
 
 

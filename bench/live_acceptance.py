@@ -40,7 +40,9 @@ This process holds 1,000 lists of up to 200 rows: a full collection of its own g
 collector takes 70 to 110 ms, and every frame that arrives meanwhile would be timed late. So its
 collector runs only at the checkpoints, while the writes pause; the worker's runs as it
 would (``--gc-threshold`` sets the worker's thresholds, as a project may in its ASGI module;
-``--gc`` logs the worker's collections and prints them).
+``--gc`` logs the worker's collections and prints them). ``--switch-interval`` sets how long
+the worker's event loop may hold the interpreter before a thread waiting for it gets it (see
+docs/deploying.md).
 
 The goal (``docs/benchmarks.md``): 0 missing, extra, stale or duplicated rows at every
 checkpoint; commit → diff p50 ≤ 10 ms, p99 ≤ 50 ms.
@@ -497,7 +499,7 @@ async def run(
     settings = {"REALTIME_TRANSPORT": args.transport, **harness.redis_settings(args)}
     settings |= harness.parse_settings(args.set)
     env = database.env(settings)
-    server_env = harness.probing_collections(env, args.gc, args.gc_threshold)
+    server_env = harness.probing_collections(env, args.gc, args.gc_threshold, args.switch_interval)
     server = AsgiServer.start("tests.asgi:application", server_env, "live-acceptance")
     rng = random.Random(args.seed + 1)
     clients = [
@@ -673,6 +675,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="T0,T1,T2",
         help="the worker runs with gc.set_threshold(T0, T1, T2) (Python's default: 700,10,10)",
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        metavar="SECONDS",
+        help="the worker runs with sys.setswitchinterval(SECONDS) (Python's default: 0.005)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     harness.add_set_option(parser)
     parser.add_argument("--writer", type=int, help=argparse.SUPPRESS)
@@ -696,6 +704,12 @@ def main() -> None:
     harness.header(
         f"live queries acceptance ({args.transport} transport)", harness.server_version()
     )
+    tuning = [
+        f"gc.set_threshold({args.gc_threshold})" if args.gc_threshold else "",
+        f"sys.setswitchinterval({args.switch_interval:g})" if args.switch_interval else "",
+    ]
+    if any(tuning):
+        print("worker runs with " + ", ".join(filter(None, tuning)))
     started = time.monotonic()
     members, companies = prepare(args)
     print(f"prepared {args.rows:,} cases in {time.monotonic() - started:.0f} s", flush=True)

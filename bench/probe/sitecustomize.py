@@ -1,4 +1,5 @@
-"""The garbage collector of the server process it is loaded into, logged and, if asked, tuned.
+"""The garbage collector of the server process it is loaded into, logged and, if asked, tuned;
+and, if asked, its threads' switch interval.
 
 The benchmarks that take ``--gc`` or ``--gc-threshold`` put this directory on the servers'
 ``PYTHONPATH``, and Python imports ``sitecustomize`` at start-up, so the same server command,
@@ -9,18 +10,25 @@ changed:
   ``gc-<pid>.jsonl`` there: when it ended (``time.time()``), its generation, and the CPU time
   of the thread it ran on (``harness.collections`` sums them over a window);
 * with ``REALTIME_BENCH_GC_THRESHOLD`` (``"700,10,10"``, say), ``gc.set_threshold`` is called
-  with those numbers, as a project would in its ASGI module.
+  with those numbers, as a project would in its ASGI module;
+* with ``REALTIME_BENCH_SWITCH_INTERVAL`` (``"0.0005"``, say), ``sys.setswitchinterval`` is
+  called with it, as a project would too.
 """
 
 import gc
 import json
 import os
+import sys
 import threading
 import time
 
 _threshold = os.environ.get("REALTIME_BENCH_GC_THRESHOLD")
 if _threshold:
     gc.set_threshold(*(int(part) for part in _threshold.split(",")))
+
+_switch_interval = os.environ.get("REALTIME_BENCH_SWITCH_INTERVAL")
+if _switch_interval:
+    sys.setswitchinterval(float(_switch_interval))
 
 _directory = os.environ.get("REALTIME_BENCH_GC_LOG")
 if _directory:
