@@ -1,10 +1,10 @@
 """The garbage collector of the server process it is loaded into, logged and, if asked, tuned;
 and, if asked, its threads' switch interval.
 
-The benchmarks that take ``--gc`` or ``--gc-threshold`` put this directory on the servers'
-``PYTHONPATH``, and Python imports ``sitecustomize`` at start-up, so the same server command,
-realtime's or the bare floor's, is observed or tuned without a line of either application
-changed:
+The benchmarks that take ``--gc``, ``--gc-threshold`` or ``--switch-interval`` put this
+directory on the servers' ``PYTHONPATH``, and Python imports ``sitecustomize`` at start-up, so
+the same server command, realtime's or the bare floor's, is observed or tuned without a line
+of either application changed:
 
 * with ``REALTIME_BENCH_GC_LOG`` naming a directory, each collection appends one JSON line to
   ``gc-<pid>.jsonl`` there: when it ended (``time.time()``), its generation, and the CPU time
