@@ -141,6 +141,19 @@ def channels_by_node(cluster: RedisCluster, count: int = 60) -> dict[int, list[s
     return found
 
 
+def primary_on(cluster: RedisCluster, port: int) -> Node:
+    """The primary listening on ``port``."""
+    return next(node for node in cluster.primaries() if node.port == port)
+
+
+def migration_parts(cluster: RedisCluster) -> tuple[str, str, Node]:
+    """For a slot migration: a channel served by the first primary (by port), one by the
+    second, and the third primary, where the first channel's slot is to go."""
+    by_node = channels_by_node(cluster)
+    ports = sorted(by_node)
+    return by_node[ports[0]][0], by_node[ports[1]][0], primary_on(cluster, ports[2])
+
+
 def shard_channels(cluster: RedisCluster) -> dict[int, set[str]]:
     """``PUBSUB SHARDCHANNELS`` of each primary."""
     return {
@@ -391,7 +404,7 @@ async def test_a_node_connection_that_cannot_come_back_while_the_node_answers_is
     nowhere, build = free_port(), listener.client
     cut_port = ports[0]
     listener.client = lambda host, port: build(host, nowhere if port == cut_port else port)
-    node = next(node for node in redis_cluster.primaries() if node.port == cut_port)
+    node = primary_on(redis_cluster, cut_port)
     with caplog.at_level(logging.WARNING, logger="realtime"):
         redis_cluster.cli(node, "CLIENT", "KILL", "TYPE", "pubsub")
         await eventually(lambda: bool(realtime_errors(caplog)))
@@ -459,7 +472,7 @@ async def test_pubsub_clients_of_a_node_killed_come_back_on_every_slot_and_lose_
     traffic = Traffic(make_cluster_transport(), channels)
     traffic.start()
     await eventually(lambda: all(len(inbox.payloads(c)) >= 5 for c in channels))
-    node = next(node for node in redis_cluster.primaries() if node.port == port)
+    node = primary_on(redis_cluster, port)
     with caplog.at_level(logging.WARNING, logger="realtime"):
         redis_cluster.cli(node, "CLIENT", "KILL", "TYPE", "pubsub")
         await eventually(
@@ -666,10 +679,7 @@ def migrate(cluster: RedisCluster, key: str, target: Node) -> None:
 async def test_a_slot_migrated_under_traffic_moves_the_worker_and_loses_nothing_silently(
     make_cluster_transport: MakeTransport, redis_cluster: RedisCluster, inbox: Inbox
 ) -> None:
-    by_node = channels_by_node(redis_cluster)
-    ports = sorted(by_node)
-    moving, staying = by_node[ports[0]][0], by_node[ports[1]][0]
-    target = next(node for node in redis_cluster.primaries() if node.port == ports[2])
+    moving, staying, target = migration_parts(redis_cluster)
     transport = make_cluster_transport(**SLOW_BEAT)
     missed: list[frozenset[str]] = []
     transport.add_listener(inbox, missed=missed.append)
@@ -724,10 +734,7 @@ async def test_a_publish_to_a_slot_being_migrated_is_refused_and_relayed_once_it
     # as the migration stayed open. The publish is refused instead, and its relay made
     # again (as the outbox does) once the slot has moved reaches the worker, its stream in a
     # new epoch: the channel is reported missed (its sockets closed 1012).
-    by_node = channels_by_node(redis_cluster)
-    ports = sorted(by_node)
-    moving, other = by_node[ports[0]][0], by_node[ports[1]][0]
-    target = next(node for node in redis_cluster.primaries() if node.port == ports[2])
+    moving, other, target = migration_parts(redis_cluster)
     publisher = make_cluster_transport()
     worker = make_cluster_transport()
     missed: list[frozenset[str]] = []
@@ -757,10 +764,7 @@ async def test_a_follow_on_a_stale_map_of_slots_is_refused_and_goes_where_the_sl
     inbox: Inbox,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    by_node = channels_by_node(redis_cluster)
-    ports = sorted(by_node)
-    first, later = by_node[ports[0]][0], by_node[ports[1]][0]
-    target = next(node for node in redis_cluster.primaries() if node.port == ports[2])
+    first, later, target = migration_parts(redis_cluster)
     transport = make_cluster_transport()
     transport.add_listener(inbox)
     await transport.follow(first)  # the worker reads the map of slots
@@ -785,7 +789,7 @@ async def test_a_worker_whose_url_names_only_a_node_gone_for_good_follows_the_fa
     # slots is read again from the nodes the last map named, not from the URL's alone.
     by_node = channels_by_node(redis_cluster)
     ports = sorted(by_node)
-    named = next(node for node in redis_cluster.primaries() if node.port == ports[0])
+    named = primary_on(redis_cluster, ports[0])
     on_named, elsewhere, later = by_node[ports[0]][0], by_node[ports[1]][0], by_node[ports[2]][0]
     publisher = make_cluster_transport()
     url = f"redis+cluster://{named.address}"
@@ -826,8 +830,8 @@ async def test_a_node_answering_an_empty_map_of_slots_is_passed_over_and_the_fai
     # stream read, no follow), though every other node answered the right map.
     by_node = channels_by_node(redis_cluster)
     ports = ports_from_slot_zero_last(redis_cluster, by_node)
-    victim = next(node for node in redis_cluster.primaries() if node.port == ports[0])
-    healthy = next(node for node in redis_cluster.primaries() if node.port == ports[1])
+    victim = primary_on(redis_cluster, ports[0])
+    healthy = primary_on(redis_cluster, ports[1])
     source, promoted = replica_of(redis_cluster, healthy), replica_of(redis_cluster, victim)
     doomed, kept, later = by_node[ports[0]][0], by_node[ports[1]][0], by_node[ports[2]][0]
     publisher = make_cluster_transport()
@@ -880,7 +884,7 @@ async def test_the_stream_reads_let_go_of_a_dead_primarys_connections(
     # died stayed open (CLOSE_WAIT) for good once its channels had moved, at each failover.
     by_node = channels_by_node(redis_cluster)
     port = ports_from_slot_zero_last(redis_cluster, by_node)[0]
-    victim = next(node for node in redis_cluster.primaries() if node.port == port)
+    victim = primary_on(redis_cluster, port)
     doomed = by_node[port][:8]
     before = sockets_to(port)  # other tests' (this process's), not this worker's
     publisher = make_cluster_transport()
@@ -908,7 +912,7 @@ async def test_the_stream_reads_let_go_of_a_primary_that_became_a_replica(
     # the map read again names it no more, its read connections are closed.
     by_node = channels_by_node(redis_cluster)
     port = ports_from_slot_zero_last(redis_cluster, by_node)[0]
-    primary = next(node for node in redis_cluster.primaries() if node.port == port)
+    primary = primary_on(redis_cluster, port)
     channels = by_node[port][:4]
     worker = make_cluster_transport()
     worker.add_listener(inbox)

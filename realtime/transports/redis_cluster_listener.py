@@ -102,8 +102,9 @@ class ClusterListener:
         self._tasks: Tasks | None = None
         #: Tasks of node listeners let go, closing their connection (held until done).
         self._closing: set[asyncio.Task[None]] = set()
-        #: Tasks closing the clients of maps let go (held until done, waited for by ``close``).
-        self._closing_maps: set[asyncio.Task[None]] = set()
+        #: Tasks closing the clients let go of, the map reads' and the stream reads' (held
+        #: until done, waited for by ``close``).
+        self._closing_clients: set[asyncio.Task[None]] = set()
         #: Times the map of slots was read (the first time, then again).
         self.map_reads = 0
         #: Called with each map taken (the stream reads let go of the nodes it drops).
@@ -300,31 +301,32 @@ class ClusterListener:
             async with asyncio.timeout(self.options.heartbeat_timeout * 2):
                 reply = await client.execute_command("CLUSTER", "SLOTS")
         finally:
-            self._let_go(client)
+            self.let_go(client)
         return SlotMap(reply, host)
 
     async def close(self) -> None:
-        """Wait until every client of the map let go is closed (the transport stops), even
-        one whose close an earlier call, cancelled, left under way (within the heartbeat
-        timeout: one that hangs is logged and let go of)."""
-        if self._closing_maps:
+        """Wait until every client let go of is closed (the transport stops, after closing its
+        stream reads), even one whose close an earlier call, cancelled, left under way (within
+        the heartbeat timeout: one that hangs is logged and let go of)."""
+        if self._closing_clients:
             # ``wait`` cancels nothing it waits for: cancelled here, the closes go on. Bounded
             # as a stop is: a close that hangs (a node that never answers) is let go of.
             bound = self.options.heartbeat_timeout
-            _, pending = await asyncio.wait(set(self._closing_maps), timeout=bound)
+            _, pending = await asyncio.wait(set(self._closing_clients), timeout=bound)
             if pending:
                 logger.error(
-                    "realtime: a Redis Cluster client of the map of slots did not close within "
+                    "realtime: a Redis Cluster node's client did not close within "
                     "%.1f s; it is let go of (its connections close when the nodes answer)",
                     bound,
                 )
 
-    def _let_go(self, client: Any) -> None:
-        """Close ``client`` in a task of its own, held until done: cancelled midway, redis-py's
-        ``aclose`` would leave the node connected."""
+    def let_go(self, client: Any) -> None:
+        """Close ``client`` (a node's: a map read's, or the stream reads') in a task of its
+        own, held until done: cancelled midway, redis-py's ``aclose`` would leave the node
+        connected."""
         task = asyncio.get_running_loop().create_task(_close(client))
-        self._closing_maps.add(task)
-        task.add_done_callback(self._closing_maps.discard)
+        self._closing_clients.add(task)
+        task.add_done_callback(self._closing_clients.discard)
 
     async def _rehome(self) -> None:
         """Read the map again; move each channel wanted whose slot another node serves now,

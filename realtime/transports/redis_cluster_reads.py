@@ -23,13 +23,11 @@ A node's client is let go of, its connections closed, when a read on it fails wi
 connection error, and when a map read no longer names it as a primary (its replica took
 over, or it serves no slot now): its pooled connections would otherwise stay open for good
 (half-closed by a dead node), one more set at each failover. Each close runs in a task of its
-own, which ``aclose`` waits for.
+own, held by the listener, whose ``close`` (after this ``aclose``) waits for it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -53,8 +51,6 @@ class ClusterReads:
         self.client = client
         #: Node name (``host:port``) → its client, kept for its pooled connections.
         self._clients: dict[str, redis.asyncio.Redis] = {}
-        #: Tasks closing the clients let go of (held until done, waited for by ``aclose``).
-        self._closing: set[asyncio.Task[None]] = set()
         slots.on_map.append(self._keep_primaries)
 
     def register_script(self, script: str) -> Callable[..., Awaitable[Any]]:
@@ -87,14 +83,9 @@ class ClusterReads:
             raise failure
 
     async def aclose(self) -> None:
-        """Close every node's client, and wait for those let go of to be closed (within the
-        heartbeat timeout, as the listener waits for its own)."""
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            with contextlib.suppress(Exception):
-                await client.aclose()
-        if self._closing:
-            await asyncio.wait(set(self._closing), timeout=self.slots.options.heartbeat_timeout)
+        """Let go of every node's client: the listener's ``close``, next, waits for them."""
+        for node in list(self._clients):
+            self._let_go(node)
 
     async def _script(self, script: str, sha: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         node = await self._node_of(keys[0])
@@ -160,12 +151,8 @@ class ClusterReads:
             self._let_go(node)
 
     def _let_go(self, node: str) -> None:
-        """Drop ``node``'s client, and close it in a task of its own, held until done (a
-        close cancelled midway would leave the node connected)."""
-        client = self._clients.pop(node)
-        task = asyncio.get_running_loop().create_task(_close(client))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        """Drop ``node``'s client, and hand it to the listener to close."""
+        self.slots.let_go(self._clients.pop(node))
 
 
 async def _evalsha_on(
@@ -178,8 +165,3 @@ async def _evalsha_on(
             pipe.execute_command("ASKING")
         pipe.evalsha(sha, len(keys), *keys, *args)
         return (await pipe.execute())[-1]
-
-
-async def _close(client: redis.asyncio.Redis) -> None:
-    with contextlib.suppress(Exception):
-        await client.aclose()
