@@ -18,7 +18,7 @@ from django.db.models import Exists, Model, OuterRef, QuerySet
 from realtime import limits
 from realtime.chunks import chunked
 from realtime.encoding import row_key
-from realtime.guard_checks import Check, in_process
+from realtime.guard_checks import Check, Forms, in_process
 from realtime.primary import primary
 from realtime.registry import ModelOptions
 
@@ -66,9 +66,10 @@ def readers_of_rows(
     here: list[tuple[Any, Check]] = []  # decided in process
     asked: list[tuple[Any, Any]] = []  # left to the database
     columns: set[str] = set()
+    forms: Forms = {}
     for user in users:
         condition = guard(user)
-        decided = in_process(model, condition)
+        decided = in_process(model, condition, forms)
         if decided is None:
             asked.append((user, condition))
         else:

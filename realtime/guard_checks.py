@@ -27,7 +27,7 @@ the database: Django dropped it from the list up to 6.0, and matches NULL with i
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
@@ -44,31 +44,93 @@ _EXACT_TYPES = (models.BooleanField, models.IntegerField, models.UUIDField)
 _SCALARS = (bool, int, uuid.UUID, str)
 
 
-def in_process(model: type[models.Model], condition: Any) -> tuple[Check, frozenset[str]] | None:
+#: A check of a form's leaves filled in: built from their values (``None``: the database
+#: must decide, for one of them).
+Build = Callable[[Iterator[Any]], Check | None]
+
+#: The forms of guards' answers compiled, by shape (``in_process``'s ``forms``).
+Forms = dict[Any, tuple[Build, frozenset[str]] | None]
+
+
+def in_process(
+    model: type[models.Model], condition: Any, forms: Forms | None = None
+) -> tuple[Check, frozenset[str]] | None:
     """``condition`` (a guard's answer for one account) as a check of a row's columns, and
-    the ``attname`` of each column it reads; ``None`` when the database must decide."""
+    the ``attname`` of each column it reads; ``None`` when the database must decide.
+
+    A guard's answers for many accounts differ in their values alone (``Q(assignee=user)``):
+    each form (the tree of lookups, without the values) is compiled once into ``forms``, given
+    by a caller that asks about many accounts of ``model``; each answer then costs the
+    conversion of its values."""
+    values: list[Any] = []
+    shape = _shape(condition, values)
+    if shape is None:
+        return None
+    if forms is None:
+        forms = {}
+    if shape not in forms:
+        forms[shape] = _compile(model, shape)
+    compiled = forms[shape]
+    if compiled is None:
+        return None
+    build, columns = compiled
+    check = build(iter(values))
+    return None if check is None else (check, columns)
+
+
+def _shape(condition: Any, values: list[Any]) -> Any:
+    """``condition``'s form: its connectors, negations and lookups, in a hashable tree, its
+    values appended to ``values`` in order; ``None`` for what is no tree of ``Q`` objects and
+    ``(lookup, value)`` pairs."""
     tree = q_tree(condition)
     if tree is None:
         return None
     connector, negated, children = tree
-    if not children:
-        return _always, frozenset()  # Django filters nothing for an empty Q, negated or not
-    if connector not in (models.Q.AND, models.Q.OR):
-        return None
     parts = []
     for child in children:
-        part = (
-            _lookup(model, child)
-            if isinstance(child, tuple) and len(child) == 2
-            else in_process(model, child)
-        )
+        if isinstance(child, tuple) and len(child) == 2:
+            if not isinstance(child[0], str):
+                return None
+            parts.append(child[0])
+            values.append(child[1])
+            continue
+        part = _shape(child, values)
         if part is None:
             return None
         parts.append(part)
-    checks = [check for check, _ in parts]
-    columns = frozenset().union(*(read for _, read in parts))
-    joined = _all(checks) if connector == models.Q.AND else _any(checks)
-    return (_not(joined) if negated else joined), columns
+    return connector, negated, tuple(parts)
+
+
+def _compile(model: type[models.Model], shape: Any) -> tuple[Build, frozenset[str]] | None:
+    """A form (``_shape``) as a builder of checks from its values, and the columns they
+    read; ``None`` when the database must decide every answer of this form."""
+    connector, negated, parts = shape
+    if not parts:
+        # Django filters nothing for an empty Q, negated or not.
+        return (lambda values: _always), frozenset()
+    if connector not in (models.Q.AND, models.Q.OR):
+        return None
+    compiled = []
+    for part in parts:
+        one = _leaf(model, part) if isinstance(part, str) else _compile(model, part)
+        if one is None:
+            return None
+        compiled.append(one)
+    builds = [build for build, _ in compiled]
+    columns = frozenset().union(*(read for _, read in compiled))
+    join = _all if connector == models.Q.AND else _any
+
+    def build(values: Iterator[Any]) -> Check | None:
+        checks = []
+        for part in builds:
+            check = part(values)
+            if check is None:
+                return None
+            checks.append(check)
+        joined = checks[0] if len(checks) == 1 else join(checks)
+        return _not(joined) if negated else joined
+
+    return build, columns
 
 
 def _always(row: Mapping[str, Any]) -> bool:
@@ -87,35 +149,37 @@ def _not(check: Check) -> Check:
     return lambda row: not check(row)
 
 
-def _lookup(
-    model: type[models.Model], pair: tuple[Any, Any]
-) -> tuple[Check, frozenset[str]] | None:
-    key, value = pair
-    if not isinstance(key, str):
-        return None
+def _leaf(model: type[models.Model], key: str) -> tuple[Build, frozenset[str]] | None:
+    """The lookup ``key`` as a builder of its check from its value, and the column it reads;
+    ``None`` for a lookup the database must decide."""
     name, _, lookup = key.partition("__")
     lookup = lookup or "exact"
     field = _column(model, name)
     if field is None or lookup not in ("exact", "in", "isnull"):
         return None
     column = field.attname
-    if lookup == "isnull" or (lookup == "exact" and value is None):
-        wanted = True if lookup == "exact" else value
-        if not isinstance(wanted, bool):
+
+    def build(values: Iterator[Any]) -> Check | None:
+        value = next(values)
+        if lookup == "isnull" or (lookup == "exact" and value is None):
+            wanted = True if lookup == "exact" else value
+            if not isinstance(wanted, bool):
+                return None
+            return lambda row: (row[column] is None) is wanted
+        if lookup == "exact":
+            read = _value(field, value)
+            if read is None:
+                return None
+            return lambda row: row[column] == read
+        if not isinstance(value, list | tuple | set | frozenset) or None in value:
+            return None  # None in a list: dropped by Django up to 6.0, matching NULL from 6.1
+        items = [_value(field, item) for item in value]
+        if any(item is None for item in items):
             return None
-        return (lambda row: (row[column] is None) is wanted), frozenset([column])
-    if lookup == "exact":
-        read = _value(field, value)
-        if read is None:
-            return None
-        return (lambda row: row[column] == read), frozenset([column])
-    if not isinstance(value, list | tuple | set | frozenset) or None in value:
-        return None  # None in a list: dropped by Django up to 6.0, matching NULL from 6.1
-    values = [_value(field, item) for item in value]
-    if any(item is None for item in values):
-        return None
-    allowed = frozenset(values)
-    return (lambda row: row[column] in allowed), frozenset([column])
+        allowed = frozenset(items)
+        return lambda row: row[column] in allowed
+
+    return build, frozenset([column])
 
 
 def _column(model: type[models.Model], name: str) -> models.Field[Any, Any] | None:

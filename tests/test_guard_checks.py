@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import F, Q
 
 from realtime.audience import readers_of_rows
-from realtime.guard_checks import in_process
+from realtime.guard_checks import Forms, in_process
 from realtime.registry import options_for
 from tests.testapp.models import Case, Company, Workspace
 
@@ -81,15 +81,34 @@ def test_guards_decided_in_process_pass_exactly_the_rows_the_database_finds() ->
     rng = random.Random(47)
     rows, users, companies = make_rows(rng)
     values = list(Case.objects.values(*COLUMNS))
+    forms: Forms = {}  # shared, as by a caller asking about many accounts
     for _ in range(300):
         guard = random_guard(rng, users, companies, depth=3)
-        decided = in_process(Case, guard)
-        assert decided is not None, guard
-        check, read = decided
-        assert read <= set(COLUMNS)
         expected = set(Case.objects.filter(guard).values_list("pk", flat=True))
-        assert {row["id"] for row in values if check(row)} == expected, guard
+        for decided in (in_process(Case, guard), in_process(Case, guard, forms)):
+            assert decided is not None, guard
+            check, read = decided
+            assert read <= set(COLUMNS)
+            assert {row["id"] for row in values if check(row)} == expected, guard
     assert len(rows) == len(values)
+    assert len(forms) < 300  # forms were shared by guards of other values
+
+
+def test_answers_of_one_form_compiled_once_keep_each_accounts_values() -> None:
+    rng = random.Random(11)
+    rows, users, _ = make_rows(rng)
+    values = list(Case.objects.values(*COLUMNS))
+    forms: Forms = {}
+    for user in users:
+        guard = Q(private=False) | Q(assignee=user) | Q(pk__in=[rows[users.index(user)].pk])
+        decided = in_process(Case, guard, forms)
+        assert decided is not None
+        expected = set(Case.objects.filter(guard).values_list("pk", flat=True))
+        assert {row["id"] for row in values if decided[0](row)} == expected
+    assert len(forms) == 1
+    # A value of the form that the database must compare leaves that answer alone to it.
+    assert in_process(Case, Q(private=False) | Q(assignee="x") | Q(pk__in=[1]), forms) is None
+    assert in_process(Case, Q(private=False) | Q(assignee=users[0]) | Q(pk__in=[1]), forms)
 
 
 @pytest.mark.parametrize(

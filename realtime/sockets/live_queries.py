@@ -57,7 +57,7 @@ from realtime.blocking import run_blocking, run_for_delivery
 from realtime.collations import loose_key
 from realtime.conf import conf
 from realtime.encoding import encoded, id_order, jsonable, row_key
-from realtime.guard_checks import in_process
+from realtime.guard_checks import Forms, in_process
 from realtime.paths import column_values_field, key_fields, key_lookup
 from realtime.primary import on_primary, primary
 from realtime.registry import ModelOptions, options_named
@@ -831,12 +831,13 @@ def read_shared_rows(
     accounts = {a.pk: a for a in active(on_primary(get_user_model()).filter(pk__in=ids))}
     found: dict[Any, list[dict[str, Any]]] = {}
     checks: dict[Any, Any] = {}
+    forms: Forms = {}
     for user in users:
         account = accounts.get(user.pk)
         if account is None:
             found[user.pk] = []  # gone or inactive: no guarded row
             continue
-        decided = in_process(options.model, options.guard(account))  # type: ignore[misc]
+        decided = in_process(options.model, options.guard(account), forms)  # type: ignore[misc]
         if decided is not None:
             checks[user.pk] = decided
     if checks:
