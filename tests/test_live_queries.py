@@ -1458,6 +1458,27 @@ async def test_a_bulk_write_past_the_limit_sends_the_rows_afresh(
     assert [row["title"] for row in frames[-1]["data"]["rows"]] == ["c0"]
 
 
+async def test_a_bulk_write_past_the_limit_sends_a_capped_window_afresh_when_it_also_emptied_it(
+    live_servers: LiveServers, ws: Clients, settings: Any
+) -> None:
+    # The rows announced one by one take the window's only row (it must be read again),
+    # then the folded rest comes: the answer is still a fresh ``query.rows``, not a diff.
+    settings.REALTIME_BULK_LIMIT = 2
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    for n in range(6):
+        await off_loop(Case.objects.create, workspace=workspace, title=f"c{n}", priority=n)
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    ask = {"id": "first", "model": "case", "where": {"status": "open"}}
+    await client.send("query", {**ask, "order_by": ["priority"], "limit": 1})
+    await client.wait_for(lambda f: f["type"] == "query.rows")
+    await off_loop(Case.objects.filter(priority__lte=3).update, status="closed")
+    frames = [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query.")]
+    assert frames[-1]["type"] == "query.rows"
+    assert [f["type"] for f in frames[:-1]] in ([], ["query.diff"], ["query.diff"] * 2)
+    assert [row["title"] for row in frames[-1]["data"]["rows"]] == ["c4"]
+
+
 @pytest.mark.usefixtures("each_transport")
 async def test_a_scope_lost_on_recheck_takes_its_rows_out_of_every_query_as_a_leave(
     live_servers: LiveServers, ws: Clients

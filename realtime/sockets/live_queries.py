@@ -1254,11 +1254,11 @@ class Queries:
         if query.pending is not None:
             query.pending.append(change)  # applied once the first rows are read
             return
-        if query.stale:
-            return  # its rows are read again at the flush: they will show this write
-        if change is FOLDED:
+        if change is FOLDED:  # past the bulk limit: ``query.rows``, even if already stale
             query.stale = query.afresh = True
             return
+        if query.stale:
+            return  # its rows are read again at the flush: they will show this write
         if change is UNREAD or not _applied(query, change):
             query.stale = True
 
