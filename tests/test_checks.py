@@ -21,6 +21,7 @@ from realtime import limits
 from realtime.checks import settings as checks
 from realtime.checks.settings import check_settings
 from realtime.paths import to_lookup
+from realtime.transports.pg_notify import PgNotifyTransport
 from tests.helpers import vendor
 from tests.testapp.models import Workspace
 
@@ -104,6 +105,22 @@ def test_pg_notify_transport_without_postgresql_is_error_e020() -> None:
     assert ids(REALTIME_TRANSPORT="pg_notify") == ["realtime.E020"]
 
 
+class OwnPgNotify(PgNotifyTransport):
+    """A project's subclass of the pg_notify transport."""
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["realtime.transports.pg_notify.PgNotifyTransport", f"{__name__}.OwnPgNotify"],
+)
+def test_pg_notify_transport_named_by_its_path_without_postgresql_is_error_e020(
+    path: str,
+) -> None:
+    if vendor() == "postgresql":
+        pytest.skip("the default database is PostgreSQL, where pg_notify is allowed")
+    assert ids(REALTIME_TRANSPORT=path) == ["realtime.E020"]
+
+
 # E023, E024: the Redis transport (redis-py installed, REALTIME_REDIS_URL)
 
 
@@ -117,6 +134,11 @@ def _redis_py_importable() -> bool:
 
 #: The transport itself imports redis-py: without it, E023 comes with any other message.
 needs_redis_py = pytest.mark.skipif(not _redis_py_importable(), reason="redis-py not installed")
+
+
+@needs_redis_py
+def test_redis_transport_named_by_its_path_without_a_url_is_error_e024() -> None:
+    assert ids(REALTIME_TRANSPORT="realtime.transports.redis.RedisTransport") == ["realtime.E024"]
 
 
 @needs_redis_py
@@ -540,6 +562,15 @@ def test_backoff_max_below_start_is_error_e011() -> None:
 
 def test_backoff_max_below_default_start_is_error_e011() -> None:
     assert ids(REALTIME_RECONNECT_BACKOFF_MAX=0.5) == ["realtime.E011"]
+
+
+def test_backoff_max_below_start_is_error_e011_beside_another_settings_error() -> None:
+    messages = run_checks(
+        REALTIME_RECONNECT_BACKOFF_START=10,
+        REALTIME_RECONNECT_BACKOFF_MAX=1.0,
+        REALTIME_MAX_CHANNELS=0,
+    )
+    assert sorted(message.id for message in messages) == ["realtime.E008", "realtime.E011"]
 
 
 def test_backoff_max_equal_to_start_passes() -> None:

@@ -129,7 +129,7 @@ def _check_transport() -> list[checks.CheckMessage]:
             )
         ]
     try:
-        transport_class(value)
+        chosen = transport_class(value)
     except ImproperlyConfigured as exc:
         return [
             _error(
@@ -139,7 +139,37 @@ def _check_transport() -> list[checks.CheckMessage]:
                 'Use "table", "pg_notify", "redis" or the dotted path of a Transport subclass.',
             )
         ]
+    if vendor != "postgresql" and _is_builtin(chosen, "pg_notify", "PgNotifyTransport"):
+        return [
+            _error(
+                20,
+                "TRANSPORT",
+                f"{value!r} is a pg_notify transport, which needs PostgreSQL, but the default "
+                f"database is {vendor}.",
+                'Use REALTIME_TRANSPORT = "table", which works on every database.',
+            )
+        ]
     return []
+
+
+def _chosen_transport() -> type[Any] | None:
+    """The class ``REALTIME_TRANSPORT`` names; ``None`` when it names none
+    (``realtime.E001`` says why)."""
+    from realtime.transports import transport_class
+
+    value = raw("TRANSPORT")
+    try:
+        return transport_class(value) if isinstance(value, str) else None
+    except ImproperlyConfigured:
+        return None
+
+
+def _is_builtin(chosen: type[Any] | None, module: str, name: str) -> bool:
+    """Whether ``chosen`` is the built-in transport ``name`` of ``module``, or a subclass of
+    it, named by its short name or a dotted path. Never imports the module (each needs its
+    driver): a subclass of it has imported it already."""
+    loaded = sys.modules.get(f"realtime.transports.{module}")
+    return chosen is not None and loaded is not None and issubclass(chosen, getattr(loaded, name))
 
 
 def _redis_py_installed() -> bool:
@@ -154,7 +184,7 @@ def _redis_py_installed() -> bool:
 def _check_redis_url() -> list[checks.CheckMessage]:
     """``REALTIME_REDIS_URL`` when the Redis transport is selected, or when it is set."""
     value = raw("REDIS_URL")
-    if raw("TRANSPORT") != "redis" and value is None:
+    if value is None and not _is_builtin(_chosen_transport(), "redis", "RedisTransport"):
         return []
     hint = (
         'Give the URL of a Redis server, e.g. "redis://127.0.0.1:6379/0" ("rediss://" for '
@@ -338,7 +368,7 @@ def _check_numbers() -> list[checks.CheckMessage]:
                 _error(8, name, f"must be an integer {bound}, not {value!r}.", _default_hint(name))
             )
     start, cap = raw("RECONNECT_BACKOFF_START"), raw("RECONNECT_BACKOFF_MAX")
-    if not errors and start > cap:
+    if _positive_number(start) and _positive_number(cap) and start > cap:
         errors.append(
             _error(
                 11,
@@ -424,25 +454,16 @@ def _check_resume_window() -> list[checks.CheckMessage]:
 def _keeps_message_log() -> bool:
     """Whether the transport keeps its messages in ``firm_channel_messages``: the table
     transport, and pg_notify with its log (an unknown transport: ``realtime.E001`` says)."""
-    from realtime.transports import transport_class
     from realtime.transports.table import TableTransport
 
-    value = raw("TRANSPORT")
-    try:
-        chosen = transport_class(value) if isinstance(value, str) else None
-    except ImproperlyConfigured:
-        return False
+    chosen = _chosen_transport()
     if chosen is None:
         return False
     if issubclass(chosen, TableTransport):
         return True
-    # A subclass of these has its module imported; neither is imported for nothing (each
-    # needs its driver).
-    redis = sys.modules.get("realtime.transports.redis")
-    if redis is not None and issubclass(chosen, redis.RedisTransport):
+    if _is_builtin(chosen, "redis", "RedisTransport"):
         return False
-    pg_notify = sys.modules.get("realtime.transports.pg_notify")
-    if pg_notify is not None and issubclass(chosen, pg_notify.PgNotifyTransport):
+    if _is_builtin(chosen, "pg_notify", "PgNotifyTransport"):
         return raw("PG_NOTIFY_LOG") is not False
     return True  # a transport of the application's: it may keep the table
 
