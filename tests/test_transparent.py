@@ -459,6 +459,52 @@ def test_an_update_filtered_through_a_join_locks_no_joined_row(workspace: Worksp
         assert decorated
 
 
+@only_on("postgresql", "mysql")
+@pytest.mark.parametrize("null", [True, False], ids=["nullable", "not null"])
+def test_a_move_of_a_model_ordered_through_a_relation_locks_its_rows_alone(
+    workspace: Workspace, null: bool
+) -> None:
+    # ``Meta.ordering`` through a foreign key joins its table to every query of the model
+    # that keeps the default order: a lock read keeping it would fail on PostgreSQL (FOR
+    # UPDATE on the nullable side of an outer join) or lock the joined row.
+    with isolate_apps("tests.testapp"):
+
+        class Jot(models.Model):
+            workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="+")
+            company = models.ForeignKey(Company, models.CASCADE, null=null, related_name="+")
+            title = models.CharField(max_length=20)
+
+            class Meta:
+                app_label = "testapp"
+                db_table = "testapp_ordered_jot"
+                ordering = ["company__name"]
+
+            def __str__(self) -> str:
+                return self.title
+
+        realtime_model(fields=["title"], name="ordered_jot")(Jot)
+    with connection.schema_editor() as editor:
+        editor.create_model(Jot)
+    try:
+        company = Company.objects.create(workspace=workspace, name="Initech")
+        jot = Jot.objects.create(workspace=workspace, company=company, title="x")
+        there = Workspace.objects.create(name="There", slug="there")
+        forget_messages()
+        decorated = company_writable_during(
+            company, lambda: Jot.objects.filter(pk=jot.pk).update(workspace=there)
+        )
+        assert kinds() == [("ordered_jot.deleted", jot.pk), ("ordered_jot.created", jot.pk)]
+        with silent():  # Django's update alone
+            plain = company_writable_during(
+                company, lambda: Jot.objects.filter(pk=jot.pk).update(workspace=workspace)
+            )
+        assert decorated == plain
+    finally:
+        unregister(Jot)
+        with connection.schema_editor() as editor:
+            editor.delete_model(Jot)
+
+
 def test_readers_before_an_update_are_read_by_key_not_through_the_callers_join(
     chat: tuple[Chat, Any, Any],
 ) -> None:

@@ -746,11 +746,12 @@ def _matched(
     connection = connections[db]
     if moving and connection.features.has_select_for_update and in_transaction(connection):
         # Locked by key, the model's own rows only: they cannot change before the update.
+        # Unordered: a ``Meta.ordering`` through a relation would join (and lock) its table,
+        # and PostgreSQL refuses FOR UPDATE on the nullable side of an outer join.
         locked: list[Any] = []
         for chunk in chunked([pk for pk, _ in rows], READ_CHUNK):
-            locked += (
-                stored.filter(pk__in=chunk).select_for_update().values_list("pk", scope or "pk")
-            )
+            read = stored.filter(pk__in=chunk).order_by().select_for_update()
+            locked += read.values_list("pk", scope or "pk")
         if scope is not None:
             rows = sorted(locked, key=lambda row: id_order(row[0]))
     if options.user_field is not None:
