@@ -769,8 +769,22 @@ def test_a_filtering_default_manager_is_counted_through_as_django_counts_it() ->
 # Django 6.1 runs the model checks against every alias (a field's check may connect).
 @pytest.mark.django_db(transaction=True, databases=["default", "other"])
 def test_changing_the_user_model_raises_nothing_from_realtime() -> None:
+    from realtime.checks import database, declarations, serving
+    from realtime.checks import settings as settings_checks
+
+    realtimes = [
+        settings_checks.check_settings,
+        declarations.check_models,
+        serving.check_serving,
+        database.check_sqlite_options_elsewhere,
+        database.check_outbox_databases,
+        database.check_log_database,
+        database.check_database,
+    ]
     with override_settings(AUTH_USER_MODEL="testapp.NoSuchUser"):
-        pass
+        # Django's own auth check raises here; realtime's answer with an error of its own.
+        found = [m.id for check in realtimes for m in check()]
+    assert found == ["realtime.E027"]
     with override_settings(REALTIME_SCOPE_MODEL="nowhere.Missing"):
         from django.core import checks
 

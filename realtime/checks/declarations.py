@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, models
 
 from realtime.auth import scope_model
+from realtime.checks.settings import account_model
 from realtime.paths import (
     column_values_field,
     holds_target_pk,
@@ -364,13 +364,15 @@ def _check_one(options: ModelOptions) -> list[checks.CheckMessage]:
             out.append(_e(33, model, "user_field cannot be combined with guard or shared_via."))
         elif options.scope_field != "workspace":
             out.append(_e(33, model, "user_field cannot be combined with a scope_field."))
-        if not _reaches(model, options.user_field, get_user_model()):
+        account = account_model()
+        if account is None:
+            pass  # its paths cannot be judged: realtime.E027 says why
+        elif not _reaches(model, options.user_field, account):
             out.append(
                 _e(
                     31,
                     model,
-                    f"user_field {options.user_field!r} does not lead to "
-                    f"{get_user_model()._meta.label}.",
+                    f"user_field {options.user_field!r} does not lead to {account._meta.label}.",
                     'Write a path of relations ending on the account, e.g. "thread.members.user".',
                 )
             )

@@ -89,6 +89,7 @@ def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> l
     return [
         *_check_transport(),
         *_check_auth(),
+        *_check_account_model(),
         *_check_scope(),
         *_check_recheck_models(),
         *_check_numbers(),
@@ -314,12 +315,39 @@ def _members_hint(model: type[models.Model], path: Any) -> str:
 
 
 def _leads_to_user(model: type[models.Model], path: Any) -> bool:
+    """Whether ``path`` leads from ``model`` to the account model; taken to, when
+    ``AUTH_USER_MODEL`` names no installed model (``realtime.E027`` says so instead)."""
+    account = account_model()
+    if account is None:
+        return True
     if not isinstance(path, str):
         return False
     try:
-        return path_target(model, path) is get_user_model()
+        return path_target(model, path) is account
     except ValueError:
         return False
+
+
+def account_model() -> type[models.Model] | None:
+    """The model ``AUTH_USER_MODEL`` names; ``None`` when it names no installed model (a test's
+    ``override_settings``): the checks of paths to accounts then wait for ``realtime.E027``."""
+    try:
+        return get_user_model()
+    except (ImproperlyConfigured, LookupError, ValueError):
+        return None
+
+
+def _check_account_model() -> list[checks.CheckMessage]:
+    if account_model() is not None:
+        return []
+    return [
+        checks.Error(
+            f"AUTH_USER_MODEL {settings.AUTH_USER_MODEL!r} names no installed model: realtime "
+            "cannot tell which paths lead to accounts.",
+            hint='Name the account model as "app_label.ModelName", of an installed app.',
+            id="realtime.E027",
+        )
+    ]
 
 
 def _check_recheck_models() -> list[checks.CheckMessage]:
