@@ -764,6 +764,25 @@ def test_bulk_update_moving_objects_leaves_and_enters(acme: Workspace, beta: Wor
     ]
 
 
+def test_bulk_update_moving_objects_built_by_hand_reads_their_rows_together(
+    acme: Workspace, beta: Workspace
+) -> None:
+    # Objects with no snapshot (built by hand, from iterator(), a cache): who could read each
+    # row is read for all of them at once, not one statement per object.
+    def moved(count: int, source: Workspace, target: Workspace) -> tuple[int, list[Any]]:
+        made = tickets(source, count)
+        strangers = [Ticket(pk=t.pk, workspace=target, title=t.title, points=0) for t in made]
+        forget_messages()
+        with CaptureQueriesContext(connection) as queries:
+            Ticket.objects.bulk_update(strangers, ["workspace"])
+        return len(queries.captured_queries), kinds()
+
+    few, many = moved(2, acme, beta), moved(40, beta, acme)
+    assert few[0] == many[0]
+    assert len(many[1]) == 80
+    assert {kind for kind, _, _ in many[1]} == {"ticket.deleted", "ticket.created"}
+
+
 def test_bulk_update_announces_once_though_django_runs_updates_inside(acme: Workspace) -> None:
     made = tickets(acme, 4)
     for ticket in made:

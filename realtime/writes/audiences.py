@@ -19,7 +19,7 @@ Every statement goes to the database of the write, never a replica.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import models
@@ -27,6 +27,7 @@ from django.db import models
 from realtime.audience import readers, readers_of_rows
 from realtime.auth import RealtimeAuth, get_auth, overridden, readers_pool
 from realtime.chunks import chunked
+from realtime.conf import conf
 from realtime.encoding import normal_id, record_channel, row_key, sorted_ids
 from realtime.paths import (
     holds_target_pk,
@@ -54,7 +55,8 @@ from realtime.writes.views import outside_recipients, recipients, shared_readers
 
 class Past:
     """The row as stored before this save: from the snapshot when it knows, else read once
-    (``stored``: the instance was read from the database just now, and holds it)."""
+    (``stored``: the instance was read from the database just now, and holds it; ``row``:
+    the row's columns, read already with those of other rows of a bulk write)."""
 
     def __init__(
         self,
@@ -63,6 +65,7 @@ class Past:
         stored: bool = False,
         using: str | None = None,
         known: dict[str, Any] | None = None,
+        row: dict[str, Any] | None = None,
     ) -> None:
         self.instance = instance
         #: The database of the write (the row's own, if it was read from one).
@@ -78,7 +81,7 @@ class Past:
             if update_fields is None
             else {meta.get_field(name).attname for name in update_fields}  # type: ignore[union-attr]
         )
-        self._stored: dict[str, Any] | None = None
+        self._stored: dict[str, Any] | None = row
 
     def may_change(self, attname: str) -> bool:
         """Whether this save may write a new value of ``attname`` (no query)."""
@@ -91,8 +94,8 @@ class Past:
 
     def knows(self, attnames: Iterable[str]) -> bool:
         """Whether the snapshot knows every one of ``attnames`` (reading them costs nothing)."""
-        known = self.known
-        return known is not None and all(_knows(known, a) for a in attnames)
+        known, stored = self.known or {}, self._stored or {}
+        return all(_knows(known, a) or a in stored for a in attnames)
 
     def value(self, attname: str) -> Any:
         """The stored value of ``attname`` (a query the first time the snapshot does not know)."""
@@ -131,15 +134,17 @@ def plan_before(
     update_fields: Iterable[str] | None,
     using: str | None = None,
     known: dict[str, Any] | None = None,
+    row: dict[str, Any] | None = None,
 ) -> Plan | None:
     """What of the row's audience the save about to run may change; ``None`` when nothing
     can (then the update costs no query, not even a savepoint). ``known``: what the thread
-    knows the row holds (``tracking.known``), when it was asked already."""
+    knows the row holds (``tracking.known``), when it was asked already; ``row``: its
+    columns as stored, read already (``stored_rows``)."""
     if "updated" not in options.actions or instance.pk is None:
         return None
     if instance._state.adding and instance._meta.pk.has_default():
         return None  # an insert, as Django will make it
-    past = Past(instance, update_fields, using=using, known=known)
+    past = Past(instance, update_fields, using=using, known=known, row=row)
     if options.user_field is not None:
         first = _first_hop(options.model, options.user_field)
         if first is None or not past.may_change(first.attname):
@@ -165,6 +170,32 @@ def plan_before(
     queries = guard_asks or options.shared_via is not None or not past.knows(read)
     queries = queries or bool(options.keyed_relations)
     return Plan(past, queries=queries, readers=guard_asks)
+
+
+def stored_rows(
+    options: ModelOptions,
+    knowns: Sequence[tuple[models.Model, dict[str, Any] | None]],
+    using: str,
+) -> dict[Any, dict[str, Any]]:
+    """The stored columns of the rows of a bulk write's instances whose snapshot lacks a
+    column that decides who reads them (``planned_attnames``), by ``row_key``: one statement
+    per 500 rows, so that planning each row reads none (objects built by hand, or from
+    ``iterator()``, a cache, another thread)."""
+    planned = _planned_of(options)
+    lacking = {
+        row_key(instance.pk): instance.pk
+        for instance, known in knowns
+        if instance.pk is not None
+        and (known is None or not all(_knows(known, attname) for attname in planned))
+    }
+    model = options.model
+    concrete = [field.attname for field in model._meta.concrete_fields]
+    stored = model._base_manager.db_manager(using).order_by()
+    found: dict[Any, dict[str, Any]] = {}
+    for chunk in chunked(list(lacking.values())[: conf.BULK_LIMIT], READ_CHUNK):
+        for row in stored.filter(pk__in=chunk).values("pk", *concrete):
+            found[row_key(row.pop("pk"))] = row
+    return found
 
 
 def planned_attnames(options: ModelOptions) -> tuple[str, ...]:

@@ -78,6 +78,7 @@ from realtime.writes.audiences import (
     plan_before,
     planned_attnames,
     scoped_befores,
+    stored_rows,
     take_before,
     take_befores,
     unsure_attnames,
@@ -864,17 +865,20 @@ def _changes(
     """What the write of ``fields`` of ``objs`` changes, and who could read it (``_Changes``)."""
     changes: dict[Any, tuple[models.Model, list[str], Before | None]] = {}
     accounts: dict[Any, Plan] = {}  # the accounts rows held: read together (take_befores)
-    knowns = []
-    for obj in objs:
-        known = tracking.known(obj, db)
-        knowns.append((obj, known))
+    knowns = [(obj, tracking.known(obj, db)) for obj in objs]
+    written = tracking.written_attnames(objs[0], fields) if objs else []
+    rows: dict[Any, dict[str, Any]] = {}
+    if not set(planned_attnames(options)).isdisjoint(written):
+        rows = stored_rows(options, knowns, db)  # what no snapshot holds: read together
+    for obj, known in knowns:
         changed = tracking.changed_fields(obj, None, known, db)
         names = sorted({obj._meta.get_field(name).name for name in fields} & set(changed))
         if not names:
             continue
         first, given, before = changes.get(obj.pk, (obj, [], None))
         if before is None and obj.pk not in accounts and len(changes) < conf.BULK_LIMIT:
-            plan = plan_before(options, obj, names, db)
+            row = rows.get(row_key(obj.pk))
+            plan = plan_before(options, obj, names, db, known, row)
             if plan is not None and plan.accounts:
                 accounts[obj.pk] = plan
             elif plan is not None:
@@ -882,15 +886,14 @@ def _changes(
         changes[obj.pk] = (first, sorted({*given, *names}), before)
     for pk, before in take_befores(options, accounts).items():
         changes[pk] = (*changes[pk][:2], before)
-    rows = list(changes.values())
-    written = tracking.written_attnames(objs[0], fields) if objs else []
+    changing = list(changes.values())
     left = []
-    surplus = [obj.pk for obj, _, _ in rows[conf.BULK_LIMIT :]]
+    surplus = [obj.pk for obj, _, _ in changing[conf.BULK_LIMIT :]]
     if surplus and first_hop_attname(options) in written:  # they may leave their audience
         stored = options.model._base_manager.using(db)
         for chunk in chunked(surplus, READ_CHUNK):
             left += _audiences_of(options, stored.filter(pk__in=chunk))
-    return _Changes(rows, unsure_attnames(options, knowns, written), left, written)
+    return _Changes(changing, unsure_attnames(options, knowns, written), left, written)
 
 
 def _announce_changes(
