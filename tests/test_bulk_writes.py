@@ -21,6 +21,7 @@ from realtime.encoding import jsonable
 from tests.helpers import events, forget_messages, returns_rows
 from tests.testapp.models import (
     Attachment,
+    Board,
     Charter,
     Chat,
     ChatLine,
@@ -34,6 +35,7 @@ from tests.testapp.models import (
     Plain,
     Preference,
     PrivateNote,
+    Room,
     Seat,
     Ticket,
     Vendor,
@@ -1016,6 +1018,31 @@ def test_silent_quiets_what_a_queryset_delete_cascades_to_but_not_an_instance_de
 
     told = sorted((e["event_type"], (e["data"] or {}).get("id")) for e in events())
     assert told == [("attachment.deleted", heard.pk), ("contact.deleted", loud_pk)]
+
+
+def test_silent_leaves_the_links_a_decorated_models_manager_changes_announced(
+    acme: Workspace,
+) -> None:
+    # add()/remove() send m2m_changed, as save() sends post_save: silent() keeps quiet the
+    # bulk writes of the link table alone, not its related managers'.
+    ann, bob = (get_user_model().objects.create(username=name) for name in ("ann", "bob"))
+    Membership.objects.create(workspace=acme, user=ann)  # the board's guard narrows them
+    room = Room.objects.create(name="r")
+    board = Board.objects.create(workspace=acme, name="b")
+    forget_messages()
+
+    with silent():
+        room.participants.add(bob)
+        board.members.add(ann)
+        Room.participants.through.objects.bulk_create(
+            [Room.participants.through(room=room, user=ann)]
+        )
+        board.members.remove(ann)
+
+    told = [(e["event_type"], e.get("user_ids")) for e in events()]
+    assert ("room.created", [bob.pk]) in told
+    assert [t for t, _ in told if t.startswith("board.")] == ["board.created", "board.deleted"]
+    assert ("room.created", [ann.pk]) not in told  # the link table's own bulk write
 
 
 def test_the_async_forms_announce_as_the_sync_ones(acme: Workspace) -> None:

@@ -331,7 +331,7 @@ def _bulk_create_arguments(
 def _active(queryset: models.QuerySet[Any, Any]) -> bool:
     """Whether bulk writes of ``queryset`` are announced here and now (not ``silent()``, and
     not the ``update()`` calls Django makes inside a ``bulk_update`` announced by itself)."""
-    return not silenced() and queryset.model not in _updating.get()
+    return not silenced(queryset.model) and queryset.model not in _updating.get()
 
 
 def _links_watched(queryset: models.QuerySet[Any, Any]) -> bool:

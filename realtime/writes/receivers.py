@@ -34,7 +34,7 @@ from realtime.writes.audiences import (
 )
 from realtime.writes.events import Before, as_stored, lacks_columns, read_event
 from realtime.writes.failsafe import failsafe
-from realtime.writes.silence import fixture_links, silences
+from realtime.writes.silence import fixture_links, managing, silences
 
 PENDING_DELETE = "_realtime_pending_delete"
 #: Per save: who could read the row before it, what the thread knew the row held and what
@@ -350,6 +350,7 @@ def on_m2m_changed(
         # A fixture's row, its links set by the deserializer: their rows' writes keep quiet.
         fixture_links(None if action in AFTER else instance)
         return
+    managing(sender, starting=not action.startswith("post_"))
     field = _m2m_field(sender, instance, model, reverse)
     if field is None:
         return
