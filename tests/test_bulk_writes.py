@@ -38,6 +38,7 @@ from tests.testapp.models import (
     Room,
     Seat,
     Ticket,
+    Twin,
     Vendor,
     Workspace,
 )
@@ -1018,6 +1019,21 @@ def test_silent_quiets_what_a_queryset_delete_cascades_to_but_not_an_instance_de
 
     told = sorted((e["event_type"], (e["data"] or {}).get("id")) for e in events())
     assert told == [("attachment.deleted", heard.pk), ("contact.deleted", loud_pk)]
+
+
+def test_a_silent_queryset_delete_is_one_statement_where_django_makes_it_one(
+    acme: Workspace,
+) -> None:
+    def statements(model: type[models.Model]) -> int:
+        model._default_manager.bulk_create([model(workspace=acme, name=f"{n}") for n in range(300)])
+        forget_messages()
+        with silent(), CaptureQueriesContext(connection) as queries:
+            model._default_manager.filter(workspace=acme).delete()
+        assert not model._default_manager.filter(workspace=acme).exists()
+        return len(queries.captured_queries)
+
+    assert statements(Twin) == statements(Plain)
+    assert events() == []
 
 
 def test_silent_leaves_the_links_a_decorated_models_manager_changes_announced(

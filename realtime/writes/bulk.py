@@ -361,6 +361,18 @@ def deleted(
     return _deleted(queryset, count)
 
 
+def deleted_quietly(
+    queryset: models.QuerySet[Any, Any], run: Callable[[], tuple[int, dict[str, int]]]
+) -> tuple[int, dict[str, int]]:
+    """Run a ``QuerySet.delete()`` of a decorated model that announces nothing
+    (``silent()``): in one statement where Django would make it one but for realtime's own
+    receivers, which would hear nothing; else ``run()`` (Django's)."""
+    from realtime.writes.receivers import on_post_delete, on_pre_delete
+
+    count = fast_delete(queryset, (on_pre_delete, on_post_delete), write_alias(queryset))
+    return run() if count is None else _deleted(queryset, count)
+
+
 def _deleted(queryset: models.QuerySet[Any, Any], count: int) -> tuple[int, dict[str, int]]:
     """What ``QuerySet.delete()`` answers for ``count`` rows deleted in one statement."""
     return count, ({queryset.model._meta.label: count} if count else {})

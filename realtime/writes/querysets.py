@@ -133,9 +133,11 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             for side in _link_sides(self):
                 run = functools.partial(link_tables.around_delete, side, self, run)
             return run()
-        if not _announcing(self):
-            return super().delete()
-        return bulk.deleted(self, super().delete)
+        if _announcing(self):
+            return bulk.deleted(self, super().delete)
+        if options_for(self.model) is not None and silenced(self.model):
+            return bulk.deleted_quietly(self, super().delete)
+        return super().delete()
 
     delete.alters_data = True  # type: ignore[attr-defined]
     delete.queryset_only = True  # type: ignore[attr-defined]
