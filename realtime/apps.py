@@ -46,7 +46,10 @@ class RealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from realtime import checks  # noqa: F401 - registers the system checks
+        from realtime import checks  # registers the system checks
+        from realtime.conf import validate_with
+
+        validate_with(checks.settings.check_settings)  # for servers, which run no checks
         from realtime.writes import (
             deletes,
             guard_links,

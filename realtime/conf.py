@@ -11,7 +11,8 @@ and dropped on the same signal. ``realtime.checks`` validates each value.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Generic, TypeVar
 
 from django.conf import settings as django_settings
@@ -64,8 +65,10 @@ _values: dict[str, Any] = {}
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
+    global _validated
     if setting.startswith(PREFIX):
         _values.clear()
+        _validated = False
 
 
 setting_changed.connect(_forget, dispatch_uid="realtime.conf")
@@ -136,3 +139,37 @@ def raw(name: str) -> Any:
 
 
 conf: Final = RealtimeSettings()
+
+
+# Validation at first use -----------------------------------------------------------------------
+
+logger = logging.getLogger(__name__)
+
+#: What validates every setting: ``realtime.checks``' system check, registered by the app once
+#: its apps are ready (``validate_with``).
+_validator: list[Callable[[], Sequence[Any]]] = []
+_validated = False
+
+
+def validate_with(check: Callable[[], Sequence[Any]]) -> None:
+    """Have ``validate_once`` run ``check`` (a system check function)."""
+    _validator[:] = [check]
+
+
+def validate_once() -> None:
+    """Log what the settings' system check finds, once per process (again after a setting
+    changes): ASGI servers (daphne, uvicorn) run no system checks, so the socket side asks
+    at its first use. Each error is one ERROR line naming the check's id, the setting and the
+    fix (a warning: one WARNING line); realtime then runs with the values as given."""
+    global _validated
+    if _validated or not _validator:
+        return
+    _validated = True
+    try:
+        found = list(_validator[0]())
+    except Exception:
+        logger.exception("realtime: the check of the REALTIME_* settings failed")
+        return
+    for message in found:
+        level = logging.ERROR if message.is_serious() else logging.WARNING
+        logger.log(level, "realtime: %s (%s) %s", message.msg, message.id, message.hint or "")

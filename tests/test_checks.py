@@ -7,6 +7,7 @@ the database.
 from __future__ import annotations
 
 import io
+import logging
 from importlib.metadata import PackageNotFoundError
 from typing import Any
 
@@ -647,3 +648,32 @@ def test_only_a_warning_does_not_fail_manage_py_check() -> None:
     with override_settings(REALTIME_POLING_INTERVAL=0.5):
         call_command("check", stdout=stdout, stderr=stderr)
     assert "realtime.W001" in stderr.getvalue()
+
+
+# Servers run no system checks: the socket side checks the settings at its first use
+
+
+async def test_a_settings_error_is_logged_once_at_a_servers_first_use(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from realtime.sockets.manager import get_manager
+
+    settings.REALTIME_MAX_FRAME_SIZE = 0
+    caplog.set_level(logging.WARNING, logger="realtime.conf")
+    get_manager()
+    get_manager()
+    told = [r for r in caplog.records if r.name == "realtime.conf"]
+    assert [r.levelno for r in told] == [logging.ERROR]
+    assert "REALTIME_MAX_FRAME_SIZE" in told[0].getMessage()
+    assert "(realtime.E008)" in told[0].getMessage()
+
+
+async def test_valid_settings_log_nothing_at_a_servers_first_use(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from realtime.sockets.manager import get_manager
+
+    settings.REALTIME_MAX_FRAME_SIZE = 1000  # a change: checked again
+    caplog.set_level(logging.DEBUG, logger="realtime.conf")
+    get_manager()
+    assert [r for r in caplog.records if r.name == "realtime.conf"] == []

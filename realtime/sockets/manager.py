@@ -47,7 +47,7 @@ from realtime import metrics
 from realtime.auth import RealtimeAuth, Scope, get_auth
 from realtime.blocking import cut_stuck_statements, run_blocking, run_in_background
 from realtime.chunks import chunked
-from realtime.conf import conf
+from realtime.conf import conf, validate_once
 from realtime.encoding import normal_id
 from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.messages import asks_recheck, base_channel, scope_channel
@@ -890,6 +890,7 @@ def get_manager() -> SocketManager:
     if manager is None:
         for old_loop in [old for old in _managers if old.is_closed()]:
             _managers.pop(old_loop).detach()
+        validate_once()  # a server runs no system checks: the settings are checked here
         manager = _managers[loop] = SocketManager()
     return manager
 
