@@ -4,9 +4,12 @@ SQLite and the table transport by default, so it runs with no server at all; set
 ``DATABASE_URL`` (``postgres://...`` or ``mysql://...``) to use PostgreSQL or MariaDB.
 """
 
+import os
 from pathlib import Path
 
 import environ
+
+from realtime.conf import defaults as realtime_defaults
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -85,12 +88,16 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "crm:home"
 LOGOUT_REDIRECT_URL = "login"
 
-# realtime: workspaces are the scope; the rest keeps its defaults unless the environment says.
+# realtime: workspaces are the scope. Every REALTIME_* setting can be given in the environment
+# (or .env) under its own name, read as the type of its default: REALTIME_TRANSPORT=redis with
+# REALTIME_REDIS_URL=redis://127.0.0.1:6379/0, REALTIME_ALLOWED_ORIGINS (a comma-separated list
+# of origins admitted besides ALLOWED_HOSTS), REALTIME_RECHECK_MODELS as JSON, and so on.
 REALTIME_SCOPE_MODEL = "crm.Workspace"
-REALTIME_TRANSPORT = env.str("REALTIME_TRANSPORT", default="table")
-REALTIME_POLLING_INTERVAL = env.float("REALTIME_POLLING_INTERVAL", default=0.1)
-# Browser origins admitted besides ALLOWED_HOSTS, e.g. a front end served from another host.
-REALTIME_ALLOWED_ORIGINS = env.list("REALTIME_ALLOWED_ORIGINS", default=[])
+_READ_AS = {bool: env.bool, int: env.int, float: env.float, list: env.list, dict: env.json}
+for _name, _default in realtime_defaults().items():
+    if _name in os.environ:
+        _read = env.int if _name == "REALTIME_MAX_UNAUTHENTICATED_PER_ADDRESS" else None
+        globals()[_name] = (_read or _READ_AS.get(type(_default), env.str))(_name)
 
 # realtime's lines go to the console once: not propagated, since daphne gives the root logger
 # a handler of its own (which would print each of them a second time).
