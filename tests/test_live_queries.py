@@ -1437,46 +1437,41 @@ async def test_random_transactions_keep_a_list_equal_to_the_orm_answer(
         assert sorted(r["id"] for r in lists["q"]) == sorted(r["id"] for r in expected), n
 
 
+@pytest.mark.parametrize(
+    ("window", "closed", "left"),
+    [
+        ({}, {"priority__gte": 1}, ["c0"]),
+        # The rows announced one by one take a capped window's only row (it must be read
+        # again), then the folded rest comes: still a fresh ``query.rows``, not a diff.
+        ({"order_by": ["priority"], "limit": 1}, {"priority__lte": 3}, ["c4"]),
+    ],
+    ids=["uncapped", "capped window emptied first"],
+)
 async def test_a_bulk_write_past_the_limit_sends_the_rows_afresh(
-    live_servers: LiveServers, ws: Clients, settings: Any
+    live_servers: LiveServers,
+    ws: Clients,
+    settings: Any,
+    window: dict[str, Any],
+    closed: dict[str, Any],
+    left: list[str],
 ) -> None:
-    settings.REALTIME_BULK_LIMIT = 2
-    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
-    ann = await _member(workspace, "ann")
-    for n in range(4):
-        await off_loop(Case.objects.create, workspace=workspace, title=f"c{n}", priority=n)
-    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
-    await client.send("query", {"id": "open", "model": "case", "where": {"status": "open"}})
-    await client.wait_for(lambda f: f["type"] == "query.rows")
-    await off_loop(Case.objects.filter(priority__gte=1).update, status="closed")
-    frames = [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query.")]
-    # Two rows announced one by one, the third folded: the list is read afresh. The worker
-    # tells a query once for the messages it carries together (the publication's three, when
-    # they arrive together), so the diffs of the first two may be left out or not.
-    assert frames[-1]["type"] == "query.rows"
-    assert [f["type"] for f in frames[:-1]] in ([], ["query.diff"], ["query.diff"] * 2)
-    assert [row["title"] for row in frames[-1]["data"]["rows"]] == ["c0"]
-
-
-async def test_a_bulk_write_past_the_limit_sends_a_capped_window_afresh_when_it_also_emptied_it(
-    live_servers: LiveServers, ws: Clients, settings: Any
-) -> None:
-    # The rows announced one by one take the window's only row (it must be read again),
-    # then the folded rest comes: the answer is still a fresh ``query.rows``, not a diff.
     settings.REALTIME_BULK_LIMIT = 2
     workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
     ann = await _member(workspace, "ann")
     for n in range(6):
         await off_loop(Case.objects.create, workspace=workspace, title=f"c{n}", priority=n)
     client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
-    ask = {"id": "first", "model": "case", "where": {"status": "open"}}
-    await client.send("query", {**ask, "order_by": ["priority"], "limit": 1})
+    ask = {"id": "open", "model": "case", "where": {"status": "open"}, **window}
+    await client.send("query", ask)
     await client.wait_for(lambda f: f["type"] == "query.rows")
-    await off_loop(Case.objects.filter(priority__lte=3).update, status="closed")
+    await off_loop(Case.objects.filter(**closed).update, status="closed")
     frames = [f for f in await marker_for(client, ann.pk) if f["type"].startswith("query.")]
+    # Two rows announced one by one, the rest folded: the list is read afresh. The worker
+    # tells a query once for the messages it carries together (the publication's, when they
+    # arrive together), so the diffs of the first two may be left out or not.
     assert frames[-1]["type"] == "query.rows"
     assert [f["type"] for f in frames[:-1]] in ([], ["query.diff"], ["query.diff"] * 2)
-    assert [row["title"] for row in frames[-1]["data"]["rows"]] == ["c4"]
+    assert [row["title"] for row in frames[-1]["data"]["rows"]] == left
 
 
 @pytest.mark.usefixtures("each_transport")
