@@ -571,7 +571,7 @@ def test_backoff_max_below_start_is_error_e011_beside_another_settings_error() -
         REALTIME_RECONNECT_BACKOFF_MAX=1.0,
         REALTIME_MAX_CHANNELS=0,
     )
-    assert sorted(message.id for message in messages) == ["realtime.E008", "realtime.E011"]
+    assert sorted(str(message.id) for message in messages) == ["realtime.E008", "realtime.E011"]
 
 
 def test_backoff_max_equal_to_start_passes() -> None:

@@ -487,16 +487,16 @@ def test_a_move_of_a_model_ordered_through_a_relation_locks_its_rows_alone(
         editor.create_model(Jot)
     try:
         company = Company.objects.create(workspace=workspace, name="Initech")
-        jot = Jot.objects.create(workspace=workspace, company=company, title="x")
+        jot = Jot._default_manager.create(workspace=workspace, company=company, title="x")
         there = Workspace.objects.create(name="There", slug="there")
         forget_messages()
         decorated = company_writable_during(
-            company, lambda: Jot.objects.filter(pk=jot.pk).update(workspace=there)
+            company, lambda: Jot._default_manager.filter(pk=jot.pk).update(workspace=there)
         )
         assert kinds() == [("ordered_jot.deleted", jot.pk), ("ordered_jot.created", jot.pk)]
         with silent():  # Django's update alone
             plain = company_writable_during(
-                company, lambda: Jot.objects.filter(pk=jot.pk).update(workspace=workspace)
+                company, lambda: Jot._default_manager.filter(pk=jot.pk).update(workspace=workspace)
             )
         assert decorated == plain
     finally:
