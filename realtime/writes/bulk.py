@@ -755,16 +755,18 @@ def _matched(
     else:
         listed = [(pk, None) for pk in caller.values_list("pk", flat=True)]
     rows = sorted(dict(listed).items(), key=lambda row: id_order(row[0]))
-    stored = model._base_manager.using(db)
+    # Unordered: a ``Meta.ordering`` through a relation would join its table to each read,
+    # and to the lock below (locking its rows; PostgreSQL refuses FOR UPDATE on the nullable
+    # side of an outer join).
+    stored = model._base_manager.using(db).order_by()
     connection = connections[db]
     if moving and connection.features.has_select_for_update and in_transaction(connection):
         # Locked by key, the model's own rows only: they cannot change before the update.
-        # Unordered: a ``Meta.ordering`` through a relation would join (and lock) its table,
-        # and PostgreSQL refuses FOR UPDATE on the nullable side of an outer join.
         locked: list[Any] = []
         for chunk in chunked([pk for pk, _ in rows], READ_CHUNK):
-            read = stored.filter(pk__in=chunk).order_by().select_for_update()
-            locked += read.values_list("pk", scope or "pk")
+            locked += (
+                stored.filter(pk__in=chunk).select_for_update().values_list("pk", scope or "pk")
+            )
         if scope is not None:
             rows = sorted(locked, key=lambda row: id_order(row[0]))
     if options.user_field is not None:
