@@ -3,13 +3,15 @@ update publishes when it changes who may read the row, and what it costs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from realtime.auth import RealtimeAuth
 from tests.helpers import events, forget_messages
 from tests.testapp.models import (
     Board,
@@ -174,6 +176,65 @@ def test_a_guarded_row_made_private_leaves_the_others_and_stays_with_its_author(
     ]
 
 
+class NoGuestReadsNotes(RealtimeAuth):
+    """An audience narrower than the guard: no account named ``guest…`` hears of a note."""
+
+    def audience(
+        self, scope_id: Any, event_type: str, data: Any, user_ids: Iterable[Any], about: Any
+    ) -> Iterable[Any]:
+        admitted = list(super().audience(scope_id, event_type, data, user_ids, about))
+        if about is None or about.get("model") != "private_note":
+            return admitted
+        guests = set(
+            get_user_model()
+            ._default_manager.filter(username__startswith="guest")
+            .values_list("pk", flat=True)
+        )
+        return [account for account in admitted if account not in guests]
+
+
+@pytest.mark.parametrize("write", ["save", "update"])
+def test_a_guarded_row_leaves_only_the_readers_the_audience_admitted(
+    workspace: Workspace, make_user: MakeUser, settings: Any, write: str
+) -> None:
+    settings.REALTIME_AUTH = f"{__name__}.NoGuestReadsNotes"
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    make_user("guest", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="x", public=True)
+    forget_messages()
+    if write == "save":
+        note.public = False
+        note.save()
+    else:
+        PrivateNote._default_manager.filter(pk=note.pk).update(public=False)
+    assert [(m["event_type"], m["only"]) for m in events()] == [
+        ("private_note.deleted", [bob.pk]),
+        ("private_note.updated", [ann.pk]),
+    ]
+
+
+@pytest.mark.parametrize("write", ["save", "update"])
+def test_an_inactive_account_is_told_no_guarded_row_left_its_view(
+    workspace: Workspace, make_user: MakeUser, write: str
+) -> None:
+    ann = make_user("ann", member_of=workspace)
+    bob = make_user("bob", member_of=workspace)
+    away = make_user("away", member_of=workspace)
+    get_user_model()._default_manager.filter(pk=away.pk).update(is_active=False)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="x", public=True)
+    forget_messages()
+    if write == "save":
+        note.public = False
+        note.save()
+    else:
+        PrivateNote._default_manager.filter(pk=note.pk).update(public=False)
+    assert [(m["event_type"], m["only"]) for m in events()] == [
+        ("private_note.deleted", [bob.pk]),
+        ("private_note.updated", [ann.pk]),
+    ]
+
+
 def test_a_guard_whose_shape_depends_on_the_account_tells_every_reader_who_leaves(
     workspace: Workspace, make_user: MakeUser
 ) -> None:
@@ -279,6 +340,58 @@ def test_a_shared_record_moved_to_another_root_changes_its_outside_readers(
         ("task.updated", workspace.pk, None, None),
         ("task.deleted", None, [reader_b.pk], True),
         ("task.created", None, [reader_g.pk], True),
+    ]
+
+
+@pytest.mark.parametrize("write", ["save", "update"])
+def test_a_reader_of_the_root_who_is_a_member_of_the_new_scope_keeps_a_moved_row(
+    workspace: Workspace, make_user: MakeUser, write: str
+) -> None:
+    """Bee reads the task as an outside reader of its project, and is a member of beta: moved
+    to beta, the task enters bee's view with beta's ``created``, and no leave frame to bee's
+    account follows it (it would take the row from a reader)."""
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    bee = make_user("bee", member_of=beta)
+    gamma = Workspace.objects.create(name="Gamma", slug="gamma")
+    gee = make_user("gee", member_of=gamma)
+    project = Project.objects.create(workspace=workspace, name="P")
+    project.shared_with.add(beta, gamma)
+    task = Task.objects.create(workspace=workspace, project=project, title="t")
+    forget_messages()
+    if write == "save":
+        task.workspace = beta
+        task.save()
+    else:
+        Task._default_manager.filter(pk=task.pk).update(workspace=beta)
+    sent = [(m["event_type"], m.get("scope_id"), m.get("user_ids")) for m in events()]
+    assert ("task.created", beta.pk, None) in sent
+    assert not [whom for _, _, whom in sent if whom and bee.pk in whom]
+    assert ("task.updated", None, [gee.pk]) in sent  # an outside reader still
+
+
+def test_a_reader_of_the_root_its_guard_refuses_in_the_new_scope_hears_the_row_leave(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    bee, task = a_shared_guarded_task(workspace, make_user)
+    beta = Workspace.objects.get(slug="beta")
+    forget_messages()
+    task.workspace = beta
+    task.secret = True
+    task.save()
+    assert outside(bee) == [("guarded_task.deleted", identity("guarded_task", task.pk), True)]
+
+
+def test_a_reader_of_the_root_its_guard_admits_in_the_new_scope_keeps_the_row(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    bee, task = a_shared_guarded_task(workspace, make_user)
+    beta = Workspace.objects.get(slug="beta")
+    forget_messages()
+    task.workspace = beta
+    task.save()
+    assert outside(bee) == []
+    assert ("guarded_task.created", beta.pk) in [
+        (m["event_type"], m["scope_id"]) for m in events("scope")
     ]
 
 

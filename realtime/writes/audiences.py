@@ -24,8 +24,7 @@ from typing import Any
 
 from django.db import models
 
-from realtime.audience import readers, readers_of_rows
-from realtime.auth import RealtimeAuth, get_auth, overridden, readers_pool
+from realtime.auth import RealtimeAuth, get_auth, readers_pool
 from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id, record_channel, row_key, sorted_ids
@@ -50,7 +49,13 @@ from realtime.writes.events import (
     read_event,
 )
 from realtime.writes.failsafe import failsafe
-from realtime.writes.views import outside_recipients, recipients, shared_readers
+from realtime.writes.views import (
+    as_leaving,
+    audience,
+    outside_recipients,
+    recipients,
+    shared_readers,
+)
 
 
 class Past:
@@ -319,7 +324,8 @@ def take_before(
     before.channels = _old_channels(options, instance, past)
     if plan.readers and (old_scope is not None or options.is_global):
         pool = readers_pool(options, old_scope, past.using)
-        before.readers = sorted_ids(readers(options, instance.pk, pool, using=past.using))
+        (was,) = audience(options, old_scope, pool, [instance.pk], past.using, as_leaving(options))
+        before.readers = sorted_ids(was)
     if moved or rerooted or plan.readers:
         # The readers of its root outside its scope pass its guard too (``shared_readers_of``):
         # a guard's change takes the row from them, or gives it, as from the scope's members.
@@ -453,9 +459,9 @@ def scoped_befores(
                 by_scope.setdefault(before.scope_id, []).append(pk)
         for scope, rows in by_scope.items():
             pool = readers_pool(options, scope, stored.db)
-            found = readers_of_rows(options, rows, pool, using=stored.db)
-            for pk in rows:
-                befores[pk].readers = sorted_ids(found[row_key(pk)])
+            found = audience(options, scope, pool, rows, stored.db, as_leaving(options))
+            for pk, was in zip(rows, found, strict=True):
+                befores[pk].readers = sorted_ids(was)
     return befores
 
 
@@ -530,11 +536,9 @@ def delete_event(
 
 def guarded_readers(event: Event, using: str) -> list[Any]:
     """The accounts who may read a guarded row (its scope's members; every active account,
-    for a global model), asked through ``auth.audience`` — or, when the application keeps
-    Django's default, asked of the guard on ``using``, in the write's transaction."""
-    about = {"model": event.options.name, "id": event.data["id"]}
+    for a global model), as delivery would decide them (``views.audience``), on ``using``,
+    in the write's transaction."""
     pool = readers_pool(event.options, event.scope_id, using)
-    auth = get_auth()
-    if not overridden(auth, "audience"):
-        return readers(event.options, event.pk, pool, active_only=True, using=using)
-    return list(auth.audience(event.scope_id, event.event_type, event.data, pool, about))
+    frame = (event.event_type, event.data)
+    (found,) = audience(event.options, event.scope_id, pool, [event.pk], using, lambda pk: frame)
+    return found

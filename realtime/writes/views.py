@@ -33,16 +33,17 @@ read by the user model's primary key field (``realtime.auth.account_ids``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from realtime.audience import readers
-from realtime.auth import account_ids, get_auth, overridden, readers_pool
-from realtime.encoding import normal_id, sorted_ids
+from realtime.audience import readers_of_rows
+from realtime.auth import account_ids, get_auth, member_ids, overridden, readers_pool
+from realtime.encoding import jsonable, normal_id, row_key, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.messages import named_alias
 from realtime.primary import on_primary
 from realtime.readers import shared_readers_of
+from realtime.registry import ModelOptions
 from realtime.writes.events import Before, Event, read_event
 from realtime.writes.packing import about_row, place_messages, scope_messages, users_messages
 
@@ -81,7 +82,25 @@ def view_messages(
     if shared is None:
         return out, []
     was = before.shared if before.shared is not None else shared
+    if event.scope_id is not None and before.scope_id != normal_id(event.scope_id):
+        was = _outside_new_scope(event, was, using)
     return out + _compare(event, was, shared, budget, using), shared
+
+
+def _outside_new_scope(event: Event, was: list[Any], using: str | None) -> list[Any]:
+    """Of ``was``, the readers of a moved row's root outside its old scope, those who do not
+    read it through its new scope: a member there hears it enter with the scope (its
+    ``created``), and a leave frame sent after that would take the row from a reader."""
+    if not was:
+        return was
+    members = set(sorted_ids(member_ids(event.scope_id, using)))
+    inside = [account for account in was if account in members]
+    if inside and event.options.guard is not None:
+        (inside,) = audience(
+            event.options, event.scope_id, inside, [event.pk], using, _as_event(event)
+        )
+    kept = set(sorted_ids(inside))
+    return [account for account in was if account not in kept]
 
 
 def _compare(
@@ -173,7 +192,8 @@ def _scope_messages(
             options.is_global, now_scope, event.event_type, event.kept, meta=meta, **here
         )
     pool = readers_pool(options, event.scope_id, using)
-    now = set(sorted_ids(readers(options, event.pk, pool, using=using)))
+    (found,) = audience(options, event.scope_id, pool, [event.pk], using, _as_event(event))
+    now = set(sorted_ids(found))
     was = set(before.readers)
     kinds = (
         (was - now, f"{name}.deleted", identity, moved, left),
@@ -280,6 +300,48 @@ def shared_readers_or_none(
         failing,
         using,
     )
+
+
+#: The frame an audience is asked about for a row: its event type and data.
+Frame = Callable[[Any], tuple[str, dict[str, Any]]]
+
+
+def audience(
+    options: ModelOptions,
+    scope_id: Any,
+    pool: Iterable[Any],
+    pks: Sequence[Any],
+    using: str | None,
+    frame: Frame,
+) -> list[list[Any]]:
+    """The readers among ``pool`` of each guarded row of ``pks`` (in their order), as
+    delivery decides who hears an event about one: asked of ``auth.audience`` about each
+    row, with the frame ``frame(pk)`` says, where the application overrides it; else, as its
+    default answers, the guard's readers among the accounts still active (all the rows at
+    once). The readers before an update and after it, and a delete's, are decided so: an
+    account the audience refuses never hears a row enter, stay or leave its view."""
+    auth = get_auth()
+    if not overridden(auth, "audience"):
+        found = readers_of_rows(options, pks, pool, active_only=True, using=using)
+        return [found[row_key(pk)] for pk in pks]
+    asked = list(pool)
+    named = named_alias(options.model, using)
+    out = []
+    for pk in pks:
+        event_type, data = frame(pk)
+        about = about_row(options.name, data["id"], named)
+        out.append(account_ids(auth.audience(scope_id, event_type, data, asked, about)))
+    return out
+
+
+def _as_event(event: Event) -> Frame:
+    return lambda pk: (event.event_type, event.data)
+
+
+def as_leaving(options: ModelOptions) -> Frame:
+    """The frame of a row leaving a reader's view (its identity alone): what the readers
+    before an update are asked about, while the row still holds what it held."""
+    return lambda pk: (f"{options.name}.deleted", {"model": options.name, "id": jsonable(pk)})
 
 
 def outside_recipients(event: Event) -> list[Any]:
