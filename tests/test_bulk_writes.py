@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -861,6 +863,84 @@ def test_a_delete_through_a_to_many_filter_counts_each_row_once_against_the_limi
 
     heard = [(e["event_type"], e["data"]["id"], e["meta"].get("truncated")) for e in events()]
     assert heard == [("private_note.deleted", note.pk, None) for note in notes]
+
+
+def committing_before_the_delete(make: Any) -> Any:
+    """A statement wrapper that, right before the first ``DELETE`` (on SQLite, before the
+    ``BEGIN IMMEDIATE`` that takes the write lock for it), has another connection (another
+    thread's) create and commit a row with ``make()``."""
+    made: list[Any] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not made and sql.lstrip().upper().startswith(("DELETE", "BEGIN")):
+            other = threading.Thread(target=made_and_closed, args=(make, made))
+            other.start()
+            other.join(10)
+        return execute(sql, params, many, context)
+
+    return wrapper, made
+
+
+def made_and_closed(make: Any, made: list[Any]) -> None:
+    try:
+        made.append(make())
+    finally:
+        connection.close()  # this thread's
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_row_committed_between_a_bulk_deletes_read_and_its_statement_is_not_deleted_unheard(
+    acme: Workspace, atomic: bool
+) -> None:
+    """A guarded model's rows are read before the one-statement delete (their readers); a row
+    another transaction commits in between is left, as if it came just after the delete,
+    rather than deleted with nobody told."""
+    if atomic and connection.vendor == "sqlite":
+        pytest.skip("SQLite refuses a write after another connection's commit in a transaction")
+    ann = get_user_model().objects.create(username="ann")
+    Membership.objects.create(workspace=acme, user=ann)
+    PrivateNote.objects.create(workspace=acme, author=ann, title="old")
+    forget_messages()
+    wrapper, made = committing_before_the_delete(
+        lambda: PrivateNote.objects.create(workspace=acme, author=ann, title="new")
+    )
+    with connection.execute_wrapper(wrapper), transaction.atomic() if atomic else nullcontext():
+        count, _ = PrivateNote.objects.filter(workspace=acme).delete()
+
+    assert made
+    assert count == 1
+    heard = [(e["event_type"], e["data"]["title"]) for e in events()]
+    assert heard == [("private_note.created", "new"), ("private_note.deleted", "old")]
+    assert list(PrivateNote.objects.values_list("title", flat=True)) == ["new"]
+
+
+def test_past_the_limit_a_row_committed_meanwhile_goes_only_in_a_scope_told_to_read_again(
+    acme: Workspace, beta: Workspace, settings: Any
+) -> None:
+    settings.REALTIME_BULK_LIMIT = 1
+    ann = get_user_model().objects.create(username="ann")
+    Membership.objects.create(workspace=acme, user=ann)
+    for title in ("n1", "n2"):
+        PrivateNote.objects.create(workspace=acme, author=ann, title=title)
+    forget_messages()
+
+    def make() -> list[PrivateNote]:
+        return [
+            PrivateNote.objects.create(workspace=workspace, author=ann, title="n3")
+            for workspace in (acme, beta)
+        ]
+
+    wrapper, _ = committing_before_the_delete(make)
+    with connection.execute_wrapper(wrapper):
+        count, _ = PrivateNote.objects.filter(title__startswith="n").delete()
+
+    assert count == 3  # n1, n2 and acme's n3, whose scope hears a truncated event
+    deleted = [e for e in events() if e["event_type"] == "private_note.deleted"]
+    assert [(e["scope_id"], e["meta"].get("truncated")) for e in deleted] == [
+        (acme.pk, None),
+        (acme.pk, True),
+    ]
+    assert list(PrivateNote.objects.values_list("workspace", "title")) == [(beta.pk, "n3")]
 
 
 def test_past_the_bulk_limit_the_rest_folds_into_one_event_per_scope(

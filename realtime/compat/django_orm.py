@@ -347,12 +347,13 @@ def fast_delete(
     queryset: models.QuerySet[Any, Any],
     ignoring: Collection[Any],
     using: str,
-    before: Callable[[models.QuerySet[Any, Any]], None] | None = None,
+    before: Callable[[models.QuerySet[Any, Any]], models.QuerySet[Any, Any] | None] | None = None,
 ) -> int | None:
     """Delete the rows of ``queryset`` on ``using`` in one statement, as Django's
     ``QuerySet.delete()`` does when nothing but the receivers ``ignoring`` listens to the
-    model's deletes and nothing cascades; how many went (``before`` is called just before,
-    with the queryset of the rows to delete).
+    model's deletes and nothing cascades; how many went. ``before`` is called first, with
+    the queryset of the rows to delete; the queryset it answers (those rows narrowed to what
+    it read), if any, is what the statement deletes.
     ``None``, deleting nothing, where Django would delete otherwise (or refuse: a slice,
     ``values()``, ``distinct(*fields)``)."""
     if not _fits(FAST_DELETE, _probe_fast_delete):
@@ -368,7 +369,8 @@ def fast_delete(
     if not collector.can_fast_delete(doomed):
         return None
     if before is not None:
-        before(doomed)
+        narrowed = before(doomed)
+        doomed = doomed if narrowed is None else narrowed
     with transaction.atomic(using=using, savepoint=False):  # as Django's Collector.delete()
         count: int = doomed._raw_delete(using)
     queryset._result_cache = None  # as QuerySet.delete(): the queryset may be used again

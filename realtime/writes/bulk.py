@@ -351,8 +351,10 @@ def deleted(
         return _deleted(queryset, count)
     events: list[Event] = []
 
-    def read(doomed: models.QuerySet[Any, Any]) -> None:
-        events.extend(_doomed_events(options, doomed, db))
+    def read(doomed: models.QuerySet[Any, Any]) -> models.QuerySet[Any, Any] | None:
+        announced, narrowed = _doomed_events(options, doomed, db)
+        events.extend(announced)
+        return narrowed
 
     count = fast_delete(queryset, receivers, db, before=read)
     if count is None:
@@ -443,12 +445,14 @@ def _whole(doomed: models.QuerySet[Any, Any]) -> models.QuerySet[Any, Any]:
 
 def _doomed_events(
     options: ModelOptions, doomed: models.QuerySet[Any, Any], db: str
-) -> list[Event]:
+) -> tuple[list[Event], models.QuerySet[Any, Any] | None]:
     """The events of the rows a delete is about to remove: the first ``REALTIME_BULK_LIMIT``
     one by one (one statement), the rest folded by scope (one more). A filter across a
-    to-many relation matches a row once per related row: each is counted once."""
+    to-many relation matches a row once per related row: each is counted once. And the rows
+    to delete narrowed to those announced (``_as_read``; ``None``: all of ``doomed``)."""
     limit = conf.BULK_LIMIT
     events: list[Event] = []
+    narrowed: list[models.QuerySet[Any, Any] | None] = [None]
 
     def read() -> None:
         whole = _whole(doomed).order_by("pk")
@@ -459,12 +463,44 @@ def _doomed_events(
             event = delete_event(options, row, db)
             if event is not None:
                 events.append(event)
+        rest = None
         if len(rows) > limit:
-            rest = doomed.filter(pk__gte=rows[limit].pk)
-            events.extend(_folded(options, "deleted", _audiences_of(options, rest)))
+            rest = (rows[limit].pk, _audiences_of(options, doomed.filter(pk__gte=rows[limit].pk)))
+            events.extend(_folded(options, "deleted", rest[1]))
+        narrowed[0] = _as_read(options, doomed, [row.pk for row in rows[:limit]], rest)
 
     failsafe(f"a bulk delete of {options.name}", db, True, read)
-    return events
+    return events, narrowed[0]
+
+
+def _as_read(
+    options: ModelOptions,
+    doomed: models.QuerySet[Any, Any],
+    keys: list[Any],
+    rest: tuple[Any, list[Any]] | None,
+) -> models.QuerySet[Any, Any] | None:
+    """``doomed`` narrowed to the rows its read announced, so that a row another transaction
+    commits between the read and the delete (PostgreSQL and MySQL read each statement afresh)
+    is not deleted unannounced: those read by key, and from the first past the limit on
+    (``rest``: its key and the scopes read of them), the rows of those scopes, whose truncated
+    events tell their readers to read again (every row of a global model: its one event tells
+    everyone). The delete then ran before such a row came, as it might have. ``None`` (delete
+    what matches) for a composite key, and past the limit for an account model."""
+    if len(key_fields(doomed.model)) > 1:
+        return None
+    read = Q(pk__in=keys)
+    if rest is not None:
+        first, scopes = rest
+        if options.is_global:
+            read |= Q(pk__gte=first)
+        elif options.user_field is None and options.scope_attname is not None:
+            attname = options.scope_attname
+            found = [scope for scope in scopes if scope is not None]
+            scoped = Q(**{f"{attname}__in": found}) | Q(**{f"{attname}__isnull": True})
+            read |= Q(pk__gte=first) & scoped
+        else:
+            return None
+    return doomed.filter(read)
 
 
 def _audiences_of(options: ModelOptions, rows: models.QuerySet[Any, Any]) -> list[Any]:
