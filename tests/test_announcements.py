@@ -240,6 +240,33 @@ class TestCreateUpdateDelete:
         assert "email" not in read
         assert deferred.get_deferred_fields() == left_out
 
+    def test_a_deferred_instance_saved_tells_the_fields_it_changed_and_nothing_unchanged(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        """Django saves an instance loaded with ``only()`` with ``update_fields`` of its own
+        (every column loaded): ``changed`` is still what differs from the snapshot, and a
+        save that changed nothing announces nothing, as for an instance loaded whole."""
+        contact = Contact.objects.create(workspace=workspace, name="Ann", notes="n")
+        deferred = Contact.objects.only("id", "workspace", "name", "notes").get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            deferred.save()
+        assert events() == []
+        with django_capture_on_commit_callbacks(execute=True):
+            deferred.notes = "m"
+            deferred.save()
+        assert [m["meta"] for m in events()] == [{"changed": ["notes"]}]
+
+    def test_update_fields_the_caller_names_are_told_even_when_unchanged(
+        self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
+    ) -> None:
+        contact = Contact.objects.create(workspace=workspace, name="Ann", notes="n")
+        deferred = Contact.objects.only("id", "workspace", "name", "notes").get(pk=contact.pk)
+        forget_messages()
+        with django_capture_on_commit_callbacks(execute=True):
+            deferred.save(update_fields=["name", "notes"])
+        assert [m["meta"] for m in events()] == [{"changed": ["name", "notes"]}]
+
     def test_a_deferred_scope_is_read_and_the_save_announced_in_it(
         self, workspace: Workspace, django_capture_on_commit_callbacks: Capture
     ) -> None:

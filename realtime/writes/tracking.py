@@ -712,7 +712,7 @@ def changed_fields(
     the key whose value differs from what is known of the row there (every one, when nothing
     is). ``stored``: what is known (``known``), when asked already."""
     meta = instance._meta
-    if update_fields is not None:
+    if update_fields is not None and not _given_by_django(instance, update_fields):
         return sorted({meta.get_field(name).name for name in update_fields})
     values = instance.__dict__
     concrete = [f for f in meta.concrete_fields if not f.primary_key and f.attname in values]
@@ -724,6 +724,21 @@ def changed_fields(
     return sorted(
         f.name for f in concrete if differs(values, stored, f.attname, f.attname in strict)
     )
+
+
+def _given_by_django(instance: models.Model, update_fields: Iterable[str]) -> bool:
+    """Whether ``update_fields`` are those Django itself gives the save of an instance loaded
+    with ``only()`` or ``defer()`` (every column it holds but the key, by ``attname``), not the
+    caller's: what such a save changed is then what differs from the snapshot, as for an
+    instance loaded whole."""
+    values = instance.__dict__
+    meta = instance._meta
+    keys = set(getattr(meta, "pk_fields", [meta.pk]))
+    columns = [f for f in meta.concrete_fields if f not in keys]
+    if all(f.attname in values for f in columns):
+        return False  # nothing deferred: Django gives none of its own
+    loaded = {f.attname for f in columns if f.attname in values or getattr(f, "generated", False)}
+    return set(update_fields) == loaded
 
 
 def kept_as_given(model: type[models.Model]) -> frozenset[str]:
