@@ -13,6 +13,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -340,6 +341,59 @@ def test_the_relay_command_relays_what_writers_left(workspace: Workspace, settin
     assert "Relayed 1 announcement(s)." in out.getvalue()
     assert outbox() == []
     assert names() == [("company.created", "late")]
+
+
+@pytest.mark.usefixtures("durable_transport")
+def test_the_relay_commands_loop_outlives_an_outage_and_relays_once_it_is_over(
+    workspace: Workspace,
+) -> None:
+    """``realtime_relay --loop`` (a process of its own) while the transport is away: its
+    sweeps fail, logged once, and it goes on; once the transport is back it relays what the
+    writers left."""
+    forget_messages()
+    env = {
+        **subprocess_env(),
+        "REALTIME_TEST_SETTINGS": json.dumps(
+            {
+                "REALTIME_TRANSPORT": "tests.durable_transport.DurableTableTransport",
+                "REALTIME_COMMIT_GRACE": 0.05,
+            }
+        ),
+    }
+    command = [sys.executable, "manage.py", "realtime_relay", "--loop", "--interval", "0.05"]
+    failing = "relaying realtime_outbox on 'default' failed"
+    logged: list[str] = []
+    with TableAway():
+        with transaction.atomic():
+            Company.objects.create(workspace=workspace, name="late")
+        looping = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stderr=subprocess.PIPE)
+        assert looping.stderr is not None
+        reading = threading.Thread(target=lambda: logged.extend(looping.stderr or ()))
+        reading.start()
+        try:
+            deadline = time.monotonic() + WAIT
+            while not any(failing in line for line in logged) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)  # a few more sweeps, failing too
+            assert looping.poll() is None, "".join(logged)
+        except BaseException:
+            looping.kill()
+            reading.join(WAIT)
+            looping.stderr.close()
+            raise
+    try:
+        deadline = time.monotonic() + WAIT
+        while outbox() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert outbox() == []
+        assert names() == [("company.created", "late")]
+        assert looping.poll() is None
+    finally:
+        looping.terminate()
+        looping.wait(WAIT)
+        reading.join(WAIT)
+        looping.stderr.close()
+    assert sum(failing in line for line in logged) == 1, "".join(logged)
 
 
 def outbox_samples() -> dict[tuple[str, str | None], float]:

@@ -3,14 +3,18 @@
 Workers sweep the outbox themselves; this is for a deployment with no worker up (run it from
 cron) or to drain a backlog now. A run first sees the rows left, waits
 ``REALTIME_COMMIT_GRACE`` (their writers may be relaying them right then), then sweeps while
-sweeps relay something; rows first seen by a later sweep wait for the next run. ``--loop``
-goes on sweeping every ``--interval`` seconds.
+sweeps relay something; rows first seen by a later sweep wait for the next run, and a
+failure ends it with its error (a nonzero exit for cron). ``--loop`` goes on sweeping every
+``--interval`` seconds; there a failure (the transport or a database away) is logged as the
+workers log theirs, once when sweeps start failing and once when they work again, and the
+loop goes on: relaying what was left once they are back is what it is for.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -48,21 +52,22 @@ class Command(BaseCommand):
         sweeper = relay.Sweeper(measured=False)  # the outbox gauges are the workers'
         pause = relay.interval() if interval is None else interval
         total = 0
-        sweeper.sweep()  # sees the rows left; relays those seen long enough, next time
+        sweep = sweeper.sweep_logged if loop else sweeper.sweep
+        sweep()  # sees the rows left; relays those seen long enough, next time
         time.sleep(sweeper.grace)
         while True:
-            relayed = self._drain(sweeper)
+            relayed = self._drain(sweep)
             total += relayed
             if not loop:
                 break
             time.sleep(pause)
         self.stdout.write(self.style.SUCCESS(f"Relayed {total} announcement(s)."))
 
-    def _drain(self, sweeper: relay.Sweeper) -> int:
-        """Sweep until a sweep relays nothing (nothing more is ready)."""
+    def _drain(self, sweep: Callable[[], int]) -> int:
+        """Sweep until a sweep relays nothing (nothing more is ready, or it failed)."""
         total = 0
         while True:
-            relayed = sweeper.sweep()
+            relayed = sweep()
             total += relayed
             if relayed:
                 self.stdout.write(f"Relayed {relayed} rows ({total} so far)")
