@@ -218,3 +218,45 @@ def test_a_deadlock_in_realtimes_lock_read_fails_the_write_as_djangos_own_would(
     assert Ticket.objects.get(pk=theirs.pk).workspace_id == workspace.pk
     assert Plain.objects.get(pk=mine.pk).name == "second"
     assert events("scope") == []
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [{"relations": ["nope"]}, {"user_field": "nope"}, {"shared_via": "nope"}],
+    ids=["relations", "user_field", "shared_via"],
+)
+def test_a_path_naming_nothing_fails_no_write(
+    workspace: Workspace, declared: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path the system checks refuse (E031, E032, E037), deployed all the same: its writes
+    succeed, and each says in an ERROR what realtime could not read."""
+    from django.db import models
+    from django.test.utils import isolate_apps
+
+    from realtime import realtime_model
+    from realtime.writes.decorator import unregister
+
+    with isolate_apps("tests.testapp"):
+
+        @realtime_model(fields=["name"], **declared)
+        class Misnamed(models.Model):
+            workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+            name = models.CharField(max_length=100)
+
+            class Meta:
+                app_label = "testapp"
+                db_table = "testapp_plain"
+
+            def __str__(self) -> str:
+                return self.name
+
+    try:
+        with caplog.at_level(logging.ERROR, "realtime"):
+            row = Misnamed._default_manager.create(workspace=workspace, name="x")
+            row.name = "y"
+            row.save()
+            row.delete()
+        assert not Misnamed._default_manager.exists()
+        assert realtime_errors(caplog)
+    finally:
+        unregister(Misnamed)

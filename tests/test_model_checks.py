@@ -680,6 +680,21 @@ def test_fields_naming_no_column_raise_value_error(fields: Any) -> None:
     assert options_for(model) is None
 
 
+@pytest.mark.parametrize("fields", [{"model": "title"}, {"id": "title"}], ids=["model", "id"])
+def test_fields_may_not_announce_a_column_as_the_records_identity(fields: Any) -> None:
+    model = undecorated()
+
+    with pytest.raises(ValueError, match="names its record with 'model' and 'id'"):
+        realtime_model(fields=fields)(model)
+    assert options_for(model) is None
+
+
+def test_fields_may_name_the_key_as_id() -> None:
+    model = undecorated()
+    realtime_model(fields=["id", "title"])(model)
+    assert options_for(model) is not None
+
+
 def test_a_typo_in_fields_names_the_closest_column_and_every_column() -> None:
     model = undecorated()
 

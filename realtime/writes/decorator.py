@@ -137,6 +137,13 @@ def _validate_columns(options: ModelOptions) -> None:
     for column in options.fields.values():
         if column not in columns:
             raise ValueError(_unknown(meta.label, "column", column, columns, " to announce"))
+    keys = {"pk", "id", meta.pk.name, meta.pk.attname}  # ("id": the key, as read)
+    for key, column in options.fields.items():
+        if key == "model" or (key == "id" and column not in keys):
+            raise ValueError(
+                f"{meta.label}: fields may not announce {column!r} as {key!r}: every event's "
+                f"data names its record with 'model' and 'id' (give the column another key)"
+            )
     for name in options.guard_fields or ():
         if name not in own:
             raise ValueError(_unknown(meta.label, "field", name, own, " for guard_fields"))

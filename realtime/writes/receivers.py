@@ -120,7 +120,7 @@ def on_pre_save(
         return
     label = _label(options, instance)
     known = failsafe(label, using, False, lambda: tracking.known(instance, using))
-    inputs = audience_inputs(options, instance)
+    inputs = failsafe(label, using, False, lambda: audience_inputs(options, instance))
     plan = failsafe(
         label, using, False, lambda: plan_before(options, instance, update_fields, using, known)
     )
@@ -146,15 +146,15 @@ def on_post_save(
         pending.put(instance, SAVED_RAW, True)
     if raw or options is None:
         return
-    queries = options.create_queries if created else options.write_queries
-    queries = queries or bool(lacks_columns(options, instance))  # read before its event
-    queries = queries or update_fields is not None  # the row's columns it did not write
+    label = _label(options, instance)
+    queries = failsafe(label, using, False, lambda: _queries(options, instance, created))
+    queries = queries is not False or update_fields is not None  # (columns it did not write)
     written = tracking.written_attnames(instance, update_fields)
     computed = tracking.computed_attnames(instance, written)  # read back
     if not created:  # and the columns the database computes, the instance's stale
         computed |= options.stale_after_update
     failsafe(
-        _label(options, instance),
+        label,
         using,
         queries or bool(computed),
         lambda: _saved(
@@ -170,6 +170,15 @@ def on_post_save(
             computed=computed,
         ),
     )
+
+
+def _queries(options: ModelOptions, instance: models.Model, created: bool) -> bool:
+    """Whether preparing the event of a save may query: the model's own reads, or columns
+    the instance was loaded without, read before its event. (A declaration naming what the
+    model lacks raises here, as it would in the preparation: it is logged, and the
+    preparation, taken as querying, fails again and costs its announcement alone.)"""
+    queries = options.create_queries if created else options.write_queries
+    return queries or bool(lacks_columns(options, instance))
 
 
 def _saved(
