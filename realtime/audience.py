@@ -8,6 +8,7 @@ built as an ``EXISTS`` subquery and all of them go to the database in one statem
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,8 +20,11 @@ from realtime import limits
 from realtime.chunks import chunked
 from realtime.encoding import row_key
 from realtime.guard_checks import Check, Forms, in_process
+from realtime.logs import log_hook_failure
 from realtime.primary import primary
 from realtime.registry import ModelOptions
+
+logger = logging.getLogger(__name__)
 
 
 def readers(
@@ -68,7 +72,16 @@ def readers_of_rows(
     columns: set[str] = set()
     forms: Forms = {}
     for user in users:
-        condition = guard(user)
+        try:
+            condition = guard(user)
+        except Exception as exc:  # application code: an account it fails for reads nothing
+            log_hook_failure(
+                logger,
+                "realtime: the guard of %s failed for an account; it reads none of its rows",
+                exc,
+                options.name,
+            )
+            continue
         decided = in_process(model, condition, forms)
         if decided is None:
             asked.append((user, condition))

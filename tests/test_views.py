@@ -3,6 +3,7 @@ update publishes when it changes who may read the row, and what it costs."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -11,7 +12,9 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from realtime import logs
 from realtime.auth import RealtimeAuth
+from realtime.registry import options_for
 from tests.helpers import events, forget_messages
 from tests.testapp.models import (
     Board,
@@ -25,6 +28,7 @@ from tests.testapp.models import (
     Task,
     Thread,
     Workspace,
+    may_read_note,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -641,3 +645,39 @@ def test_a_shared_record_moved_to_another_root_and_deleted_is_told_gone_to_its_o
         ("task.deleted", None, [reader_g.pk]),
     ]
     assert events()[0]["data"] == identity("task", pk)
+
+
+def test_a_guard_failing_for_an_account_is_logged_within_its_budget_and_the_others_hear(
+    workspace: Workspace,
+    make_user: MakeUser,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A guard is application code: what it raises for an account is logged at ERROR with its
+    traceback within its place's budget of lines, that account reads none of the rows, and
+    the write and everyone else's frames go on (a failing guard is no failure to prepare:
+    it raises in no test either)."""
+    ann = make_user("ann", member_of=workspace)
+    make_user("bob", member_of=workspace)
+    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="x", public=True)
+    options = options_for(PrivateNote)
+    assert options is not None
+
+    def failing_for_bob(user: Any) -> Any:
+        if user.username == "bob":
+            raise RuntimeError("the guard cannot read bob")
+        return may_read_note(user)
+
+    forget_messages()
+    writes = 2 * logs.PLACE_LINES_PER_MINUTE
+    object.__setattr__(options, "guard", failing_for_bob)  # the declaration is frozen
+    try:
+        with caplog.at_level(logging.ERROR, "realtime"):
+            for number in range(writes):
+                note.public = number % 2 == 1
+                note.save()
+    finally:
+        object.__setattr__(options, "guard", may_read_note)
+    failed = [r for r in caplog.records if "the guard of private_note failed" in r.message]
+    assert len(failed) == logs.PLACE_LINES_PER_MINUTE
+    assert all(r.exc_info for r in failed)
+    assert [m["only"] for m in events()] == [[ann.pk]] * writes
