@@ -165,6 +165,30 @@ def test_scope_message_still_too_big_loses_its_channels() -> None:
     assert json.loads(fitted) == {**truncated, "channels": None}
 
 
+def test_an_exclude_list_is_dropped_before_the_data_or_channels(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``exclude`` is a courtesy, not a permission: a message that fits whole without it
+    goes whole, without it (and a warning), rather than keeping it and losing its record."""
+    channels = [f"contact:{n}" for n in range(60)]
+    (whole,) = scope_messages(
+        3, "contact.updated", dict(DATA), channels=channels, meta=META, budget=None
+    )
+    for excluded in (50, 300):
+        with caplog.at_level(logging.WARNING, "realtime"):
+            (sent,) = scope_messages(
+                3,
+                "contact.updated",
+                dict(DATA),
+                channels=channels,
+                meta=META,
+                exclude=list(range(10_000, 10_000 + excluded)),
+                budget=len(whole[1]),
+            )
+        assert without_mid(json.loads(sent[1])) == without_mid(json.loads(whole[1]))
+    assert caplog.text.count("dropping the exclude list") == 2
+
+
 def test_users_message_still_too_big_keeps_its_channels_and_is_dropped() -> None:
     channels = [f"contact:{n}" for n in range(100)]
     message = {**scope_message(channels=channels), "target": "users", "user_ids": [1]}

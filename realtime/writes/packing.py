@@ -31,12 +31,13 @@ def identity(data: Any) -> dict[str, Any] | None:
     return None
 
 
-def fit(message: Message, budget: int | None) -> bytes | None:
-    """Encode ``message``, shrinking it in the two documented steps; ``None`` if it cannot fit."""
+def fit(message: Message, budget: int | None, *, whole: bool = False) -> bytes | None:
+    """Encode ``message``, shrinking it in the two documented steps (``whole``: not at all);
+    ``None`` if it cannot fit."""
     encoded = encode(message)
     if budget is None or len(encoded) <= budget:
         return encoded
-    if "event_type" not in message:
+    if whole or "event_type" not in message:
         return None
     meta = message.get("meta")
     if isinstance(meta, dict) and meta.get("filters"):
@@ -242,13 +243,15 @@ def _fit_with_ids(
     event_type: str,
     budget: int | None,
 ) -> list[bytes]:
-    """Fit one message carrying ``ids``, halving the id list until each part fits."""
+    """Fit one message carrying ``ids``, halving the id list until each part fits. An
+    ``exclude`` list is a courtesy: kept only while the message fits whole, and dropped
+    before its data or channels are."""
     message = {**base, "mid": new_mid()}
     if ids is not None:
         message[key] = ids
     if exclude:
         message["exclude"] = exclude
-    payload = fit(dict(message), budget)
+    payload = fit(dict(message), budget, whole=bool(exclude))
     if payload is not None:
         return [payload]
     if exclude:
