@@ -19,7 +19,7 @@ stale.
 Rechecks are spread and kept behind delivery: each socket's first recheck falls at a random
 point of the interval's second half, later ones a little before each interval ends, so the
 sockets of a burst do not come due together; due sockets wait (a tenth of the interval at
-most) until they fill a batch, and a round goes in batches of ``RECHECK_BATCH``
+most) until they fill a batch, and a round goes in batches of ``MAX_IDS_PER_MESSAGE``
 sockets on a thread of its own, each batch started only once no message is waiting to be
 delivered, and pausing between its steps (each bulk hook) while one is; after
 ``BEHIND_DELIVERY`` seconds of such waits it goes on anyway. A batch that holds frames (a
@@ -43,13 +43,12 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Coroutine, Iterable
 from typing import Any
 
-from realtime import metrics
+from realtime import limits, metrics
 from realtime.auth import RealtimeAuth, Scope, get_auth
 from realtime.blocking import cut_stuck_statements, run_blocking, run_in_background
 from realtime.chunks import chunked
 from realtime.conf import conf, validate_once
 from realtime.encoding import normal_id
-from realtime.limits import MAX_IDS_PER_MESSAGE
 from realtime.messages import asks_recheck, base_channel, scope_channel
 from realtime.positions import StreamPos
 from realtime.sockets import access, subscriptions
@@ -79,8 +78,6 @@ SWEEP_TICKS = 10
 #: Seconds a handshake waits for the listener, and a scope's follow may take, before the
 #: sockets concerned are closed 1012.
 LISTEN_WAIT = 5.0
-#: Sockets rechecked in one batch (one bulk ask of the auth hooks).
-RECHECK_BATCH = MAX_IDS_PER_MESSAGE
 #: How late, as a share of the interval, a periodic recheck may come to fill a batch.
 RECHECK_GATHER = 0.1
 #: Seconds a recheck batch waits for a gap in delivery before it goes anyway.
@@ -131,11 +128,11 @@ class SocketManager:
         #: One bound method for every socket's ``on_failure`` (not one per socket).
         self._on_failure = self.drop_soon
         self.handshakes: Batcher[tuple[str, ScopeAsk]] = Batcher(
-            _authenticate_all, size=MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
+            _authenticate_all, size=limits.MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
         )
         #: Subscribes asked of the ``may_subscribe`` hook together (see ``subscriptions``).
         self.subscriptions: Batcher[subscriptions.Ask] = Batcher(
-            _decide_all, size=MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
+            _decide_all, size=limits.MAX_IDS_PER_MESSAGE, lanes=HANDSHAKE_LANES
         )
 
     # Listening ------------------------------------------------------------------------
@@ -647,11 +644,12 @@ class SocketManager:
         # A batch costs a few statements and a wake of the round's thread whatever its size:
         # periodic rechecks wait to fill one, but none longer than a tenth of the interval.
         gather = conf.RECHECK_INTERVAL * RECHECK_GATHER
-        if due and len(due) < RECHECK_BATCH and due[0].next_recheck > now - gather:
+        size = limits.MAX_IDS_PER_MESSAGE  # sockets in one bulk ask of the auth hooks
+        if due and len(due) < size and due[0].next_recheck > now - gather:
             return
         for socket in due:
             socket.next_recheck = now + conf.RECHECK_INTERVAL * random.uniform(0.9, 1.0)
-        for chunk in chunked(due, RECHECK_BATCH):
+        for chunk in chunked(due, size):
             # The batch waits for gaps in delivery, before it starts and between its steps,
             # for BEHIND_DELIVERY seconds in all.
             deadline = time.monotonic() + BEHIND_DELIVERY

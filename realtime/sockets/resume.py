@@ -76,11 +76,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from realtime import limits
 from realtime.blocking import run_blocking
 from realtime.chunks import chunked
 from realtime.conf import conf
 from realtime.encoding import normal_id, row_key, sorted_ids
-from realtime.limits import RESUME_SCAN_PER_FRAME
 from realtime.messages import USERS, addressed_to, base_channel, scope_channel
 from realtime.positions import GLOBAL, StreamPos, Vector
 from realtime.readers import Ask, readers_now_many, row_of
@@ -291,7 +291,7 @@ class Resumer:
         those that would get too many, or scan too much); return how far it was read, and
         the versions it let through (see the module docstring)."""
         for request in resuming:
-            request.scan_left = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
+            request.scan_left = conf.RESUME_MAX_FRAMES * limits.RESUME_SCAN_PER_FRAME
             request.at = request.after or Vector()
         base_stream = transport.stream_of(base_channel())
         #: Offsets of the account events read, in order: each request's count of them is
@@ -321,7 +321,7 @@ class Resumer:
             for index, (channel, _, position) in enumerate(entries):
                 message, among = page.messages[index], page.missed_by[index]
                 await self._plan_entry(channel, position, among, message, readers.get(index), order)
-            budget = conf.RESUME_MAX_FRAMES * RESUME_SCAN_PER_FRAME
+            budget = conf.RESUME_MAX_FRAMES * limits.RESUME_SCAN_PER_FRAME
             for request in active:
                 cursor = (request.after or Vector()).get(base_stream)
                 if cursor is None:
