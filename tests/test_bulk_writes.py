@@ -1056,6 +1056,26 @@ def test_a_bulk_write_costs_the_same_statements_for_10_rows_as_for_300(
     assert run(10, "a") == run(300, "b")
 
 
+def test_a_guarded_bulk_delete_costs_the_same_statements_for_3_rows_as_for_30(
+    acme: Workspace, make_user: Any
+) -> None:
+    """The readers of a guarded model's rows a delete removes are asked for the rows of a
+    scope together: the statements do not grow with the rows."""
+    for name in ("ann", "bob"):
+        make_user(name, member_of=acme)
+    ann = get_user_model().objects.get(username="ann")
+
+    def run(count: int) -> int:
+        for number in range(count):
+            PrivateNote.objects.create(workspace=acme, author=ann, title=f"n{number}")
+        forget_messages()
+        used = statements(lambda: PrivateNote.objects.filter(workspace=acme).delete())
+        assert len(events()) == count
+        return used
+
+    assert run(3) == run(30)
+
+
 # silent() and the async forms ----------------------------------------------------------------
 
 

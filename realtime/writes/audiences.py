@@ -19,7 +19,7 @@ Every statement goes to the database of the write, never a replica.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import models
@@ -518,27 +518,49 @@ def delete_event(
     options: ModelOptions, instance: models.Model, using: str | None = None
 ) -> Event | None:
     """Read a deletion's event and decide its audiences while the row still exists."""
-    event = read_event(options, instance, "deleted", using=using)
-    if event is None:
-        return None
+    found = delete_events(options, [instance], using or instance._state.db or "default")
+    return found[0] if found else None
+
+
+def delete_events(
+    options: ModelOptions, instances: Sequence[models.Model], using: str
+) -> list[Event]:
+    """``delete_event`` of the rows ``instances`` (a bulk delete's, on ``using``): a guarded
+    model's readers are asked for the rows of each scope together (``views.audience``: one
+    statement for their columns, as for one row), not row by row."""
+    events = [read_event(options, instance, "deleted", using=using) for instance in instances]
+    told = [event for event in events if event is not None]
     if options.user_field is not None:
-        event.readers = recipients(event)
-        return event
-    db = using or instance._state.db or "default"
+        for event in told:
+            event.readers = recipients(event)
+        return told
     if options.guard is not None:
-        event.readers = guarded_readers(event, db)
-    if options.shared_via is not None:
-        event.shared = shared_readers(event, db)
-    if not options.is_global:
-        event.outside = outside_recipients(event)
-    return event
+        guarded_readers(options, told, using)
+    for event in told:
+        if options.shared_via is not None:
+            event.shared = shared_readers(event, using)
+        if not options.is_global:
+            event.outside = outside_recipients(event)
+    return told
 
 
-def guarded_readers(event: Event, using: str) -> list[Any]:
-    """The accounts who may read a guarded row (its scope's members; every active account,
-    for a global model), as delivery would decide them (``views.audience``), on ``using``,
-    in the write's transaction."""
-    pool = readers_pool(event.options, event.scope_id, using)
-    frame = (event.event_type, event.data)
-    (found,) = audience(event.options, event.scope_id, pool, [event.pk], using, lambda pk: frame)
-    return found
+def _frames(events: Sequence[Event]) -> Callable[[Any], tuple[str, dict[str, Any]]]:
+    """Each row's frame among ``events``, by its key: what an audience is asked about."""
+    frames = {row_key(event.pk): (event.event_type, event.data) for event in events}
+    return lambda pk: frames[row_key(pk)]
+
+
+def guarded_readers(options: ModelOptions, events: Sequence[Event], using: str) -> None:
+    """Give each event of a guarded row the accounts who may read the row (its scope's
+    members; every active account, for a global model), as delivery would decide them
+    (``views.audience``), on ``using``, in the write's transaction: asked for the rows of
+    each scope together."""
+    by_scope: dict[Any, list[Event]] = {}
+    for event in events:
+        by_scope.setdefault(event.scope_id, []).append(event)
+    for scope, group in by_scope.items():
+        pool = readers_pool(options, scope, using)
+        pks = [event.pk for event in group]
+        found = audience(options, scope, pool, pks, using, _frames(group))
+        for event, readers in zip(group, found, strict=True):
+            event.readers = readers

@@ -72,7 +72,7 @@ from realtime.writes.audiences import (
     READ_CHUNK,
     Plan,
     accounts_of_rows,
-    delete_event,
+    delete_events,
     first_hop_attname,
     moves_audience,
     plan_before,
@@ -402,7 +402,7 @@ def _announce_deleted(
 
     def announce() -> None:
         rows, rest = _returned(model, db, returning, count)
-        _add_all((delete_event(options, row, db) for row in rows), db)
+        _add_all(delete_events(options, rows, db), db)
         _fold(options, "deleted", [values[0] if values else None for values in rest], db)
 
     failsafe(f"a bulk delete of {options.name}", db, True, announce)
@@ -459,10 +459,7 @@ def _doomed_events(
         rows = list(whole[: limit + 1])
         if len({row.pk for row in rows}) < len(rows):  # read once per related row
             rows = list(whole.distinct()[: limit + 1])
-        for row in rows[:limit]:
-            event = delete_event(options, row, db)
-            if event is not None:
-                events.append(event)
+        events.extend(delete_events(options, rows[:limit], db))
         rest = None
         if len(rows) > limit:
             rest = (rows[limit].pk, _audiences_of(options, doomed.filter(pk__gte=rows[limit].pk)))
