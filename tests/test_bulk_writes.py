@@ -1076,6 +1076,40 @@ def test_a_guarded_bulk_delete_costs_the_same_statements_for_3_rows_as_for_30(
     assert run(3) == run(30)
 
 
+@pytest.mark.parametrize("write", ["update", "bulk_create", "delete"])
+def test_a_bulk_write_along_an_account_path_costs_the_same_statements_for_3_rows_as_for_30(
+    write: str,
+) -> None:
+    """Each row's accounts along ``thread.members`` are read for all the rows together."""
+    from tests.testapp.models import Message, Thread
+
+    thread = Thread.objects.create(title="t")
+    thread.members.set([get_user_model().objects.create(username=name) for name in "ab"])
+
+    def run(count: int) -> int:
+        made = [Message(thread=thread, text=f"m{n}") for n in range(count)]
+        if write != "bulk_create":
+            Message.objects.bulk_create(made)
+        forget_messages()
+
+        def bulk() -> None:
+            if write == "update":
+                Message.objects.update(text="again")
+            elif write == "bulk_create":
+                Message.objects.bulk_create(made)
+            else:
+                Message.objects.all().delete()
+
+        used = statements(bulk)
+        assert [m["user_ids"] for m in events("users")] == [
+            sorted(thread.members.values_list("pk", flat=True))
+        ] * count
+        Message.objects.all().delete()
+        return used
+
+    assert run(3) == run(30)
+
+
 # silent() and the async forms ----------------------------------------------------------------
 
 

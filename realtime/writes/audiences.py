@@ -47,6 +47,8 @@ from realtime.writes.events import (
     lacks_columns,
     read_columns,
     read_event,
+    reads_rows_apart,
+    to_many_of_rows,
 )
 from realtime.writes.failsafe import failsafe
 from realtime.writes.views import (
@@ -525,10 +527,21 @@ def delete_event(
 def delete_events(
     options: ModelOptions, instances: Sequence[models.Model], using: str
 ) -> list[Event]:
-    """``delete_event`` of the rows ``instances`` (a bulk delete's, on ``using``): a guarded
-    model's readers are asked for the rows of each scope together (``views.audience``: one
-    statement for their columns, as for one row), not row by row."""
-    events = [read_event(options, instance, "deleted", using=using) for instance in instances]
+    """``delete_event`` of the rows ``instances`` (a bulk delete's, on ``using``): what their
+    events read of other rows (to-many targets, accounts along a path) is read for them
+    together (``to_many_of_rows``), and a guarded model's readers are asked for the rows of
+    each scope together (``views.audience``: one statement for their columns, as for one
+    row), not row by row."""
+    known: dict[Any, dict[str, list[Any]]] = {}
+    if len(instances) > 1 and reads_rows_apart(options):
+        pks = [instance.pk for instance in instances]
+        known = to_many_of_rows(options, options.model, pks, using)
+    events = [
+        read_event(
+            options, instance, "deleted", to_many=known.get(row_key(instance.pk)), using=using
+        )
+        for instance in instances
+    ]
     told = [event for event in events if event is not None]
     if options.user_field is not None:
         for event in told:

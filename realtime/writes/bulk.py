@@ -92,6 +92,7 @@ from realtime.writes.events import (
     folded_event,
     read_by,
     read_event,
+    reads_rows_apart,
     to_many_of_rows,
     with_columns_of,
 )
@@ -261,7 +262,7 @@ def created(
             return
         announced = exact[: conf.BULK_LIMIT]
         keyed: dict[Any, dict[str, list[Any]]] = {}
-        if options.keyed_relations:  # keys declared with to_field: read for all at once
+        if reads_rows_apart(options, created=True):  # to_field keys, accounts: all at once
             keyed = to_many_of_rows(options, model, [o.pk for o in announced], db, created=True)
         _add_all(
             (

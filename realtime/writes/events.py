@@ -58,7 +58,14 @@ from realtime.encoding import (
 from realtime.logs import log_hook_failure
 from realtime.messages import LINKS
 from realtime.middleware import current_origin
-from realtime.paths import is_foreign_key, key_fields, split_path, target_pk, values_on_path
+from realtime.paths import (
+    is_foreign_key,
+    key_fields,
+    key_lookup,
+    split_path,
+    target_pk,
+    values_on_path,
+)
 from realtime.primary import primary
 from realtime.registry import ModelOptions, generic_fk, wire_name
 from realtime.writes.failsafe import savepoint_from_first_query
@@ -191,7 +198,7 @@ def read_event(
         if scope_id is None and not (scopeless or options.is_global):
             return None
     else:
-        user_ids = read_accounts(options, instance, using)
+        user_ids = read_accounts(options, instance, using, to_many)
     data: dict[str, Any] = {"model": options.name, "id": jsonable(pk)}
     encoders = options.encoders
     for wire, attname in options.field_attnames.items():
@@ -506,25 +513,52 @@ def to_many_of_rows(
     """The targets of each to-many relation of the rows ``pks``, and of each foreign key
     declared with ``to_field`` (by their primary keys), by ``row_key``: one statement per
     relation and 500 rows (each row's list cut past 50, as one row's read is). ``created``:
-    rows just inserted, which have no to-many targets yet (their keys alone are read)."""
+    rows just inserted, which have no to-many targets yet (their keys alone are read). And,
+    under ``ACCOUNTS``, the accounts a ``user_field`` path of more than one hop reaches from
+    each (one more statement per 500 rows, where ``read_accounts`` would cost one per row)."""
     found: dict[Any, dict[str, list[Any]]] = {row_key(pk): {} for pk in pks}
     lookups = [(name, f"{name}__pk") for name in options.keyed_relations]
     if not created:
         lookups += [(name, name) for name in options.to_many]
+    path = options.user_field
+    if path is not None and len(split_path(path)) > 1:
+        lookups.append((ACCOUNTS, key_lookup(model, path)))
     for name, lookup in lookups:
+        most = None if name == ACCOUNTS else limits.MAX_RELATION_CHANNELS
         for chunk in chunked(list(pks), ROWS_PER_STATEMENT):
             rows = model._base_manager.using(using).filter(pk__in=chunk).order_by()
             for pk, target in rows.values_list("pk", lookup):
                 targets = found[row_key(pk)].setdefault(name, [])
-                if target is not None and len(targets) <= limits.MAX_RELATION_CHANNELS:
+                if target is not None and (most is None or len(targets) <= most):
                     targets.append(target)
     return found
 
 
+#: The key of ``to_many_of_rows``' answer under which a row's accounts are (no field's name).
+ACCOUNTS = "accounts of user_field"
+
+
+def reads_rows_apart(options: ModelOptions, created: bool = False) -> bool:
+    """Whether ``to_many_of_rows`` reads anything for rows of ``options`` (``created``: rows
+    just inserted): what a bulk write reads for its rows together."""
+    path = options.user_field
+    return bool(
+        options.keyed_relations
+        or (options.to_many and not created)
+        or (path is not None and len(split_path(path)) > 1)
+    )
+
+
 def read_accounts(
-    options: ModelOptions, instance: models.Model, using: str | None = None
+    options: ModelOptions,
+    instance: models.Model,
+    using: str | None = None,
+    known: dict[str, list[Any]] | None = None,
 ) -> list[Any]:
-    """The account ids a ``user_field`` path reaches from ``instance`` (an empty hop: none)."""
+    """The account ids a ``user_field`` path reaches from ``instance`` (an empty hop: none);
+    ``known``: what ``to_many_of_rows`` read of its row, its accounts among it."""
+    if known is not None and ACCOUNTS in known:
+        return sorted_ids(known[ACCOUNTS])
     return values_on_path(instance, options.user_field or "", using)
 
 
