@@ -723,6 +723,42 @@ def test_an_upsert_moving_a_row_tells_the_scope_it_left(acme: Workspace, beta: W
     ]
 
 
+@pytest.mark.skipif(
+    "not __import__('django.db').db.connection.features.supports_update_conflicts",
+    reason="needs update_conflicts",
+)
+def test_an_upsert_announces_the_rows_it_inserted_as_created_and_those_there_as_updated(
+    acme: Workspace,
+) -> None:
+    """Where the rows can be matched before the write (``unique_fields``), a row the upsert
+    inserted is ``created`` (a client that applies ``updated`` only to rows it holds would
+    never show it); without them (MySQL and MariaDB match on any unique key), the database
+    does not tell which went in, and every row is ``updated``."""
+    (there,) = tickets(acme, 1)
+    target: dict[str, Any] = {"unique_fields": ["title"]}
+    if not connection.features.supports_update_conflicts_with_target:
+        target = {}
+
+    Ticket.objects.bulk_create(
+        [Ticket(workspace=acme, title=there.title, points=4), Ticket(workspace=acme, title="new")],
+        update_conflicts=True,
+        update_fields=["points"],
+        **target,
+    )
+
+    heard = {e["data"]["title"]: (e["event_type"], e["meta"]) for e in events()}
+    if target:
+        assert heard == {
+            "new": ("ticket.created", {}),
+            there.title: ("ticket.updated", {"changed": ["points"]}),
+        }
+    else:
+        assert {title: kind for title, (kind, _) in heard.items()} == {
+            "new": "ticket.updated",
+            there.title: "ticket.updated",
+        }
+
+
 def test_bulk_create_with_positional_batch_size_is_announced(acme: Workspace) -> None:
     Ticket.objects.bulk_create([Ticket(workspace=acme, title=f"t{i}") for i in range(3)], 2)
 

@@ -47,7 +47,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import NotSupportedError, connections, models, transaction
@@ -159,12 +159,15 @@ def _upserted(
     exact: list[models.Model],
     objs: Sequence[models.Model],
     kwargs: dict[str, Any],
-    befores: dict[Any, Before],
+    upsert: Upsert,
     db: str,
 ) -> None:
-    """Announce an upsert's rows as they are now: a row that was there kept the columns
-    ``update_fields`` leave out (its scope among them, unless listed), whatever the object
-    holds. What the objects know of their rows: the columns every row got from them."""
+    """Announce an upsert's rows as they are now: a row that was there (``upsert``) is
+    ``updated``, and kept the columns ``update_fields`` leave out (its scope among them,
+    unless listed), whatever the object holds; one it inserted is ``created``; where which
+    is which is not known, every row is ``updated``. What the objects know of their rows:
+    the columns every row got from them."""
+    befores = upsert.befores
     model = options.model
     meta = model._meta
     unique = [field.attname for field in _unique_fields(model, kwargs)]
@@ -172,20 +175,25 @@ def _upserted(
     made = tracking.fate(db)
     for obj in exact:
         tracking.saved(obj, written, db, made)
-    if "updated" not in options.actions:
-        return
     changed = sorted({meta.get_field(name).name for name in kwargs["update_fields"]})
     announced = exact[: conf.BULK_LIMIT]
     rows = _stored_rows(model, {obj.pk for obj in announced}, db)
     to_many = to_many_of_rows(options, model, list(rows), db)
-    _add_all(
-        (
-            _updated_event(options, rows[obj.pk], changed, befores.get(obj.pk), to_many, db)
-            for obj in announced
-            if obj.pk in rows
-        ),
-        db,
-    )
+
+    def event(obj: models.Model) -> Event | None:
+        row = rows[obj.pk]
+        if upsert.existing is not None and row_key(obj.pk) not in upsert.existing:
+            if "created" not in options.actions:
+                return None
+            known = to_many[row_key(obj.pk)]
+            return read_event(options, row, "created", None, to_many=known, using=db)
+        if "updated" not in options.actions:
+            return None
+        return _updated_event(options, row, changed, befores.get(obj.pk), to_many, db)
+
+    _add_all((event(obj) for obj in announced if obj.pk in rows), db)
+    if "updated" not in options.actions:
+        return
     surplus = [obj.pk for obj in exact[conf.BULK_LIMIT :]]
     past_limit = set(surplus)
     audiences = [_past_audience(options, b) for pk, b in befores.items() if pk in past_limit]
@@ -197,29 +205,40 @@ def _upserted(
     _fold(options, "updated", audiences, db)
 
 
+@dataclass
+class Upsert:
+    """What the rows a ``bulk_create(update_conflicts=True)`` may update were before it: the
+    keys (``row_key``) of those already there, ``None`` where that is not known (the rows
+    cannot be matched: MySQL names no ``unique_fields``), and who could read those its
+    ``update_fields`` may move."""
+
+    existing: set[Any] | None = None
+    befores: dict[Any, Before] = field(default_factory=dict)
+
+
 def before_upsert(
     queryset: models.QuerySet[Any, Any], objs: Sequence[models.Model], kwargs: dict[str, Any]
-) -> dict[Any, Before]:
-    """Who could read each row a ``bulk_create(update_conflicts=True)`` may update, where its
-    ``update_fields`` may move rows (a column that decides who reads them): the rows its
-    ``unique_fields`` match, read before the write (one statement per 100 objects). Empty
-    for any other ``bulk_create``, and where the rows cannot be matched so (MySQL names no
-    ``unique_fields``)."""
+) -> Upsert:
+    """What the rows an upsert matches were before it (``Upsert``): the rows its
+    ``unique_fields`` match, read before the write (one statement per 100 objects), and
+    their readers where its ``update_fields`` may move rows (a column that decides who reads
+    them). Empty for any other ``bulk_create``, and where the rows cannot be matched so."""
     if not kwargs.get("update_conflicts") or not kwargs.get("unique_fields"):
-        return {}
+        return Upsert()
     options = _options(queryset)
     model, db = queryset.model, write_alias(queryset)
     try:
         written = {_attname(model, name) for name in kwargs.get("update_fields") or ()}
         unique = _unique_fields(model, kwargs)
     except Exception:
-        return {}  # bulk_create raises its own error
+        return Upsert()  # bulk_create raises its own error
     if not all(field.concrete for field in unique):
-        return {}  # and so for fields it cannot match by
-    if "updated" not in options.actions or not written & set(planned_attnames(options)):
-        return {}
+        return Upsert()  # and so for fields it cannot match by
+    if not {"created", "updated"} & set(options.actions):
+        return Upsert()
+    moving = "updated" in options.actions and bool(written & set(planned_attnames(options)))
 
-    def read() -> dict[Any, Before]:
+    def read() -> Upsert:
         stored = model._base_manager.using(db)
         pks: list[Any] = []
         for chunk in chunked(list(objs), 100):
@@ -227,9 +246,10 @@ def before_upsert(
             for obj in chunk:
                 matched |= Q(**{field.attname: getattr(obj, field.attname) for field in unique})
             pks += stored.filter(matched).values_list("pk", flat=True)
-        return scoped_befores(options, stored, pks)
+        befores = scoped_befores(options, stored, pks) if moving else {}
+        return Upsert({row_key(pk) for pk in pks}, befores)
 
-    return failsafe(f"a bulk create of {options.name}", db, True, read) or {}
+    return failsafe(f"a bulk create of {options.name}", db, True, read) or Upsert()
 
 
 def _unique_fields(model: type[models.Model], kwargs: dict[str, Any]) -> list[Any]:
@@ -243,10 +263,10 @@ def created(
     queryset: models.QuerySet[Any, Any],
     objs: Sequence[models.Model],
     kwargs: dict[str, Any],
-    befores: dict[Any, Before],
+    upsert: Upsert,
 ) -> None:
     """Announce the rows ``bulk_create`` wrote (``kwargs``: the options it was given;
-    ``befores``: who could read the rows an upsert may have moved, ``before_upsert``)."""
+    ``upsert``: what the rows an upsert matched were before it, ``before_upsert``)."""
     options = _options(queryset)
     model, db = queryset.model, write_alias(queryset)
 
@@ -254,7 +274,7 @@ def created(
         # ignore_conflicts: which rows went in is not known. update_conflicts: whether a row
         # went in or was there is not told apart; all are updated, as the rows are now.
         if kwargs.get("update_conflicts"):
-            _upserted(options, [o for o in objs if o.pk is not None], objs, kwargs, befores, db)
+            _upserted(options, [o for o in objs if o.pk is not None], objs, kwargs, upsert, db)
             return
         exact = [] if kwargs.get("ignore_conflicts") else [o for o in objs if o.pk is not None]
         tracking.inserted(exact, db)

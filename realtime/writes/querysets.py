@@ -156,7 +156,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             if _reaches_djangos(type(self), "bulk_create"):  # Django refuses them, as it says
                 return super().bulk_create(objs, *args, **kwargs)
             given = None  # the application's own bulk_create takes them: not told apart
-        befores = bulk.before_upsert(self, objs, given) if given and _announcing(self) else {}
+        upsert = bulk.before_upsert(self, objs, given) if given and _announcing(self) else None
         create = functools.partial(super().bulk_create, objs, *args, **kwargs)
         for side in sides:
             create = functools.partial(link_tables.around_create, side, objs, db, create)
@@ -167,7 +167,7 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             if given is None:
                 bulk.not_announced(self, "bulk_create")
             else:
-                bulk.created(self, created, given, befores)
+                bulk.created(self, created, given, upsert or bulk.Upsert())
         return created
 
     def bulk_update(
