@@ -18,7 +18,9 @@ held. Both sides ask the same hooks here, so the rule is written once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from django.db import models
@@ -177,17 +179,58 @@ def shared_readers_of(
     if options.shared_via is None:
         return []
     try:
-        root = load_root(options, pk, root_pk, using)
-        if root is None:
-            return []
-        found = set(account_ids(get_auth().shared_readers(root, scope_id)))
-        found -= set(member_ids(scope_id, using))
+        memo = _shared_memo.get()
+        key = (options.model, normal_id(root_pk), normal_id(scope_id), using)
+        if memo is not None and root_pk is not None and key in memo:
+            found = set(memo[key])
+        else:
+            root = load_root(options, pk, root_pk, using)
+            if root is None:
+                return []
+            found = set(account_ids(get_auth().shared_readers(root, scope_id)))
+            found -= members_of(scope_id, using)
+            if memo is not None and root_pk is not None:
+                memo[key] = frozenset(found)
         if found and options.guard is not None:
             found = set(readers(options, pk, found, using=using))
         return sorted_ids(found)
     except Exception as exc:
         log_hook_failure(logger, "realtime: shared_readers() failed for %s; %s", exc, what, failing)
         return None
+
+
+#: The readers of shared roots outside their scopes asked while a publication is built, by
+#: model, root, scope and alias, and scopes' members (``shared_readers_once``); ``None``
+#: outside one.
+_shared_memo: ContextVar[dict[Any, frozenset[Any]] | None] = ContextVar(
+    "realtime_shared_memo", default=None
+)
+
+
+@contextmanager
+def shared_readers_once() -> Iterator[None]:
+    """Within the block, each shared root's readers outside a scope are asked once: the rows
+    of a bulk write that share a root (a project's tasks) cost its reads (the root, the
+    application's ``shared_readers``, the scope's members) once, not once per row. What a
+    guard admits of them is still asked per row."""
+    token = _shared_memo.set({})
+    try:
+        yield
+    finally:
+        _shared_memo.reset(token)
+
+
+def members_of(scope_id: Any, using: str | None = None) -> frozenset[Any]:
+    """The ids of a scope's members (``normal_id``); read once per scope within
+    ``shared_readers_once``."""
+    memo = _shared_memo.get()
+    key = ("members", normal_id(scope_id), using)
+    if memo is not None and key in memo:
+        return memo[key]
+    found = frozenset(sorted_ids(member_ids(scope_id, using)))
+    if memo is not None:
+        memo[key] = found
+    return found
 
 
 def load_root(options: ModelOptions, pk: Any, root_pk: Any = None, using: str | None = None) -> Any:

@@ -1146,6 +1146,37 @@ def test_a_bulk_write_along_an_account_path_costs_the_same_statements_for_3_rows
     assert run(3) == run(30)
 
 
+@pytest.mark.parametrize("moving", [False, True])
+def test_an_update_of_rows_sharing_a_root_asks_its_outside_readers_once(
+    acme: Workspace, beta: Workspace, make_user: Any, moving: bool
+) -> None:
+    """The readers of a shared root outside the scope (its load, the ``shared_readers``
+    hook, the scope's members) are asked once for the rows of a write that share it, before
+    the write (a move) and after: the statements, publication included, do not grow with
+    the rows."""
+    from tests.testapp.models import Project, Task
+
+    make_user("bee", member_of=beta)
+    project = Project.objects.create(workspace=acme, name="P")
+    project.shared_with.add(beta)
+    gamma = Workspace.objects.create(name="Gamma", slug="gamma")
+
+    def run(count: int) -> int:
+        for number in range(count):
+            Task.objects.create(workspace=acme, project=project, title=f"t{number}")
+        forget_messages()
+        with CaptureQueriesContext(connection) as captured, transaction.atomic():
+            if moving:
+                Task.objects.filter(workspace=acme).update(workspace=gamma)
+            else:
+                Task.objects.filter(workspace=acme).update(title="again")
+        assert len(events("users")) == count
+        Task.objects.all().delete()
+        return len(captured.captured_queries)
+
+    assert run(3) == run(30)
+
+
 # silent() and the async forms ----------------------------------------------------------------
 
 

@@ -37,7 +37,7 @@ from realtime.paths import (
     target_pks,
     values_on_path,
 )
-from realtime.readers import shared_readers_of
+from realtime.readers import shared_readers_of, shared_readers_once
 from realtime.registry import ModelOptions, relation_target, wire_name
 from realtime.writes import tracking
 from realtime.writes.events import (
@@ -448,12 +448,13 @@ def scoped_befores(
     500 rows), a guard's readers (asked for all the rows of a scope together), the readers of
     a shared root (asked of the application's hook, row by row)."""
     befores: dict[Any, Before] = {}
-    for chunk in chunked(pks, READ_CHUNK):
-        for old in stored.filter(pk__in=chunk):
-            plan = Plan(Past(old, None, stored=True, using=old._state.db), queries=True)
-            before = take_before(options, plan, always=True)
-            if before is not None:
-                befores[old.pk] = before
+    with shared_readers_once():
+        for chunk in chunked(pks, READ_CHUNK):
+            for old in stored.filter(pk__in=chunk):
+                plan = Plan(Past(old, None, stored=True, using=old._state.db), queries=True)
+                before = take_before(options, plan, always=True)
+                if before is not None:
+                    befores[old.pk] = before
     if options.guard is not None:
         by_scope: dict[Any, list[Any]] = {}
         for pk, before in befores.items():

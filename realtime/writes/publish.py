@@ -32,6 +32,7 @@ from realtime.compat.django import in_manual_transaction, in_transaction
 from realtime.encoding import normal_id, sorted_ids
 from realtime.logs import log_hook_failure, log_operation
 from realtime.messages import mark_publication, named_alias
+from realtime.readers import shared_readers_once
 from realtime.transports import get_transport
 from realtime.transports.base import Transport
 from realtime.writes.events import Event
@@ -142,6 +143,20 @@ def build(
     ended = [session for item in asked for session in item.ended_sessions]
     if rechecks:
         _extend(messages, runs, recheck_messages(rechecks, budget, ended), RECHECKS)
+    with shared_readers_once():
+        _build_events(coalesced, budget, seqs, using, messages, runs)
+    return Built(mark_publication(messages, budget), runs)
+
+
+def _build_events(
+    coalesced: list[tuple[Event | Announcement, int]],
+    budget: int | None,
+    seqs: Sequence[int] | None,
+    using: str | None,
+    messages: list[tuple[str, bytes]],
+    runs: list[tuple[int, int]],
+) -> None:
+    """The messages of ``coalesced`` but the rechecks, added to ``messages`` and ``runs``."""
     for item, last in coalesced:
         if isinstance(item, Recheck):
             continue
@@ -163,7 +178,6 @@ def build(
             )
             continue
         _extend(messages, runs, made, 0 if seqs is None else seqs[last] // limits.RELAY_ROWS)
-    return Built(mark_publication(messages, budget), runs)
 
 
 def _extend(

@@ -37,12 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from realtime.audience import readers_of_rows
-from realtime.auth import account_ids, get_auth, member_ids, overridden, readers_pool
+from realtime.auth import account_ids, get_auth, overridden, readers_pool
 from realtime.encoding import jsonable, normal_id, row_key, sorted_ids
 from realtime.logs import log_hook_failure
 from realtime.messages import named_alias
 from realtime.primary import on_primary
-from realtime.readers import shared_readers_of
+from realtime.readers import members_of, shared_readers_of
 from realtime.registry import ModelOptions
 from realtime.writes.events import Before, Event, read_event
 from realtime.writes.packing import about_row, place_messages, scope_messages, users_messages
@@ -93,7 +93,7 @@ def _outside_new_scope(event: Event, was: list[Any], using: str | None) -> list[
     ``created``), and a leave frame sent after that would take the row from a reader."""
     if not was:
         return was
-    members = set(sorted_ids(member_ids(event.scope_id, using)))
+    members = members_of(event.scope_id, using)
     inside = [account for account in was if account in members]
     if inside and event.options.guard is not None:
         (inside,) = audience(
