@@ -446,7 +446,8 @@ def scoped_befores(
 ) -> dict[Any, Before]:
     """Who could read each row before the update: its scope and channels (one statement per
     500 rows), a guard's readers (asked for all the rows of a scope together), the readers of
-    a shared root (asked of the application's hook, row by row)."""
+    a shared root (asked of the application's hook once per root and scope:
+    ``shared_readers_once``)."""
     befores: dict[Any, Before] = {}
     with shared_readers_once():
         for chunk in chunked(pks, READ_CHUNK):

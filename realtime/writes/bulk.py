@@ -271,8 +271,8 @@ def created(
     model, db = queryset.model, write_alias(queryset)
 
     def announce() -> None:
-        # ignore_conflicts: which rows went in is not known. update_conflicts: whether a row
-        # went in or was there is not told apart; all are updated, as the rows are now.
+        # ignore_conflicts: which rows went in is not known. update_conflicts: the rows its
+        # unique_fields matched before it were there (updated), the others went in.
         if kwargs.get("update_conflicts"):
             _upserted(options, [o for o in objs if o.pk is not None], objs, kwargs, upsert, db)
             return
