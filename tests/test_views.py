@@ -197,6 +197,19 @@ class NoGuestReadsNotes(RealtimeAuth):
         return [account for account in admitted if account not in guests]
 
 
+def made_private(workspace: Workspace, author: Any, write: str) -> list[tuple[str, Any]]:
+    """(event type, ``only``) of each message of a public note of ``author`` made private by
+    ``write`` (``save`` or ``update``)."""
+    note = PrivateNote.objects.create(workspace=workspace, author=author, title="x", public=True)
+    forget_messages()
+    if write == "save":
+        note.public = False
+        note.save()
+    else:
+        PrivateNote._default_manager.filter(pk=note.pk).update(public=False)
+    return [(m["event_type"], m["only"]) for m in events()]
+
+
 @pytest.mark.parametrize("write", ["save", "update"])
 def test_a_guarded_row_leaves_only_the_readers_the_audience_admitted(
     workspace: Workspace, make_user: MakeUser, settings: Any, write: str
@@ -205,14 +218,7 @@ def test_a_guarded_row_leaves_only_the_readers_the_audience_admitted(
     ann = make_user("ann", member_of=workspace)
     bob = make_user("bob", member_of=workspace)
     make_user("guest", member_of=workspace)
-    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="x", public=True)
-    forget_messages()
-    if write == "save":
-        note.public = False
-        note.save()
-    else:
-        PrivateNote._default_manager.filter(pk=note.pk).update(public=False)
-    assert [(m["event_type"], m["only"]) for m in events()] == [
+    assert made_private(workspace, ann, write) == [
         ("private_note.deleted", [bob.pk]),
         ("private_note.updated", [ann.pk]),
     ]
@@ -226,14 +232,7 @@ def test_an_inactive_account_is_told_no_guarded_row_left_its_view(
     bob = make_user("bob", member_of=workspace)
     away = make_user("away", member_of=workspace)
     get_user_model()._default_manager.filter(pk=away.pk).update(is_active=False)
-    note = PrivateNote.objects.create(workspace=workspace, author=ann, title="x", public=True)
-    forget_messages()
-    if write == "save":
-        note.public = False
-        note.save()
-    else:
-        PrivateNote._default_manager.filter(pk=note.pk).update(public=False)
-    assert [(m["event_type"], m["only"]) for m in events()] == [
+    assert made_private(workspace, ann, write) == [
         ("private_note.deleted", [bob.pk]),
         ("private_note.updated", [ann.pk]),
     ]
