@@ -199,8 +199,9 @@ def test_a_queryset_delete_is_one_statement_with_the_callers_filter(
     workspace: Workspace,
 ) -> None:
     (delete,) = deletes_of_a_queryset_delete(workspace)
-    assert "workspace_id" in delete
-    assert " IN (" not in delete
+    assert "workspace_id" in delete  # the caller's filter, not a collected delete's keys alone
+    if django_orm.can_return_rows("default"):  # else narrowed to the rows read before it
+        assert " IN (" not in delete
     assert django_compat._verdicts[django_orm.FAST_DELETE] is True
 
 
