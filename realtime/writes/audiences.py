@@ -19,7 +19,7 @@ Every statement goes to the database of the write, never a replica.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import models
@@ -52,6 +52,7 @@ from realtime.writes.events import (
 )
 from realtime.writes.failsafe import failsafe
 from realtime.writes.views import (
+    as_events,
     as_leaving,
     audience,
     outside_recipients,
@@ -559,12 +560,6 @@ def delete_events(
     return told
 
 
-def _frames(events: Sequence[Event]) -> Callable[[Any], tuple[str, dict[str, Any]]]:
-    """Each row's frame among ``events``, by its key: what an audience is asked about."""
-    frames = {row_key(event.pk): (event.event_type, event.data) for event in events}
-    return lambda pk: frames[row_key(pk)]
-
-
 def guarded_readers(options: ModelOptions, events: Sequence[Event], using: str) -> None:
     """Give each event of a guarded row the accounts who may read the row (its scope's
     members; every active account, for a global model), as delivery would decide them
@@ -576,6 +571,6 @@ def guarded_readers(options: ModelOptions, events: Sequence[Event], using: str) 
     for scope, group in by_scope.items():
         pool = readers_pool(options, scope, using)
         pks = [event.pk for event in group]
-        found = audience(options, scope, pool, pks, using, _frames(group))
+        found = audience(options, scope, pool, pks, using, as_events(group))
         for event, readers in zip(group, found, strict=True):
             event.readers = readers

@@ -97,7 +97,7 @@ def _outside_new_scope(event: Event, was: list[Any], using: str | None) -> list[
     inside = [account for account in was if account in members]
     if inside and event.options.guard is not None:
         (inside,) = audience(
-            event.options, event.scope_id, inside, [event.pk], using, _as_event(event)
+            event.options, event.scope_id, inside, [event.pk], using, as_events([event])
         )
     kept = set(sorted_ids(inside))
     return [account for account in was if account not in kept]
@@ -192,7 +192,7 @@ def _scope_messages(
             options.is_global, now_scope, event.event_type, event.kept, meta=meta, **here
         )
     pool = readers_pool(options, event.scope_id, using)
-    (found,) = audience(options, event.scope_id, pool, [event.pk], using, _as_event(event))
+    (found,) = audience(options, event.scope_id, pool, [event.pk], using, as_events([event]))
     now = set(sorted_ids(found))
     was = set(before.readers)
     kinds = (
@@ -334,8 +334,10 @@ def audience(
     return out
 
 
-def _as_event(event: Event) -> Frame:
-    return lambda pk: (event.event_type, event.data)
+def as_events(events: Sequence[Event]) -> Frame:
+    """Each row's frame among ``events``, by its key: what an audience is asked about."""
+    frames = {row_key(event.pk): (event.event_type, event.data) for event in events}
+    return lambda pk: frames[row_key(pk)]
 
 
 def as_leaving(options: ModelOptions) -> Frame:
