@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 
 from realtime import limits
 from realtime.chunks import chunked
@@ -25,6 +25,24 @@ from realtime.primary import primary
 from realtime.registry import ModelOptions
 
 logger = logging.getLogger(__name__)
+
+
+def guard_condition(options: ModelOptions, user: Any) -> Q | None:
+    """What ``options.guard`` answers for the account ``user``: the condition its readable
+    rows meet. ``None`` when the guard raises: it is application code, logged at ERROR with
+    its traceback within its place's budget, and the account reads none of the rows (the
+    write, the socket and the other accounts go on)."""
+    assert options.guard is not None
+    try:
+        return options.guard(user)
+    except Exception as exc:
+        log_hook_failure(
+            logger,
+            "realtime: the guard of %s failed for an account; it reads none of its rows",
+            exc,
+            options.name,
+        )
+        return None
 
 
 def readers(
@@ -72,15 +90,8 @@ def readers_of_rows(
     columns: set[str] = set()
     forms: Forms = {}
     for user in users:
-        try:
-            condition = guard(user)
-        except Exception as exc:  # application code: an account it fails for reads nothing
-            log_hook_failure(
-                logger,
-                "realtime: the guard of %s failed for an account; it reads none of its rows",
-                exc,
-                options.name,
-            )
+        condition = guard_condition(options, user)
+        if condition is None:
             continue
         decided = in_process(model, condition, forms)
         if decided is None:

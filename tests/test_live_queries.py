@@ -27,6 +27,7 @@ from realtime.checks.declarations import check_models
 from realtime.collations import loose_key
 from realtime.registry import ModelOptions, options_for
 from realtime.sockets.live_queries import (
+    FOLDED,
     TYPED,
     LiveQuery,
     ModelQueries,
@@ -58,6 +59,7 @@ from tests.testapp.models import (
     Point,
     Shift,
     Workspace,
+    may_read_case,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -840,6 +842,55 @@ async def test_a_query_a_write_cannot_be_matched_against_reads_again_and_stops_n
     assert entered(fine) == entered(odd) == ["one", "two"]
     failures = [r for r in caplog.records if "could not match a write" in r.getMessage()]
     assert len(failures) == 1
+
+
+async def test_a_guard_failing_for_an_account_lists_it_nothing_and_the_others_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A guard is application code: what it raises for one account, when that account's
+    query is first read and when the rows of every account sharing the query's shape are
+    read again together, is logged at ERROR with its traceback; that account lists none of
+    the rows, and the others' lists are the ORM's answer, their sockets left open (not
+    closed 1012 to reconnect into the same failure)."""
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    await off_loop(Case.objects.create, workspace=workspace, title="one")
+    users = [await off_loop(account, name) for name in ("ann", "bob", "cid")]
+    sent: list[tuple[Any, dict[str, Any]]] = []
+    restarted: list[Any] = []
+
+    async def deliver(socket: Any, text: str) -> None:
+        sent.append((socket, json.loads(text)))
+
+    def failing_for_bob(user: Any) -> Any:
+        if user.username == "bob":
+            raise RuntimeError("the guard cannot read bob")
+        return may_read_case(user)
+
+    queries = Queries(deliver, restart=restarted.append)
+    readers = [Reader(user, {workspace.pk}) for user in users]
+    options = case_options()
+    object.__setattr__(options, "guard", failing_for_bob)  # the declaration is frozen
+    try:
+        with caplog.at_level(logging.ERROR, logger="realtime"):
+            for reader in readers:
+                await queries.start(reader, {"id": "q", "model": "case", "where": {}})
+            await off_loop(Case.objects.create, workspace=workspace, title="two")
+            queries.carry("case", set(readers), FOLDED)  # every list is read again
+            await queries.flush()
+    finally:
+        object.__setattr__(options, "guard", may_read_case)
+
+    def listed(reader: Reader) -> list[list[str]]:
+        frames = [frame for to, frame in sent if to is reader and frame["type"] == "query.rows"]
+        return [sorted(row["title"] for row in frame["data"]["rows"]) for frame in frames]
+
+    ann, bob, cid = readers
+    assert listed(ann) == listed(cid) == [["one"], ["one", "two"]]
+    assert listed(bob) == [[], []]
+    assert restarted == []
+    failed = [r for r in caplog.records if "the guard of case failed" in r.getMessage()]
+    assert len(failed) == 2
+    assert all(record.exc_info for record in failed)
 
 
 # Over sockets ----------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from django.core.exceptions import ValidationError
 from django.db import connections, models
 from django.utils import timezone
 
-from realtime.audience import active
+from realtime.audience import active, guard_condition
 from realtime.blocking import run_blocking, run_for_delivery
 from realtime.collations import loose_key
 from realtime.conf import conf
@@ -794,7 +794,8 @@ def queryset(
         rows = rows.filter(**{f"{options.scope_attname}__in": list(scope_ids)})
     if options.guard is not None and guarded:
         account = _account_now(user)
-        rows = rows.none() if account is None else rows.filter(options.guard(account))
+        condition = None if account is None else guard_condition(options, account)
+        rows = rows.none() if condition is None else rows.filter(condition)
     ordering = []
     for name, descending in shape.order:
         attname = "pk" if name == "pk" else options.filter_attnames[name]
@@ -837,7 +838,11 @@ def read_shared_rows(
         if account is None:
             found[user.pk] = []  # gone or inactive: no guarded row
             continue
-        decided = in_process(options.model, options.guard(account), forms)  # type: ignore[misc]
+        condition = guard_condition(options, account)
+        if condition is None:
+            found[user.pk] = []  # its guard failed (logged): no guarded row
+            continue
+        decided = in_process(options.model, condition, forms)
         if decided is not None:
             checks[user.pk] = decided
     if checks:
