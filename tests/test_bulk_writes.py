@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 from contextlib import nullcontext
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
-from django.db import connection, models, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.test.utils import CaptureQueriesContext
@@ -901,14 +902,14 @@ def test_a_delete_through_a_to_many_filter_counts_each_row_once_against_the_limi
     assert heard == [("private_note.deleted", note.pk, None) for note in notes]
 
 
-def committing_before_the_delete(make: Any) -> Any:
-    """A statement wrapper that, right before the first ``DELETE`` (on SQLite, before the
-    ``BEGIN IMMEDIATE`` that takes the write lock for it), has another connection (another
-    thread's) create and commit a row with ``make()``."""
+def committing_before_the_delete(make: Any, verb: str = "DELETE") -> Any:
+    """A statement wrapper that, right before the first ``DELETE`` (``verb``; on SQLite,
+    before the ``BEGIN IMMEDIATE`` that takes the write lock for it), has another connection
+    (another thread's) make and commit a write with ``make()``."""
     made: list[Any] = []
 
     def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if not made and sql.lstrip().upper().startswith(("DELETE", "BEGIN")):
+        if not made and sql.lstrip().upper().startswith((verb, "BEGIN")):
             other = threading.Thread(target=made_and_closed, args=(make, made))
             other.start()
             other.join(10)
@@ -948,6 +949,162 @@ def test_a_row_committed_between_a_bulk_deletes_read_and_its_statement_is_not_de
     heard = [(e["event_type"], e["data"]["title"]) for e in events()]
     assert heard == [("private_note.created", "new"), ("private_note.deleted", "old")]
     assert list(PrivateNote.objects.values_list("title", flat=True)) == ["new"]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_row_another_transaction_takes_out_of_a_bulk_deletes_filter_is_not_told_deleted(
+    acme: Workspace, atomic: bool
+) -> None:
+    """A row read before the one-statement delete, that another transaction changes so that
+    it no longer matches before the statement reaches it, stays: nobody is told it was
+    deleted (its readers would drop a row that is there)."""
+    if atomic and connection.vendor == "sqlite":
+        pytest.skip("SQLite refuses a write after another connection's commit in a transaction")
+    ann = get_user_model().objects.create(username="ann")
+    Membership.objects.create(workspace=acme, user=ann)
+    gone, kept = (PrivateNote.objects.create(workspace=acme, author=ann, title="a") for _ in "ab")
+    forget_messages()
+
+    def retitle() -> bool:
+        with silent():
+            return bool(PrivateNote.objects.filter(pk=kept.pk).update(title="b"))
+
+    wrapper, made = committing_before_the_delete(retitle)
+    with connection.execute_wrapper(wrapper), transaction.atomic() if atomic else nullcontext():
+        count, _ = PrivateNote.objects.filter(title="a").delete()
+
+    assert made
+    assert count == 1
+    assert [(e["event_type"], e["data"]["id"]) for e in events()] == [
+        ("private_note.deleted", gone.pk)
+    ]
+    assert list(PrivateNote.objects.values_list("pk", "title")) == [(kept.pk, "b")]
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_an_update_racing_another_transaction_never_tells_a_row_with_values_it_does_not_hold(
+    acme: Workspace, atomic: bool
+) -> None:
+    """An ``update()`` whose rows are read before its statement (MySQL and MariaDB: no
+    ``RETURNING``): a row read that another transaction takes out of its filter before the
+    statement reaches it is not written. Whatever is told of it is what it holds, never the
+    values the update wrote to the others."""
+    if atomic and connection.vendor == "sqlite":
+        pytest.skip("SQLite refuses a write after another connection's commit in a transaction")
+    ann = get_user_model().objects.create(username="ann")
+    Membership.objects.create(workspace=acme, user=ann)
+    written, other = (
+        PrivateNote.objects.create(workspace=acme, author=ann, title="a") for _ in "ab"
+    )
+    forget_messages()
+
+    def retitle() -> bool:
+        with silent():
+            return bool(PrivateNote.objects.filter(pk=other.pk).update(title="b"))
+
+    wrapper, made = committing_before_the_delete(retitle, verb="UPDATE")
+    with connection.execute_wrapper(wrapper), transaction.atomic() if atomic else nullcontext():
+        count = PrivateNote.objects.filter(title="a").update(title="retitled")
+
+    assert made
+    assert count == 1
+    stored = dict(PrivateNote.objects.values_list("pk", "title"))
+    assert stored == {written.pk: "retitled", other.pk: "b"}
+    told = [(e["data"]["id"], e["data"]["title"]) for e in events()]
+    assert (written.pk, "retitled") in told
+    assert all(stored[pk] == title for pk, title in told)
+
+
+def holding_a_row_lock(model: type[models.Model], pk: Any) -> Any:
+    """Another connection (another thread's) holding ``FOR UPDATE`` on the row ``pk`` until
+    the returned event is set."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(model._default_manager.select_for_update().filter(pk=pk).values("pk"))
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()  # this thread's
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert locked.wait(10)
+    return holder, release
+
+
+def short_lock_waits(seconds: int = 2) -> None:
+    """A statement waiting for a row lock fails after ``seconds``, in this transaction."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET LOCAL lock_timeout = '{seconds}s'")
+        else:
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+
+
+@pytest.mark.parametrize("moving", [False, True])
+def test_select_for_update_skip_locked_writes_and_tells_only_the_rows_it_could_lock(
+    acme: Workspace, beta: Workspace, moving: bool
+) -> None:
+    """``select_for_update(skip_locked=True).update()`` leaves out the rows another
+    transaction holds, as Django does: realtime's own lock of the rows skips them too
+    (it neither waits for them nor writes them), and only the rows written are told."""
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip("the database has no SKIP LOCKED")
+    company = Company.objects.create(workspace=acme, name="Initech")
+    held, free = (Contact.objects.create(workspace=acme, company=company) for _ in "ab")
+    forget_messages()
+    holder, release = holding_a_row_lock(Contact, held.pk)
+    try:
+        with transaction.atomic():
+            short_lock_waits()
+            rows = Contact.objects.select_for_update(skip_locked=True)
+            values: dict[str, Any] = {"workspace": beta} if moving else {"name": "edited"}
+            count = rows.filter(company__name="Initech").update(**values)
+    finally:
+        release.set()
+        holder.join(10)
+
+    assert count == 1
+    assert {e["data"]["id"] for e in events() if e["data"]} == {free.pk}
+    stored = dict(Contact.objects.values_list("pk", "workspace"))
+    assert stored == {held.pk: acme.pk, free.pk: beta.pk if moving else acme.pk}
+
+
+@pytest.mark.parametrize("moving", [False, True])
+def test_select_for_update_nowait_fails_as_djangos_own_when_a_row_is_held(
+    acme: Workspace, beta: Workspace, moving: bool
+) -> None:
+    """``select_for_update(nowait=True).update()`` of rows another transaction holds fails at
+    once with the database's error, as Django's own does: nothing written, nothing told."""
+    if not connection.features.has_select_for_update_nowait:
+        pytest.skip("the database has no NOWAIT")
+    company = Company.objects.create(workspace=acme, name="Initech")
+    held, _ = (Contact.objects.create(workspace=acme, company=company) for _ in "ab")
+    forget_messages()
+    holder, release = holding_a_row_lock(Contact, held.pk)
+    try:
+        values: dict[str, Any] = {"workspace": beta} if moving else {"name": "edited"}
+
+        def write() -> None:
+            with transaction.atomic():
+                short_lock_waits(10)
+                rows = Contact.objects.select_for_update(nowait=True)
+                rows.filter(company__name="Initech").update(**values)
+
+        started = time.monotonic()
+        with pytest.raises(DatabaseError):
+            write()
+        # Refused at once, not after waiting for the lock (10 s: realtime's own lock waited).
+        assert time.monotonic() - started < 5
+    finally:
+        release.set()
+        holder.join(10)
+
+    assert events() == []
+    assert set(Contact.objects.values_list("workspace", "name")) == {(acme.pk, "")}
 
 
 def test_past_the_limit_a_row_committed_meanwhile_goes_only_in_a_scope_told_to_read_again(

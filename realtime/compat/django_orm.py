@@ -43,7 +43,10 @@ each use here is checked by a self-test the first time a process relies on it, a
   ``Query.select_related``), which change how a read runs but not which rows it matches;
   Django's ``update()`` of one table takes neither into its statement; and whether a queryset
   asks ``select_for_update()`` (``selects_for_update``), for which realtime opens no
-  transaction of its own around an ``update()`` (Django refuses some outside one). Fallback:
+  transaction of its own around an ``update()`` (Django refuses some outside one), and with
+  which of its arguments (``lock_options``: ``Query.select_for_update_nowait``,
+  ``Query.select_for_update_skip_locked``, ``Query.select_for_no_key_update``), which
+  realtime's own lock of the rows then takes. Fallback:
   realtime's read before a write keeps them (a ``select_for_update()`` read then fails outside
   a transaction, and the write goes unannounced, logged), and no queryset is said to ask it.
 * **The rows a write changed, from its own statement** (``Returning``): on PostgreSQL and
@@ -399,6 +402,21 @@ def selects_for_update(queryset: models.QuerySet[Any, Any]) -> bool:
     return bool(queryset.query.select_for_update)
 
 
+def lock_options(queryset: models.QuerySet[Any, Any]) -> dict[str, bool] | None:
+    """The ``select_for_update()`` arguments ``queryset`` asks that change which of its rows
+    a write takes (``nowait``, ``skip_locked``) or how strongly (``no_key``); ``None`` when it
+    asks no ``select_for_update()`` (or that cannot be told). ``of`` is left out: realtime
+    locks the rows of the model's own table alone."""
+    if not selects_for_update(queryset):
+        return None
+    query = queryset.query
+    return {
+        "nowait": bool(query.select_for_update_nowait),
+        "skip_locked": bool(query.select_for_update_skip_locked),
+        "no_key": bool(query.select_for_no_key_update),
+    }
+
+
 def _probe_matching() -> None:
     probe, _ = _probe_models()
     # select_related() with no field is deprecated from Django 6.1; the probe model has no
@@ -406,6 +424,16 @@ def _probe_matching() -> None:
     query = models.QuerySet(probe).select_for_update().query
     if query.select_for_update is not True or query.select_related is not False:
         raise TypeError("Query keeps select_for_update() and select_related() elsewhere")
+    asked: models.QuerySet[Any, Any] = models.QuerySet(probe).select_for_update(
+        nowait=True, skip_locked=False, no_key=True
+    )
+    flags = (
+        asked.query.select_for_update_nowait,
+        asked.query.select_for_update_skip_locked,
+        asked.query.select_for_no_key_update,
+    )
+    if flags != (True, False, True):
+        raise TypeError("Query keeps select_for_update()'s nowait, skip_locked, no_key elsewhere")
 
 
 class _Collector(Collector):

@@ -50,7 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import NotSupportedError, connections, models, transaction
+from django.db import DatabaseError, NotSupportedError, connections, models, transaction
 from django.db.models import Q
 
 from realtime.chunks import chunked
@@ -59,6 +59,7 @@ from realtime.compat.django_orm import (
     Returning,
     can_return_rows,
     fast_delete,
+    lock_options,
     matching,
     selects_for_update,
     write_alias,
@@ -96,7 +97,7 @@ from realtime.writes.events import (
     to_many_of_rows,
     with_columns_of,
 )
-from realtime.writes.failsafe import failsafe
+from realtime.writes.failsafe import WritesOwnError, failsafe
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +145,8 @@ def update(
                     count,
                     len(matched.rows),
                 )
-            failsafe(what, db, True, lambda: matched.announce(changed, values, moving))
+            exact = count == len(matched.rows)
+            failsafe(what, db, True, lambda: matched.announce(changed, values, moving, exact))
     return count
 
 
@@ -371,17 +373,41 @@ def deleted(
         _announce_deleted(options, queryset.model, db, returning, count)
         return _deleted(queryset, count)
     events: list[Event] = []
+    keys: list[Any] = []
 
     def read(doomed: models.QuerySet[Any, Any]) -> models.QuerySet[Any, Any] | None:
-        announced, narrowed = _doomed_events(options, doomed, db)
+        announced, narrowed, told = _doomed_events(options, doomed, db)
         events.extend(announced)
+        keys.extend(told)
         return narrowed
 
     count = fast_delete(queryset, receivers, db, before=read)
     if count is None:
         return run()
+    if count < len(keys) or any(event.folded for event in events):
+        # Rows read that another transaction changed before the delete could reach them
+        # (they no longer match): they stay, and are not told deleted.
+        found = failsafe(
+            f"a bulk delete of {options.name}",
+            db,
+            True,
+            lambda: _still_there(queryset.model, keys, db),
+        )
+        events = [e for e in events if e.folded or row_key(e.pk) not in (found or ())]
     _add_all(events, db)
     return _deleted(queryset, count)
+
+
+def _still_there(model: type[models.Model], keys: list[Any], db: str) -> set[Any]:
+    """Of the rows ``keys``, those still there (by ``row_key``): one statement per 500 (row
+    by row for a composite key)."""
+    stored = model._base_manager.using(db).order_by()
+    if len(key_fields(model)) > 1:
+        return {row_key(pk) for pk in keys if stored.filter(pk=pk).exists()}
+    found: set[Any] = set()
+    for chunk in chunked(keys, READ_CHUNK):
+        found.update(row_key(pk) for pk in stored.filter(pk__in=chunk).values_list("pk", flat=True))
+    return found
 
 
 def deleted_quietly(
@@ -466,14 +492,16 @@ def _whole(doomed: models.QuerySet[Any, Any]) -> models.QuerySet[Any, Any]:
 
 def _doomed_events(
     options: ModelOptions, doomed: models.QuerySet[Any, Any], db: str
-) -> tuple[list[Event], models.QuerySet[Any, Any] | None]:
+) -> tuple[list[Event], models.QuerySet[Any, Any] | None, list[Any]]:
     """The events of the rows a delete is about to remove: the first ``REALTIME_BULK_LIMIT``
     one by one (one statement), the rest folded by scope (one more). A filter across a
     to-many relation matches a row once per related row: each is counted once. And the rows
-    to delete narrowed to those announced (``_as_read``; ``None``: all of ``doomed``)."""
+    to delete narrowed to those announced (``_as_read``; ``None``: all of ``doomed``), and
+    the keys of those told one by one."""
     limit = conf.BULK_LIMIT
     events: list[Event] = []
     narrowed: list[models.QuerySet[Any, Any] | None] = [None]
+    keys: list[Any] = []
 
     def read() -> None:
         whole = _whole(doomed).order_by("pk")
@@ -481,6 +509,7 @@ def _doomed_events(
         if len({row.pk for row in rows}) < len(rows):  # read once per related row
             rows = list(whole.distinct()[: limit + 1])
         events.extend(delete_events(options, rows[:limit], db))
+        keys.extend(row.pk for row in rows[:limit])
         rest = None
         if len(rows) > limit:
             rest = (rows[limit].pk, _audiences_of(options, doomed.filter(pk__gte=rows[limit].pk)))
@@ -488,7 +517,7 @@ def _doomed_events(
         narrowed[0] = _as_read(options, doomed, [row.pk for row in rows[:limit]], rest)
 
     failsafe(f"a bulk delete of {options.name}", db, True, read)
-    return events, narrowed[0]
+    return events, narrowed[0], keys
 
 
 def _as_read(
@@ -653,10 +682,16 @@ class _Matched:
         #: The scope of each row, as read before the write (scoped models).
         self.scopes = dict(rows) if options.scope_attname is not None else {}
 
-    def announce(self, changed: list[str], values: dict[str, Any], moving: bool) -> None:
+    def announce(
+        self, changed: list[str], values: dict[str, Any], moving: bool, exact: bool = True
+    ) -> None:
+        """Announce the rows, each as the write left it. ``exact=False``: the write changed
+        another number of rows than were read before it (another transaction changed some
+        meanwhile): each row is read again and told as it is, whether this write or the
+        other left it so, never with values it may not hold."""
         options, db = self.options, self.db
         pks = [pk for pk, _ in self.rows]
-        known = None if moving else _known_after(options, self.model, values)
+        known = None if moving or not exact else _known_after(options, self.model, values)
         for chunk in chunked(pks[: conf.BULK_LIMIT], READ_CHUNK):
             if known is not None:  # what the events carry is known already: no statement
                 rows: Any = [self._bare(pk, known) for pk in chunk]
@@ -814,15 +849,28 @@ def _matched(
     # side of an outer join).
     stored = model._base_manager.using(db).order_by()
     connection = connections[db]
-    if moving and connection.features.has_select_for_update and in_transaction(connection):
-        # Locked by key, the model's own rows only: they cannot change before the update.
+    asked = lock_options(queryset)
+    if asked is not None and not connection.features.has_select_for_no_key_update:
+        asked["no_key"] = False  # FOR UPDATE, as Django's own statement takes it there
+    if (
+        (moving or asked is not None)
+        and connection.features.has_select_for_update
+        and in_transaction(connection)
+    ):
+        # Locked by key, the model's own rows only: they cannot change before the update. As
+        # the caller asked (``nowait``, ``skip_locked``): a row another transaction holds
+        # fails the write, or is left out of it and of its announcement, as in Django's own.
         locked: list[Any] = []
         for chunk in chunked([pk for pk, _ in rows], READ_CHUNK):
-            locked += (
-                stored.filter(pk__in=chunk).select_for_update().values_list("pk", scope or "pk")
-            )
-        if scope is not None:
-            rows = sorted(locked, key=lambda row: id_order(row[0]))
+            held = stored.filter(pk__in=chunk).select_for_update(**(asked or {}))
+            try:
+                locked += held.values_list("pk", scope or "pk")
+            except DatabaseError as error:
+                if asked is not None and asked["nowait"]:
+                    raise WritesOwnError(error) from error  # the caller's update fails so
+                raise
+        kept = locked if scope is not None else [(pk, None) for pk, _ in locked]
+        rows = sorted(kept, key=lambda row: id_order(row[0]))
     if options.user_field is not None:
         rows = accounts_of_rows(options, stored, [pk for pk, _ in rows])
     befores: dict[Any, Before] = {}

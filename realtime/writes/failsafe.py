@@ -63,15 +63,28 @@ def raise_failures(on: bool = True) -> None:
     _raising = on
 
 
+class WritesOwnError(Exception):
+    """What realtime's part of a write met that the write itself meets too, as Django would
+    raise it (a row lock the caller's ``select_for_update(nowait=True)`` refuses): ``failsafe``
+    raises ``error`` to the caller, unlogged."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def failsafe(what: str, using: str, queries: bool, build: Callable[[], T]) -> T | None:
     """Run ``build`` (realtime's part of a write about ``what``), never failing the write:
-    what it raises is logged (raised, with ``raise_failures``), and ``None`` returned. When it
-    may query, in a savepoint from its first statement (``savepoint_from_first_query``)."""
+    what it raises is logged (raised, with ``raise_failures``), and ``None`` returned; but
+    a ``WritesOwnError``'s error is the write's own, raised. When it may query, in a savepoint
+    from its first statement (``savepoint_from_first_query``)."""
     try:
         if queries:
             with savepoint_from_first_query(using):
                 return build()
         return build()
+    except WritesOwnError as own:
+        raise own.error from None
     except Exception as error:
         if _raising or ends_transaction(error, using):
             raise
