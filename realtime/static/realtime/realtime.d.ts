@@ -166,7 +166,7 @@ export interface QueryRow extends QueryRowBase {
 
 /** What `liveQuery` asks for; `model` is required. */
 export interface LiveQueryAsk {
-  /** 1 to 64 characters, unique on the socket; made by the client when left out. */
+  /** 1 to 64 characters, unique among the client's queries; made by the client when left out. */
   id?: string;
   /** The model's name, as in its channel. */
   model: string;
@@ -221,7 +221,7 @@ export interface LiveQueryEventMap<Row extends QueryRowBase = QueryRow> {
 export declare class LiveQuery<Row extends QueryRowBase = QueryRow> extends EventTarget {
   private constructor();
 
-  /** The query's id on the socket. */
+  /** The query's id: the application's (each ask goes on the wire as `<n>:<id>`). */
   readonly id: string;
   /** The server's reason when it refused the query, or null. */
   readonly error: string | null;

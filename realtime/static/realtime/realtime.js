@@ -22,6 +22,8 @@ const MAX_STAMPS = 1000;
 const QUERY_FRAMES = new Set(['query.rows', 'query.diff', 'query.error']);
 /** The longest id the server takes for a live query. */
 const MAX_QUERY_ID = 64;
+/** The most digits of the counter that numbers the asks a client sends (2 ** 53 - 1). */
+const MAX_ASK_DIGITS = String(Number.MAX_SAFE_INTEGER).length;
 /** A decimal as Python writes it: `-12.50`, `1E-7`. */
 const DECIMAL = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
 
@@ -90,6 +92,16 @@ function queryAsk(query) {
     throw new TypeError('liveQuery: `limit` is a positive whole number');
   }
   return { model, where: { ...where }, orderBy: order, limit };
+}
+
+/**
+ * The id an ask goes under on the wire: `<n>:<id>` (`n` counting the client's asks), cut to
+ * `MAX_QUERY_ID` characters and never inside a character. No two asks of a client share it,
+ * so the frames of an older ask can never be taken for a newer one's.
+ */
+function wireId(n, id) {
+  const wire = `${n}:${id}`.slice(0, MAX_QUERY_ID);
+  return /[\uD800-\uDBFF]$/.test(wire) ? wire.slice(0, -1) : wire;
 }
 
 /** The `data` of a `query` frame: what was left out is the server's default. */
@@ -314,9 +326,10 @@ export class RealtimeClient extends EventTarget {
     this._resumed = false;
     this._handshake = null; // what the last authenticate said: {ask, channels}
     this._queries = new Map(); // id -> LiveQuery, asked again after each auth_success
-    this._owing = new Map(); // id -> answers still due on this socket to queries stopped under it
+    this._wires = new Map(); // wire id -> LiveQuery: the asks whose frames this socket routes
     this._queried = false; // liveQuery() was called: query.* frames are the live queries'
     this._queryCounter = 0;
+    this._askCounter = 0; // numbers every ask sent: its wire id is `<n>:<id>`
   }
 
   /** `connecting`, `open`, `reconnecting`, `refused` or `closed`. */
@@ -577,14 +590,13 @@ export class RealtimeClient extends EventTarget {
     // (one that does not resume) took none.
     const said = this.resume && typeof data.cursor === 'string';
     this._afterHandshake(said ? this._handshake.channels : new Set());
-    // Queries belong to the socket: a new one hears each again (its rows shown meanwhile),
-    // and owes nothing to those stopped before.
-    this._owing.clear();
+    // Queries belong to the socket: the wire ids of the last one are dead. A new one hears
+    // each query again under a fresh id (its rows shown meanwhile, until the answer).
+    this._wires.clear();
     for (const list of this._queries.values()) {
-      list._answers = [];
-      list._owed = 0;
-      list._replaced = false;
-      list._accepted = false;
+      list._pending = null;
+      list._live = null;
+      list._held = null;
       this._sendQuery(list);
     }
     clearInterval(this._heartbeatTimer);
@@ -753,16 +765,11 @@ export class RealtimeClient extends EventTarget {
     this._checkQuery(id, ask);
     const held = this._queries.get(id);
     const list = new LiveQuery(this, id, ask, options);
-    // The answers a query stopped under this id still awaits come first: they are not its.
-    list._owed = this._owing.get(id) || 0;
-    this._owing.delete(id);
+    this._queries.set(id, list); // in the place of the one it replaces, if any
     if (held) {
-      held._active = false; // replaced: the server's answers are the new one's...
-      list._owed += held._owed + held._answers.length; // ...after those the old one awaits
-      // A refusal of this one leaves the server holding the old one, if it holds any.
-      list._replaced = held._replaced || held._accepted || list._owed > 0;
+      held._active = false; // replaced: the server is told to stop it, before the new ask
+      this._stopQuery(held, true);
     }
-    this._queries.set(id, list);
     this._queried = true;
     if (this._state === 'open') this._sendQuery(list);
     return list;
@@ -777,55 +784,64 @@ export class RealtimeClient extends EventTarget {
     return id;
   }
 
-  /** A query whose frame exceeds `maxFrameSize` would cost the socket (close 1009). */
+  /**
+   * A query whose frame exceeds `maxFrameSize` would cost the socket (close 1009): measured
+   * under the longest wire id it may be sent under.
+   */
   _checkQuery(id, ask) {
-    const frame = JSON.stringify({ type: 'query', data: queryData(id, ask) });
+    const wire = wireId('9'.repeat(MAX_ASK_DIGITS), id);
+    const frame = JSON.stringify({ type: 'query', data: queryData(wire, ask) });
     if (frame.length > this.maxFrameSize) {
       throw new RangeError(`liveQuery: the query is longer than maxFrameSize (${frame.length})`);
     }
   }
 
-  /** Ask `list`'s query on the socket; its answer is awaited when the frame left. */
-  _sendQuery(list) {
-    if (this._sendFrame('query', queryData(list.id, list._ask))) list._answers.push(list._ask);
+  /** Tell the server to stop the ask of `list` it may still hold (sent before a new one). */
+  _unquery(list) {
+    const held = list._held;
+    list._held = null;
+    if (held !== null && this._state === 'open') this._sendFrame('unquery', { id: held });
   }
 
   /**
-   * Forget `list` (when it is still the one under its id), telling the server if asked to. The
-   * answers the server still owes it are counted under its id, so that a query asked under the
-   * same id later does not take them for its own.
+   * Ask `list`'s query on the socket under a fresh wire id: its pending ask. The asks the
+   * server may hold for it are stopped first (freeing their room among the socket's queries);
+   * one that was pending is forgotten, and the diffs of the one shown still apply until the
+   * answer comes (they keep the rows exact).
+   */
+  _sendQuery(list) {
+    this._unquery(list);
+    if (list._pending) this._wires.delete(list._pending.wire);
+    list._pending = null;
+    this._askCounter += 1;
+    const wire = wireId(this._askCounter, list.id);
+    if (!this._sendFrame('query', queryData(wire, list._ask))) return;
+    list._pending = { wire, ask: list._ask };
+    list._held = wire;
+    this._wires.set(wire, list);
+  }
+
+  /**
+   * Forget `list` (when it is still the one under its id) and its wire ids, telling the
+   * server to stop what it holds of it if asked to: what it sends for them after is dropped.
    */
   _stopQuery(list, tell) {
-    if (this._queries.get(list.id) !== list) return;
-    this._queries.delete(list.id);
-    const owed = list._owed + list._answers.length;
-    if (owed > 0) this._owing.set(list.id, owed);
-    if (tell && this._state === 'open') this._sendFrame('unquery', { id: list.id });
+    if (this._queries.get(list.id) === list) this._queries.delete(list.id);
+    for (const ask of [list._pending, list._live]) {
+      if (ask && this._wires.get(ask.wire) === list) this._wires.delete(ask.wire);
+    }
+    list._pending = null;
+    list._live = null;
+    if (tell) this._unquery(list);
+    list._held = null;
   }
 
-  /** A frame of a query stopped since: dropped, an answer it was owed counted off. */
-  _onStoppedFrame(id, frame) {
-    const owed = this._owing.get(id);
-    if (owed === undefined || frame.type === 'query.diff') return;
-    if (owed > 1) this._owing.set(id, owed - 1);
-    else this._owing.delete(id);
-  }
-
+  /** A frame of a live query: routed by its wire id (one of another ask's is dropped). */
   _onQueryFrame(frame) {
     const data = frame.data && typeof frame.data === 'object' ? frame.data : {};
-    const list = typeof data.id === 'string' ? this._queries.get(data.id) : undefined;
-    if (!list) {
-      this._onStoppedFrame(data.id, frame);
-      return;
-    }
-    if (list._owed > 0) {
-      // The frames of the query it replaced, up to that query's last answer: dropped.
-      if (frame.type !== 'query.diff') list._owed -= 1;
-      return;
-    }
-    if (frame.type === 'query.rows') list._onRows(data.rows);
-    else if (frame.type === 'query.diff') list._onDiff(data);
-    else list._onError(typeof data.message === 'string' ? data.message : 'Query refused');
+    const wire = typeof data.id === 'string' ? data.id : null;
+    const list = wire === null ? undefined : this._wires.get(wire);
+    if (list) list._onFrame(frame.type, wire, data);
   }
 
   // Recognising its own writes -----------------------------------------------------------------
@@ -901,17 +917,16 @@ export class RealtimeClient extends EventTarget {
 export class LiveQuery extends EventTarget {
   constructor(client, id, ask, options = {}) {
     super();
-    /** The query's id on the socket. */
+    /** The query's id: the application's (each ask goes on the wire as `<n>:<id>`). */
     this.id = id;
     /** The server's reason when it refused the query, or null. */
     this.error = null;
     this._client = client;
     this._ask = ask; // what is asked now
-    this._shown = ask; // what `rows` follow: the ask the last query.rows answered
-    this._answers = []; // the asks sent on this socket and not answered yet, oldest first
-    this._owed = 0; // answers due on this socket to the queries asked under its id before it
-    this._replaced = false; // the server may hold, under its id, a query this one replaced
-    this._accepted = false; // the server answered it with rows on this socket
+    this._shown = ask; // what `rows` follow: the ask the last answer was to
+    this._pending = null; // {wire, ask}: sent on this socket, not answered yet
+    this._live = null; // {wire, ask}: answered on this socket; its rows are shown
+    this._held = null; // the wire id of its last ask, until unqueried: the server may hold it
     this._rows = [];
     this._loaded = false;
     this._active = true;
@@ -987,11 +1002,33 @@ export class LiveQuery extends EventTarget {
     return this._order[2];
   }
 
+  /**
+   * A frame under one of its wire ids. The pending ask's `query.rows` answers it: that ask is
+   * shown from then on, and the one shown before forgotten. The shown ask's frames keep its
+   * rows exact: `query.rows` sent unasked (a bulk write, a read again), then its diffs.
+   */
+  _onFrame(type, wire, data) {
+    const pending = this._pending;
+    if (pending && wire === pending.wire) {
+      if (type === 'query.rows' && Array.isArray(data.rows)) {
+        const live = this._live;
+        if (live && live.wire !== wire) this._client._wires.delete(live.wire);
+        this._live = pending;
+        this._pending = null;
+        this._shown = pending.ask;
+        this._onRows(data.rows);
+      } else if (type === 'query.error') {
+        this._onError(typeof data.message === 'string' ? data.message : 'Query refused');
+      }
+    } else if (this._live && wire === this._live.wire) {
+      if (type === 'query.rows') this._onRows(data.rows);
+      else if (type === 'query.diff') this._onDiff(data);
+    }
+  }
+
   /** The whole list (an answer, or sent again): taken as the server orders it, reconciled. */
   _onRows(rows) {
     if (!Array.isArray(rows)) return;
-    if (this._answers.length) this._shown = this._answers.shift();
-    this._accepted = true;
     const before = new Map(this._rows.map((row) => [rowKey(row.id), row]));
     const next = [];
     const seen = new Set();
@@ -1017,7 +1054,6 @@ export class LiveQuery extends EventTarget {
 
   /** Rows leave (by id), change and enter; each placed where the query's order puts it. */
   _onDiff(data) {
-    if (!this._loaded) return; // the frames of a query stopped earlier under this id
     const list = (value) => (Array.isArray(value) ? value : []);
     const leaving = new Set(list(data.leave).map(rowKey));
     const coming = new Map();
@@ -1056,13 +1092,14 @@ export class LiveQuery extends EventTarget {
     this._show(next, { type: 'diff', entered, updated, left }, false);
   }
 
+  /**
+   * Its pending ask refused: it stops, its rows as they were. The server holds nothing of it:
+   * the asks sent before the refused one were unqueried before it.
+   */
   _onError(message) {
-    this._answers.shift();
     this.error = message;
     this._active = false;
-    // The server may still hold a query under this id: the one it answered before a refused
-    // replacement, or a replacement sent after the refused ask and not answered yet.
-    this._client._stopQuery(this, this._accepted || this._answers.length > 0 || this._replaced);
+    this._client._stopQuery(this, false);
     this.dispatchEvent(new CustomEvent('error', { detail: { message } }));
   }
 
