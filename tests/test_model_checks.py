@@ -22,7 +22,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from realtime import RealtimeManager, realtime_model
+from realtime import RealtimeManager, RealtimeQuerySet, realtime_model
 from realtime.checks.declarations import check_models
 from realtime.registry import all_options, options_for, options_named
 from realtime.writes import memberships, querysets
@@ -567,7 +567,10 @@ def test_a_manager_of_the_applications_own_is_named_with_its_one_line_w031() -> 
 
 
 def test_a_queryset_of_the_applications_own_is_named_with_realtimes_after_it_w031() -> None:
-    class SoftQuerySet(models.QuerySet[Any, Any]):
+    class SoftBase(models.QuerySet[Any, Any]):
+        pass
+
+    class SoftQuerySet(SoftBase):
         pass
 
     @realtime_model()
@@ -579,6 +582,33 @@ def test_a_queryset_of_the_applications_own_is_named_with_realtimes_after_it_w03
     # After: its methods (a soft delete's delete()) run first, realtime's then see Django's
     # arguments.
     assert "`class SoftQuerySet(..., RealtimeQuerySet)`" in (message.hint or "")
+
+
+def test_a_queryset_extending_djangos_own_is_told_to_put_realtimes_in_its_place_w031() -> None:
+    """Beside Django's ``QuerySet`` no order of the two bases is consistent (Python refuses
+    the class): the hint names the class as it must be written, and written so it passes."""
+
+    class NoteQuerySet(models.QuerySet[Any, Any]):
+        pass
+
+    @realtime_model()
+    class Note_(Record):  # noqa: N801
+        objects = NoteQuerySet.as_manager()
+
+    (message,) = messages()
+    assert message.id == "realtime.W031"
+    assert "`class NoteQuerySet(RealtimeQuerySet)`" in (message.hint or "")
+    with pytest.raises(TypeError):  # what the other form of the hint would have given
+        type("NoteQuerySet", (models.QuerySet, RealtimeQuerySet), {})
+
+    class FixedQuerySet(RealtimeQuerySet[Any, Any]):
+        pass
+
+    @realtime_model()
+    class Fixed_(Record):  # noqa: N801
+        objects = FixedQuerySet.as_manager()
+
+    assert [m for m in messages() if m.obj is Fixed_] == []
 
 
 @pytest.fixture

@@ -342,6 +342,15 @@ def _unextended(model: type[Any], name: str, manager: Any, links: bool) -> check
     if queryset_class is models.QuerySet:
         mine, theirs = type(manager), "RealtimeManager"
         line = f"first among its bases: `class {mine.__name__}(RealtimeManager, ...)`"
+    elif models.QuerySet in queryset_class.__bases__:
+        # Django's own class among its bases: realtime's takes its place (beside it, no
+        # order of the two is a consistent one).
+        mine, theirs = queryset_class, "RealtimeQuerySet"
+        bases = ", ".join(
+            "RealtimeQuerySet" if base is models.QuerySet else base.__name__
+            for base in queryset_class.__bases__
+        )
+        line = f"in place of Django's QuerySet among its bases: `class {mine.__name__}({bases})`"
     else:
         # Last: the queryset classes it extends run their methods first (a soft delete's
         # delete()), and realtime's see the arguments they hand Django's.
