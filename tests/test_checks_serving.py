@@ -269,20 +269,24 @@ def test_a_consumer_the_check_cannot_find_gives_no_warning(application: str) -> 
 
 
 @pytest.mark.parametrize(
-    "application",
+    ("application", "why"),
     [
-        "tests.asgi_routes.startproject",  # Django's own ASGI handler, as startproject wrote it
-        "tests.asgi_routes.http_only",  # a ProtocolTypeRouter with no "websocket" route
+        # Django's own ASGI handler, as startproject wrote it
+        ("tests.asgi_routes.startproject", "Django's own ASGI handler takes HTTP only"),
+        # a ProtocolTypeRouter with no "websocket" route
+        ("tests.asgi_routes.http_only", 'it routes no "websocket" protocol'),
     ],
 )
-def test_an_asgi_application_that_takes_no_socket_is_warning_w043(application: str) -> None:
+def test_an_asgi_application_that_takes_no_socket_is_warning_w043(
+    application: str, why: str
+) -> None:
     with override_settings(ASGI_APPLICATION=application):
         messages = check_serving()
 
     assert ids(messages) == ["realtime.W043"]
     assert messages[0].msg == (
         f"ASGI_APPLICATION ({application}) serves no WebSocket: every socket is answered with an "
-        "error (Django's own ASGI handler takes HTTP only)."
+        f"error ({why})."
     )
     assert '"websocket": SocketOriginValidator(URLRouter(websocket_urlpatterns))' in str(
         messages[0].hint

@@ -263,6 +263,8 @@ def test_scope_field_not_a_foreign_key_to_the_scope_model_is_error_e036(scope_fi
 
     assert ids() == ["realtime.E036"]
     assert ids_about(model) == ["realtime.E036"]
+    (message,) = messages()
+    assert 'scope_field="<its name>"' in (message.hint or "")  # the fix, not a pointer
 
 
 def test_a_one_to_one_key_to_the_scope_model_is_a_scope_field() -> None:

@@ -490,22 +490,25 @@ def _check_scope_field(options: ModelOptions) -> list[checks.CheckMessage]:
                 "declare it global with scope_field=None.",
             )
         ]
+    label = scope._meta.label
+    hint = (
+        f"Give the model a ForeignKey to {label} and name it: "
+        f'@realtime_model(scope_field="<its name>") ("workspace" by default); on {label} '
+        'itself, scope_field="id"; or scope_field=None for a model every signed-in account '
+        "reads (global)."
+    )
     if options.scope_field in ("id", "pk"):
         if model is scope or issubclass(model, scope):
             return []
-        return [_e(36, model, 'scope_field "id" is only for the scope model itself.')]
+        message = f'scope_field "id" is only for the scope model itself ({label}).'
+        return [_e(36, model, message, hint)]
     try:
         field = model._meta.get_field(options.scope_field or "")
     except FieldDoesNotExist:
-        return [_e(36, model, f"has no scope field {options.scope_field!r}.")]
+        return [_e(36, model, f"has no scope field {options.scope_field!r}.", hint)]
     if not (is_foreign_key(field) and field.related_model is scope):
-        return [
-            _e(
-                36,
-                model,
-                f"scope_field {options.scope_field!r} is not a foreign key to {scope._meta.label}.",
-            )
-        ]
+        message = f"scope_field {options.scope_field!r} is not a foreign key to {label}."
+        return [_e(36, model, message, hint)]
     if not holds_target_pk(field):
         return [
             _e(

@@ -95,10 +95,15 @@ def _check_socket_route() -> list[checks.CheckMessage]:
     if application is None or not channels.routing_check():
         return []
     if _serves_no_socket(application):
+        why = (
+            "Django's own ASGI handler takes HTTP only"
+            if isinstance(application, ASGIHandler)
+            else 'it routes no "websocket" protocol'
+        )
         return [
             checks.Warning(
                 f"ASGI_APPLICATION ({path}) serves no WebSocket: every socket is answered with "
-                "an error (Django's own ASGI handler takes HTTP only).",
+                f"an error ({why}).",
                 hint='Route the socket in asgi.py: application = ProtocolTypeRouter({"http": '
                 'get_asgi_application(), "websocket": SocketOriginValidator(URLRouter('
                 "websocket_urlpatterns))}), with websocket_urlpatterns from realtime.routing.",
