@@ -184,6 +184,102 @@ def test_a_link_added_in_a_rolled_back_transaction_tells_nobody(ann: Any) -> Non
     assert heard() == []
 
 
+def test_an_account_given_a_row_in_the_transaction_that_deletes_it_hears_nothing(
+    ann: Any, bob: Any
+) -> None:
+    """What an account gains and loses within one transaction was never its to read as
+    committed: joined to a thread whose message is then deleted, or to a room then deleted,
+    it hears neither the row's creation (with its data) nor its deletion; the readers who
+    had it hear it deleted."""
+    thread = Thread.objects.create(title="t")
+    thread.members.add(bob)
+    message = Message.objects.create(thread=thread, text="secret")
+    room = Room.objects.create(name="secret room")
+    room.participants.add(bob)
+    forget_messages()
+
+    with transaction.atomic():
+        thread.members.add(ann)
+        message.delete()
+        room.participants.add(ann)
+        room.delete()
+
+    assert [(kind, who) for kind, who, _ in data_heard()] == [
+        ("message.deleted", (bob.pk,)),
+        ("room.deleted", (bob.pk,)),
+    ]
+
+
+def test_an_account_given_and_taken_a_row_in_one_transaction_hears_nothing(
+    ann: Any, bob: Any
+) -> None:
+    room = Room.objects.create(name="r")
+    room.participants.add(bob)
+    thread = Thread.objects.create(title="t")
+    thread.members.add(ann, bob)
+    forget_messages()
+
+    with transaction.atomic():
+        room.participants.add(ann)
+        room.participants.remove(ann)
+        Message.objects.create(thread=thread, text="new")  # created, then ann leaves
+        thread.members.remove(ann)
+
+    assert [(kind, who) for kind, who, _ in data_heard()] == [("message.created", (bob.pk,))]
+
+
+def test_a_reader_who_left_and_came_back_in_one_transaction_hears_the_row_as_it_is(
+    ann: Any,
+) -> None:
+    room = Room.objects.create(name="r")
+    room.participants.add(ann)
+    forget_messages()
+
+    with transaction.atomic():
+        room.participants.remove(ann)
+        room.participants.add(ann)
+
+    # She ends with the room, as the database does (told it left, then came back).
+    assert [kind for kind, _, _, _ in heard()] == ["room.deleted", "room.created"]
+
+
+def test_a_root_shared_in_the_transaction_that_deletes_its_record_tells_the_new_readers_nothing(
+    ann: Any, bob: Any
+) -> None:
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    other = Workspace.objects.create(name="Other", slug="other")
+    Membership.objects.create(workspace=acme, user=ann)
+    Membership.objects.create(workspace=other, user=bob)
+    project = Project.objects.create(workspace=acme, name="p")
+    task = Task.objects.create(workspace=acme, project=project, title="secret")
+    forget_messages()
+
+    with transaction.atomic():
+        project.shared_with.add(other)
+        task.delete()
+
+    assert [bob.pk in m.get("user_ids", ()) for m in events()] == [False]
+    assert [(m["target"], m["event_type"]) for m in events()] == [("scope", "task.deleted")]
+
+
+def test_a_guarded_rows_new_reader_in_the_transaction_that_deletes_it_hears_nothing(
+    ann: Any, bob: Any
+) -> None:
+    workspace = Workspace.objects.create(name="Acme", slug="acme")
+    for account in (ann, bob):
+        Membership.objects.create(workspace=workspace, user=account)
+    board = Board.objects.create(workspace=workspace, name="secret")
+    board.members.add(bob)
+    forget_messages()
+
+    with transaction.atomic():
+        board.members.add(ann)
+        board.delete()
+
+    (deleted,) = [m for m in events() if m["event_type"] == "board.deleted"]
+    assert deleted["only"] == [bob.pk]
+
+
 # A through model of the application's own --------------------------------------------------------
 
 

@@ -41,6 +41,7 @@ from realtime.writes.packing import about_row, place_messages, recheck_messages,
 from realtime.writes.views import (
     earlier_readers_messages,
     outside_recipients,
+    readers_from_before,
     recipients,
     shared_readers,
     view_messages,
@@ -317,35 +318,77 @@ def _label(item: Any) -> str:
 
 def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
     """Merge the events of one row (see the module docstring); other items pass through.
-    Each comes with the index in ``items`` of its last write. Accounts a later event of the
-    transaction takes the row from (``leavers``) are taken from its earlier events: what the
-    row became before they left is nothing they could ever read."""
+    Each comes with the index in ``items`` of its last write.
+
+    Events to accounts a row entered or left the view of (``accounts``) are not merged, but
+    weighed against the row's other events of the transaction, account by account: an account
+    a later event takes the row from (a ``deleted``, the row's own or to those accounts) is
+    taken from its earlier events, as what the row became before it left is nothing it could
+    ever read; and a ``deleted`` reaches only accounts that could read the row before the
+    transaction: not one the transaction gave it to (an account ``created``), nor anyone, for
+    a row the transaction created."""
     result: list[tuple[Any, int]] = []
     merged_away: set[int] = set()
     position: dict[tuple[str, Any], int] = {}
     #: The places in ``result`` of each row's events to accounts (never merged).
     told: dict[tuple[str, Any], list[int]] = {}
+    #: Of each row, the accounts this transaction gave it to, and the rows it created.
+    entered: dict[tuple[str, Any], set[Any]] = {}
+    born: set[tuple[str, Any]] = set()
     for index, item in enumerate(items):
-        if isinstance(item, Event) and item.accounts is not None and not item.folded:
-            if item.action == "deleted":
-                earlier = [position[item.key]] if item.key in position else []
-                for at in [*earlier, *told.get(item.key, ())]:
-                    result[at] = (_without(result[at][0], item.accounts), result[at][1])
-            else:
-                told.setdefault(item.key, []).append(len(result))
-        if not isinstance(item, Event) or item.folded or item.accounts is not None:
+        if not isinstance(item, Event) or item.folded:
             result.append((item, index))
             continue
-        earlier_at = position.pop(item.key, None)
+        key = item.key
+        if item.action == "deleted":
+            fresh = entered.pop(key, set())
+            if item.accounts is not None:  # the row left these accounts' view
+                leaving: Iterable[Any] = item.accounts
+                still = fresh.difference(sorted_ids(item.accounts))
+                if still:
+                    entered[key] = still
+                earlier = [position[key]] if key in position else []
+            else:  # the row itself is gone
+                leaving, earlier = fresh, []
+            for at in [*earlier, *told.get(key, ())]:
+                result[at] = (_without(result[at][0], leaving), result[at][1])
+            if key in born and item.accounts is not None:
+                continue  # nobody could read the row before the transaction
+            item = _without(item, fresh)
+            if _told_nobody(item):
+                continue
+        elif item.accounts is not None:
+            told.setdefault(key, []).append(len(result))
+            if item.action == "created":
+                entered.setdefault(key, set()).update(sorted_ids(item.accounts))
+        elif item.action == "created":
+            born.add(key)
+        if item.accounts is not None:
+            result.append((item, index))
+            continue
+        earlier_at = position.pop(key, None)
         if earlier_at is not None:
             merged_away.add(earlier_at)
             merged = _merge(result[earlier_at][0], item)
             if merged is None:
+                # Created and deleted: what the transaction told accounts of it goes too.
+                for at in told.get(key, ()):
+                    told_event = result[at][0]
+                    result[at] = (_without(told_event, told_event.accounts or ()), result[at][1])
                 continue
             item = merged
-        position[item.key] = len(result)
+        position[key] = len(result)
         result.append((item, index))
-    return [entry for at, entry in enumerate(result) if at not in merged_away]
+    return [
+        entry
+        for at, entry in enumerate(result)
+        if at not in merged_away and not _told_nobody(entry[0])
+    ]
+
+
+def _told_nobody(item: Any) -> bool:
+    """Whether ``item`` is an event to accounts left with none of them."""
+    return isinstance(item, Event) and item.accounts is not None and not item.accounts
 
 
 def _without(event: Event, leavers: Iterable[Any]) -> Event:
@@ -356,9 +399,17 @@ def _without(event: Event, leavers: Iterable[Any]) -> Event:
     def kept(ids: list[Any] | None) -> list[Any] | None:
         return None if ids is None else [i for i in ids if normal_id(i) not in gone]
 
+    if not gone:
+        return event
     if event.accounts is not None:
         return replace(event, accounts=kept(event.accounts))
-    return replace(event, user_ids=kept(event.user_ids), readers=kept(event.readers))
+    return replace(
+        event,
+        user_ids=kept(event.user_ids),
+        readers=kept(event.readers),
+        shared=kept(event.shared),
+        outside=kept(event.outside),
+    )
 
 
 def _merge(first: Event, then: Event) -> Event | None:
@@ -402,7 +453,8 @@ def event_messages(
         return view_messages(event, budget, using)[0]
     if event.action == "deleted" and event.before is not None:
         earlier = earlier_readers_messages(event, budget, using)
-        return earlier + event_messages(replace(event, before=None), budget, using)
+        own = readers_from_before(event)
+        return earlier + ([] if own is None else event_messages(own, budget, using))
     if event.accounts is not None:
         data = None if event.folded else event.kept
         return users_messages(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from realtime.audience import readers_of_rows
@@ -250,6 +251,38 @@ def earlier_readers_messages(
         gone = _gone(before.shared, now)
         out += users_messages(gone, event.event_type, identity, row=True, using=named, **common)
     return out
+
+
+def readers_from_before(event: Event) -> Event | None:
+    """The delete ``event`` (its ``before`` taken by an earlier write of its transaction) told
+    only to those who could read the row before the transaction and still could at the
+    delete: an account an earlier write gave it to, or the scope it moved to, never read it
+    as committed and is not told what it held (those it was taken from hear its identity:
+    ``earlier_readers_messages``); ``None`` when that leaves nobody (it moved to another
+    scope). A side whose readers before were not taken is left as the delete decided it."""
+    before = event.before
+    assert before is not None
+    options = event.options
+    now_scope = None if event.scope_id is None else normal_id(event.scope_id)
+    if options.user_field is None and before.scope_id is not None and before.scope_id != now_scope:
+        return None
+    narrowed = replace(event, before=None)
+    if options.user_field is not None and before.accounts is not None:
+        narrowed.readers = _kept(event.readers, before.accounts)
+        narrowed.user_ids = _kept(event.user_ids, before.accounts)
+    elif options.guard is not None and before.readers is not None:
+        narrowed.readers = _kept(event.readers, before.readers)
+    if before.shared is not None:
+        narrowed.shared = _kept(event.shared, before.shared)
+    return narrowed
+
+
+def _kept(now: list[Any] | None, was: Iterable[Any]) -> list[Any] | None:
+    """The accounts of ``now`` (``None``: undecided, left so) among ``was``."""
+    if now is None:
+        return None
+    allowed = set(sorted_ids(was))
+    return [account for account in now if normal_id(account) in allowed]
 
 
 def _gone(was: Iterable[Any], now: Iterable[Any]) -> list[Any]:
