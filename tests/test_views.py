@@ -4,6 +4,7 @@ update publishes when it changes who may read the row, and what it costs."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -12,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from realtime import logs
+from realtime import logs, silent
 from realtime.auth import RealtimeAuth
 from realtime.registry import options_for
 from tests.helpers import events, forget_messages
@@ -107,6 +108,68 @@ def test_a_row_moved_and_moved_back_in_one_transaction_is_one_update(
     assert updated["event_type"] == "contact.updated"
     assert updated["scope_id"] == workspace.pk
     assert updated["meta"] == {"changed": ["name", "workspace"]}
+
+
+def in_another_thread(write: Callable[[], Any]) -> None:
+    """Run ``write`` on another thread's connection, as another process would: what this
+    thread knows of the rows it writes is not told."""
+    done: list[Any] = []
+
+    def run() -> None:
+        try:
+            with silent():
+                done.append(write())
+        finally:
+            connection.close()  # this thread's
+
+    other = threading.Thread(target=run)
+    other.start()
+    other.join(10)
+    assert done
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_save_of_a_row_another_process_moved_is_told_where_the_row_is(
+    workspace: Workspace, partial: bool
+) -> None:
+    """A partial save leaves the row's scope as it is stored: its event goes where the row
+    is, not where the instance was loaded (whose readers may no longer read it)."""
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    in_another_thread(lambda: Contact.objects.filter(pk=contact.pk).update(workspace=beta))
+    forget_messages()
+    contact.name = "Ann B."
+    contact.save(update_fields=["name"] if partial else None)
+    # A full save writes the instance's scope back: the row is where the instance says.
+    where = beta.pk if partial else workspace.pk
+    assert [(e["event_type"], e["scope_id"]) for e in events() if e["data"].get("name")] == [
+        ("contact.updated", where)
+    ]
+
+
+def test_a_partial_save_of_a_row_another_process_gave_to_another_account_is_told_to_it(
+    make_user: MakeUser,
+) -> None:
+    ann, bob = make_user("ann"), make_user("bob")
+    note = Notification.objects.create(user=ann, text="for ann")
+    in_another_thread(lambda: Notification.objects.filter(pk=note.pk).update(user=bob))
+    forget_messages()
+    note.text = "for bob only"
+    note.save(update_fields=["text"])
+    assert [(e["event_type"], e["user_ids"]) for e in events()] == [
+        ("notification.updated", [bob.pk])
+    ]
+
+
+def test_a_delete_of_a_row_another_process_moved_is_told_where_the_row_was(
+    workspace: Workspace,
+) -> None:
+    beta = Workspace.objects.create(name="Beta", slug="beta")
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    in_another_thread(lambda: Contact.objects.filter(pk=contact.pk).update(workspace=beta))
+    forget_messages()
+    contact.delete()
+    assert [(e["event_type"], e["scope_id"]) for e in events()] == [("contact.deleted", beta.pk)]
 
 
 def test_a_move_that_rolls_back_announces_nothing(workspace: Workspace) -> None:

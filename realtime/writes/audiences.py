@@ -249,27 +249,16 @@ def _planned_of(options: ModelOptions) -> tuple[str, ...]:
 
 
 def unsure_attnames(
-    options: ModelOptions,
-    instances: Iterable[tuple[models.Model, dict[str, Any] | None]],
-    written: Iterable[str],
+    options: ModelOptions, instances: Iterable[models.Model], written: Iterable[str]
 ) -> set[str]:
     """Of the columns that decide who reads a row (``planned_attnames``), those a partial
-    write (``update_fields``, ``bulk_update``) left as stored where an instance holds a value
-    this thread does not know its row to hold (set and not saved, or never loaded): each
-    ``(instance, what the thread knew its row held)``. An event is addressed by the row."""
+    write (``update_fields``, ``bulk_update``) left as stored that an instance holds: another
+    process may have written the row since the instance was loaded (moved it to another
+    scope, given it to another account), and the event is addressed by the row, not by a
+    stale instance."""
     left = set(_planned_of(options)).difference(written)
-    unsure: set[str] = set()
-    for instance, known in instances:
-        values = instance.__dict__
-        strict = tracking.kept_as_given(type(instance))
-        for attname in left - unsure:
-            if attname in values and (
-                known is None or tracking.differs(values, known, attname, attname in strict)
-            ):
-                unsure.add(attname)
-        if unsure == left:
-            break
-    return unsure
+    holding = [instance.__dict__ for instance in instances]
+    return {attname for attname in left if any(attname in values for values in holding)}
 
 
 def take_befores(options: ModelOptions, plans: dict[Any, Plan]) -> dict[Any, Before | None]:
@@ -499,24 +488,17 @@ def delete_queries(options: ModelOptions) -> bool:
 
 def with_stored_audience(options: ModelOptions, instance: models.Model, using: str) -> models.Model:
     """``instance``, or a copy holding the columns that decide who reads its row
-    (``planned_attnames``) as the row holds them, where the instance's may differ: the row
-    was moved since it was loaded (by ``update()``, or a save of another instance of it), or
-    nothing is known of it (an instance built by hand). What this thread knows the row holds
-    (``tracking.known``) costs nothing; the rest, one ``SELECT`` on ``using``. A delete is
-    told to whoever holds the row now. A row already gone leaves the instance as it is; a
-    column it was loaded without is read with the event's (``events.with_columns``)."""
-    known = tracking.known(instance, using)
-    unsure = unsure_attnames(options, [(instance, known)], ())
+    (``planned_attnames``) as the row holds them: one ``SELECT`` on ``using``. The row may
+    have been moved since the instance was loaded (by ``update()``, by a save of another
+    instance of it, by another process), or nothing is known of it (an instance built by
+    hand): a delete is told to whoever holds the row now. A row already gone leaves the
+    instance as it is; a column it was loaded without is read with the event's
+    (``events.with_columns``)."""
+    unsure = unsure_attnames(options, [instance], ())
     if not unsure:
         return instance
-    stored = {a: known[a] for a in unsure if known is not None and _knows(known, a)}
-    unread = sorted(unsure.difference(stored))
-    if unread:
-        found = read_columns([instance], unread, using).get(id(instance))
-        if found is None:
-            return instance
-        stored.update(found)
-    return copy_with(instance, stored)
+    found = read_columns([instance], sorted(unsure), using).get(id(instance))
+    return instance if found is None else copy_with(instance, found)
 
 
 def delete_event(

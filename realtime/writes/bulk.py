@@ -1009,7 +1009,7 @@ def _changes(
         stored = options.model._base_manager.using(db)
         for chunk in chunked(surplus, READ_CHUNK):
             left += _audiences_of(options, stored.filter(pk__in=chunk))
-    return _Changes(changing, unsure_attnames(options, knowns, written), left, written)
+    return _Changes(changing, unsure_attnames(options, objs, written), left, written)
 
 
 def _announce_changes(

@@ -218,7 +218,7 @@ def _saved(
         if computed or update_fields is not None:  # else the instance holds the row
             # What the database computed of the row; after a partial write, what the instance
             # may hold otherwise than the row, and the columns it did not write.
-            read = computed | unsure_attnames(options, [(instance, known)], written)
+            read = computed | unsure_attnames(options, [instance], written)
             (row,) = as_stored(options, [instance], written, using, read)
         if changed is not None and options.generated_fields:
             changed = _with_generated(options, instance, row, known, changed)
@@ -295,7 +295,12 @@ def on_pre_delete(
         if deletes.past_limit(sender, instance, origin):
             event = deletes.fold(options, instance, origin)
         else:
-            event = delete_event(options, with_stored_audience(options, instance, using), using)
+            # The instance the application deleted (and its parents' rows, of a multi-table
+            # child) may be stale; the rows Django's collector read to delete with it, or for
+            # a queryset, were read just now.
+            deleted_itself = isinstance(origin, type(instance)) and origin.pk == instance.pk
+            row = with_stored_audience(options, instance, using) if deleted_itself else instance
+            event = delete_event(options, row, using)
         if event is not None:
             pending.put(instance, PENDING_DELETE, event)
 
