@@ -8,6 +8,7 @@ import datetime
 import decimal
 import json
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.db import connection, models, transaction
+from django.db.models import F
 from django.db.models.deletion import Collector
 from django.db.models.signals import post_save
 from django.http import HttpRequest, HttpResponse
@@ -59,6 +61,7 @@ from tests.testapp.models import (
     Tag,
     Task,
     Thread,
+    Ticket,
     VipContact,
     Workspace,
     WorkspaceView,
@@ -1766,3 +1769,64 @@ class TestAudienceHooks:
         assert "skip_scope" not in shared
         assert outside["user_ids"] == [AUDITOR_ID]
         assert outside["skip_scope"] == workspace.pk
+
+
+# An expression left on the instance ---------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("atomic", [False, True])
+def test_an_expression_an_earlier_save_left_on_the_instance_is_told_as_the_row_holds_it(
+    workspace: Workspace, atomic: bool
+) -> None:
+    """Django 5.2 leaves ``F("points") + 1`` on the instance after its save: a later save of
+    other columns, and the delete, tell what the row holds, never the expression's text."""
+    ticket = Ticket.objects.create(workspace=workspace, title="t", points=1)
+    ticket.points = F("points") + 1
+    ticket.save(update_fields=["points"])
+    forget_messages()
+    with transaction.atomic() if atomic else contextlib.nullcontext():
+        ticket.title = "t2"
+        ticket.save(update_fields=["title"])
+        pk = ticket.pk
+        ticket.delete()
+    told = [(e["event_type"], e["data"]["points"]) for e in events()]
+    # In one transaction the update and the delete are one deleted.
+    expected = [("ticket.deleted", 2)] if atomic else [("ticket.updated", 2), ("ticket.deleted", 2)]
+    assert told == expected
+    assert not Ticket.objects.filter(pk=pk).exists()
+
+
+# Values the database stores otherwise than assigned --------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_naive_datetime_is_told_as_the_instant_django_stores(
+    workspace: Workspace, settings: Any
+) -> None:
+    """Under ``USE_TZ`` Django stores a naive datetime as that wall-clock time in the default
+    time zone (warning): the event tells that instant, as reading the row gives it."""
+    settings.TIME_ZONE = "America/New_York"
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    contact.born = datetime.datetime(2024, 1, 2, 3, 4, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        contact.save()
+    (told,) = events()
+    stored = Contact.objects.get(pk=contact.pk).born
+    assert stored is not None
+    assert told["data"]["born"] == stored.isoformat() == "2024-01-02T08:04:05+00:00"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("given", "held"), [(decimal.Decimal("1.239"), "1.24"), ("1.5", "1.50")])
+def test_a_decimal_is_told_with_the_places_its_column_holds(
+    workspace: Workspace, given: Any, held: str
+) -> None:
+    contact = Contact.objects.create(workspace=workspace, name="Ann")
+    forget_messages()
+    contact.score = given
+    contact.save()
+    (told,) = events()
+    assert told["data"]["score"] == held == str(Contact.objects.get(pk=contact.pk).score)

@@ -491,10 +491,12 @@ def with_stored_audience(options: ModelOptions, instance: models.Model, using: s
     (``planned_attnames``) as the row holds them: one ``SELECT`` on ``using``. The row may
     have been moved since the instance was loaded (by ``update()``, by a save of another
     instance of it, by another process), or nothing is known of it (an instance built by
-    hand): a delete is told to whoever holds the row now. A row already gone leaves the
-    instance as it is; a column it was loaded without is read with the event's
-    (``events.with_columns``)."""
+    hand): a delete is told to whoever holds the row now. So are the columns its event
+    carries that the instance holds an expression for (``F("n") + 1``, left by a save): the
+    row holds what the database made of it. A row already gone leaves the instance as it is;
+    a column it was loaded without is read with the event's (``events.with_columns``)."""
     unsure = unsure_attnames(options, [instance], ())
+    unsure |= tracking.computed_attnames(instance, options.event_attnames)
     if not unsure:
         return instance
     found = read_columns([instance], sorted(unsure), using).get(id(instance))

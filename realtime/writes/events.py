@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import copy
 import datetime
+import decimal
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import models, router
+from django.utils import timezone
 
 from realtime import limits
 from realtime.audience import ROWS_PER_STATEMENT
@@ -274,17 +277,35 @@ UNREADABLE: Any = object()
 
 
 def read_by(field: Any, value: Any) -> Any:
-    """``value`` as ``field`` reads it (``to_python``, where Django's writing of it starts):
-    ``"7"`` given to an integer field is the row's ``7``, ``"2026-1-5"`` given to a date field
-    its ``2026-01-05``. ``UNREADABLE`` for an expression (the database computes it) and for a
-    value ``to_python`` refuses (the write itself fails, or stores what the database made of
-    it)."""
+    """``value`` as ``field`` reads it and the row then holds it (``to_python``, where
+    Django's writing of it starts, then what Django's own preparing of it does to what the
+    database stores): ``"7"`` given to an integer field is the row's ``7``, ``"2026-1-5"``
+    given to a date field its ``2026-01-05``, a naive datetime given to a ``DateTimeField``
+    under ``USE_TZ`` that instant in the default time zone (as Django saves it, warning), a
+    decimal rounded to the field's ``decimal_places``. ``UNREADABLE`` for an expression (the
+    database computes it) and for a value ``to_python`` refuses (the write itself fails, or
+    stores what the database made of it)."""
     if hasattr(value, "resolve_expression"):
         return UNREADABLE
     try:
-        return field.to_python(value)
+        read = field.to_python(value)
+        if isinstance(field, models.DateTimeField) and _naive(read):
+            return timezone.make_aware(read, timezone.get_default_timezone())
+        if (
+            isinstance(field, models.DecimalField)
+            and isinstance(read, decimal.Decimal)
+            and field.decimal_places is not None
+            and read.is_finite()
+        ):
+            return read.quantize(decimal.Decimal(1).scaleb(-field.decimal_places))
+        return read
     except Exception:
         return UNREADABLE
+
+
+def _naive(value: Any) -> bool:
+    """Whether ``value`` is a naive datetime a ``DateTimeField`` stores otherwise (``USE_TZ``)."""
+    return isinstance(value, datetime.datetime) and value.tzinfo is None and bool(settings.USE_TZ)
 
 
 def as_written(options: ModelOptions, instance: models.Model) -> models.Model:
@@ -297,14 +318,20 @@ def as_written(options: ModelOptions, instance: models.Model) -> models.Model:
     read: dict[str, Any] = {}
     for attname, reader in options.event_fields.items():
         value = values.get(attname)
-        if value is None or type(value) is READS_AS.get(type(reader)):
+        if value is None or (type(value) is READS_AS.get(type(reader)) and not _naive(value)):
             continue
         stored = read_by(reader, value)
         if stored is UNREADABLE or stored is value:
             continue
-        if type(stored) is not type(value) or stored != value:
+        if type(stored) is not type(value) or stored != value or _places_differ(stored, value):
             read[attname] = stored
     return copy_with(instance, read)
+
+
+def _places_differ(stored: Any, value: Any) -> bool:
+    """Whether two equal decimals are written apart (``1.50`` and ``1.5``): the event carries
+    the text of the one the row holds."""
+    return isinstance(stored, decimal.Decimal) and str(stored) != str(value)
 
 
 def as_stored(

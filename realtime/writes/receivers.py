@@ -150,7 +150,9 @@ def on_post_save(
     queries = failsafe(label, using, False, lambda: _queries(options, instance, created))
     queries = queries is not False or update_fields is not None  # (columns it did not write)
     written = tracking.written_attnames(instance, update_fields)
-    computed = tracking.computed_attnames(instance, written)  # read back
+    # Read back: what the write computed, and an expression an earlier save left on the
+    # instance (Django 5.2 leaves ``F("n") + 1`` there) in a column its event carries.
+    computed = tracking.computed_attnames(instance, {*written, *_carried(options)})
     if not created:  # and the columns the database computes, the instance's stale
         computed |= options.stale_after_update
     failsafe(
@@ -170,6 +172,16 @@ def on_post_save(
             computed=computed,
         ),
     )
+
+
+def _carried(options: ModelOptions) -> frozenset[str]:
+    """The columns the model's events carry; none where the declaration names what the model
+    lacks (asked outside realtime's guard of the write: the event reports it, where it is
+    read)."""
+    try:
+        return options.event_attnames
+    except Exception:
+        return frozenset()
 
 
 def _queries(options: ModelOptions, instance: models.Model, created: bool) -> bool:
