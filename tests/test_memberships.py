@@ -325,6 +325,20 @@ def test_a_seat_handed_to_another_account_leaves_one_and_enters_the_other(
     )
 
 
+def test_a_seat_saved_over_another_with_its_key_leaves_the_old_account_and_enters_the_new(
+    chat: Chat, ann: Any, bob: Any
+) -> None:
+    """A row built with the key of one that exists is saved over it (Django updates it):
+    the account the row held hears the chat's rows leave, the new one hears them come."""
+    seat = Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+    Seat(pk=seat.pk, chat=chat, user=bob).save()
+    assert list(Seat.objects.values_list("user", flat=True)) == [bob.pk]
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+
+
 def test_seats_moved_in_bulk_tell_both_accounts(chat: Chat, ann: Any, bob: Any) -> None:
     Seat.objects.create(chat=chat, user=ann)
     forget_messages()

@@ -217,12 +217,21 @@ def _on_pre_save(
         return
 
     def old() -> dict[Watch, set[Pair]]:
-        if instance._state.adding or instance.pk is None:
+        if instance.pk is None or (instance._state.adding and _inserted(instance)):
             return {watch: set() for watch in _watches_of(sender)}
+        # A row built with the key of one that exists is saved over it (Django tries an
+        # UPDATE first): the pair it held is read too.
         stored = sender._base_manager.using(using).filter(pk=instance.pk)
         return {watch: _pairs_of(stored, watch) for watch in _watches_of(sender)}
 
     pending.put(instance, PENDING, failsafe(_label(sender), using, True, old))
+
+
+def _inserted(instance: models.Model) -> bool:
+    """Whether Django saves a new ``instance`` with a key by an ``INSERT`` alone: its key has
+    a default (Django then skips the ``UPDATE`` it tries first for a key given by hand)."""
+    key = instance._meta.pk
+    return key is not None and (key.has_default() or key.has_db_default())
 
 
 @never_raises
