@@ -75,11 +75,20 @@ def test_an_account_added_to_a_room_hears_it_created_and_one_removed_hears_it_de
     forget_messages()
 
     room.participants.add(bob)
-    assert heard() == [("room.created", (bob.pk,), room.pk, True)]
+    # The reader who stays hears the room's links changed.
+    assert sorted(heard()) == [
+        ("room.created", (bob.pk,), room.pk, True),
+        ("room.updated", (ann.pk,), room.pk, False),
+    ]
+    (updated,) = [m for m in events("users") if m["event_type"] == "room.updated"]
+    assert updated["meta"]["changed"] == ["participants"]
     forget_messages()
 
     room.participants.remove(ann)
-    assert heard() == [("room.deleted", (ann.pk,), room.pk, True)]
+    assert sorted(heard()) == [
+        ("room.deleted", (ann.pk,), room.pk, True),
+        ("room.updated", (bob.pk,), room.pk, False),
+    ]
 
 
 def test_a_room_changed_from_the_accounts_side_tells_the_same(ann: Any, bob: Any) -> None:
@@ -93,7 +102,9 @@ def test_a_room_changed_from_the_accounts_side_tells_the_same(ann: Any, bob: Any
     assert heard() == [
         ("room.created", (ann.pk,), room.pk, True),
         ("room.created", (bob.pk,), room.pk, True),
+        ("room.updated", (ann.pk,), room.pk, False),
         ("room.deleted", (ann.pk,), room.pk, True),
+        ("room.updated", (bob.pk,), room.pk, False),
     ]
 
 
@@ -225,7 +236,11 @@ def test_an_account_given_and_taken_a_row_in_one_transaction_hears_nothing(
         Message.objects.create(thread=thread, text="new")  # created, then ann leaves
         thread.members.remove(ann)
 
-    assert [(kind, who) for kind, who, _ in data_heard()] == [("message.created", (bob.pk,))]
+    # bob, who stays in the room, hears its links changed (they came back as they were).
+    assert [(kind, who) for kind, who, _ in data_heard()] == [
+        ("room.updated", (bob.pk,)),
+        ("message.created", (bob.pk,)),
+    ]
 
 
 def test_a_reader_who_left_and_came_back_in_one_transaction_hears_the_row_as_it_is(
@@ -800,8 +815,17 @@ async def test_over_sockets_a_participant_added_hears_the_room_and_one_removed_h
         got = await clients[user].frames_until("test.marker")
         return [(frame["type"], frame["data"]["id"]) for frame in got]
 
-    assert await frames(ann) == [("room.created", room.pk), ("room.deleted", room.pk)]
-    assert await frames(bob) == [("room.created", room.pk), ("chat_line.created", line.pk)]
+    # Each hears the room come and go, and, while in it, that its participants changed.
+    assert await frames(ann) == [
+        ("room.created", room.pk),
+        ("room.updated", room.pk),
+        ("room.deleted", room.pk),
+    ]
+    assert await frames(bob) == [
+        ("room.created", room.pk),
+        ("room.updated", room.pk),
+        ("chat_line.created", line.pk),
+    ]
 
 
 @pytest.mark.usefixtures("each_transport")

@@ -363,6 +363,9 @@ def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
                 entered.setdefault(key, set()).update(sorted_ids(item.accounts))
         elif item.action == "created":
             born.add(key)
+        elif item.links_only and key in entered:
+            # Its links changed: those the transaction gave it to were told it whole already.
+            item = _without(item, entered[key])
         if item.accounts is not None:
             result.append((item, index))
             continue

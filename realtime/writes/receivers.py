@@ -21,7 +21,7 @@ from typing import Any
 from django.db import models
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
-from realtime.paths import source_key, split_path
+from realtime.paths import source_key
 from realtime.registry import ModelOptions, all_options, options_for
 from realtime.writes import deletes, guard_links, on_commit, pending, tracking
 from realtime.writes.audiences import (
@@ -384,8 +384,8 @@ def on_m2m_changed(
     options = options_for(owner_model)
     if options is None or "updated" not in options.actions:
         return
-    if options.user_field is not None and split_path(options.user_field)[0] == field.name:
-        return  # the accounts it adds or removes are told by realtime.writes.memberships
+    # The accounts a path's first hop adds or removes are told by realtime.writes.memberships
+    # (created, deleted); its readers who stay hear the update of the links, below.
     if guard_links.handles(sender, options):
         return  # its table's writes, the manager's included, are told there
     key = f"_realtime_m2m_{field.name}"
