@@ -340,6 +340,16 @@ def test_a_seat_handed_to_another_account_leaves_one_and_enters_the_other(
     )
 
 
+def test_an_account_losing_two_seats_of_a_chat_at_once_hears_each_row_leave_once(
+    chat: Chat, ann: Any
+) -> None:
+    Seat.objects.create(chat=chat, user=ann)
+    Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+    Seat.objects.filter(chat=chat).delete()
+    assert sorted(heard()) == sorted(lines_and_pins(".deleted", ann, chat))
+
+
 def test_a_seat_saved_over_another_with_its_key_leaves_the_old_account_and_enters_the_new(
     chat: Chat, ann: Any, bob: Any
 ) -> None:

@@ -332,8 +332,10 @@ def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
     position: dict[tuple[str, Any], int] = {}
     #: The places in ``result`` of each row's events to accounts (never merged).
     told: dict[tuple[str, Any], list[int]] = {}
-    #: Of each row, the accounts this transaction gave it to, and the rows it created.
+    #: Of each row, the accounts this transaction gave it to, those told it left (and not
+    #: given it again since), and the rows it created.
     entered: dict[tuple[str, Any], set[Any]] = {}
+    gone: dict[tuple[str, Any], set[Any]] = {}
     born: set[tuple[str, Any]] = set()
     for index, item in enumerate(items):
         if not isinstance(item, Event) or item.folded:
@@ -354,13 +356,16 @@ def coalesce(items: Sequence[Any]) -> list[tuple[Any, int]]:
                 result[at] = (_without(result[at][0], leaving), result[at][1])
             if key in born and item.accounts is not None:
                 continue  # nobody could read the row before the transaction
-            item = _without(item, fresh)
+            item = _without(item, fresh | gone.get(key, set()))  # told once
             if _told_nobody(item):
                 continue
+            if item.accounts is not None:
+                gone.setdefault(key, set()).update(sorted_ids(item.accounts))
         elif item.accounts is not None:
             told.setdefault(key, []).append(len(result))
             if item.action == "created":
                 entered.setdefault(key, set()).update(sorted_ids(item.accounts))
+                gone.get(key, set()).difference_update(sorted_ids(item.accounts))
         elif item.action == "created":
             born.add(key)
         elif item.links_only and key in entered:
