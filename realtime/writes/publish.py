@@ -4,8 +4,9 @@
 messages (asking the audiences that are asked after commit), publish them all in one call.
 Several events of one row in one transaction become one: created+updated is a ``created``,
 updated+updated one ``updated`` whose ``changed`` is the union, anything+deleted a
-``deleted`` (also told to the readers an earlier write of the transaction took the row from),
-created+deleted nothing; the event sits at its last write. Nothing raised here
+``deleted`` (also told to the readers an earlier write of the transaction took the row from,
+and not to those it gave the row to: they never read it as committed), created+deleted
+nothing; the event sits at its last write. Nothing raised here
 reaches the write that committed: failures are logged, and cost only what failed.
 
 Announcements relayed from realtime's outbox (durable transports) carry the key of their rows
