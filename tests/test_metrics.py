@@ -81,13 +81,12 @@ async def test_the_metrics_endpoint_shows_every_worker_after_real_traffic(
 ) -> None:
     first, second, directory = two_workers
     acme, ann, bob = await in_thread(make_members)
+    heard = {"scope": "acme", "channels": ["contact"]}  # subscribed before auth_success
     sockets = [
-        await ws.authenticated(first, ann, scope="acme"),
-        await ws.authenticated(first, bob, scope="acme"),
-        await ws.authenticated(second, ann, scope="acme"),
+        await ws.authenticated(first, ann, **heard),
+        await ws.authenticated(first, bob, **heard),
+        await ws.authenticated(second, ann, **heard),
     ]
-    for client in sockets:
-        await client.send("subscribe", {"channels": ["contact"]})
     refused = await ws.connect(second)
     assert (await refused.authenticate("forged"))["type"] == "auth_error"
     assert await refused.closed_with() == 1008

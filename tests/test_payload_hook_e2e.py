@@ -50,8 +50,8 @@ async def readers(
     clients = {}
     for slug, place in places.items():
         user, token = await off_loop(member, f"{slug}-reader", place)
-        client = await ws.authenticated(live_servers.get(), token, scope=slug)
-        await client.send("subscribe", {"channels": ["card"]})
+        # Subscribed before auth_success: a separate subscribe has no answer to wait for.
+        client = await ws.authenticated(live_servers.get(), token, scope=slug, channels=["card"])
         clients[slug] = (user, client)
     return clients, places
 
