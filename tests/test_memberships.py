@@ -406,6 +406,48 @@ def test_seats_created_and_updated_in_bulk_tell_their_accounts(
     )
 
 
+@pytest.mark.skipif(
+    "not __import__('django.db').db.connection.features.supports_update_conflicts_with_target",
+    reason="needs update_conflicts with unique_fields",
+)
+def test_a_seat_upserted_onto_another_account_tells_both(chat: Chat, ann: Any, bob: Any) -> None:
+    seat = Seat.objects.create(chat=chat, user=ann)
+    forget_messages()
+
+    Seat.objects.bulk_create(
+        [Seat(pk=seat.pk, chat=chat, user=bob)],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["user"],
+    )
+
+    assert Seat.objects.get(pk=seat.pk).user == bob
+    assert sorted(heard()) == sorted(
+        lines_and_pins(".deleted", ann, chat) + lines_and_pins(".created", bob, chat)
+    )
+
+
+@pytest.mark.skipif(
+    "not __import__('django.db').db.connection.features.supports_update_conflicts_with_target",
+    reason="needs update_conflicts with unique_fields",
+)
+def test_an_upsert_that_swaps_two_seats_accounts_tells_nobody(
+    chat: Chat, ann: Any, bob: Any
+) -> None:
+    first = Seat.objects.create(chat=chat, user=ann)
+    second = Seat.objects.create(chat=chat, user=bob)
+    forget_messages()
+
+    Seat.objects.bulk_create(
+        [Seat(pk=first.pk, chat=chat, user=bob), Seat(pk=second.pk, chat=chat, user=ann)],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["user"],
+    )
+
+    assert heard() == []
+
+
 def test_the_many_to_many_manager_over_a_through_model_tells_the_same(chat: Chat, ann: Any) -> None:
     chat.members.add(ann)
     assert sorted(heard()) == lines_and_pins(".created", ann, chat)

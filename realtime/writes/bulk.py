@@ -225,33 +225,52 @@ def before_upsert(
     ``unique_fields`` match, read before the write (one statement per 100 objects), and
     their readers where its ``update_fields`` may move rows (a column that decides who reads
     them). Empty for any other ``bulk_create``, and where the rows cannot be matched so."""
-    if not kwargs.get("update_conflicts") or not kwargs.get("unique_fields"):
-        return Upsert()
     options = _options(queryset)
     model, db = queryset.model, write_alias(queryset)
+    unique = upsert_unique_fields(model, kwargs)
     try:
         written = {_attname(model, name) for name in kwargs.get("update_fields") or ()}
-        unique = _unique_fields(model, kwargs)
     except Exception:
         return Upsert()  # bulk_create raises its own error
-    if not all(field.concrete for field in unique):
-        return Upsert()  # and so for fields it cannot match by
-    if not {"created", "updated"} & set(options.actions):
+    if unique is None or not {"created", "updated"} & set(options.actions):
         return Upsert()
     moving = "updated" in options.actions and bool(written & set(planned_attnames(options)))
 
     def read() -> Upsert:
+        pks = upsert_matches(model, objs, unique, db)
         stored = model._base_manager.using(db)
-        pks: list[Any] = []
-        for chunk in chunked(list(objs), 100):
-            matched = Q()
-            for obj in chunk:
-                matched |= Q(**{field.attname: getattr(obj, field.attname) for field in unique})
-            pks += stored.filter(matched).values_list("pk", flat=True)
         befores = scoped_befores(options, stored, pks) if moving else {}
         return Upsert({row_key(pk) for pk in pks}, befores)
 
     return failsafe(f"a bulk create of {options.name}", db, True, read) or Upsert()
+
+
+def upsert_matches(
+    model: type[models.Model], objs: Sequence[models.Model], unique: Sequence[Any], db: str
+) -> list[Any]:
+    """The keys of the stored rows that ``objs`` match by the ``unique`` fields (an upsert's
+    ``unique_fields``): the rows it would update. One statement per 100 objects."""
+    stored = model._base_manager.using(db)
+    pks: list[Any] = []
+    for chunk in chunked(list(objs), 100):
+        matched = Q()
+        for obj in chunk:
+            matched |= Q(**{field.attname: getattr(obj, field.attname) for field in unique})
+        pks += stored.filter(matched).values_list("pk", flat=True)
+    return pks
+
+
+def upsert_unique_fields(model: type[models.Model], kwargs: dict[str, Any]) -> list[Any] | None:
+    """The fields an upsert (``update_conflicts`` with ``unique_fields``) matches its rows
+    by; ``None`` for any other ``bulk_create``, and where they cannot be read or matched by
+    (``bulk_create`` raises its own error)."""
+    if not kwargs.get("update_conflicts") or not kwargs.get("unique_fields"):
+        return None
+    try:
+        unique = _unique_fields(model, kwargs)
+    except Exception:
+        return None
+    return unique if all(field.concrete for field in unique) else None
 
 
 def _unique_fields(model: type[models.Model], kwargs: dict[str, Any]) -> list[Any]:

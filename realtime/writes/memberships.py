@@ -35,7 +35,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -58,6 +58,7 @@ from realtime.paths import (
 )
 from realtime.registry import ModelOptions, all_options
 from realtime.writes import deletes, on_commit, pending
+from realtime.writes.bulk import upsert_matches, upsert_unique_fields
 from realtime.writes.events import Event, with_attnames
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.shared_roots import row_events
@@ -340,29 +341,71 @@ def around_delete(
     return result
 
 
-def created_in_bulk(
-    model: type[models.Model], objs: Sequence[models.Model], db: str, before: dict[Watch, set[Pair]]
-) -> None:
-    """Tell the accounts ``bulk_create`` linked (``before``: the pairs that existed already)."""
-    for watch in _watches_of(model):
-        made = {_pair(obj, watch) for obj in objs}
-        made = {pair for pair in made if None not in pair} - before.get(watch, set())
-        failsafe(_label(model), db, True, functools.partial(_announce, watch, db, made, set()))
+@dataclass(frozen=True)
+class LinksBefore:
+    """What a ``bulk_create``'s rows linked before it (``links_before_bulk``)."""
+
+    #: Of the pairs its objects would link, those that existed already.
+    existing: dict[Watch, set[Pair]]
+    #: For an upsert whose ``update_fields`` write a watched key: the rows it may re-point
+    #: (those its ``unique_fields`` match), and the pairs they held.
+    upserted: Sequence[Any] = ()
+    held: dict[Watch, set[Pair]] = field(default_factory=dict)
 
 
-def existing_pairs(
-    model: type[models.Model], objs: Sequence[models.Model], db: str
-) -> dict[Watch, set[Pair]]:
-    """Of the pairs ``objs`` would link, those that exist already (read before a bulk_create)."""
+def links_before_bulk(
+    model: type[models.Model], objs: Sequence[models.Model], db: str, kwargs: dict[str, Any]
+) -> LinksBefore:
+    """What the rows ``bulk_create(objs, **kwargs)`` may link or re-point were before it."""
 
-    def read() -> dict[Watch, set[Pair]]:
-        found: dict[Watch, set[Pair]] = {}
+    def read() -> LinksBefore:
+        stored = model._base_manager.using(db)
+        existing: dict[Watch, set[Pair]] = {}
         for watch in _watches_of(model):
             wanted = {_pair(obj, watch) for obj in objs}
-            found[watch] = _existing(model._base_manager.using(db), watch, wanted, ())
-        return found
+            existing[watch] = _existing(stored, watch, wanted, ())
+        repointing = _repointing(model, kwargs)
+        unique = upsert_unique_fields(model, kwargs) if repointing else None
+        if unique is None:
+            return LinksBefore(existing)
+        pks = upsert_matches(model, objs, unique, db)
+        held = {watch: _pairs_in(stored, pks, watch) for watch in repointing}
+        return LinksBefore(existing, pks, held)
 
-    return failsafe(_label(model), db, True, read) or {}
+    return failsafe(_label(model), db, True, read) or LinksBefore({})
+
+
+def _repointing(model: type[models.Model], kwargs: dict[str, Any]) -> list[Watch]:
+    """The watches whose keys an upsert's ``update_fields`` write."""
+    if not kwargs.get("update_conflicts"):
+        return []
+    try:
+        fields = [model._meta.get_field(name) for name in kwargs.get("update_fields") or ()]
+    except Exception:
+        return []  # bulk_create raises its own error
+    written = {getattr(named, "attname", None) for named in fields}
+    return [w for w in _watches_of(model) if written & {w.owner, w.account}]
+
+
+def created_in_bulk(
+    model: type[models.Model], objs: Sequence[models.Model], db: str, before: LinksBefore
+) -> None:
+    """Tell the accounts ``bulk_create`` linked, and those an upsert's re-pointed rows
+    unlinked (``before``: ``links_before_bulk``)."""
+    for watch in _watches_of(model):
+        made = {_pair(obj, watch) for obj in objs}
+        made = {pair for pair in made if None not in pair} - before.existing.get(watch, set())
+        tell = functools.partial(_after_bulk, watch, db, made, before)
+        failsafe(_label(model), db, True, tell)
+
+
+def _after_bulk(watch: Watch, db: str, made: set[Pair], before: LinksBefore) -> None:
+    lost: set[Pair] = set()
+    if watch in before.held:
+        stored = watch.membership._base_manager.using(db)
+        gone = before.held[watch] - _pairs_in(stored, before.upserted, watch)
+        lost = gone - _existing(stored, watch, gone, before.upserted)
+    _announce(watch, db, made, lost)
 
 
 # What changed, and who hears it -----------------------------------------------------------------

@@ -149,20 +149,20 @@ class RealtimeQuerySet(FetchingQuerySet[_Model, _Row]):
             return super().bulk_create(objs, *args, **kwargs)
         objs = list(objs)
         db = write_alias(self)  # never a replica: the pairs there may be behind
-        existing = memberships.existing_pairs(self.model, objs, db) if links else {}
         try:
             given: dict[str, Any] | None = _bulk_create_arguments(self, objs, args, kwargs)
         except TypeError:
             if _reaches_djangos(type(self), "bulk_create"):  # Django refuses them, as it says
                 return super().bulk_create(objs, *args, **kwargs)
             given = None  # the application's own bulk_create takes them: not told apart
+        linked = memberships.links_before_bulk(self.model, objs, db, given or {}) if links else None
         upsert = bulk.before_upsert(self, objs, given) if given and _announcing(self) else None
         create = functools.partial(super().bulk_create, objs, *args, **kwargs)
         for side in sides:
             create = functools.partial(link_tables.around_create, side, objs, db, create)
         created = create()
-        if links:
-            memberships.created_in_bulk(self.model, created, db, existing)
+        if linked is not None:
+            memberships.created_in_bulk(self.model, created, db, linked)
         if _announcing(self):
             if given is None:
                 bulk.not_announced(self, "bulk_create")
