@@ -158,6 +158,15 @@ TRIM_LOCK_KEY: Final = 0x7265616C7472696D  # "realtrim"
 TRIM_LOCK_NAME: Final = "realtime.firm_channel_messages.trim"
 
 
+def lock_name(database: str, name: str) -> str:
+    """The MySQL named lock ``name`` of the log in ``database``. ``GET_LOCK`` names are the
+    server's, not a database's (PostgreSQL's advisory locks are per database): two
+    deployments on one server (staging beside production) must not take turns, or wait for
+    each other's holds, on one lock. A digest of the database's name keeps the whole within
+    MySQL's 64 characters."""
+    return f"{name}:{hashlib.sha256(database.encode()).hexdigest()[:16]}"
+
+
 def close_connection(using: str) -> None:
     """Drop this thread's connection so that the next query opens a fresh one."""
     try:
@@ -377,6 +386,7 @@ class MessageStore:
             return
         wait = PUBLISH_LOCK_WAIT if wait is None else wait
         with connection.cursor() as cursor:
+            name = lock_name(connection.settings_dict["NAME"], name)
             cursor.execute("SELECT GET_LOCK(%s, %s)", [name, wait])
             row = cursor.fetchone()
         answer = None if row is None else row[0]
