@@ -122,3 +122,12 @@ class RelayingThenDyingRedisTransport(RedisTransport):
     def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
         super().publish(messages, txn=txn)
         os._exit(1)
+
+
+class ClientRefusingRedisTransport(RedisTransport):
+    """The Redis transport of a writer whose client library refuses its own options, as
+    redis-py 8 refused keepalive options on a Unix socket: a ``TypeError`` from inside the
+    transport, about no value of the announcement."""
+
+    def publish(self, messages: Sequence[tuple[str, bytes]], *, txn: str | None = None) -> None:
+        raise TypeError("AbstractConnection.__init__() got an unexpected keyword argument")

@@ -53,6 +53,11 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def unix_url(self) -> str:
+        """The same server through its Unix socket."""
+        return f"unix://{self.directory / 'redis.sock'}?db=0"
+
     def start(self) -> None:
         """Start the server (on its port) and wait until it answers."""
         if self.process is not None:
@@ -69,6 +74,10 @@ class RedisServer:
                 "",
                 "--appendonly",
                 "no",
+                "--unixsocket",
+                str(self.directory / "redis.sock"),
+                "--unixsocketperm",
+                "700",
                 "--dir",
                 str(self.directory),
                 "--logfile",

@@ -26,7 +26,7 @@ from django.db import connection, connections, transaction
 
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
-from realtime.exceptions import ChannelTooLongError
+from realtime.exceptions import ChannelTooLongError, PublishError
 from realtime.messages import scope_channel
 from realtime.models import OutboxItem
 from realtime.transports import redis as redis_transport
@@ -376,3 +376,25 @@ def test_a_transaction_no_relay_can_publish_is_dropped_and_those_after_it_are_re
     assert len(dropped) == 1
     assert "ChannelTooLongError" in dropped[0]
     assert "1109 bytes" in dropped[0]
+
+
+def test_a_relay_the_transport_itself_fails_keeps_its_rows_for_a_later_sweep(
+    redis_alone: RedisServer, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a value no transport takes (a channel too long, a payload that cannot be
+    encoded) makes a relay hopeless: an error raised inside the transport, whatever its
+    class, may be gone after a fix or a restart, and the rows stay."""
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    settings.REALTIME_TRANSPORT = "tests.durable_transport.ClientRefusingRedisTransport"
+    with transaction.atomic():
+        Ticket.objects.create(workspace=acme, title="kept")
+    assert outbox_rows("default") == 1  # the writer's publish failed: the row stays
+    with pytest.raises(PublishError, match="TypeError"):
+        Sweeper(grace=0.0).sweep_database("default")
+    assert outbox_rows("default") == 1
+    assert not [r for r in caplog.records if "can never be relayed" in r.getMessage()]
+
+    settings.REALTIME_TRANSPORT = "redis"  # the transport fixed
+    assert Sweeper(grace=0.0).sweep_database("default") == 1
+    assert outbox_rows("default") == 0
+    assert titles(redis_alone, acme) == ["kept"]

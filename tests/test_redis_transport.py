@@ -92,6 +92,17 @@ async def test_each_channel_is_a_stream_with_dense_offsets_in_one_epoch(
     assert transport.stream_of("a") == "a"
 
 
+async def test_a_unix_socket_url_publishes_and_follows(
+    make_redis_transport: MakeTransport, redis_server: RedisServer, inbox: Inbox
+) -> None:
+    transport = make_redis_transport(url=redis_server.unix_url)
+    transport.add_listener(inbox)
+    await transport.follow("a")
+    await publish(transport, ("a", b"over the socket"))
+    await inbox.wait_for("a", b"over the socket")
+    assert inbox.messages == [("a", b"over the socket")]
+
+
 async def test_a_follow_starts_at_the_top_of_a_stream_already_written(
     make_redis_transport: MakeTransport, inbox: Inbox
 ) -> None:

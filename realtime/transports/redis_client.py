@@ -152,7 +152,16 @@ def node_name(url: str) -> str:
     return f"{parts.hostname}:{parts.port or 6379}"
 
 
-def _options(timeout: float, keepalive: tuple[int, int, int]) -> dict[str, Any]:
+def _options(url: str, timeout: float, keepalive: tuple[int, int, int]) -> dict[str, Any]:
+    """The options of every client of ``url``: its timeouts and, over TCP, its keepalive (a
+    Unix socket's connection takes no keepalive options: redis-py refuses them)."""
+    common: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "health_check_interval": 0,
+    }
+    if urlsplit(url).scheme == "unix":
+        return common
     idle, interval, count = keepalive
     keepalive_options = {
         option: value
@@ -163,13 +172,7 @@ def _options(timeout: float, keepalive: tuple[int, int, int]) -> dict[str, Any]:
         )
         if (option := getattr(socket, name, None)) is not None
     }
-    return {
-        "socket_timeout": timeout,
-        "socket_connect_timeout": timeout,
-        "socket_keepalive": True,
-        "socket_keepalive_options": keepalive_options,
-        "health_check_interval": 0,
-    }
+    return {**common, "socket_keepalive": True, "socket_keepalive_options": keepalive_options}
 
 
 def sync_client(url: str, timeout: float, keepalive: tuple[int, int, int]) -> redis.Redis:
@@ -182,7 +185,7 @@ def sync_client(url: str, timeout: float, keepalive: tuple[int, int, int]) -> re
         url,
         client_name=PUBLISHER_NAME,
         retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
-        **_options(timeout, keepalive),
+        **_options(url, timeout, keepalive),
     )
 
 
@@ -204,7 +207,7 @@ def cluster_sync_client(
         startup_nodes=[_startup_node(redis.cluster.ClusterNode, node) for node in others],
         client_name=PUBLISHER_NAME,
         retry=Retry(NoBackoff(), 1),
-        **_options(timeout, keepalive),
+        **_options(first, timeout, keepalive),
     )
 
 
@@ -228,5 +231,5 @@ def async_client(
         url,
         client_name=name,
         retry=Retry(NoBackoff(), 1 if retry else 0, supported_errors=errors),
-        **_options(timeout, keepalive),
+        **_options(url, timeout, keepalive),
     )

@@ -53,7 +53,7 @@ from django.db import DatabaseError
 from realtime import limits, metrics
 from realtime.blocking import run_blocking
 from realtime.conf import conf
-from realtime.exceptions import TransportError
+from realtime.exceptions import ChannelTooLongError, PublishError, TransportError
 from realtime.logs import log_operation_failure
 from realtime.transports import current_transport, get_transport
 from realtime.transports.base import Transport, on_listening
@@ -62,7 +62,7 @@ from realtime.transports.tally import Tally
 from realtime.writes import order, outbox, outbox_form
 from realtime.writes.late import as_now
 from realtime.writes.on_commit import relay_key
-from realtime.writes.publish import build, send_now
+from realtime.writes.publish import Built, build, send_now
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class Sweeper:
                 alias,
             )
             if built.messages:
-                send_now(transport, built, relay_key(rows[0].txn, [r.seq for r in rows]))
+                _send(transport, built, relay_key(rows[0].txn, [r.seq for r in rows]))
         outbox.delete(alias, [row.id for row in rows])
         self.seen.get(alias, {}).pop(rows[0].txn, None)
 
@@ -211,11 +211,24 @@ class Sweeper:
         return relayed
 
 
+def _send(transport: Transport, built: Built, key: str) -> None:
+    """``send_now``, any failure inside the transport a ``PublishError`` but a channel no
+    transport takes: a ``TypeError`` or ``ValueError`` raised there (a client library
+    refusing its own options, say) is the transport failing, not the announcement's values,
+    and a later sweep may find it fixed."""
+    try:
+        send_now(transport, built, key)
+    except ChannelTooLongError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise PublishError(f"the transport failed: {type(exc).__name__}: {exc}") from exc
+
+
 def unrelayable(error: Exception) -> bool:
     """Whether a relay that raised ``error`` would raise it again whatever the retry: a value
-    refused (``ValueError``, ``TypeError``: a channel too long, a payload that cannot be
-    encoded), not a transport, database or connection failing, which a later sweep may find
-    working again."""
+    refused before the transport is reached (``ValueError``, ``TypeError``: a payload that
+    cannot be encoded) or a channel no transport takes, not a transport, database or
+    connection failing, which a later sweep may find working again."""
     if isinstance(error, (TransportError, DatabaseError, OSError)):
         return False
     return isinstance(error, (ValueError, TypeError))
