@@ -24,6 +24,7 @@ import redis as redis_client
 from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 
+from realtime import limits
 from realtime.auth import issue_token
 from realtime.broadcast import broadcast_to_scope, broadcast_to_user
 from realtime.exceptions import ChannelTooLongError, PublishError
@@ -398,3 +399,27 @@ def test_a_relay_the_transport_itself_fails_keeps_its_rows_for_a_later_sweep(
     assert Sweeper(grace=0.0).sweep_database("default") == 1
     assert outbox_rows("default") == 0
     assert titles(redis_alone, acme) == ["kept"]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "other"])
+def test_a_sweep_that_leaves_ready_transactions_says_it_is_behind_until_they_are_relayed(
+    redis_alone: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog after an outage is relayed sweep after sweep without waiting for the
+    interval between them (workers sweep again at once while ``behind``)."""
+    monkeypatch.setattr(limits, "OUTBOX_TXNS_PER_SWEEP", 2)
+    acme = Workspace.objects.create(name="Acme", slug="acme")
+    redis_alone.stop()
+    try:
+        for n in range(5):
+            with transaction.atomic():
+                Ticket.objects.create(workspace=acme, title=f"t{n}")
+    finally:
+        redis_alone.start()
+    assert outbox_rows("default") == 5
+    sweeper = Sweeper(grace=0.0)
+    relays = []
+    for _ in range(3):
+        relays.append((sweeper.sweep_logged(), sweeper.behind))
+    assert relays == [(2, True), (2, True), (1, False)]
+    assert titles(redis_alone, acme) == [f"t{n}" for n in range(5)]

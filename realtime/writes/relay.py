@@ -87,10 +87,14 @@ class Sweeper:
         )
         #: Rows dropped because no relay of them could succeed (``unrelayable``).
         self.unrelayable = 0
+        #: Whether the last sweep left transactions it found ready for the next (it claimed
+        #: its most): a worker sweeps again at once rather than after ``interval()``.
+        self.behind = False
 
     def sweep(self) -> int:
         """One sweep of every database that holds an outbox; how many rows were relayed.
         Raises what failed (the databases after it are not swept)."""
+        self.behind = False
         return sum(self.sweep_database(alias) for alias in outbox_databases())
 
     def sweep_database(self, alias: str) -> int:
@@ -111,6 +115,8 @@ class Sweeper:
         ready = [txn for txn, since in seen.items() if now - since >= self.grace]
         if not ready:
             return 0
+        if len(ready) > limits.OUTBOX_TXNS_PER_SWEEP:
+            self.behind = True
         rows = outbox.claim(alias, ready[: limits.OUTBOX_TXNS_PER_SWEEP], limits.OUTBOX_LEASE)
         by_txn = itertools.groupby(sorted(rows, key=lambda r: (r.txn, r.seq)), lambda r: r.txn)
         groups = sorted((list(group) for _, group in by_txn), key=lambda group: group[0].id)
@@ -196,6 +202,7 @@ class Sweeper:
         """``sweep``, each database on its own: a failure is logged as an outage of that
         database's sweeps (one line when they start failing, one when they work again)."""
         relayed = 0
+        self.behind = False
         for alias in outbox_databases():
             outage = self.outages.get(alias)
             if outage is None:
@@ -274,9 +281,12 @@ def start_sweeping(transport: Transport) -> None:
 
 
 async def _sweep_while_heard(transport: Transport) -> None:
+    """Sweep every ``interval()``, and at once again while a sweep leaves transactions
+    ready (a backlog after an outage drains at the pace of the relays, not of the
+    interval)."""
     sweeper = Sweeper()
     while current_transport() is transport and transport.listening():
-        await asyncio.sleep(interval())
+        await asyncio.sleep(0 if sweeper.behind else interval())
         try:
             await run_blocking(sweeper.sweep_logged)
         except Exception:
