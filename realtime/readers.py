@@ -170,9 +170,11 @@ def shared_readers_of(
     what: str,
     failing: str,
     using: str | None = None,
+    guarded: bool = True,
 ) -> list[Any] | None:
-    """Readers of a row's shared root outside ``scope_id`` (guard-checked); ``None`` when
-    asking fails, logged once with its traceback and ``failing`` (what the failure costs).
+    """Readers of a row's shared root outside ``scope_id`` (guard-checked, unless not
+    ``guarded``: for an event that names no row); ``None`` when asking fails, logged once
+    with its traceback and ``failing`` (what the failure costs).
 
     ``root_pk`` names the root when the instance held it; else it is read from the row.
     """
@@ -191,7 +193,7 @@ def shared_readers_of(
             found -= members_of(scope_id, using)
             if memo is not None and root_pk is not None:
                 memo[key] = frozenset(found)
-        if found and options.guard is not None:
+        if found and guarded and options.guard is not None:
             found = set(readers(options, pk, found, using=using))
         return sorted_ids(found)
     except Exception as exc:

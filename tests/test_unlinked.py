@@ -24,6 +24,7 @@ from tests.testapp.models import (
     Project,
     Sketch,
     Squad,
+    Task,
     Vendor,
     Workspace,
 )
@@ -286,3 +287,69 @@ def test_deleting_announces_after_the_outer_transaction_commits(workspace: Works
             delete_raw(Lead, [lead.pk])
         assert events() == []
     assert [m["event_type"] for m in events()] == ["lead.deleted"]
+
+
+# Past the limit, readers outside the scope are told to read again too -------------------------
+
+
+def folded_to(account: Any, event_type: str) -> list[dict[str, Any]]:
+    """The truncated account messages of ``event_type`` that reach ``account``."""
+    return [
+        m
+        for m in events("users")
+        if m["event_type"] == event_type
+        and m["data"] is None
+        and account.pk in m["user_ids"]
+        and m["meta"] == {"truncated": True}
+    ]
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=2)
+def test_rows_an_account_path_loses_past_the_limit_tell_its_accounts_to_read_again(
+    make_user: MakeUser,
+) -> None:
+    ann = make_user("ann")
+    squad = Squad.objects.create(name="red")
+    squad.members.add(ann)
+    briefings = [Briefing.objects.create(squad=squad, text=f"b{n}") for n in range(4)]
+    forget_messages()
+
+    squad.delete()  # the four briefings leave ann's view; two of them one by one
+
+    left = [m for m in events("users") if m["data"] is not None]
+    assert sorted(m["data"]["id"] for m in left) == [b.pk for b in briefings[:2]]
+    assert len(folded_to(ann, "briefing.updated")) == 1
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=2)
+def test_rows_a_shared_root_unlinks_past_the_limit_tell_its_outside_readers_to_read_again(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    partner = Workspace.objects.create(name="Partner", slug="partner")
+    guest = make_user("guest", member_of=partner)
+    project = Project.objects.create(workspace=workspace, name="shared")
+    project.shared_with.add(partner)
+    for n in range(4):
+        Sketch.objects.create(workspace=workspace, project=project, title=f"s{n}")
+    forget_messages()
+
+    project.delete()  # SET_NULL: the four sketches leave the guest's view
+
+    assert len(folded_to(guest, "sketch.updated")) == 1
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=2)
+def test_rows_cascaded_past_the_limit_tell_their_roots_outside_readers_to_read_again(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    partner = Workspace.objects.create(name="Partner", slug="partner")
+    guest = make_user("guest", member_of=partner)
+    project = Project.objects.create(workspace=workspace, name="shared")
+    project.shared_with.add(partner)
+    for n in range(4):
+        Task.objects.create(workspace=workspace, project=project, title=f"t{n}")
+    forget_messages()
+
+    project.delete()  # CASCADE: two tasks one by one, the rest folded
+
+    assert len(folded_to(guest, "task.deleted")) == 1

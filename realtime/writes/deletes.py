@@ -48,11 +48,19 @@ from django.db.models.signals import post_delete, pre_delete
 
 from realtime.compat.django import atomic_block, in_transaction
 from realtime.conf import conf
-from realtime.encoding import id_order, record_channel, row_key, sorted_ids
+from realtime.encoding import id_order, normal_id, record_channel, row_key, sorted_ids
+from realtime.readers import shared_readers_of
 from realtime.registry import ModelOptions, all_options, options_for, wire_name
 from realtime.writes import on_commit, pending
 from realtime.writes.audiences import befores_of, delete_event, first_hop_attname, moves_audience
-from realtime.writes.events import Before, Event, folded_event, read_accounts, read_event
+from realtime.writes.events import (
+    Before,
+    Event,
+    column_of_path,
+    folded_event,
+    read_accounts,
+    read_event,
+)
 from realtime.writes.failsafe import failsafe, never_raises
 from realtime.writes.silence import silences
 
@@ -63,6 +71,10 @@ PENDING_CASCADE = "_realtime_pending_cascade"
 _counts: weakref.WeakKeyDictionary[Any, Counter[type[models.Model]]] = weakref.WeakKeyDictionary()
 # Scopes that already received their folded event, per deletion and child model.
 _folded: weakref.WeakKeyDictionary[Any, set[tuple[type[models.Model], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+# The folded event of a scope's surplus children, per deletion, child model and scope.
+_scope_folds: weakref.WeakKeyDictionary[Any, dict[tuple[Any, Any], Event]] = (
     weakref.WeakKeyDictionary()
 )
 # The folded event of an account model's surplus children, per deletion and child model.
@@ -90,19 +102,59 @@ def past_limit(sender: type[models.Model], instance: models.Model, origin: Any) 
     return counts[sender] > conf.CASCADE_LIMIT
 
 
-def fold(options: ModelOptions, instance: models.Model, origin: Any) -> Event | None:
-    """The one truncated event standing for the surplus children of a scope, once per scope;
-    of an account model, once per deletion (``_fold_accounts``)."""
+def fold(
+    options: ModelOptions, instance: models.Model, origin: Any, using: str | None = None
+) -> Event | None:
+    """The one truncated event standing for the surplus children of a scope, once per scope,
+    told also to the readers outside it of their shared roots (``outside_of_root``); of an
+    account model, once per deletion (``_fold_accounts``)."""
     if options.user_field is not None:
         return _fold_accounts(options, instance, origin)
     scope_id = instance.__dict__.get(options.scope_attname or "")
     if scope_id is None and not options.is_global:
         return None
+    folds = _scope_folds.setdefault(origin, {})
+    event = folds.get((options.model, scope_id))
+    first = event is None
+    if event is None:
+        event = folds[(options.model, scope_id)] = folded_event(options, scope_id)
     seen = _folded.setdefault(origin, set())
-    if (options.model, scope_id) in seen:
-        return None
-    seen.add((options.model, scope_id))
-    return folded_event(options, scope_id)
+    outside = outside_of_root(options, instance, scope_id, seen, using)
+    if outside:
+        event.shared = sorted_ids([*(event.shared or ()), *outside])
+    return event if first else None
+
+
+def outside_of_root(
+    options: ModelOptions,
+    instance: models.Model,
+    scope_id: Any,
+    seen: set[tuple[Any, Any]],
+    using: str | None,
+) -> list[Any]:
+    """The readers outside ``scope_id`` of the shared root of ``instance`` (a surplus row,
+    read while it is there), asked once per root (``seen``) and not guard-checked: a
+    truncated event names no row, it tells them to read the list again."""
+    if options.shared_via is None:
+        return []
+    root_pk = column_of_path(instance, options.shared_via)
+    # A root a path of several hops leads to is read from the row: asked once per row.
+    root = ("root", normal_id(root_pk)) if root_pk is not None else ("row", row_key(instance.pk))
+    place = (options.model, ("outside", root, normal_id(scope_id)))
+    if place in seen:
+        return []
+    seen.add(place)
+    found = shared_readers_of(
+        options,
+        instance.pk,
+        scope_id,
+        root_pk,
+        f"{options.name} rows past the cascade limit",
+        "they are not told to read again",
+        using,
+        guarded=False,
+    )
+    return found or []
 
 
 def _fold_accounts(options: ModelOptions, instance: models.Model, origin: Any) -> Event | None:
@@ -394,22 +446,59 @@ def _on_target_deleting(
             stored = options.model._base_manager.using(using)
             children = stored.filter(**{field.name: instance})
             ids = list(children.order_by("pk").values_list("pk", flat=True)[: limit + 1])
-            surplus: list[Any] = []
-            if len(ids) > limit and options.is_global:
-                surplus = [None]
-            elif len(ids) > limit and options.scope_attname is not None:
-                scopes = children.order_by("pk").values_list(options.scope_attname, flat=True)
-                surplus = sorted({s for s in scopes[limit:] if s is not None}, key=id_order)
+            folds: list[Event] = []
+            if len(ids) > limit:
+                folds = _unlinked_folds(options, children.order_by("pk")[limit:], using)
             befores = {}
             if ids and moves_audience(options, [field.attname]):
                 befores = befores_of(options, stored, ids[:limit])
-            found.append((options, field, ids[:limit], surplus, befores))
+            found.append((options, field, ids[:limit], folds, befores))
         return found
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
     unlinked = failsafe(label, using, True, read) or []
     pending.put(instance, PENDING_UNLINKED, unlinked)
     unlinking(_pairs(unlinked), True, using)
+
+
+def _unlinked_folds(
+    options: ModelOptions, surplus: models.QuerySet[Any, Any], using: str
+) -> list[Event]:
+    """The truncated ``<name>.updated`` events standing for the rows a delete unlinks past
+    the limit (``surplus``, read while they are linked): one per scope, told also to the
+    readers outside it of their shared roots; one for a global model; for an account model,
+    one to the accounts their paths reach (read once per row their first step leads to)."""
+    if options.is_global:
+        return [folded_event(options, None, "updated")]
+    if options.user_field is not None:
+        hop = first_hop_attname(options)
+        places: set[Any] = set()
+        accounts: list[Any] = []
+        for row in surplus.iterator():
+            place = row_key(row.pk) if hop is None else normal_id(row.__dict__.get(hop))
+            if place not in places:
+                places.add(place)
+                accounts += read_accounts(options, row, using)
+        return [folded_event(options, None, "updated", accounts=accounts)] if accounts else []
+    if options.scope_attname is None:
+        return []
+    if options.shared_via is None:
+        scopes = surplus.values_list(options.scope_attname, flat=True)
+        found = sorted({s for s in scopes if s is not None}, key=id_order)
+        return [folded_event(options, scope, "updated") for scope in found]
+    folds: dict[Any, Event] = {}
+    seen: set[tuple[Any, Any]] = set()
+    for row in surplus.iterator():
+        scope_id = row.__dict__.get(options.scope_attname)
+        if scope_id is None:
+            continue
+        event = folds.get(normal_id(scope_id))
+        if event is None:
+            event = folds[normal_id(scope_id)] = folded_event(options, scope_id, "updated")
+        outside = outside_of_root(options, row, scope_id, seen, using)
+        if outside:
+            event.shared = sorted_ids([*(event.shared or ()), *outside])
+    return [folds[key] for key in sorted(folds, key=id_order)]
 
 
 def _pairs(unlinked: list[Any]) -> list[tuple[Any, str]]:
@@ -428,7 +517,7 @@ def _on_target_deleted(
 
     def read() -> list[Event]:
         events: list[Event] = []
-        for options, field, ids, surplus, befores in unlinked:
+        for options, field, ids, folds, befores in unlinked:
             # Read as the delete left them: the new value of the key, whatever set it.
             stored = options.model._base_manager.using(using)
             for child in stored.filter(pk__in=ids).order_by("pk"):
@@ -447,7 +536,7 @@ def _on_target_deleted(
                 if field.name in options.relations and target_channel not in event.channels:
                     event.channels.append(target_channel)
                 events.append(event)
-            events += [folded_event(options, scope, "updated") for scope in surplus]
+            events += folds
         return events
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinked"

@@ -227,7 +227,7 @@ def read_event(
         leaves_only=failed and action != "deleted",
     )
     if options.shared_via is not None:
-        event.extra["root_pk"] = _column_of_path(instance, options.shared_via)
+        event.extra["root_pk"] = column_of_path(instance, options.shared_via)
     if options.filters:
         event.values = {
             name: jsonable(values[attname])
@@ -454,7 +454,7 @@ def copy_with(instance: models.Model, stored: dict[str, Any] | None) -> models.M
     return whole
 
 
-def _column_of_path(instance: models.Model, path: str) -> Any:
+def column_of_path(instance: models.Model, path: str) -> Any:
     """The value of a one-hop foreign key path, read from the instance (no query)."""
     parts = split_path(path)
     if len(parts) != 1:

@@ -504,7 +504,16 @@ def event_messages(
         out += place_messages(*place, about=about, **common)
     else:
         out += place_messages(*place, **common)
-    if event.folded or options.is_global:
+    if options.is_global:
+        return out
+    if event.folded:
+        # Past a cascade's limit: the shared roots' readers outside the scope, asked while
+        # the rows were there (``deletes.fold``), read the list again too.
+        if event.shared:
+            named = named_alias(options.model, using)
+            out += users_messages(
+                event.shared, event.event_type, None, row=True, using=named, **common
+            )
         return out
     shared = event.shared if event.shared is not None else shared_readers(event, using)
     if shared:

@@ -305,7 +305,7 @@ def on_pre_delete(
 
     def prepare() -> None:
         if deletes.past_limit(sender, instance, origin):
-            event = deletes.fold(options, instance, origin)
+            event = deletes.fold(options, instance, origin, using)
         else:
             # The instance the application deleted (and its parents' rows, of a multi-table
             # child) may be stale; the rows Django's collector read to delete with it, or for
