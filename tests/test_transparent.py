@@ -142,6 +142,25 @@ def test_an_update_of_any_queryset_django_can_update_is_announced(
     assert sorted(announced) == [("chat_line.updated", line.pk, "edited") for line in lines]
 
 
+def test_an_update_of_a_queryset_distinct_on_fields_moves_and_announces_every_row(
+    workspace: Workspace,
+) -> None:
+    # Django's UPDATE leaves DISTINCT ON out (it updates every row the filter matches): so
+    # must realtime's read of the rows before it, which no database but PostgreSQL runs.
+    there = Workspace.objects.create(name="There", slug="there")
+    tickets = [Ticket.objects.create(workspace=workspace, title=f"t{n}") for n in range(3)]
+    forget_messages()
+
+    rows = Ticket.objects.filter(workspace=workspace).order_by("workspace").distinct("workspace")
+    assert rows.update(workspace=there) == 3
+
+    moved = sorted((m["event_type"], m["scope_id"], m["data"]["id"]) for m in events("scope"))
+    assert moved == sorted(
+        [("ticket.created", there.pk, t.pk) for t in tickets]
+        + [("ticket.deleted", workspace.pk, t.pk) for t in tickets]
+    )
+
+
 @pytest.mark.parametrize(
     "model",
     [ChatLine, Dog, Ticket],

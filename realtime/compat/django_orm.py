@@ -386,11 +386,14 @@ def matching(queryset: models.QuerySet[Any, Any], using: str) -> models.QuerySet
     runs but not which rows it matches, as Django's ``update()`` and one-statement delete
     leave it out of their statements: ``select_for_update()`` (outside a transaction the read
     would raise; inside, it would lock the rows of joined tables too), ``select_related()``'s
-    joins, ``prefetch_related()``'s reads."""
+    joins, ``prefetch_related()``'s reads, ``distinct()`` (with fields, ``DISTINCT ON``:
+    Django's ``UPDATE`` changes every row the filter matches, and no database but
+    PostgreSQL reads with it)."""
     rows = queryset.using(using).order_by().prefetch_related(None)
     if _fits(MATCHING, _probe_matching):
         rows.query.select_for_update = False
         rows.query.select_related = False
+        rows.query.distinct, rows.query.distinct_fields = False, ()
     return rows
 
 
@@ -424,6 +427,9 @@ def _probe_matching() -> None:
     query = models.QuerySet(probe).select_for_update().query
     if query.select_for_update is not True or query.select_related is not False:
         raise TypeError("Query keeps select_for_update() and select_related() elsewhere")
+    distinct = models.QuerySet(probe).distinct("pk").query
+    if distinct.distinct is not True or distinct.distinct_fields != ("pk",):
+        raise TypeError("Query keeps distinct() and its fields elsewhere")
     asked: models.QuerySet[Any, Any] = models.QuerySet(probe).select_for_update(
         nowait=True, skip_locked=False, no_key=True
     )
