@@ -481,12 +481,27 @@ def test_a_decorated_child_of_a_parent_not_decorated_is_warning_w034() -> None:
     assert "testapp.Place" in message.msg
 
 
-def test_a_decorated_child_of_a_decorated_parent_gives_no_warning() -> None:
+def test_a_decorated_child_of_a_decorated_parent_is_warning_w044() -> None:
     @realtime_model(fields=["title"])
     class Place(Record):
         pass
 
     @realtime_model(fields=["title"], name="shop")
+    class Shop(Place):
+        kind = models.CharField(max_length=20)
+
+    [message] = messages()
+    assert message.id == "realtime.W044"
+    assert message.obj is Shop
+    assert "testapp.Place" in message.msg
+    assert "Decorate testapp.Place alone" in (message.hint or "")
+
+
+def test_an_undecorated_child_of_a_decorated_parent_gives_no_warning() -> None:
+    @realtime_model(fields=["title"])
+    class Place(Record):
+        pass
+
     class Shop(Place):
         kind = models.CharField(max_length=20)
 

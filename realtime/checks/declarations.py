@@ -273,20 +273,46 @@ def _check_parents(options: ModelOptions) -> list[checks.CheckMessage]:
         return []
     out: list[checks.CheckMessage] = []
     for parent in model._meta.get_parent_list():
-        if parent._meta.abstract or options_for(parent) is not None:
+        if parent._meta.abstract:
+            continue
+        parent_options = options_for(parent)
+        if parent_options is not None:
+            if parent_options.model is parent:  # decorated itself, not as a parent's child
+                out.append(_both_decorated(options, parent_options))
             continue
         out.append(
             checks.Warning(
                 f"{model._meta.label} is announced, but {parent._meta.label}, a table it "
                 f"inherits, is not: writes through {parent._meta.object_name} (its save(), "
                 "its querysets' update()) change its rows unannounced.",
-                hint=f"Decorate {parent._meta.label} too, or write through "
-                f"{model._meta.object_name} only.",
+                hint=f"Write through {model._meta.object_name} only, or decorate "
+                f"{parent._meta.label} alone (a child without a decorator announces as its "
+                "parent).",
                 obj=model,
                 id="realtime.W034",
             )
         )
     return out
+
+
+def _both_decorated(child: ModelOptions, parent: ModelOptions) -> checks.CheckMessage:
+    """``realtime.W044``: a multi-table child and its parent both decorated. Django sends a
+    save's signals for the class saved alone, and an ``update()`` is its queryset's model's:
+    each announces its own event, never the other's (deletes, whose signals Django sends
+    for the parent's row too, announce both)."""
+    model, base = child.model, parent.model
+    return checks.Warning(
+        f"{model._meta.label} and {base._meta.label}, a table it inherits, are both "
+        f"decorated: a save() or update() through {model._meta.object_name} is announced "
+        f"as {child.name} only, and one through {base._meta.object_name} as {parent.name} "
+        f"only, so readers of {parent.name} do not hear rows written as "
+        f"{model._meta.object_name}, and readers of {child.name} do not hear those rows "
+        f"written as {base._meta.object_name} (deletes are announced as both).",
+        hint=f"Decorate {base._meta.label} alone (an undecorated child announces as its "
+        f"parent), or tell the other readers yourself (realtime.broadcast).",
+        obj=model,
+        id="realtime.W044",
+    )
 
 
 def _undecorated_memberships() -> list[type[Any]]:
