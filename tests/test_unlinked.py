@@ -14,7 +14,9 @@ from django.test import override_settings
 from realtime import deleting
 from tests.helpers import events, forget_messages
 from tests.testapp.models import (
+    Attachment,
     Briefing,
+    Contact,
     Deal,
     Department,
     Lead,
@@ -353,3 +355,68 @@ def test_rows_cascaded_past_the_limit_tell_their_roots_outside_readers_to_read_a
     project.delete()  # CASCADE: two tasks one by one, the rest folded
 
     assert len(folded_to(guest, "task.deleted")) == 1
+
+
+# The limit counts per deletion, not per deleted row -------------------------------------------
+
+
+def shapes(prefix: str) -> list[str]:
+    """``one`` or ``folded`` for each message of ``prefix`` events."""
+    return sorted(
+        "folded" if m["data"] is None else "one"
+        for m in events()
+        if m["event_type"].startswith(prefix)
+    )
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=2)
+def test_rows_unlinked_by_one_deletion_of_several_targets_count_against_one_limit(
+    workspace: Workspace,
+) -> None:
+    for n in range(3):
+        vendor = Vendor.objects.create(workspace=workspace, name=f"v{n}")
+        for m in range(2):
+            Lead.objects.create(workspace=workspace, vendor=vendor, name=f"l{n}{m}")
+    forget_messages()
+
+    Vendor.objects.filter(workspace=workspace).delete()
+
+    assert shapes("lead.") == ["folded", "one", "one"]
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=2)
+def test_rows_the_database_deletes_with_several_parents_count_against_one_limit(
+    workspace: Workspace,
+) -> None:
+    for n in range(3):
+        contact = Contact.objects.create(workspace=workspace, name=f"c{n}")
+        for m in range(2):
+            Attachment.objects.create(workspace=workspace, contact=contact, name=f"a{n}{m}")
+    forget_messages()
+
+    Contact.objects.filter(workspace=workspace).delete()
+
+    assert shapes("attachment.") == ["folded", "one", "one"]
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=1)
+def test_rows_unlinked_past_the_limit_from_several_shared_roots_tell_each_roots_outside_readers(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    guests = []
+    for n in range(2):
+        partner = Workspace.objects.create(name=f"Partner {n}", slug=f"partner-{n}")
+        guests.append(make_user(f"guest{n}", member_of=partner))
+        project = Project.objects.create(workspace=workspace, name=f"shared {n}")
+        project.shared_with.add(partner)
+        for m in range(3):
+            Sketch.objects.create(workspace=workspace, project=project, title=f"s{n}{m}")
+    forget_messages()
+
+    Project.objects.filter(workspace=workspace).delete()
+
+    assert [len(folded_to(guest, "sketch.updated")) for guest in guests] == [1, 1]
+    scope_folds = [m for m in events("scope") if m["data"] is None]
+    assert [(m["event_type"], m["scope_id"]) for m in scope_folds] == [
+        ("sketch.updated", workspace.pk)
+    ]

@@ -259,7 +259,7 @@ def _on_parent_pre_delete(
         f"the database cascade of {sender._meta.label}:{instance.pk}",
         using,
         True,
-        lambda: _children_events(sender, instance, using),
+        lambda: _children_events(sender, instance, using, _deletion_state(origin)),
     )
     if events:
         pending.put(instance, PENDING_CASCADE, events)
@@ -271,13 +271,16 @@ def _on_parent_post_delete(
     on_commit.add_all(pending.take(instance, PENDING_CASCADE, []), using)
 
 
-def _children_events(parent: type[models.Model], instance: models.Model, using: str) -> list[Event]:
+def _children_events(
+    parent: type[models.Model], instance: models.Model, using: str, state: _CascadeState
+) -> list[Event]:
     """The deletes of the rows the database removes with ``instance``: the rows of every
     ``cascade=[...]`` model that link it, then the rows that link those, level by level, all
     read now while they still exist. A level is read only when the one above it found rows,
     and a model met again below itself (a tree of rows) only while it still announces rows one
     by one, so a cycle of keys ends."""
-    reading = _CascadeReading(using, (parent._meta.concrete_model, instance.pk))
+    state.seen.add((parent._meta.concrete_model, instance.pk))
+    reading = _CascadeReading(using, state)
     level: list[tuple[type[models.Model], Any, frozenset[Any]]] = [
         (parent, instance, frozenset({parent._meta.concrete_model}))
     ]
@@ -315,17 +318,46 @@ def _target_concrete(options: ModelOptions, fk_name: str) -> Any:
     return target._meta.concrete_model if isinstance(target, type) else None
 
 
-class _CascadeReading:
-    """The events of one database cascade, at most ``REALTIME_CASCADE_LIMIT`` rows of each
-    child model one by one, the rest folded into one truncated event per scope."""
+class _CascadeState:
+    """What the database cascades of one deletion announced so far, shared by the readings
+    of its parents (the limit counts per child model and deletion, not per parent)."""
 
-    def __init__(self, using: str, deleted: tuple[Any, Any]) -> None:
+    def __init__(self) -> None:
+        self.seen: set[tuple[Any, Any]] = set()  # the parents, and the rows announced
+        self.counts: Counter[Any] = Counter()
+        self.folded: set[tuple[Any, Any]] = set()
+        #: The truncated update of each (model, scope) the deletion unlinks rows of past the
+        #: limit: the readers outside it of later rows' roots are added to it.
+        self.unlinked: dict[tuple[Any, Any], Event] = {}
+
+
+#: The state of each deletion's database cascades, by the deletion's origin.
+_cascade_states: weakref.WeakKeyDictionary[Any, _CascadeState] = weakref.WeakKeyDictionary()
+
+
+def _deletion_state(origin: Any) -> _CascadeState:
+    """The cascade state of the deletion ``origin`` (a fresh one where it cannot be kept:
+    no origin, or one that cannot be weakly referenced)."""
+    if origin is None:
+        return _CascadeState()
+    try:
+        return _cascade_states.setdefault(origin, _CascadeState())
+    except TypeError:
+        return _CascadeState()
+
+
+class _CascadeReading:
+    """The events of one parent's database cascade, at most ``REALTIME_CASCADE_LIMIT`` rows
+    of each child model one by one in its deletion (``state``), the rest folded into one
+    truncated event per scope."""
+
+    def __init__(self, using: str, state: _CascadeState) -> None:
         self.using = using
         self.limit = conf.CASCADE_LIMIT
         self.events: list[Event] = []
-        self.seen: set[tuple[Any, Any]] = {deleted}  # the parent, and the rows announced
-        self.counts: Counter[Any] = Counter()
-        self.folded: set[tuple[Any, Any]] = set()
+        self.seen = state.seen
+        self.counts = state.counts
+        self.folded = state.folded
 
     def read(
         self, options: ModelOptions, children: models.QuerySet[Any, Any]
@@ -441,18 +473,23 @@ def _on_target_deleting(
 
     def read() -> list[Unlinked]:
         found = []
-        limit = conf.CASCADE_LIMIT
+        state = _deletion_state(origin)
         for options, field in _links.get(sender, ()):
             stored = options.model._base_manager.using(using)
             children = stored.filter(**{field.name: instance})
-            ids = list(children.order_by("pk").values_list("pk", flat=True)[: limit + 1])
+            # The limit counts the rows of each foreign key per deletion, not per target.
+            left = max(0, conf.CASCADE_LIMIT - state.counts[(options.model, field.name)])
+            ids = list(children.order_by("pk").values_list("pk", flat=True)[: left + 1])
             folds: list[Event] = []
-            if len(ids) > limit:
-                folds = _unlinked_folds(options, children.order_by("pk")[limit:], using)
+            if len(ids) > left:
+                surplus = children.order_by("pk")[left:]
+                folds = _unlinked_folds(options, surplus, using, state)
+            ids = ids[:left]
+            state.counts[(options.model, field.name)] += len(ids)
             befores = {}
             if ids and moves_audience(options, [field.attname]):
-                befores = befores_of(options, stored, ids[:limit])
-            found.append((options, field, ids[:limit], folds, befores))
+                befores = befores_of(options, stored, ids)
+            found.append((options, field, ids, folds, befores))
         return found
 
     label = f"the rows {sender._meta.label}:{instance.pk} unlinks"
@@ -462,43 +499,59 @@ def _on_target_deleting(
 
 
 def _unlinked_folds(
-    options: ModelOptions, surplus: models.QuerySet[Any, Any], using: str
+    options: ModelOptions,
+    surplus: models.QuerySet[Any, Any],
+    using: str,
+    state: _CascadeState,
 ) -> list[Event]:
     """The truncated ``<name>.updated`` events standing for the rows a delete unlinks past
-    the limit (``surplus``, read while they are linked): one per scope, told also to the
-    readers outside it of their shared roots; one for a global model; for an account model,
-    one to the accounts their paths reach (read once per row their first step leads to)."""
+    the limit (``surplus``, read while they are linked), new ones only (each place is told
+    once per deletion, ``state``): one per scope, told also to the readers outside it of
+    their shared roots; one for a global model; for an account model, one to the accounts
+    their paths reach (read once per row their first step leads to)."""
+    model, seen = options.model, state.folded
+
+    def first(place: Any) -> bool:
+        key = (model, ("unlinked", place))
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
     if options.is_global:
-        return [folded_event(options, None, "updated")]
+        return [folded_event(options, None, "updated")] if first(None) else []
     if options.user_field is not None:
         hop = first_hop_attname(options)
-        places: set[Any] = set()
         accounts: list[Any] = []
         for row in surplus.iterator():
             place = row_key(row.pk) if hop is None else normal_id(row.__dict__.get(hop))
-            if place not in places:
-                places.add(place)
+            if first(("accounts", place)):
                 accounts += read_accounts(options, row, using)
         return [folded_event(options, None, "updated", accounts=accounts)] if accounts else []
     if options.scope_attname is None:
         return []
+    made: list[Event] = []
+
+    def fold_of(scope_id: Any) -> Event:
+        event = state.unlinked.get((model, normal_id(scope_id)))
+        if event is None:
+            event = folded_event(options, scope_id, "updated")
+            state.unlinked[(model, normal_id(scope_id))] = event
+            made.append(event)
+        return event
+
     if options.shared_via is None:
-        scopes = surplus.values_list(options.scope_attname, flat=True)
-        found = sorted({s for s in scopes if s is not None}, key=id_order)
-        return [folded_event(options, scope, "updated") for scope in found]
-    folds: dict[Any, Event] = {}
-    seen: set[tuple[Any, Any]] = set()
-    for row in surplus.iterator():
+        for scope_id in {*surplus.values_list(options.scope_attname, flat=True)} - {None}:
+            fold_of(scope_id)
+    for row in surplus.iterator() if options.shared_via is not None else ():
         scope_id = row.__dict__.get(options.scope_attname)
         if scope_id is None:
             continue
-        event = folds.get(normal_id(scope_id))
-        if event is None:
-            event = folds[normal_id(scope_id)] = folded_event(options, scope_id, "updated")
+        event = fold_of(scope_id)
         outside = outside_of_root(options, row, scope_id, seen, using)
-        if outside:
+        if outside:  # an event made for an earlier target is published after this read
             event.shared = sorted_ids([*(event.shared or ()), *outside])
-    return [folds[key] for key in sorted(folds, key=id_order)]
+    return sorted(made, key=lambda event: id_order(event.scope_id))
 
 
 def _pairs(unlinked: list[Any]) -> list[tuple[Any, str]]:
