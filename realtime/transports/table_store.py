@@ -158,13 +158,12 @@ TRIM_LOCK_KEY: Final = 0x7265616C7472696D  # "realtrim"
 TRIM_LOCK_NAME: Final = "realtime.firm_channel_messages.trim"
 
 
-def lock_name(database: str, name: str) -> str:
-    """The MySQL named lock ``name`` of the log in ``database``. ``GET_LOCK`` names are the
-    server's, not a database's (PostgreSQL's advisory locks are per database): two
-    deployments on one server (staging beside production) must not take turns, or wait for
-    each other's holds, on one lock. A digest of the database's name keeps the whole within
-    MySQL's 64 characters."""
-    return f"{name}:{hashlib.sha256(database.encode()).hexdigest()[:16]}"
+#: The MySQL named lock of a name, for the log in the connection's database. ``GET_LOCK``
+#: names are the server's, not a database's (PostgreSQL's advisory locks are per database):
+#: two deployments on one server (staging beside production) must not take turns, or wait
+#: for each other's holds, on one lock. A digest of the database's name keeps the whole
+#: within MySQL's 64 characters.
+MYSQL_LOCK: Final = "CONCAT(%s, ':', LEFT(SHA2(DATABASE(), 256), 16))"
 
 
 def close_connection(using: str) -> None:
@@ -386,8 +385,7 @@ class MessageStore:
             return
         wait = PUBLISH_LOCK_WAIT if wait is None else wait
         with connection.cursor() as cursor:
-            name = lock_name(connection.settings_dict["NAME"], name)
-            cursor.execute("SELECT GET_LOCK(%s, %s)", [name, wait])
+            cursor.execute(f"SELECT GET_LOCK({MYSQL_LOCK}, %s)", [name, wait])
             row = cursor.fetchone()
         answer = None if row is None else row[0]
         if answer != 1:
@@ -404,7 +402,7 @@ class MessageStore:
             yield
         finally:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT RELEASE_LOCK(%s)", [name])
+                cursor.execute(f"SELECT RELEASE_LOCK({MYSQL_LOCK})", [name])
 
     def read_after(self, channels: Collection[bytes], after: int, limit: int) -> list[Row]:
         """At most ``limit`` rows of ``channels`` with an id above ``after``, by id; fewer only
