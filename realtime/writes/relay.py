@@ -115,8 +115,6 @@ class Sweeper:
         ready = [txn for txn, since in seen.items() if now - since >= self.grace]
         if not ready:
             return 0
-        if len(ready) > limits.OUTBOX_TXNS_PER_SWEEP:
-            self.behind = True
         rows = outbox.claim(alias, ready[: limits.OUTBOX_TXNS_PER_SWEEP], limits.OUTBOX_LEASE)
         by_txn = itertools.groupby(sorted(rows, key=lambda r: (r.txn, r.seq)), lambda r: r.txn)
         groups = sorted((list(group) for _, group in by_txn), key=lambda group: group[0].id)
@@ -138,6 +136,8 @@ class Sweeper:
             raise
         finally:
             metrics.outbox_relayed(relayed)
+        # Behind only after a sweep that worked: one that failed waits for the interval.
+        self.behind = self.behind or len(ready) > limits.OUTBOX_TXNS_PER_SWEEP
         return relayed
 
     def _relay(self, alias: str, rows: list[outbox.Row]) -> None:
