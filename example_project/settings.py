@@ -77,6 +77,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 20,
         }
     )
+    # Tests get a file too: the poller thread cannot share Django's in-memory test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_example.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True

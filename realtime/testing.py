@@ -31,6 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connections
 
@@ -39,6 +40,7 @@ from realtime.blocking import close_connections
 from realtime.broadcast import broadcast_to_user
 from realtime.consumers import RealtimeConsumer
 from realtime.signals import frame_received
+from realtime.transports import reset_transport
 from realtime.writes.failsafe import raise_failures
 
 MARKER = "realtime.test_marker"
@@ -87,7 +89,6 @@ class RealtimeClient:
         self.communicator = communicator
         self.user_id = user_id
         self.auth_answer: Frame | None = None
-        self._markers = 0
         self._buffer: list[Frame] = []
 
     @classmethod
@@ -152,25 +153,38 @@ class RealtimeClient:
         return frame
 
     async def receive(self, event: str | Callable[[Frame], bool], timeout: float = 5.0) -> Frame:
-        """Wait for a frame of type ``event`` (or matching it); skip the others."""
+        """Wait for a frame of type ``event`` (or matching it); skip the others. After
+        ``timeout`` seconds, fail with an ``AssertionError`` naming what was awaited and
+        the frames skipped meanwhile."""
         matches = event if callable(event) else (lambda frame: frame.get("type") == event)
-        async with asyncio.timeout(timeout):
-            while True:
-                frame = await self.next_frame(timeout)
-                if matches(frame):
-                    return frame
+        skipped: list[Frame] = []
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    frame = await self.next_frame(timeout)
+                    if matches(frame):
+                        return frame
+                    skipped.append(frame)
+        except TimeoutError:
+            awaited = getattr(event, "__name__", "a frame") if callable(event) else repr(event)
+            raise AssertionError(
+                f"no {awaited} frame within {timeout} s; received meanwhile: {skipped}"
+            ) from None
 
     async def frames_before_marker(self, timeout: float = 5.0) -> list[Frame]:
-        """Send a marker to this account; return every frame received before it arrived."""
-        self._markers += 1
-        number = self._markers
-        await in_thread(broadcast_to_user, self.user_id, MARKER, {"n": number})
+        """Send a marker to this account; return every frame received before it arrived.
+        Each call's marker is its own: the markers of another client of the same account
+        (which reach every socket of it) are neither taken for it nor returned."""
+        key = uuid.uuid4().hex
+        await in_thread(broadcast_to_user, self.user_id, MARKER, {"key": key})
         before, self._buffer = self._buffer, []
         async with asyncio.timeout(timeout):
             while True:
                 frame: Frame = json.loads(await self.communicator.receive_from(timeout))
-                if frame.get("type") == MARKER and frame.get("data") == {"n": number}:
-                    return before
+                if frame.get("type") == MARKER:
+                    if frame.get("data") == {"key": key}:
+                        return before
+                    continue  # another client's, or an earlier call's that timed out
                 before.append(frame)
 
     async def close(self) -> None:
@@ -178,14 +192,41 @@ class RealtimeClient:
             await self.communicator.disconnect()
 
 
+#: The ``realtime_client`` blocks open in this process.
+_open_clients = 0
+
+
 @contextlib.asynccontextmanager
 async def realtime_client(user: Any, **options: Any) -> AsyncIterator[RealtimeClient]:
-    """``async with realtime_client(user, scope="acme") as client``: connected, then closed."""
-    client = await RealtimeClient.connect(user, **options)
+    """``async with realtime_client(user, scope="acme") as client``: connected, then closed.
+    When the last one open closes, the process's transport stops and the database
+    connections realtime's threads (and asgiref's) keep are closed: a test database cannot
+    be dropped while they are open."""
+    global _open_clients
+    _open_clients += 1
     try:
-        yield client
+        client = await RealtimeClient.connect(user, **options)
+        try:
+            yield client
+        finally:
+            await client.close()
     finally:
-        await client.close()
-        # The threads the consumer ran the ORM on keep their connections; a test database
-        # cannot be dropped while they do.
-        await asyncio.to_thread(close_connections)
+        _open_clients -= 1
+        if not _open_clients:
+            await asyncio.to_thread(_stop_transport)
+            await sync_to_async(connections.close_all)()  # asgiref's thread's
+
+
+def _stop_transport() -> None:
+    reset_transport()
+    close_connections()
+
+
+def release() -> None:
+    """Stop this process's transport and close the database connections realtime's threads
+    and asgiref's thread keep. Call it once your tests are done (a session fixture's
+    teardown) when they drive the consumer other than through ``realtime_client``, or
+    broadcast from async code: PostgreSQL refuses to drop a test database while a connection
+    to it is open. Call it outside an event loop."""
+    _stop_transport()
+    asyncio.run(sync_to_async(connections.close_all)())

@@ -10,8 +10,11 @@ trimmed beside publishing (see ``trimming``).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Collection, Sequence
+from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
@@ -21,6 +24,33 @@ from realtime.transports.base import LogEntry, Transport, or_setting
 from realtime.transports.table_poller import Poller
 from realtime.transports.table_store import MessageStore, encode_channel
 from realtime.transports.trimming import Trimmer
+
+logger = logging.getLogger(__name__)
+#: Whether the warning about an in-memory SQLite database was given (once per process).
+_memory_warned = False
+
+
+def in_memory_sqlite(database: dict[str, Any]) -> bool:
+    """Whether ``database`` (an entry of ``DATABASES``) is an in-memory SQLite database: the
+    test database Django makes for SQLite unless ``TEST["NAME"]`` names a file."""
+    name = str(database.get("NAME") or "")
+    in_memory = name == ":memory:" or "mode=memory" in name
+    return "sqlite" in str(database.get("ENGINE", "")) and in_memory
+
+
+def _warn_in_memory(using: str) -> None:
+    global _memory_warned
+    if _memory_warned or not in_memory_sqlite(settings.DATABASES.get(using, {})):
+        return
+    _memory_warned = True
+    logger.warning(
+        "realtime: the table transport polls an in-memory SQLite database (%r): its poller "
+        'thread shares it with the writers, and publishes may fail with "database table is '
+        'locked". Give the tests a database file: DATABASES[%r]["TEST"] = '
+        '{"NAME": BASE_DIR / "test_db.sqlite3"}.',
+        settings.DATABASES[using].get("NAME"),
+        using,
+    )
 
 
 class TableTransport(Transport):
@@ -78,6 +108,7 @@ class TableTransport(Transport):
             # Started on a loop that is gone (a test's): begin again on this one.
             await asyncio.to_thread(self._poller.stop)
         if not self._poller.running:
+            _warn_in_memory(self.store.using)
             self._poller.start(loop, self._deliver)
 
     async def stop(self) -> None:
