@@ -71,9 +71,9 @@ async def test_the_last_client_closed_stops_the_transport_and_its_poller() -> No
         assert (await first.receive("contact.created"))["data"]["name"] == "Zed"
         assert pollers()
     assert transports._transport is None
-    assert (
-        await asyncio.to_thread(lambda: [t for t in pollers() if t.join(5) or t.is_alive()]) == []
-    )
+    for poller in pollers():
+        await asyncio.to_thread(poller.join, 5)
+    assert pollers() == []
 
 
 async def test_each_clients_markers_are_its_own_with_two_sockets_of_one_account() -> None:
