@@ -53,6 +53,7 @@ from tests.testapp.models import (
     Case,
     Company,
     Crate,
+    Gauge,
     Membership,
     Parcel,
     PicksField,
@@ -1633,3 +1634,35 @@ async def test_a_row_saved_into_a_query_on_a_generated_column_enters_it(
     expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
     assert [row["id"] for row in expected] == [crate.pk]
     assert same_rows(lists["heavy"], expected), lists["heavy"]
+
+
+@pytest.mark.skipif(
+    "__import__('django.db').db.connection.vendor == 'mysql'",
+    reason="MySQL and MariaDB store no infinity",
+)
+@pytest.mark.parametrize(
+    "where",
+    [{"reading__gte": 5}, {"reading__isnull": False}, {"reading__isnull": True}, {}],
+    ids=["at least five", "not null", "null", "all"],
+)
+async def test_rows_holding_infinities_are_listed_as_the_orm_lists_them(
+    live_servers: LiveServers, ws: Clients, where: dict[str, Any]
+) -> None:
+    # JSON holds no infinity (nor NaN): the rows are read again rather than matched as null,
+    # and windows order them as the database does (the two greatest readings kept).
+    workspace = await off_loop(Workspace.objects.create, name="Acme", slug="acme")
+    ann = await _member(workspace, "ann")
+    client = await ws.authenticated(live_servers.get(), issue_token(ann), scope="acme")
+    ask = {"model": "gauge", "where": where, "order_by": ["-reading"], "limit": 2}
+    await client.send("query", {"id": "g", **ask})
+    lists: dict[str, list[dict[str, Any]]] = {}
+    apply_frames(lists, [await client.wait_for(lambda f: f["type"] == "query.rows")])
+    readings = [7.0, float("inf"), float("-inf"), None, 1.0]
+    if connection.vendor == "postgresql":
+        readings.append(float("nan"))  # PostgreSQL orders it above every number
+    for reading in readings:
+        await off_loop(Gauge.objects.create, workspace=workspace, reading=reading)
+        apply_frames(lists, await marker_for(client, ann.pk))
+        expected = await off_loop(orm_answer, ask, ann, [workspace.pk])
+        listed = sorted(row["id"] for row in lists["g"])
+        assert listed == sorted(row["id"] for row in expected), reading

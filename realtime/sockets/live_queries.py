@@ -221,7 +221,30 @@ def read_value(field: models.Field[Any, Any], value: Any) -> Any:
     read = (column_values_field(field) or field).to_python(value)
     if isinstance(read, datetime.datetime):
         return _as_compared(read)
+    if isinstance(read, float) and math.isnan(read):
+        return NOT_A_NUMBER
     return read
+
+
+@functools.total_ordering
+class _NotANumber:
+    """NaN as PostgreSQL compares it (the one database that stores it in a float column):
+    equal to itself, greater than every number. Python's NaN is neither: no order holds."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _NotANumber)
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return hash(_NotANumber)
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+NOT_A_NUMBER: Final = _NotANumber()
 
 
 def _as_compared(value: datetime.datetime) -> datetime.datetime:

@@ -38,6 +38,7 @@ import copy
 import datetime
 import decimal
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -229,12 +230,18 @@ def read_event(
     if options.shared_via is not None:
         event.extra["root_pk"] = column_of_path(instance, options.shared_via)
     if options.filters:
+        # A float JSON cannot hold (an infinity, NaN) is left out: the queries read the row
+        # again, rather than take it for the null the message would carry.
         event.values = {
             name: jsonable(values[attname])
             for name, attname in options.filter_attnames.items()
-            if attname in values
+            if attname in values and not _non_finite(values[attname])
         }
     return event
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 #: What ``to_python`` of Django's fields (exactly these classes: a subclass may read values

@@ -989,6 +989,17 @@ class Invoice(models.Model):
         return f"{self.quantity} x {self.price}"
 
 
+@realtime_model(fields=["reading"], filters=["reading"])
+class Gauge(models.Model):
+    """Queryable by a float column, which may hold infinities (and NaN on PostgreSQL)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    reading = models.FloatField(null=True)
+
+    def __str__(self) -> str:
+        return str(self.reading)
+
+
 @realtime_model(fields=["items"], filters=["weight"])
 class Crate(models.Model):
     """Queryable by a column the database computes (``GeneratedField``)."""
