@@ -18,6 +18,7 @@ add their skew to it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -164,10 +165,24 @@ class Metrics:
                 found = self._worker_gauges.get(name)
                 if found is None:
                     assert prometheus_client is not None
+                    if not self._worker_gauges:
+                        _forget_at_exit()
                     found = self._worker_gauges[name] = prometheus_client.Gauge(
                         name, documentation, multiprocess_mode="liveall"
                     )
         return found
+
+
+def _forget_at_exit() -> None:
+    """Drop this worker's gauge files when it exits (a worker stopped and not started again,
+    as when scaling down, would show its last values for good; one killed is dropped at the
+    next scrape, or when a worker starts: ``forget_dead_workers``)."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory:
+        return
+    from prometheus_client import multiprocess
+
+    atexit.register(multiprocess.mark_process_dead, os.getpid(), directory)
 
 
 _lock = threading.Lock()
@@ -232,8 +247,10 @@ def closed(code: int | None) -> None:
 def close_label(code: int | None) -> str:
     """The ``code`` label of a close: a code RFC 6455 defines (1000-1015) as itself, ``none``
     without one, and ``other`` for any other (3000-4999 are the peer's to choose: as labels
-    they would let clients grow the metric without bound)."""
-    if code is None:
+    they would let clients grow the metric without bound). 1005 and 1006 are what servers
+    report for a connection that ended without a code (daphne one, uvicorn the other): no
+    close frame was sent, so ``none`` too."""
+    if code is None or code in (1005, 1006):
         return "none"
     return str(code) if 1000 <= code <= 1015 else "other"
 
@@ -343,6 +360,7 @@ def registry() -> Any:
     # own there (realtime_stats from cron, one per run).
     from prometheus_client import multiprocess
 
+    forget_dead_workers()  # a worker stopped (or killed) since: its gauges go
     collected = prometheus_client.CollectorRegistry()
     multiprocess.MultiProcessCollector(collected)  # type: ignore[no-untyped-call]
     return collected

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from realtime.auth import issue_token
 from realtime.messages import new_mid, published_at
+from realtime.metrics import close_label
 from realtime.testing import in_thread
 from tests.helpers import ROOT, WAIT, subprocess_env
 from tests.live import FAST, Clients, Server, start_server
@@ -275,3 +276,47 @@ def test_a_close_code_a_client_chooses_is_counted_as_other() -> None:
     assert read("other") == before["other"] + 4
     assert read("4321") == before["4321"] == 0
     assert read("4999") == before["4999"] == 0
+
+
+async def test_a_worker_gone_drops_out_of_the_gauges_at_the_next_scrape(
+    two_workers: tuple[Server, Server, Path], ws: Clients
+) -> None:
+    """A worker killed (no exit of its own) is dropped from the live gauges when another
+    worker's endpoint is read: its sockets no longer count, its last poll no longer ages."""
+    first, second, _ = two_workers
+    _, ann, bob = await in_thread(make_members)
+    await ws.authenticated(first, ann, scope="acme")
+    await ws.authenticated(second, bob, scope="acme")
+    async with asyncio.timeout(WAIT):
+        while True:
+            samples = await asyncio.to_thread(scrape, first)
+            if per_worker(samples, "realtime_sockets_open") == [1, 1]:
+                break
+            await asyncio.sleep(0.05)
+
+    second.process.kill()
+    second.process.wait(WAIT)
+
+    samples = await asyncio.to_thread(scrape, first)
+    assert per_worker(samples, "realtime_sockets_open") == [1]
+    polled = [
+        labels for (name, labels) in samples if name == "realtime_last_poll_timestamp_seconds"
+    ]
+    assert polled == [(("pid", str(first.process.pid)),)]
+
+
+@pytest.mark.parametrize(
+    ("code", "label"),
+    [
+        (None, "none"),
+        (1005, "none"),
+        (1006, "none"),
+        (1000, "1000"),
+        (1012, "1012"),
+        (4001, "other"),
+    ],
+)
+def test_a_close_without_a_code_is_labelled_none_whichever_server_reports_it(
+    code: int | None, label: str
+) -> None:
+    assert close_label(code) == label
