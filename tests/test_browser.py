@@ -414,3 +414,24 @@ def test_a_server_rendered_page_whose_session_ended_goes_to_sign_in_whole(
     expect(page).to_have_url(f"{example.url}/login/?next=/w/acme/server-rendered/", timeout=WAIT_MS)
     expect(page.locator("input[name=username]")).to_have_count(1)
     page.close()
+
+
+def test_a_server_rendered_page_signed_out_in_another_tab_goes_to_sign_in(
+    browser: Browser, example: Example
+) -> None:
+    """Signing out refuses the page's socket at once (its token was the session's): the
+    refusal fetches the partial, which reloads the page to the sign-in form."""
+    page = signed_in(browser, example, "bob")
+    # The rows fetched when the socket opens, done before the sign-out: no fetch on its way.
+    with page.expect_response(lambda response: response.url.endswith("/rows")):
+        page.goto(f"{example.url}/w/acme/server-rendered/")
+    expect(page.locator("#contacts")).to_contain_text("Ann Perkins")
+    # Signed out as another tab would: a POST to the sign-out view, with the session's cookie.
+    page.evaluate(
+        """async () => {
+            const token = document.cookie.match(/csrftoken=([^;]+)/)[1];
+            await fetch('/logout/', {method: 'POST', headers: {'X-CSRFToken': token}});
+        }"""
+    )
+    expect(page).to_have_url(f"{example.url}/login/?next=/w/acme/server-rendered/", timeout=WAIT_MS)
+    page.close()
