@@ -67,6 +67,16 @@ def per_worker(samples: Samples, name: str) -> list[float]:
     return sorted(found for (sample, _), found in samples.items() if sample == name)
 
 
+async def one_socket_each(server: Server) -> Samples:
+    """What ``server``'s endpoint shows once each of the two workers holds one socket."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            samples = await asyncio.to_thread(scrape, server)
+            if per_worker(samples, "realtime_sockets_open") == [1, 1]:
+                return samples
+            await asyncio.sleep(0.05)
+
+
 def make_members() -> tuple[Workspace, str, str]:
     acme = Workspace.objects.create(name="Acme", slug="acme")
     tokens = []
@@ -96,13 +106,8 @@ async def test_the_metrics_endpoint_shows_every_worker_after_real_traffic(
         await client.wait_for(lambda f: f["type"] == "contact.created")
     await sockets[1].close()
 
-    async with asyncio.timeout(WAIT):
-        while True:
-            samples = await asyncio.to_thread(scrape, first)
-            # Bob's close has been served once the first worker holds one socket.
-            if per_worker(samples, "realtime_sockets_open") == [1, 1]:
-                break
-            await asyncio.sleep(0.05)
+    # Bob's close has been served once the first worker holds one socket.
+    samples = await one_socket_each(first)
     assert value(samples, "realtime_handshakes_total", outcome="accepted") == 3
     assert value(samples, "realtime_handshakes_total", outcome="invalid_authentication_token") == 1
     assert value(samples, "realtime_closes_total", code="1008") == 1
@@ -287,12 +292,7 @@ async def test_a_worker_gone_drops_out_of_the_gauges_at_the_next_scrape(
     _, ann, bob = await in_thread(make_members)
     await ws.authenticated(first, ann, scope="acme")
     await ws.authenticated(second, bob, scope="acme")
-    async with asyncio.timeout(WAIT):
-        while True:
-            samples = await asyncio.to_thread(scrape, first)
-            if per_worker(samples, "realtime_sockets_open") == [1, 1]:
-                break
-            await asyncio.sleep(0.05)
+    await one_socket_each(first)
 
     second.process.kill()
     second.process.wait(WAIT)
