@@ -369,15 +369,21 @@ def shapes(prefix: str) -> list[str]:
     )
 
 
+def three_with_two_each(workspace: Workspace, parent: Any, child: Any, link: str) -> None:
+    """Three ``parent`` rows of ``workspace``, each with two ``child`` rows linked by
+    ``link``; the messages of their creation forgotten."""
+    for n in range(3):
+        made = parent.objects.create(workspace=workspace, name=f"p{n}")
+        for m in range(2):
+            child.objects.create(workspace=workspace, name=f"c{n}{m}", **{link: made})
+    forget_messages()
+
+
 @override_settings(REALTIME_CASCADE_LIMIT=2)
 def test_rows_unlinked_by_one_deletion_of_several_targets_count_against_one_limit(
     workspace: Workspace,
 ) -> None:
-    for n in range(3):
-        vendor = Vendor.objects.create(workspace=workspace, name=f"v{n}")
-        for m in range(2):
-            Lead.objects.create(workspace=workspace, vendor=vendor, name=f"l{n}{m}")
-    forget_messages()
+    three_with_two_each(workspace, Vendor, Lead, "vendor")
 
     Vendor.objects.filter(workspace=workspace).delete()
 
@@ -388,11 +394,7 @@ def test_rows_unlinked_by_one_deletion_of_several_targets_count_against_one_limi
 def test_rows_the_database_deletes_with_several_parents_count_against_one_limit(
     workspace: Workspace,
 ) -> None:
-    for n in range(3):
-        contact = Contact.objects.create(workspace=workspace, name=f"c{n}")
-        for m in range(2):
-            Attachment.objects.create(workspace=workspace, contact=contact, name=f"a{n}{m}")
-    forget_messages()
+    three_with_two_each(workspace, Contact, Attachment, "contact")
 
     Contact.objects.filter(workspace=workspace).delete()
 

@@ -67,20 +67,41 @@ from realtime.writes.silence import silences
 # Cascades --------------------------------------------------------------------------------------
 PENDING_CASCADE = "_realtime_pending_cascade"
 
-# Children announced so far per deletion (keyed by the deletion's origin) and child model.
-_counts: weakref.WeakKeyDictionary[Any, Counter[type[models.Model]]] = weakref.WeakKeyDictionary()
-# Scopes that already received their folded event, per deletion and child model.
-_folded: weakref.WeakKeyDictionary[Any, set[tuple[type[models.Model], Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-# The folded event of a scope's surplus children, per deletion, child model and scope.
-_scope_folds: weakref.WeakKeyDictionary[Any, dict[tuple[Any, Any], Event]] = (
-    weakref.WeakKeyDictionary()
-)
-# The folded event of an account model's surplus children, per deletion and child model.
-_account_folds: weakref.WeakKeyDictionary[Any, dict[type[models.Model], Event]] = (
-    weakref.WeakKeyDictionary()
-)
+
+class _Deletion:
+    """What one deletion (its ``origin``) announced so far of the rows it takes with it,
+    shared by every parent it deletes: the cascade limit counts per child model and
+    deletion, not per parent."""
+
+    def __init__(self) -> None:
+        # Django's cascade: children announced per model, the places folded (scopes, account
+        # places, shared roots asked), and the folded events later children add to.
+        self.cascaded: Counter[type[models.Model]] = Counter()
+        self.folded: set[tuple[Any, Any]] = set()
+        self.scope_folds: dict[tuple[Any, Any], Event] = {}
+        self.account_folds: dict[type[models.Model], Event] = {}
+        # Database cascades and rows unlinked: the parents and the rows announced, the rows
+        # announced per child model (or foreign key), the places folded, and the truncated
+        # update of each (model, scope) unlinked past the limit.
+        self.seen: set[tuple[Any, Any]] = set()
+        self.counts: Counter[Any] = Counter()
+        self.below_folded: set[tuple[Any, Any]] = set()
+        self.unlinked: dict[tuple[Any, Any], Event] = {}
+
+
+#: Each deletion's ``_Deletion``, by its origin.
+_deletions: weakref.WeakKeyDictionary[Any, _Deletion] = weakref.WeakKeyDictionary()
+
+
+def _deletion(origin: Any) -> _Deletion | None:
+    """The state of the deletion ``origin``; ``None`` where it cannot be kept (no origin, or
+    one that cannot be weakly referenced or hashed)."""
+    if origin is None:
+        return None
+    try:
+        return _deletions.setdefault(origin, _Deletion())
+    except TypeError:
+        return None
 
 
 def _origin_model(origin: Any) -> type[models.Model] | None:
@@ -94,12 +115,11 @@ def past_limit(sender: type[models.Model], instance: models.Model, origin: Any) 
     """Count a cascaded child of this deletion; whether it is past the cascade limit."""
     if origin is None or _origin_model(origin) is sender:
         return False
-    try:
-        counts = _counts.setdefault(origin, Counter())
-    except TypeError:  # an origin that cannot be weakly referenced or hashed: no limit
+    deletion = _deletion(origin)
+    if deletion is None:  # an origin that cannot be weakly referenced or hashed: no limit
         return False
-    counts[sender] += 1
-    return counts[sender] > conf.CASCADE_LIMIT
+    deletion.cascaded[sender] += 1
+    return deletion.cascaded[sender] > conf.CASCADE_LIMIT
 
 
 def fold(
@@ -113,13 +133,13 @@ def fold(
     scope_id = instance.__dict__.get(options.scope_attname or "")
     if scope_id is None and not options.is_global:
         return None
-    folds = _scope_folds.setdefault(origin, {})
+    deletion = _deletion(origin) or _Deletion()
+    folds = deletion.scope_folds
     event = folds.get((options.model, scope_id))
     first = event is None
     if event is None:
         event = folds[(options.model, scope_id)] = folded_event(options, scope_id)
-    seen = _folded.setdefault(origin, set())
-    outside = outside_of_root(options, instance, scope_id, seen, using)
+    outside = outside_of_root(options, instance, scope_id, deletion.folded, using)
     if outside:
         event.shared = sorted_ids([*(event.shared or ()), *outside])
     return event if first else None
@@ -165,12 +185,12 @@ def _fold_accounts(options: ModelOptions, instance: models.Model, origin: Any) -
     row their path's first step leads to (a thread's messages: once), else once per child."""
     hop = first_hop_attname(options)
     place = ("accounts", instance.pk if hop is None else instance.__dict__.get(hop))
-    seen = _folded.setdefault(origin, set())
-    if (options.model, place) in seen:
+    deletion = _deletion(origin) or _Deletion()
+    if (options.model, place) in deletion.folded:
         return None
-    seen.add((options.model, place))
+    deletion.folded.add((options.model, place))
     accounts = read_accounts(options, instance)
-    folds = _account_folds.setdefault(origin, {})
+    folds = deletion.account_folds
     event = folds.get(options.model)
     if event is not None:
         event.accounts = sorted_ids([*(event.accounts or ()), *accounts])
@@ -259,7 +279,7 @@ def _on_parent_pre_delete(
         f"the database cascade of {sender._meta.label}:{instance.pk}",
         using,
         True,
-        lambda: _children_events(sender, instance, using, _deletion_state(origin)),
+        lambda: _children_events(sender, instance, using, _deletion(origin) or _Deletion()),
     )
     if events:
         pending.put(instance, PENDING_CASCADE, events)
@@ -272,7 +292,7 @@ def _on_parent_post_delete(
 
 
 def _children_events(
-    parent: type[models.Model], instance: models.Model, using: str, state: _CascadeState
+    parent: type[models.Model], instance: models.Model, using: str, state: _Deletion
 ) -> list[Event]:
     """The deletes of the rows the database removes with ``instance``: the rows of every
     ``cascade=[...]`` model that link it, then the rows that link those, level by level, all
@@ -318,46 +338,18 @@ def _target_concrete(options: ModelOptions, fk_name: str) -> Any:
     return target._meta.concrete_model if isinstance(target, type) else None
 
 
-class _CascadeState:
-    """What the database cascades of one deletion announced so far, shared by the readings
-    of its parents (the limit counts per child model and deletion, not per parent)."""
-
-    def __init__(self) -> None:
-        self.seen: set[tuple[Any, Any]] = set()  # the parents, and the rows announced
-        self.counts: Counter[Any] = Counter()
-        self.folded: set[tuple[Any, Any]] = set()
-        #: The truncated update of each (model, scope) the deletion unlinks rows of past the
-        #: limit: the readers outside it of later rows' roots are added to it.
-        self.unlinked: dict[tuple[Any, Any], Event] = {}
-
-
-#: The state of each deletion's database cascades, by the deletion's origin.
-_cascade_states: weakref.WeakKeyDictionary[Any, _CascadeState] = weakref.WeakKeyDictionary()
-
-
-def _deletion_state(origin: Any) -> _CascadeState:
-    """The cascade state of the deletion ``origin`` (a fresh one where it cannot be kept:
-    no origin, or one that cannot be weakly referenced)."""
-    if origin is None:
-        return _CascadeState()
-    try:
-        return _cascade_states.setdefault(origin, _CascadeState())
-    except TypeError:
-        return _CascadeState()
-
-
 class _CascadeReading:
     """The events of one parent's database cascade, at most ``REALTIME_CASCADE_LIMIT`` rows
     of each child model one by one in its deletion (``state``), the rest folded into one
     truncated event per scope."""
 
-    def __init__(self, using: str, state: _CascadeState) -> None:
+    def __init__(self, using: str, state: _Deletion) -> None:
         self.using = using
         self.limit = conf.CASCADE_LIMIT
         self.events: list[Event] = []
         self.seen = state.seen
         self.counts = state.counts
-        self.folded = state.folded
+        self.folded = state.below_folded
 
     def read(
         self, options: ModelOptions, children: models.QuerySet[Any, Any]
@@ -473,7 +465,7 @@ def _on_target_deleting(
 
     def read() -> list[Unlinked]:
         found = []
-        state = _deletion_state(origin)
+        state = _deletion(origin) or _Deletion()
         for options, field in _links.get(sender, ()):
             stored = options.model._base_manager.using(using)
             children = stored.filter(**{field.name: instance})
@@ -502,14 +494,14 @@ def _unlinked_folds(
     options: ModelOptions,
     surplus: models.QuerySet[Any, Any],
     using: str,
-    state: _CascadeState,
+    state: _Deletion,
 ) -> list[Event]:
     """The truncated ``<name>.updated`` events standing for the rows a delete unlinks past
     the limit (``surplus``, read while they are linked), new ones only (each place is told
     once per deletion, ``state``): one per scope, told also to the readers outside it of
     their shared roots; one for a global model; for an account model, one to the accounts
     their paths reach (read once per row their first step leads to)."""
-    model, seen = options.model, state.folded
+    model, seen = options.model, state.below_folded
 
     def first(place: Any) -> bool:
         key = (model, ("unlinked", place))
