@@ -323,17 +323,26 @@ def test_rows_an_account_path_loses_past_the_limit_tell_its_accounts_to_read_aga
     assert len(folded_to(ann, "briefing.updated")) == 1
 
 
-@override_settings(REALTIME_CASCADE_LIMIT=2)
-def test_rows_a_shared_root_unlinks_past_the_limit_tell_its_outside_readers_to_read_again(
-    workspace: Workspace, make_user: MakeUser
-) -> None:
+def shared_with_a_guest(
+    workspace: Workspace, make_user: MakeUser, rows: Any
+) -> tuple[Any, Project]:
+    """A project of ``workspace`` shared with a partner workspace whose member is the guest,
+    with four ``rows`` of it; the messages of their creation forgotten."""
     partner = Workspace.objects.create(name="Partner", slug="partner")
     guest = make_user("guest", member_of=partner)
     project = Project.objects.create(workspace=workspace, name="shared")
     project.shared_with.add(partner)
     for n in range(4):
-        Sketch.objects.create(workspace=workspace, project=project, title=f"s{n}")
+        rows.objects.create(workspace=workspace, project=project, title=f"r{n}")
     forget_messages()
+    return guest, project
+
+
+@override_settings(REALTIME_CASCADE_LIMIT=2)
+def test_rows_a_shared_root_unlinks_past_the_limit_tell_its_outside_readers_to_read_again(
+    workspace: Workspace, make_user: MakeUser
+) -> None:
+    guest, project = shared_with_a_guest(workspace, make_user, Sketch)
 
     project.delete()  # SET_NULL: the four sketches leave the guest's view
 
@@ -344,13 +353,7 @@ def test_rows_a_shared_root_unlinks_past_the_limit_tell_its_outside_readers_to_r
 def test_rows_cascaded_past_the_limit_tell_their_roots_outside_readers_to_read_again(
     workspace: Workspace, make_user: MakeUser
 ) -> None:
-    partner = Workspace.objects.create(name="Partner", slug="partner")
-    guest = make_user("guest", member_of=partner)
-    project = Project.objects.create(workspace=workspace, name="shared")
-    project.shared_with.add(partner)
-    for n in range(4):
-        Task.objects.create(workspace=workspace, project=project, title=f"t{n}")
-    forget_messages()
+    guest, project = shared_with_a_guest(workspace, make_user, Task)
 
     project.delete()  # CASCADE: two tasks one by one, the rest folded
 
